@@ -1,0 +1,27 @@
+// Lint: type-aware rules that catch what bites a reconcile loop (floating promises, misused
+// promises) and import rules that keep packages one-way (no cycles).
+import tseslint from "typescript-eslint";
+import importX from "eslint-plugin-import-x";
+
+export default tseslint.config(
+  { ignores: ["**/node_modules/**", "**/dist/**", "scripts/**", "eslint.config.js"] },
+  ...tseslint.configs.recommended,
+  {
+    files: ["**/*.ts"],
+    languageOptions: {
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    plugins: { "import-x": importX },
+    rules: {
+      "@typescript-eslint/no-floating-promises": "error",
+      "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: { arguments: false } }],
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+      "@typescript-eslint/consistent-type-imports": "error",
+      "import-x/no-cycle": "error",
+      "no-restricted-imports": [
+        "error",
+        { patterns: [{ group: ["@mesh/*/src/*"], message: "import a package by its name, not its src/" }] },
+      ],
+    },
+  },
+);

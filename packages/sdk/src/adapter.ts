@@ -1,0 +1,83 @@
+// The per-service half of a provider. The harness (harness.ts) owns every rule: ordering, locking,
+// backoff, brakes, scrubbing, announcing. An adapter only speaks to its backend.
+
+/** One consumer's resource to bring into being: everything the mesh derived and delivered. */
+export interface Provision {
+  /** The login the mesh derived. The adapter creates exactly this name. Already validated. */
+  readonly as: string;
+  /** The password the mesh minted, read from the consumer's secret file. Never logged. */
+  readonly password: string;
+  /** What the consumer contributed (for example `{ name: "umami", extensions: ["pgcrypto"] }`). */
+  readonly values: Readonly<Record<string, unknown>>;
+  /** What the provider's definition derives for the consumer. */
+  readonly derived: Readonly<Record<string, unknown>>;
+  /** Where the consumer is, for a provider that must reach back to it. Usually unused. */
+  readonly at?: string | undefined;
+  /** The consumer's node, for messages and standings. */
+  readonly node?: string | undefined;
+}
+
+/** A consumer as the backend remembers it, read back from the provider's own mark. */
+export interface InventoryEntry {
+  readonly as: string;
+  /** `retired` when the backend carries the "to delete" mark. */
+  readonly state: "active" | "retired";
+  /** What the provider recorded when it made the consumer (for example the database name). */
+  readonly derived: Readonly<Record<string, unknown>>;
+  /** When and why it was marked to delete; only for a retired one. */
+  readonly retiredAt?: Date | undefined;
+  readonly why?: string | undefined;
+}
+
+/** A retired consumer handed to `delete`. */
+export interface Retired {
+  readonly as: string;
+  readonly derived: Readonly<Record<string, unknown>>;
+  readonly retiredAt?: Date | undefined;
+  readonly why?: string | undefined;
+}
+
+/** What `delete` reports back to the person who asked. */
+export interface Deleted {
+  readonly freedBytes: number;
+}
+
+/** The classes a failure is reported with: what a person reading `status` needs first. */
+export type FailureClass = "credentials-rejected" | "unreachable" | "secret-unreadable" | "refused" | (string & {});
+
+/**
+ * The only code a provider module writes. Every method may throw; the harness classifies, scrubs
+ * and retries. `signal` is aborted when the harness stops waiting (timeout or shutdown).
+ */
+export interface Adapter {
+  /**
+   * Brings the consumer into being under exactly `p.as` and `p.password`. Idempotent. For a
+   * retired consumer it re-enables access as it was, with its data, and clears the mark.
+   */
+  create(p: Provision, signal: AbortSignal): Promise<void>;
+  /** Whether the backend still holds the consumer exactly as `p` says. Read-only. */
+  holds(p: Provision, signal: AbortSignal): Promise<boolean>;
+  /**
+   * Optional batched `holds`: one answer per login, asking the backend a constant number of
+   * questions. A login missing from the answer, or answered with an Error, was not checked.
+   */
+  holdsMany?(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>>;
+  /**
+   * Disables the consumer's access reversibly, ends its open sessions, and marks its login and data
+   * "to delete" with `at` and `why` in the backend itself. Deletes nothing.
+   */
+  retire(as: string, derived: Readonly<Record<string, unknown>>, why: string, at: Date): Promise<void>;
+  /** What this provider instance made, active and retired, read from the backend's own marks. */
+  inventory(): Promise<InventoryEntry[]>;
+  /** Removes one retired consumer, login and data, for good. Only ever asked by a person. */
+  delete(r: Retired): Promise<Deleted>;
+  /**
+   * Optional: whether a login of this name exists in the backend at all, made by anyone. Lets
+   * `cleanup delete` tell "not made by this provider" from "unknown". Read-only.
+   */
+  exists?(as: string): Promise<boolean>;
+  /** An adapter's own word on what class an error of its own is; undefined to let the harness guess. */
+  classify?(err: unknown): FailureClass | undefined;
+  /** Releases connections. Called once by `stop()`. */
+  close?(): Promise<void>;
+}

@@ -1,0 +1,16 @@
+/**
+ * @mesh/sdk: the provisioner harness every provider shares. A provider writes one adapter:
+ *
+ * ```ts
+ * import { runProvisioner, consoleLogger } from "@mesh/sdk";
+ * const handle = runProvisioner("postgres-database", adapter, { receives: "/run/mesh/pg.json" });
+ * // ... later
+ * await handle.stop();
+ * ```
+ */
+export * from "./adapter.ts";
+export * from "./login.ts";
+export * from "./collaborators.ts";
+export * from "./tools.ts";
+export * from "./provider.ts";
+export * from "./harness.ts";

@@ -1,0 +1,16 @@
+import type { Adapter } from "./adapter.ts";
+import type { Logger } from "./collaborators.ts";
+
+/** How a provider package describes itself to `mesh provider <name>` and to its own entry point. */
+export interface ProviderModule {
+  /** As in `mesh provider <name>`. */
+  readonly name: string;
+  /** The interface it provides, as in its manifest's `provides`. */
+  readonly interface: string;
+  /** The environment variable that holds the admin URL when no flag gives it. */
+  readonly adminUrlEnv: string;
+  /** An example admin URL for help texts (no real password). */
+  readonly adminUrlExample: string;
+  /** Makes the adapter. `instance` names this provider in every mark it writes. */
+  createAdapter(config: { adminUrl: string; instance: string; logger: Logger }): Adapter;
+}

@@ -1,0 +1,95 @@
+// The tools a person asks of a running provider (DESIGN §3 rules 7, 8, 10), as the harness handle
+// answers them and as the control socket carries them.
+
+import type { FailureClass } from "./adapter.ts";
+
+/** A consumer's place in its lifecycle, as `status` reports it. */
+export type ConsumerState = "active" | "failing" | "unasked" | "awaiting-approval" | "retired";
+
+/** One consumer in `status`. */
+export interface ConsumerStatus {
+  readonly login: string;
+  readonly state: ConsumerState;
+  /** The failure class while failing; null otherwise. */
+  readonly class: FailureClass | null;
+  /** ISO 8601: since when it has been in this state. */
+  readonly since: string;
+  /** Why it is in this state, in words (the scrubbed error while failing). */
+  readonly why: string;
+  readonly node?: string | undefined;
+  /** Failed attempts in the current run of failures. */
+  readonly attempts?: number | undefined;
+}
+
+/** What `status` answers. */
+export interface StatusReport {
+  readonly interface: string;
+  readonly instance: string;
+  readonly receives: string;
+  /** ISO 8601 of the last finished pass; null before the first. */
+  readonly lastPassAt: string | null;
+  /** Null when the contributions file was read; else why nothing is applied or retired. */
+  readonly contributionsProblem: string | null;
+  readonly consumers: readonly ConsumerStatus[];
+}
+
+/** What `retire list` answers: the set waiting for a person, with the id `retire approve` takes. */
+export interface RetireList {
+  /** Null when nothing waits. */
+  readonly id: string | null;
+  readonly logins: readonly string[];
+  /** Active consumers this provider made, counted before retiring. */
+  readonly held: number;
+  /** Why it waits (which bound it is past), or what is counting towards retirement. */
+  readonly reason: string;
+}
+
+/** One retired consumer that `cleanup delete` could remove. */
+export interface CleanupEntry {
+  readonly login: string;
+  /** ISO 8601, when known. */
+  readonly retiredAt: string | null;
+  readonly why: string;
+  readonly derived: Readonly<Record<string, unknown>>;
+}
+
+/** Why a tool refused; `code` is stable for scripts. */
+export type ToolErrorCode =
+  | "unknown-login"
+  | "not-made-here"
+  | "still-asked"
+  | "not-retired"
+  | "nothing-waiting"
+  | "set-changed"
+  | "bad-request"
+  | "backend-failed"
+  | "stopped";
+
+/** A tool's refusal: a message for a person and a code for scripts. */
+export class ToolError extends Error {
+  override name = "ToolError";
+  constructor(
+    readonly code: ToolErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** The tools the harness handle offers. Read-only ones answer from the last pass's snapshot. */
+export interface ProvisionerTools {
+  status(): StatusReport;
+  retireList(): RetireList;
+  /**
+   * Approves the waiting set with this id (or the one waiting, when no id is given) and retires it.
+   * @throws ToolError `nothing-waiting`, or `set-changed` when the set is no longer the one named.
+   */
+  retireApprove(id?: string, who?: string): Promise<{ readonly id: string; readonly retired: readonly string[] }>;
+  cleanupList(): readonly CleanupEntry[];
+  /**
+   * Deletes one retired, unasked consumer this provider made.
+   * @throws ToolError `unknown-login`, `not-made-here`, `still-asked`, `not-retired`, `backend-failed`.
+   */
+  cleanupDelete(login: string, who?: string): Promise<{ readonly login: string; readonly freedBytes: number }>;
+}

@@ -1,0 +1,40 @@
+import type { Adapter, Provision } from "@mesh/sdk";
+
+/**
+ * What the conformance kit needs from one provider to check it against its real server. Each
+ * provider supplies one in `providers/<name>/test/conformance-target.ts`; the kit loops over them.
+ */
+export interface ConformanceTarget {
+  /** The provider's name, as in `mesh provider <name>` (for example "postgres"). */
+  readonly name: string;
+  /** The interface it provides (for example "postgres-database"). */
+  readonly interface: string;
+  /** Starts a real server of its own (authentication on, free loopback port). */
+  start(): Promise<TargetServer>;
+}
+
+/** A running server the kit drives, seen from outside the adapter. */
+export interface TargetServer {
+  /** A new adapter for this server whose marks name `instance`. The kit closes it. */
+  makeAdapter(instance: string): Adapter;
+  /** Whether `as` can log in with `password` right now (false when the server refuses it). */
+  canLogin(p: Provision, password?: string): Promise<boolean>;
+  /** As the consumer, stores `marker` in its resource (a row, a key...). */
+  writeData(p: Provision, marker: string): Promise<void>;
+  /** As the admin, reads back what `writeData` stored; undefined when it is gone. */
+  readData(p: Provision): Promise<string | undefined>;
+  /** As the consumer, tries to read or write the data of `other`; true if the server allowed it. */
+  canReachOther(p: Provision, other: Provision): Promise<boolean>;
+  /** Drift behind the mesh's back: sets another password for `as`. */
+  changePassword(as: string, password: string): Promise<void>;
+  /** Drift behind the mesh's back: removes the login (its data may stay). */
+  dropLogin(as: string): Promise<void>;
+  /** Makes a login (and resource) the mesh did not make. */
+  createForeign(as: string, password: string): Promise<void>;
+  /** Values that try to break out of quoting; each must be refused or reach the server quoted. */
+  readonly hostileValues: readonly Readonly<Record<string, unknown>>[];
+  /** Values a plain consumer asks for (for example `{}`). */
+  readonly plainValues: Readonly<Record<string, unknown>>;
+  /** Stops the server and removes its files. */
+  stop(): Promise<void>;
+}

@@ -1,0 +1,13 @@
+/**
+ * @mesh/testkit: real servers for tests and the adapter conformance kit.
+ *
+ * ```ts
+ * import { startPostgres } from "@mesh/testkit";
+ * const pg = await startPostgres();
+ * // pg.adminUrl is a superuser URL on a free loopback port, scram-sha-256 on
+ * await pg.stop();
+ * ```
+ */
+export * from "./free-port.ts";
+export * from "./conformance-target.ts";
+export * from "./conformance.ts";

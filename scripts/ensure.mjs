@@ -1,0 +1,52 @@
+// What `npm test` and `npm start` need before they can run: the npm dependencies and, for the real
+// servers the tests start, Debian's postgresql, redis-server, mariadb-server and nats-server.
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+
+function run(cmd, args, opts = {}) {
+  const r = spawnSync(cmd, args, { stdio: "inherit", ...opts });
+  return r.status === 0;
+}
+
+function onPath(bin) {
+  return spawnSync("sh", ["-c", `command -v ${bin}`], { stdio: "ignore" }).status === 0;
+}
+
+function hasInitdb() {
+  if (onPath("initdb")) return true;
+  const base = "/usr/lib/postgresql";
+  return existsSync(base) && readdirSync(base).some((v) => existsSync(join(base, v, "bin", "initdb")));
+}
+
+/** The Debian packages that are missing, by what each provides. */
+export function missingPackages() {
+  const missing = [];
+  if (!hasInitdb()) missing.push("postgresql");
+  if (!onPath("redis-server")) missing.push("redis-server");
+  if (!onPath("mariadbd") && !existsSync("/usr/sbin/mariadbd")) missing.push("mariadb-server");
+  if (!onPath("nats-server") && !existsSync("/usr/sbin/nats-server")) missing.push("nats-server");
+  return missing;
+}
+
+/** Installs npm dependencies when absent and Debian's servers when missing (as root). */
+export function ensureInstalled(root, { servers = true } = {}) {
+  if (!existsSync(join(root, "node_modules", ".package-lock.json"))) {
+    console.log("== installing npm dependencies (npm ci)");
+    if (!run("npm", ["ci", "--no-audit", "--no-fund"], { cwd: root })) process.exit(1);
+  }
+  if (!servers) return;
+  const missing = missingPackages();
+  if (missing.length === 0) return;
+  if (process.getuid?.() !== 0) {
+    console.error(
+      `missing Debian packages: ${missing.join(", ")}. Install them with\n` +
+        `  sudo apt-get install -y ${missing.join(" ")}\nand run this again.`,
+    );
+    process.exit(1);
+  }
+  console.log(`== installing Debian packages: ${missing.join(", ")}`);
+  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+  if (!run("apt-get", ["update"], { env })) process.exit(1);
+  if (!run("apt-get", ["install", "-y", "--no-install-recommends", ...missing], { env })) process.exit(1);
+}

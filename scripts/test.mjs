@@ -1,0 +1,56 @@
+#!/usr/bin/env node
+// `npm test`: installs what the tests need (npm ci; Debian's servers when missing and root), checks
+// types, lint and format, then runs every test file with node's test runner against real servers
+// the tests start themselves.
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ensureInstalled } from "./ensure.mjs";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const args = process.argv.slice(2);
+const quick = args.includes("--quick"); // skip typecheck, lint and format (local iteration only)
+const only = args.filter((a) => !a.startsWith("--"));
+
+ensureInstalled(root);
+
+function step(title, cmd, cmdArgs) {
+  console.log(`\n== ${title}`);
+  const r = spawnSync(cmd, cmdArgs, { cwd: root, stdio: "inherit" });
+  if (r.status !== 0) {
+    console.error(`\n${title} failed (exit ${r.status ?? r.signal}).`);
+    process.exit(r.status ?? 1);
+  }
+}
+
+function testFiles() {
+  const found = [];
+  for (const top of ["packages", "providers", "test"]) {
+    const dir = join(root, top);
+    if (!existsSync(dir)) continue;
+    for (const entry of readdirSync(dir, { recursive: true })) {
+      const path = String(entry);
+      if (path.includes("node_modules")) continue;
+      if (path.endsWith(".test.ts")) found.push(relative(root, join(dir, path)));
+    }
+  }
+  return found.sort();
+}
+
+if (!quick) {
+  step("typecheck (tsc, strict)", "npx", ["tsc", "-p", "tsconfig.json"]);
+  step("lint (eslint)", "npx", ["eslint", "."]);
+  step("format (prettier --check)", "npx", ["prettier", "--check", "--log-level", "warn", "."]);
+}
+const files = only.length > 0 ? only : testFiles();
+console.log(`\n== tests (${files.length} files, real servers started by the tests)`);
+step("tests", process.execPath, [
+  "--import",
+  "tsx",
+  "--test",
+  "--test-reporter=spec",
+  "--test-concurrency=2",
+  "--test-timeout=300000",
+  ...files,
+]);

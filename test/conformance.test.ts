@@ -1,0 +1,9 @@
+// The adapter conformance kit, one suite looped over every provider against its real server.
+import { runConformance } from "@mesh/testkit";
+import { target as postgres } from "../providers/postgres/test/conformance-target.ts";
+import { target as redis } from "../providers/redis/test/conformance-target.ts";
+import { target as mariadb } from "../providers/mariadb/test/conformance-target.ts";
+
+for (const target of [postgres, redis, mariadb]) {
+  if (target) runConformance(target);
+}
