@@ -11,3 +11,4 @@
 export * from "./free-port.ts";
 export * from "./conformance-target.ts";
 export * from "./conformance.ts";
+export * from "./postgres-server.ts";
