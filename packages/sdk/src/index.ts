@@ -14,3 +14,8 @@ export * from "./collaborators.ts";
 export * from "./tools.ts";
 export * from "./provider.ts";
 export * from "./harness.ts";
+export * from "./clock.ts";
+export * from "./contributions-file.ts";
+export * from "./secret-file.ts";
+export * from "./retirement.ts";
+export * from "./scrub.ts";

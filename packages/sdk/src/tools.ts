@@ -61,6 +61,7 @@ export type ToolErrorCode =
   | "not-retired"
   | "nothing-waiting"
   | "set-changed"
+  | "contributions-unreadable"
   | "bad-request"
   | "backend-failed"
   | "stopped";
@@ -85,11 +86,17 @@ export interface ProvisionerTools {
    * Approves the waiting set with this id (or the one waiting, when no id is given) and retires it.
    * @throws ToolError `nothing-waiting`, or `set-changed` when the set is no longer the one named.
    */
-  retireApprove(id?: string, who?: string): Promise<{ readonly id: string; readonly retired: readonly string[] }>;
+  retireApprove(
+    id?: string,
+    who?: string,
+  ): Promise<{ readonly id: string; readonly retired: readonly string[] }>;
   cleanupList(): readonly CleanupEntry[];
   /**
    * Deletes one retired, unasked consumer this provider made.
    * @throws ToolError `unknown-login`, `not-made-here`, `still-asked`, `not-retired`, `backend-failed`.
    */
-  cleanupDelete(login: string, who?: string): Promise<{ readonly login: string; readonly freedBytes: number }>;
+  cleanupDelete(
+    login: string,
+    who?: string,
+  ): Promise<{ readonly login: string; readonly freedBytes: number }>;
 }

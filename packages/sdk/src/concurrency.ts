@@ -1,0 +1,79 @@
+import type { Clock } from "./collaborators.ts";
+
+/** Runs `fn` over `items` with at most `limit` at once; resolves when all have settled. */
+export async function forEachLimited<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const item = items[next++] as T;
+      await fn(item);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(Math.max(1, limit), items.length) }, worker));
+}
+
+/** The harness stopped waiting for an adapter call. */
+export class TimeoutError extends Error {
+  override name = "TimeoutError";
+  constructor(
+    readonly what: string,
+    readonly ms: number,
+  ) {
+    super(`${what}: no answer within ${Math.round(ms / 1000)}s (timed out)`);
+  }
+}
+
+/**
+ * Runs `fn` with an AbortSignal that is aborted after `ms` on `clock`; rejects with TimeoutError then,
+ * whether or not `fn` listens to the signal. `settled` resolves when `fn` itself has finished, so a
+ * caller can avoid starting the same work again while a late answer is still on its way.
+ */
+export function withTimeout<T>(
+  clock: Clock,
+  ms: number,
+  what: string,
+  fn: (signal: AbortSignal) => Promise<T>,
+): { result: Promise<T>; settled: Promise<void> } {
+  const controller = new AbortController();
+  const work = fn(controller.signal);
+  const settled = work.then(
+    () => undefined,
+    () => undefined,
+  );
+  const result = new Promise<T>((resolve, reject) => {
+    const timer = clock.setTimeout(() => {
+      controller.abort();
+      reject(new TimeoutError(what, ms));
+    }, ms);
+    work.then(
+      (value) => {
+        clock.clearTimeout(timer);
+        resolve(value);
+      },
+      (err: unknown) => {
+        clock.clearTimeout(timer);
+        reject(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  });
+  return { result, settled };
+}
+
+/** A lock that runs what holds it one at a time, in the order asked. */
+export class Mutex {
+  #tail: Promise<void> = Promise.resolve();
+
+  /** Runs `fn` once every earlier holder has finished. */
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.#tail.then(fn);
+    this.#tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
+  }
+}

@@ -1,0 +1,105 @@
+import { readFile } from "node:fs/promises";
+import { z } from "zod";
+
+/** One consumer the mesh asks this provider to serve, as the contributions file gives it. */
+export interface Contribution {
+  readonly as: string;
+  readonly secret: string;
+  readonly node?: string | undefined;
+  readonly at?: string | undefined;
+  readonly values: Readonly<Record<string, unknown>>;
+  readonly derived: Readonly<Record<string, unknown>>;
+}
+
+/** What reading the contributions file gave: the consumers asked for, or why nothing can be said. */
+export type ContributionsRead =
+  | { readonly ok: true; readonly given: readonly Contribution[]; readonly skipped: number }
+  | { readonly ok: false; readonly problem: string };
+
+const optionalText = z.string().nullish();
+const optionalRecord = z.record(z.string(), z.unknown()).nullish();
+
+const entrySchema = z.looseObject({
+  as: optionalText,
+  secret: optionalText,
+  node: optionalText,
+  at: optionalText,
+  values: optionalRecord,
+  derived: optionalRecord,
+});
+
+const fileSchema = z.looseObject({
+  requirement: z.string().optional(),
+  given: z.array(entrySchema),
+});
+
+/**
+ * Reads the contributions file for `iface`. Never throws: a file that cannot be read, is not JSON,
+ * is for another requirement, has no `given` list, has an entry of the wrong shape, or names one
+ * login twice is a problem, and a problem is not "nobody asks" — the caller applies and retires
+ * nothing until it clears. Entries without `as` or `secret` are not credential grants and are skipped.
+ */
+export async function readContributions(path: string, iface: string): Promise<ContributionsRead> {
+  let raw: string;
+  try {
+    raw = await readFile(path, "utf8");
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const what = code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(err)})`;
+    return { ok: false, problem: `contributions file ${path} ${what}` };
+  }
+  return parseContributions(raw, path, iface);
+}
+
+/** The parsing half of `readContributions`, for text already read. */
+export function parseContributions(raw: string, path: string, iface: string): ContributionsRead {
+  if (raw.trim() === "") return { ok: false, problem: `contributions file ${path} is empty` };
+  let doc: unknown;
+  try {
+    doc = JSON.parse(raw);
+  } catch (err) {
+    return { ok: false, problem: `contributions file ${path} is not JSON (${(err as Error).message})` };
+  }
+  if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
+    return { ok: false, problem: `contributions file ${path} is not a JSON object with a "given" list` };
+  }
+  const requirement = (doc as { requirement?: unknown }).requirement;
+  if (requirement !== undefined && requirement !== iface) {
+    return {
+      ok: false,
+      problem: `contributions file ${path} is for ${JSON.stringify(requirement)}, not ${JSON.stringify(iface)}`,
+    };
+  }
+  const parsed = fileSchema.safeParse(doc);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const where = issue ? issue.path.join(".") || "(top)" : "(top)";
+    const why = issue?.message ?? "invalid";
+    return { ok: false, problem: `contributions file ${path} is not valid at ${where}: ${why}` };
+  }
+  const given: Contribution[] = [];
+  const seen = new Set<string>();
+  let skipped = 0;
+  for (const entry of parsed.data.given) {
+    if (!entry.as || !entry.secret) {
+      skipped++;
+      continue;
+    }
+    if (seen.has(entry.as)) {
+      return {
+        ok: false,
+        problem: `contributions file ${path} names the login ${JSON.stringify(entry.as)} twice; the whole file is refused`,
+      };
+    }
+    seen.add(entry.as);
+    given.push({
+      as: entry.as,
+      secret: entry.secret,
+      node: entry.node ?? undefined,
+      at: entry.at ?? undefined,
+      values: entry.values ?? {},
+      derived: entry.derived ?? {},
+    });
+  }
+  return { ok: true, given, skipped };
+}
