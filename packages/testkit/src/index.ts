@@ -12,3 +12,4 @@ export * from "./free-port.ts";
 export * from "./conformance-target.ts";
 export * from "./conformance.ts";
 export * from "./postgres-server.ts";
+export * from "./redis-server.ts";
