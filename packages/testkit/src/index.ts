@@ -12,4 +12,6 @@ export * from "./free-port.ts";
 export * from "./conformance-target.ts";
 export * from "./conformance.ts";
 export * from "./postgres-server.ts";
+export * from "./mariadb-server.ts";
 export * from "./redis-server.ts";
+export * from "./memory-adapter.ts";
