@@ -13,7 +13,19 @@ export default tseslint.config(
     },
     plugins: { "import-x": importX },
     rules: {
-      "@typescript-eslint/no-floating-promises": "error",
+      "@typescript-eslint/no-floating-promises": [
+        "error",
+        {
+          // node:test's describe/it return promises the runner itself awaits.
+          allowForKnownSafeCalls: [
+            {
+              from: "package",
+              package: "node:test",
+              name: ["describe", "it", "test", "suite", "before", "after", "beforeEach", "afterEach"],
+            },
+          ],
+        },
+      ],
       "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: { arguments: false } }],
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
       "@typescript-eslint/consistent-type-imports": "error",
