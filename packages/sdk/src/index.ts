@@ -19,3 +19,7 @@ export * from "./contributions-file.ts";
 export * from "./secret-file.ts";
 export * from "./retirement.ts";
 export * from "./scrub.ts";
+export * from "./duration.ts";
+export * from "./redact.ts";
+export * from "./control-socket.ts";
+export * from "./provider-process.ts";

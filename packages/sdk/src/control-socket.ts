@@ -1,0 +1,498 @@
+// The tools of a running provider, offered over a Unix socket so a person can ask them from another
+// shell (`mesh tool --control <path> status`). One JSON line in, one JSON line out. The socket is
+// 0600: whoever may connect may delete consumers, so only the provider's own user may.
+
+import { chmod, lstat, mkdtemp, rename, rm, stat, unlink } from "node:fs/promises";
+import { type Server, type Socket, connect, createServer } from "node:net";
+import { basename, dirname, join } from "node:path";
+import type { Logger } from "./collaborators.ts";
+import { isValidLogin } from "./login.ts";
+import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport, ToolErrorCode } from "./tools.ts";
+import { ToolError } from "./tools.ts";
+
+/** The tools a control socket answers, as a request names them. */
+export type ControlTool = "status" | "retire list" | "retire approve" | "cleanup list" | "cleanup delete";
+
+/** Every tool a control socket answers, in the order help texts list them. */
+export const CONTROL_TOOLS: readonly ControlTool[] = [
+  "status",
+  "retire list",
+  "retire approve",
+  "cleanup list",
+  "cleanup delete",
+];
+
+/** One request line: the tool, its arguments, and who asks (said in the action log). */
+export interface ControlRequest {
+  readonly tool: ControlTool;
+  readonly args?: readonly string[];
+  readonly who?: string;
+}
+
+/** What each tool answers on success. */
+export interface ControlResults {
+  readonly status: StatusReport;
+  readonly "retire list": RetireList;
+  readonly "retire approve": { readonly id: string; readonly retired: readonly string[] };
+  readonly "cleanup list": readonly CleanupEntry[];
+  readonly "cleanup delete": { readonly login: string; readonly freedBytes: number };
+}
+
+/** One response line. */
+export type ControlResponse =
+  | { readonly ok: true; readonly result: unknown }
+  | { readonly ok: false; readonly error: { readonly code: ToolErrorCode; readonly message: string } };
+
+/** The largest request line a control socket reads; a longer one is answered `bad-request`. */
+export const MAX_REQUEST_BYTES = 64 * 1024;
+
+/** The longest path a Unix socket can be bound to on Linux (`sun_path` less its terminating NUL). */
+export const MAX_SOCKET_PATH_BYTES = 107;
+
+const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+const MAX_MESSAGE_CHARS = 2000;
+const WHO_PATTERN = /^[^\p{Cc}]{1,128}$/u;
+const PROBE_TIMEOUT_MS = 2000;
+
+/** A serving control socket. */
+export interface ControlServer {
+  /** Where it listens. */
+  readonly path: string;
+  /** Stops answering, ends open connections and removes the socket file (when it is still ours). */
+  close(): Promise<void>;
+}
+
+/** Another provider already answers on the control socket path. */
+export class ControlSocketInUseError extends Error {
+  override name = "ControlSocketInUseError";
+  constructor(readonly path: string) {
+    super(
+      `another provider already answers on the control socket ${path}: stop it first, or give this one ` +
+        `another path (--control or MESH_CONTROL)`,
+    );
+  }
+}
+
+/** The control socket path cannot be used (missing directory, too long, not a socket, no access). */
+export class ControlSocketPathError extends Error {
+  override name = "ControlSocketPathError";
+  constructor(
+    readonly path: string,
+    why: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`cannot serve the control socket at ${path}: ${why}`, options);
+  }
+}
+
+/** Nothing at the path answered as a provider: it timed out, hung up, was not allowed, or spoke nonsense. */
+export class ControlUnreachableError extends Error {
+  override name = "ControlUnreachableError";
+  constructor(
+    readonly path: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** No provider listens at the path: no socket file, or one nobody answers on. */
+export class NoProviderListeningError extends ControlUnreachableError {
+  override name = "NoProviderListeningError";
+  constructor(path: string, options?: { cause?: unknown }) {
+    super(
+      path,
+      `no provider is listening at ${path}: start one with ` +
+        `\`mesh provider <postgres|redis|mariadb> --control ${path} --receives FILE --admin-url URL\`, ` +
+        `or pass the control socket path a running provider printed at start`,
+      options,
+    );
+  }
+}
+
+/**
+ * Serves `tools` on a Unix socket at `path` until `close()`. The socket is mode 0600 from the moment
+ * it appears at `path`: it is bound inside a fresh 0700 directory beside it, made 0600, then renamed
+ * into place. A stale socket there (nobody answering) is replaced.
+ * @throws ControlSocketInUseError when another provider answers at `path`.
+ * @throws ControlSocketPathError when the path is too long, is something other than a socket, or its
+ *   directory is missing or not writable.
+ */
+export async function serveControl(
+  tools: ProvisionerTools,
+  path: string,
+  logger?: Logger,
+): Promise<ControlServer> {
+  if (Buffer.byteLength(path) > MAX_SOCKET_PATH_BYTES) {
+    throw new ControlSocketPathError(
+      path,
+      `the path is ${Buffer.byteLength(path)} bytes and a Unix socket path can be at most ` +
+        `${MAX_SOCKET_PATH_BYTES}; choose a shorter one`,
+    );
+  }
+  await refuseLiveOrForeign(path);
+
+  const connections = new Set<Socket>();
+  // Half-open, so an asker that sends its request and ends its side still gets the answer.
+  const server = createServer({ allowHalfOpen: true }, (socket) => {
+    connections.add(socket);
+    socket.on("close", () => connections.delete(socket));
+    answerConnection(socket, tools, logger);
+  });
+  server.on("error", (err) => logger?.error(`control socket ${path}: ${err.message}`));
+
+  const privateDir = await makePrivateDir(path);
+  const bindPath = join(privateDir, "s");
+  try {
+    if (Buffer.byteLength(bindPath) <= MAX_SOCKET_PATH_BYTES) {
+      await listen(server, bindPath);
+      await chmod(bindPath, 0o600);
+      // Atomic: a stale socket at `path` is replaced without a moment where neither exists.
+      await rename(bindPath, path);
+    } else {
+      // The private directory's name would make the path too long: bind in place, with a umask that
+      // makes the socket 0600 as it is created.
+      await unlink(path).catch(ignoreMissing);
+      const previous = process.umask(0o177);
+      try {
+        await listen(server, path);
+      } finally {
+        process.umask(previous);
+      }
+      await chmod(path, 0o600);
+    }
+  } catch (err) {
+    server.close();
+    await rm(privateDir, { recursive: true, force: true });
+    throw new ControlSocketPathError(path, describeFsError(err), { cause: err });
+  }
+  await rm(privateDir, { recursive: true, force: true });
+  const { ino, dev } = await stat(path);
+
+  let closing: Promise<void> | undefined;
+  return {
+    path,
+    close() {
+      closing ??= (async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        for (const socket of connections) socket.destroy();
+        await closed;
+        // Only our own socket: another provider may have replaced it since.
+        const now = await stat(path).catch(() => undefined);
+        if (now !== undefined && now.ino === ino && now.dev === dev) await unlink(path).catch(ignoreMissing);
+      })();
+      return closing;
+    },
+  };
+}
+
+async function refuseLiveOrForeign(path: string): Promise<void> {
+  let found;
+  try {
+    found = await lstat(path);
+  } catch (err) {
+    if (isCode(err, "ENOENT")) return;
+    throw new ControlSocketPathError(path, describeFsError(err), { cause: err });
+  }
+  if (!found.isSocket()) {
+    throw new ControlSocketPathError(
+      path,
+      "something other than a socket is there and it is not replaced; remove it or choose another path",
+    );
+  }
+  const answer = await probe(path);
+  if (answer === "live") throw new ControlSocketInUseError(path);
+  if (answer === "forbidden") {
+    throw new ControlSocketPathError(
+      path,
+      "a socket there belongs to another user (permission denied); choose another path or remove it",
+    );
+  }
+}
+
+function probe(path: string): Promise<"live" | "stale" | "forbidden"> {
+  return new Promise((resolve) => {
+    const socket = connect(path);
+    const done = (answer: "live" | "stale" | "forbidden"): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(answer);
+    };
+    // Something that accepts but is slow to is still something: do not take its path.
+    const timer = setTimeout(() => done("live"), PROBE_TIMEOUT_MS);
+    socket.on("connect", () => done("live"));
+    socket.on("error", (err) => done(isCode(err, "EACCES") || isCode(err, "EPERM") ? "forbidden" : "stale"));
+  });
+}
+
+async function makePrivateDir(path: string): Promise<string> {
+  try {
+    // mkdtemp makes the directory 0700.
+    return await mkdtemp(join(dirname(path), `.${basename(path).slice(0, 16)}.`));
+  } catch (err) {
+    throw new ControlSocketPathError(path, describeFsError(err), { cause: err });
+  }
+}
+
+function listen(server: Server, path: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const fail = (err: Error): void => reject(err);
+    server.once("error", fail);
+    server.listen(path, () => {
+      server.off("error", fail);
+      resolve();
+    });
+  });
+}
+
+function answerConnection(socket: Socket, tools: ProvisionerTools, logger: Logger | undefined): void {
+  let buffered = Buffer.alloc(0);
+  let queue = Promise.resolve();
+  let refused = false;
+  socket.on("error", () => {
+    // The asker hung up; nothing to answer.
+  });
+  socket.on("end", () => {
+    queue = queue.then(() => {
+      socket.end();
+    });
+  });
+  socket.on("data", (chunk: Buffer) => {
+    if (refused) return;
+    buffered = Buffer.concat([buffered, chunk]);
+    let newline: number;
+    while ((newline = buffered.indexOf(0x0a)) !== -1) {
+      const line = buffered.subarray(0, newline);
+      buffered = buffered.subarray(newline + 1);
+      if (line.length > MAX_REQUEST_BYTES) {
+        refuseOversized(socket, logger);
+        refused = true;
+        return;
+      }
+      const text = line.toString("utf8");
+      if (text.trim() === "") continue;
+      queue = queue.then(async () => {
+        const response = await answer(text, tools, logger);
+        if (!socket.destroyed) socket.write(`${JSON.stringify(response)}\n`);
+      });
+    }
+    if (buffered.length > MAX_REQUEST_BYTES) {
+      refuseOversized(socket, logger);
+      refused = true;
+    }
+  });
+}
+
+function refuseOversized(socket: Socket, logger: Logger | undefined): void {
+  const message = `request larger than ${MAX_REQUEST_BYTES} bytes; a request is one JSON line`;
+  logger?.warn(`control socket: refused a request: ${message}`);
+  socket.end(`${JSON.stringify(failure("bad-request", message))}\n`);
+}
+
+function failure(code: ToolErrorCode, message: string): ControlResponse {
+  return { ok: false, error: { code, message: clip(message) } };
+}
+
+function clip(message: string): string {
+  return message.length > MAX_MESSAGE_CHARS ? `${message.slice(0, MAX_MESSAGE_CHARS)}…` : message;
+}
+
+/** A request that failed validation, answered `bad-request`. */
+class BadRequest extends Error {}
+
+function parseRequest(text: string): { tool: ControlTool; args: string[]; who: string } {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw new BadRequest('a request is one line of JSON like {"tool":"status","args":[],"who":"alice"}');
+  }
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new BadRequest('a request is a JSON object like {"tool":"status","args":[],"who":"alice"}');
+  }
+  const { tool, args = [], who = "unknown" } = raw as Record<string, unknown>;
+  if (typeof tool !== "string" || !(CONTROL_TOOLS as readonly string[]).includes(tool)) {
+    throw new BadRequest(`unknown tool ${JSON.stringify(tool)}: the tools are ${CONTROL_TOOLS.join(", ")}`);
+  }
+  if (!Array.isArray(args) || !args.every((a): a is string => typeof a === "string")) {
+    throw new BadRequest(`"args" must be a list of strings`);
+  }
+  if (typeof who !== "string" || !WHO_PATTERN.test(who)) {
+    throw new BadRequest(`"who" must be a name of 1 to 128 printable characters`);
+  }
+  const arity: Record<ControlTool, [number, number, string]> = {
+    status: [0, 0, "status"],
+    "retire list": [0, 0, "retire list"],
+    "retire approve": [0, 1, "retire approve [ID]"],
+    "cleanup list": [0, 0, "cleanup list"],
+    "cleanup delete": [1, 1, "cleanup delete LOGIN"],
+  };
+  const [least, most, usage] = arity[tool as ControlTool];
+  if (args.length < least || args.length > most) {
+    throw new BadRequest(
+      `${tool} takes ${least === most ? least : `${least} to ${most}`} argument(s): ${usage}`,
+    );
+  }
+  if (tool === "cleanup delete" && !isValidLogin(args[0])) {
+    throw new BadRequest(
+      `${JSON.stringify(args[0])} is not a login: a login is 1–32 characters of a-z, 0-9 and _, starting with a letter`,
+    );
+  }
+  return { tool: tool as ControlTool, args, who };
+}
+
+async function answer(
+  text: string,
+  tools: ProvisionerTools,
+  logger: Logger | undefined,
+): Promise<ControlResponse> {
+  let request;
+  try {
+    request = parseRequest(text);
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    logger?.warn(`control socket: refused a bad request: ${message}`);
+    return failure("bad-request", message);
+  }
+  const { tool, args, who } = request;
+  const changes = tool === "retire approve" || tool === "cleanup delete";
+  if (changes) logger?.info(`control socket: ${who} asks ${[tool, ...args].join(" ")}`);
+  try {
+    const result = await run(tools, tool, args, who);
+    return { ok: true, result };
+  } catch (err) {
+    if (err instanceof ToolError) {
+      if (changes) logger?.info(`control socket: ${tool} refused (${err.code}): ${err.message}`);
+      return failure(err.code, err.message);
+    }
+    const message = err instanceof Error ? err.message : String(err);
+    logger?.error(`control socket: ${tool} failed: ${message}`);
+    return failure("backend-failed", message);
+  }
+}
+
+function run(tools: ProvisionerTools, tool: ControlTool, args: readonly string[], who: string): unknown {
+  switch (tool) {
+    case "status":
+      return tools.status();
+    case "retire list":
+      return tools.retireList();
+    case "retire approve":
+      return tools.retireApprove(args[0], who);
+    case "cleanup list":
+      return tools.cleanupList();
+    case "cleanup delete":
+      return tools.cleanupDelete(args[0] ?? "", who);
+  }
+}
+
+/** How long `callControl` waits for an answer unless told otherwise: a delete may drop a big database. */
+export const DEFAULT_CONTROL_TIMEOUT_MS = 120_000;
+
+/**
+ * Asks the provider serving at `path` one tool and returns what it answers.
+ * @throws ToolError with the provider's code and message when it refused.
+ * @throws NoProviderListeningError when no socket is there or nobody answers on it.
+ * @throws ControlUnreachableError when it times out, hangs up, may not be opened, or answers nonsense.
+ */
+export function callControl<T extends ControlTool>(
+  path: string,
+  request: ControlRequest & { readonly tool: T },
+  options: { readonly timeoutMs?: number } = {},
+): Promise<ControlResults[T]> {
+  const timeoutMs = options.timeoutMs ?? DEFAULT_CONTROL_TIMEOUT_MS;
+  return new Promise((resolve, reject) => {
+    const socket = connect(path);
+    let buffered = Buffer.alloc(0);
+    let settled = false;
+    const settle = (fn: () => void): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.destroy();
+      fn();
+    };
+    const unreachable = (message: string, cause?: unknown): void =>
+      settle(() => reject(new ControlUnreachableError(path, message, { cause })));
+    const timer = setTimeout(
+      () => unreachable(`the provider at ${path} did not answer ${request.tool} within ${timeoutMs} ms`),
+      timeoutMs,
+    );
+    socket.on("connect", () => {
+      const line = { tool: request.tool, args: request.args ?? [], who: request.who ?? "unknown" };
+      socket.write(`${JSON.stringify(line)}\n`);
+    });
+    socket.on("error", (err) => {
+      if (isCode(err, "ENOENT") || isCode(err, "ECONNREFUSED") || isCode(err, "ENOTSOCK")) {
+        settle(() => reject(new NoProviderListeningError(path, { cause: err })));
+      } else if (isCode(err, "EACCES") || isCode(err, "EPERM")) {
+        unreachable(
+          `may not open the control socket ${path} (permission denied): it is 0600, so ask as the user the provider runs as`,
+          err,
+        );
+      } else {
+        unreachable(`cannot reach the provider at ${path}: ${err.message}`, err);
+      }
+    });
+    socket.on("close", () =>
+      unreachable(`the provider at ${path} hung up before answering ${request.tool}; its log may say why`),
+    );
+    socket.on("data", (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      if (buffered.length > MAX_RESPONSE_BYTES) {
+        unreachable(
+          `the answer from ${path} is larger than ${MAX_RESPONSE_BYTES} bytes; is it a mesh provider?`,
+        );
+        return;
+      }
+      const newline = buffered.indexOf(0x0a);
+      if (newline === -1) return;
+      const response = readResponse(buffered.subarray(0, newline).toString("utf8"));
+      if (response === undefined) {
+        unreachable(
+          `what answers at ${path} does not speak the mesh control protocol; is it a mesh provider?`,
+        );
+      } else if (response.ok) {
+        settle(() => resolve(response.result as ControlResults[T]));
+      } else {
+        const { code, message } = response.error;
+        settle(() => reject(new ToolError(code, message)));
+      }
+    });
+  });
+}
+
+function readResponse(text: string): ControlResponse | undefined {
+  try {
+    const raw = JSON.parse(text) as unknown;
+    if (typeof raw !== "object" || raw === null) return undefined;
+    const r = raw as Record<string, unknown>;
+    if (r["ok"] === true && "result" in r) return { ok: true, result: r["result"] };
+    const error = r["error"] as Record<string, unknown> | undefined;
+    if (r["ok"] === false && typeof error?.["code"] === "string" && typeof error["message"] === "string") {
+      return { ok: false, error: { code: error["code"] as ToolErrorCode, message: error["message"] } };
+    }
+  } catch {
+    // Falls through: not a response.
+  }
+  return undefined;
+}
+
+function isCode(err: unknown, code: string): boolean {
+  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === code;
+}
+
+function ignoreMissing(err: unknown): void {
+  if (!isCode(err, "ENOENT")) throw err;
+}
+
+function describeFsError(err: unknown): string {
+  if (isCode(err, "ENOENT"))
+    return "its directory does not exist; create it (0700 is a good mode) or choose another path";
+  if (isCode(err, "EACCES") || isCode(err, "EPERM")) {
+    return "permission denied in its directory; choose a directory this user may write to";
+  }
+  if (isCode(err, "EADDRINUSE")) return "another socket took the path meanwhile; try again";
+  return err instanceof Error ? err.message : String(err);
+}

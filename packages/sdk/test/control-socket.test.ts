@@ -1,0 +1,312 @@
+import assert from "node:assert/strict";
+import { mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { spawnSync } from "node:child_process";
+import { type Socket, connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import type { CleanupEntry, ControlServer, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
+import {
+  ControlSocketInUseError,
+  ControlSocketPathError,
+  MAX_REQUEST_BYTES,
+  NoProviderListeningError,
+  ToolError,
+  callControl,
+  serveControl,
+} from "@mesh/sdk";
+
+const STATUS: StatusReport = {
+  interface: "postgres-database",
+  instance: "test",
+  receives: "/tmp/contributions.json",
+  lastPassAt: "2025-01-02T03:04:05.000Z",
+  contributionsProblem: null,
+  consumers: [
+    { login: "app_one", state: "active", class: null, since: "2025-01-02T03:04:05.000Z", why: "created" },
+  ],
+};
+
+/** A ProvisionerTools that records every call and answers from fixed values. */
+function fakeTools(): ProvisionerTools & { calls: unknown[][] } {
+  const calls: unknown[][] = [];
+  const list: RetireList = {
+    id: "abc123",
+    logins: ["a", "b", "c", "d"],
+    held: 5,
+    reason: "more than 3 at once",
+  };
+  const cleanup: CleanupEntry[] = [{ login: "old_one", retiredAt: null, why: "unasked", derived: {} }];
+  return {
+    calls,
+    status: () => (calls.push(["status"]), STATUS),
+    retireList: () => (calls.push(["retireList"]), list),
+    async retireApprove(id, who) {
+      calls.push(["retireApprove", id, who]);
+      if (id !== undefined && id !== "abc123")
+        throw new ToolError("set-changed", `set ${id} is not the one waiting`);
+      return { id: "abc123", retired: ["a", "b", "c", "d"] };
+    },
+    cleanupList: () => (calls.push(["cleanupList"]), cleanup),
+    async cleanupDelete(login, who) {
+      calls.push(["cleanupDelete", login, who]);
+      if (login === "still_here") throw new ToolError("still-asked", `${login} is still asked for`);
+      if (login === "broken") throw new Error("connection reset by the backend");
+      return { login, freedBytes: 7_864_320 };
+    },
+  };
+}
+
+/** Sends raw bytes and collects every response line until the server ends the connection or `count` arrive. */
+function rawExchange(path: string, payload: string | Buffer, count: number): Promise<unknown[]> {
+  return new Promise((resolve, reject) => {
+    const socket: Socket = connect(path);
+    let text = "";
+    const lines = (): unknown[] =>
+      text
+        .split("\n")
+        .filter((l) => l !== "")
+        .map((l) => JSON.parse(l) as unknown);
+    socket.on("connect", () => socket.write(payload));
+    socket.on("data", (chunk: Buffer) => {
+      text += chunk.toString("utf8");
+      if (lines().length >= count) {
+        socket.destroy();
+        resolve(lines());
+      }
+    });
+    socket.on("error", reject);
+    socket.on("close", () => resolve(lines()));
+  });
+}
+
+describe("the control socket", () => {
+  let dir: string;
+  let tools: ReturnType<typeof fakeTools>;
+  let server: ControlServer;
+  let path: string;
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "mesh-control-"));
+    tools = fakeTools();
+    path = join(dir, "provider.sock");
+    server = await serveControl(tools, path);
+  });
+  after(async () => {
+    await server.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("creates the socket file with mode 0600", async () => {
+    const info = await stat(path);
+    assert.ok(info.isSocket());
+    assert.equal(info.mode & 0o777, 0o600);
+  });
+
+  it("leaves no private directory behind beside the socket", async () => {
+    assert.deepEqual(await readdir(dir), ["provider.sock"]);
+  });
+
+  it("routes status, retire list and cleanup list to the tools", async () => {
+    assert.deepEqual(await callControl(path, { tool: "status" }), STATUS);
+    assert.equal((await callControl(path, { tool: "retire list" })).id, "abc123");
+    assert.equal((await callControl(path, { tool: "cleanup list" }))[0]?.login, "old_one");
+  });
+
+  it("passes retire approve its id and who asked", async () => {
+    const approved = await callControl(path, { tool: "retire approve", args: ["abc123"], who: "alice" });
+    assert.deepEqual(approved, { id: "abc123", retired: ["a", "b", "c", "d"] });
+    assert.deepEqual(tools.calls.at(-1), ["retireApprove", "abc123", "alice"]);
+    await callControl(path, { tool: "retire approve", who: "bob" });
+    assert.deepEqual(tools.calls.at(-1), ["retireApprove", undefined, "bob"]);
+  });
+
+  it("passes cleanup delete its login and who asked, and returns the bytes freed", async () => {
+    const deleted = await callControl(path, { tool: "cleanup delete", args: ["old_one"], who: "alice" });
+    assert.deepEqual(deleted, { login: "old_one", freedBytes: 7_864_320 });
+    assert.deepEqual(tools.calls.at(-1), ["cleanupDelete", "old_one", "alice"]);
+  });
+
+  it("carries a ToolError's code and message back to the caller", async () => {
+    await assert.rejects(
+      callControl(path, { tool: "retire approve", args: ["zzz"] }),
+      (err: unknown) => err instanceof ToolError && err.code === "set-changed" && /zzz/.test(err.message),
+    );
+    await assert.rejects(
+      callControl(path, { tool: "cleanup delete", args: ["still_here"] }),
+      (err: unknown) => err instanceof ToolError && err.code === "still-asked",
+    );
+  });
+
+  it("answers any other error as backend-failed with its message", async () => {
+    await assert.rejects(
+      callControl(path, { tool: "cleanup delete", args: ["broken"] }),
+      (err: unknown) =>
+        err instanceof ToolError && err.code === "backend-failed" && /connection reset/.test(err.message),
+    );
+  });
+
+  it("answers malformed requests with bad-request, several on one connection, and keeps serving", async () => {
+    const bad = [
+      "not json",
+      "[1,2]",
+      JSON.stringify({ tool: "drop everything" }),
+      JSON.stringify({ tool: "status", args: [1] }),
+      JSON.stringify({ tool: "status", args: ["extra"] }),
+      JSON.stringify({ tool: "cleanup delete", args: [] }),
+      JSON.stringify({ tool: "cleanup delete", args: ["Robert'); DROP ROLE x;--"] }),
+      JSON.stringify({ tool: "status", who: "a\u0000b" }),
+    ];
+    const answers = await rawExchange(path, bad.map((l) => `${l}\n`).join(""), bad.length);
+    assert.equal(answers.length, bad.length);
+    for (const answer of answers) {
+      assert.deepEqual((answer as { ok: boolean; error: { code: string } }).ok, false);
+      assert.equal((answer as { error: { code: string } }).error.code, "bad-request");
+    }
+    assert.ok(
+      !tools.calls.some(
+        (c) => c[0] === "cleanupDelete" && c[1] !== "old_one" && c[1] !== "still_here" && c[1] !== "broken",
+      ),
+    );
+    assert.equal((await callControl(path, { tool: "status" })).instance, "test");
+  });
+
+  it("answers an oversized request with bad-request and keeps serving others", async () => {
+    const huge = Buffer.alloc(MAX_REQUEST_BYTES + 10, "a");
+    const [answer] = await rawExchange(path, huge, 1);
+    assert.equal((answer as { error: { code: string } }).error.code, "bad-request");
+    assert.match((answer as { error: { message: string } }).error.message, /larger than/);
+    assert.equal((await callControl(path, { tool: "status" })).instance, "test");
+  });
+
+  it("answers an asker that sends its request and closes its side", async () => {
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(path);
+      let text = "";
+      socket.on("connect", () => socket.end(`${JSON.stringify({ tool: "status" })}\n`));
+      socket.on("data", (chunk: Buffer) => (text += chunk.toString("utf8")));
+      socket.on("end", () => resolve(text));
+      socket.on("error", reject);
+    });
+    assert.equal((JSON.parse(answer) as { ok: boolean }).ok, true);
+  });
+
+  it("refuses to serve where another provider already answers", async () => {
+    await assert.rejects(serveControl(fakeTools(), path), (err: unknown) => {
+      assert.ok(err instanceof ControlSocketInUseError);
+      assert.equal(err.path, path);
+      assert.match(err.message, /another provider already answers/);
+      return true;
+    });
+    assert.equal((await callControl(path, { tool: "status" })).instance, "test");
+  });
+});
+
+describe("serving and closing a control socket", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "mesh-control-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("replaces a stale socket nobody answers on", async () => {
+    const path = join(dir, "stale.sock");
+    // A provider killed with SIGKILL leaves its socket file behind with nobody listening on it.
+    const script = `require("net").createServer().listen(${JSON.stringify(path)}, () => process.kill(process.pid, "SIGKILL"))`;
+    spawnSync(process.execPath, ["-e", script]);
+    assert.ok((await stat(path)).isSocket(), "the killed server's socket file is left behind");
+
+    const server = await serveControl(fakeTools(), path);
+    try {
+      assert.equal((await callControl(path, { tool: "status" })).instance, "test");
+      assert.equal((await stat(path)).mode & 0o777, 0o600);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("removes the socket file on close, and a second close is harmless", async () => {
+    const path = join(dir, "closing.sock");
+    const server = await serveControl(fakeTools(), path);
+    await server.close();
+    await server.close();
+    await assert.rejects(stat(path), { code: "ENOENT" });
+  });
+
+  it("does not remove a socket another provider has put in its place", async () => {
+    const path = join(dir, "replaced.sock");
+    const first = await serveControl(fakeTools(), path);
+    await rm(path);
+    const second = await serveControl(fakeTools(), path);
+    try {
+      await first.close();
+      assert.ok((await stat(path)).isSocket());
+      assert.equal((await callControl(path, { tool: "status" })).instance, "test");
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("refuses to replace a file that is not a socket", async () => {
+    const path = join(dir, "precious.txt");
+    await writeFile(path, "keep me");
+    await assert.rejects(serveControl(fakeTools(), path), ControlSocketPathError);
+    assert.equal((await stat(path)).isFile(), true);
+  });
+
+  it("says plainly when the socket's directory does not exist", async () => {
+    const path = join(dir, "missing", "p.sock");
+    await assert.rejects(serveControl(fakeTools(), path), (err: unknown) => {
+      assert.ok(err instanceof ControlSocketPathError);
+      assert.match(err.message, /directory does not exist/);
+      return true;
+    });
+  });
+
+  it("refuses a path too long for a Unix socket", async () => {
+    const path = join(dir, `${"x".repeat(120)}.sock`);
+    await assert.rejects(serveControl(fakeTools(), path), /at most 107/);
+  });
+
+  it("binds in place with mode 0600 when the private directory would make the path too long", async () => {
+    const name = "y".repeat(107 - dir.length - 1);
+    const path = join(dir, name);
+    assert.equal(Buffer.byteLength(path), 107);
+    const server = await serveControl(fakeTools(), path);
+    try {
+      assert.equal((await stat(path)).mode & 0o777, 0o600);
+      assert.equal((await callControl(path, { tool: "status" })).instance, "test");
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe("callControl", () => {
+  it("says no provider is listening, and how to start one, when the socket is missing", async () => {
+    const path = join(tmpdir(), `mesh-nothing-${process.pid}.sock`);
+    await assert.rejects(callControl(path, { tool: "status" }), (err: unknown) => {
+      assert.ok(err instanceof NoProviderListeningError);
+      assert.match(
+        err.message,
+        new RegExp(`no provider is listening at ${path.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`),
+      );
+      assert.match(err.message, /mesh provider/);
+      return true;
+    });
+  });
+
+  it("says no provider is listening when a socket file is left but nobody answers on it", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-control-"));
+    try {
+      const path = join(dir, "left.sock");
+      const script = `require("net").createServer().listen(${JSON.stringify(path)}, () => process.kill(process.pid, "SIGKILL"))`;
+      spawnSync(process.execPath, ["-e", script]);
+      await assert.rejects(callControl(path, { tool: "status" }), NoProviderListeningError);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
