@@ -17,6 +17,8 @@ export interface PostgresServer {
   readonly port: number;
   /** The data directory (kept by `halt()`, removed by `stop()`). */
   readonly dataDir: string;
+  /** The server's log (what `log_statement` and friends write), for tests that read what it saw. */
+  readonly logFile: string;
   /** A superuser URL on database `postgres` (never `template1`, which would block CREATE DATABASE). */
   readonly superuserUrl: string;
   /**
@@ -268,6 +270,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     host: "127.0.0.1",
     port,
     dataDir,
+    logFile,
     superuserUrl,
     query,
     async createAdmin(name: string): Promise<string> {

@@ -1,1 +1,27 @@
-export {};
+/**
+ * @mesh/provider-postgres: the `postgres-database` provider. Each consumer gets a role under the
+ * login the mesh derived, with the password it minted, and a database it owns.
+ *
+ * ```ts
+ * import { runProvisioner } from "@mesh/sdk";
+ * import { createPostgresAdapter } from "@mesh/provider-postgres";
+ * const adapter = createPostgresAdapter({ adminUrl: process.env.MESH_POSTGRES_URL ?? "", instance: "main" });
+ * const handle = runProvisioner("postgres-database", adapter, { receives: "/run/mesh/postgres-database.json" });
+ * ```
+ */
+import type { ProviderModule } from "@mesh/sdk";
+import { createPostgresAdapter } from "./adapter.ts";
+import { ADMIN_URL_ENV } from "./config.ts";
+
+export * from "./adapter.ts";
+export * from "./config.ts";
+export * from "./scram.ts";
+
+/** How `mesh provider postgres` finds and starts this provider. */
+export const provider: ProviderModule = {
+  name: "postgres",
+  interface: "postgres-database",
+  adminUrlEnv: ADMIN_URL_ENV,
+  adminUrlExample: "postgresql://mesh_admin:<password>@127.0.0.1:5432/postgres",
+  createAdapter: ({ adminUrl, instance, logger }) => createPostgresAdapter({ adminUrl, instance, logger }),
+};

@@ -1,0 +1,777 @@
+// The Postgres half of the `postgres-database` provider: one role (the consumer's login, its
+// minted password) and one database it owns, per consumer. The harness owns every rule; this file
+// only speaks to the server, and leaves a mark (a JSON comment on the role) so the server itself
+// remembers what this provider instance made, active or retired.
+
+import pg from "pg";
+import {
+  InvalidLoginError,
+  assertLogin,
+  consoleLogger,
+  isValidLogin,
+  type Adapter,
+  type Deleted,
+  type FailureClass,
+  type InventoryEntry,
+  type Logger,
+  type Provision,
+  type Retired,
+} from "@mesh/sdk";
+import { resolvePostgresConfig, type PostgresAdapterConfig, type ResolvedPostgresConfig } from "./config.ts";
+import { scramVerifier, verifierMatches } from "./scram.ts";
+
+/**
+ * Extensions a consumer may ask for in `values.extensions`: the ones PostgreSQL's own contrib
+ * marks trusted, which a database owner may install without a superuser. Anything else is refused
+ * before a statement is sent, because an untrusted extension runs code as the superuser.
+ */
+export const TRUSTED_EXTENSIONS: ReadonlySet<string> = new Set([
+  "btree_gin",
+  "btree_gist",
+  "citext",
+  "cube",
+  "dict_int",
+  "fuzzystrmatch",
+  "hstore",
+  "intarray",
+  "isn",
+  "lo",
+  "ltree",
+  "pg_trgm",
+  "pgcrypto",
+  "plpgsql",
+  "seg",
+  "tablefunc",
+  "tcn",
+  "tsm_system_rows",
+  "tsm_system_time",
+  "unaccent",
+  "uuid-ossp",
+]);
+
+/** What the provider writes on each role it made. Never a secret: any role can read a comment. */
+export interface PostgresMark {
+  readonly instance: string;
+  readonly database: string;
+  readonly state: "active" | "retired";
+  /** ISO 8601; only on a retired one. */
+  readonly retiredAt?: string | undefined;
+  readonly why?: string | undefined;
+}
+
+/** The role comment that carries `mark`. */
+export function formatMark(mark: PostgresMark): string {
+  const { instance, database, state, retiredAt, why } = mark;
+  return JSON.stringify({
+    mesh: state === "retired" ? { instance, database, state, retiredAt, why } : { instance, database, state },
+  });
+}
+
+/** The mark in a role comment, or undefined when the comment is not one (or not well formed). */
+export function parseMark(comment: string | null | undefined): PostgresMark | undefined {
+  if (typeof comment !== "string" || !comment.startsWith("{")) return undefined;
+  let doc: unknown;
+  try {
+    doc = JSON.parse(comment);
+  } catch {
+    return undefined;
+  }
+  const mesh = (doc as { mesh?: unknown } | null)?.mesh;
+  if (typeof mesh !== "object" || mesh === null) return undefined;
+  const m = mesh as Record<string, unknown>;
+  if (typeof m["instance"] !== "string" || !isValidLogin(m["database"])) return undefined;
+  if (m["state"] !== "active" && m["state"] !== "retired") return undefined;
+  return {
+    instance: m["instance"],
+    database: m["database"],
+    state: m["state"],
+    retiredAt: typeof m["retiredAt"] === "string" ? m["retiredAt"] : undefined,
+    why: typeof m["why"] === "string" ? m["why"] : undefined,
+  };
+}
+
+/** A role of that name exists and this provider instance did not make it: it is never altered. */
+export class ForeignRoleError extends Error {
+  override name = "ForeignRoleError";
+  constructor(
+    readonly login: string,
+    readonly madeBy: string | undefined,
+  ) {
+    super(
+      `role ${JSON.stringify(login)} exists and was not made by this provider instance ` +
+        `(${madeBy === undefined ? "it carries no mesh mark" : `it is marked by instance ${JSON.stringify(madeBy)}`}); ` +
+        `it is left untouched: rename the consumer, or drop or rename the role by hand if it is unused`,
+    );
+  }
+}
+
+/** The database a consumer asks for exists and belongs to another role. */
+export class ForeignDatabaseError extends Error {
+  override name = "ForeignDatabaseError";
+  constructor(
+    readonly login: string,
+    readonly database: string,
+    readonly owner: string,
+  ) {
+    super(
+      `database ${JSON.stringify(database)} for ${JSON.stringify(login)} exists and is owned by ` +
+        `${JSON.stringify(owner)}; it is left untouched: ask for another name (values.name)`,
+    );
+  }
+}
+
+/** A consumer asks for another database than the one it was made with; data is never moved. */
+export class DatabaseChangedError extends Error {
+  override name = "DatabaseChangedError";
+  constructor(
+    readonly login: string,
+    readonly recorded: string,
+    readonly asked: string,
+  ) {
+    super(
+      `${JSON.stringify(login)} was made with database ${JSON.stringify(recorded)} and now asks for ` +
+        `${JSON.stringify(asked)}; the mesh does not rename or move data: ask for ${JSON.stringify(recorded)} again, ` +
+        `or give the consumer a new login`,
+    );
+  }
+}
+
+/** A value a consumer contributed cannot be used (a bad database name, an extension not allowed). */
+export class InvalidValueError extends Error {
+  override name = "InvalidValueError";
+  constructor(
+    readonly login: string,
+    readonly field: string,
+    readonly value: unknown,
+    why: string,
+  ) {
+    super(
+      `${JSON.stringify(login)}: values.${field} ${safeJson(value)} ${why}; nothing was sent to the server`,
+    );
+  }
+}
+
+/** The name is one PostgreSQL keeps for itself. */
+export class ReservedNameError extends Error {
+  override name = "ReservedNameError";
+  constructor(readonly login: string) {
+    super(
+      `${JSON.stringify(login)} is a name PostgreSQL reserves (pg_…, public, none, current_user…); ` +
+        `give the consumer another name`,
+    );
+  }
+}
+
+/** `delete` was asked for a consumer that is not retired, or that does not exist. */
+export class NotRetiredError extends Error {
+  override name = "NotRetiredError";
+  constructor(
+    readonly login: string,
+    why: string,
+  ) {
+    super(`${JSON.stringify(login)} ${why}; only a retired consumer this provider made is deleted`);
+  }
+}
+
+/** PUBLIC can still connect to a consumer's database after the REVOKE (the admin could not revoke it). */
+export class DatabaseStillOpenError extends Error {
+  override name = "DatabaseStillOpenError";
+  constructor(
+    readonly login: string,
+    readonly database: string,
+  ) {
+    super(
+      `database ${JSON.stringify(database)} of ${JSON.stringify(login)} still lets every role connect after ` +
+        `REVOKE CONNECT … FROM PUBLIC; the admin is likely not a member of ${JSON.stringify(login)}: ` +
+        `GRANT ${login} TO <admin> and apply again`,
+    );
+  }
+}
+
+const REFUSALS = [
+  ForeignRoleError,
+  ForeignDatabaseError,
+  DatabaseChangedError,
+  InvalidValueError,
+  ReservedNameError,
+  NotRetiredError,
+  DatabaseStillOpenError,
+  InvalidLoginError,
+];
+
+const RESERVED = new Set(["public", "none", "current_user", "session_user", "current_role"]);
+
+function safeJson(value: unknown): string {
+  try {
+    const text = JSON.stringify(value) ?? String(value);
+    return text.length > 80 ? `${text.slice(0, 80)}…` : text;
+  } catch {
+    return "(not JSON)";
+  }
+}
+
+const id = (name: string): string => pg.escapeIdentifier(name);
+const lit = (text: string): string => pg.escapeLiteral(text);
+
+function codeOf(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : undefined;
+}
+
+interface RoleRow {
+  readonly login: string;
+  readonly canLogin: boolean;
+  readonly inDate: boolean;
+  readonly comment: string | null;
+}
+
+interface DatabaseRow {
+  readonly name: string;
+  readonly owner: string;
+  readonly openToPublic: boolean;
+}
+
+interface AdminFacts {
+  readonly user: string;
+  readonly superuser: boolean;
+  readonly readsAuthid: boolean;
+}
+
+/** How many consumer logins `holdsMany` tries at once when it cannot read the stored verifiers. */
+const LOGIN_CHECKS_AT_ONCE = 4;
+
+/**
+ * The adapter for `postgres-database`. Everything it knows after a restart it reads back from the
+ * server: the roles carrying this instance's mark.
+ */
+export class PostgresAdapter implements Adapter {
+  readonly #config: ResolvedPostgresConfig;
+  readonly #logger: Logger;
+  readonly #pool: pg.Pool;
+  #facts: Promise<AdminFacts> | undefined;
+  #closed = false;
+
+  /** @throws PostgresConfigError when the admin URL or a setting cannot be used. */
+  constructor(config: PostgresAdapterConfig) {
+    this.#config = resolvePostgresConfig(config);
+    this.#logger = config.logger ?? consoleLogger;
+    const c = this.#config;
+    this.#pool = new pg.Pool({
+      ...this.#connection(c.adminUser, c.adminPassword, c.adminDatabase),
+      max: c.poolSize,
+      idleTimeoutMillis: 30_000,
+      allowExitOnIdle: true,
+      statement_timeout: c.statementTimeoutMs,
+    });
+    // An idle connection whose server went away must not take the process down with it.
+    this.#pool.on("error", (err) => {
+      this.#logger.warn(
+        `postgres: an idle admin connection to ${c.server.host}:${c.server.port} failed (${err.message}); ` +
+          `the next request opens a new one`,
+      );
+    });
+  }
+
+  #connection(user: string, password: string, database: string): pg.ClientConfig {
+    const { host, port, ssl } = this.#config.server;
+    return {
+      host,
+      port,
+      user,
+      password,
+      database,
+      ssl: ssl === false ? false : { ...ssl },
+      connectionTimeoutMillis: this.#config.connectTimeoutMs,
+      application_name: `mesh-postgres:${this.#config.instance}`,
+    };
+  }
+
+  #adminFacts(): Promise<AdminFacts> {
+    this.#facts ??= this.#pool
+      .query<{ user: string; superuser: boolean; reads_authid: boolean }>(
+        `SELECT current_user AS user, r.rolsuper AS superuser,
+                has_table_privilege('pg_catalog.pg_authid', 'SELECT') AS reads_authid
+           FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`,
+      )
+      .then(({ rows: [row] }) => {
+        if (!row) throw new Error("postgres: the admin's own role is not in pg_roles");
+        return { user: row.user, superuser: row.superuser, readsAuthid: row.reads_authid };
+      });
+    // A failed ask (server down) is asked again next time rather than remembered.
+    this.#facts.catch(() => (this.#facts = undefined));
+    return this.#facts;
+  }
+
+  async #roles(logins: readonly string[]): Promise<Map<string, RoleRow>> {
+    const { rows } = await this.#pool.query<{
+      login: string;
+      can_login: boolean;
+      in_date: boolean;
+      comment: string | null;
+    }>(
+      `SELECT r.rolname AS login, r.rolcanlogin AS can_login,
+              (r.rolvaliduntil IS NULL OR r.rolvaliduntil > now()) AS in_date,
+              pg_catalog.shobj_description(r.oid, 'pg_authid') AS comment
+         FROM pg_catalog.pg_roles r WHERE r.rolname = ANY($1::text[])`,
+      [logins],
+    );
+    return new Map(
+      rows.map((r) => [
+        r.login,
+        { login: r.login, canLogin: r.can_login, inDate: r.in_date, comment: r.comment },
+      ]),
+    );
+  }
+
+  async #databases(names: readonly string[]): Promise<Map<string, DatabaseRow>> {
+    const { rows } = await this.#pool.query<{ name: string; owner: string; open_to_public: boolean }>(
+      `SELECT d.datname AS name, pg_catalog.pg_get_userbyid(d.datdba) AS owner,
+              pg_catalog.has_database_privilege('public', d.oid, 'CONNECT') AS open_to_public
+         FROM pg_catalog.pg_database d WHERE d.datname = ANY($1::text[])`,
+      [names],
+    );
+    return new Map(
+      rows.map((r) => [r.name, { name: r.name, owner: r.owner, openToPublic: r.open_to_public }]),
+    );
+  }
+
+  async #storedVerifiers(logins: readonly string[]): Promise<Map<string, string | null>> {
+    const { rows } = await this.#pool.query<{ login: string; verifier: string | null }>(
+      `SELECT rolname AS login, rolpassword AS verifier FROM pg_catalog.pg_authid WHERE rolname = ANY($1::text[])`,
+      [logins],
+    );
+    return new Map(rows.map((r) => [r.login, r.verifier]));
+  }
+
+  /** This instance's mark on `role`, or undefined when the role is not this instance's. */
+  #ownMark(role: RoleRow | undefined): PostgresMark | undefined {
+    const mark = parseMark(role?.comment);
+    return mark?.instance === this.#config.instance ? mark : undefined;
+  }
+
+  #foreign(role: RoleRow): ForeignRoleError {
+    return new ForeignRoleError(role.login, parseMark(role.comment)?.instance);
+  }
+
+  async #transaction(work: (client: pg.PoolClient) => Promise<void>): Promise<void> {
+    const client = await this.#pool.connect();
+    try {
+      await client.query("BEGIN");
+      await work(client);
+      await client.query("COMMIT");
+    } catch (err) {
+      await client.query("ROLLBACK").catch(() => {});
+      client.release(true);
+      throw err;
+    }
+    client.release();
+  }
+
+  async #onDatabase(database: string, work: (client: pg.Client) => Promise<void>): Promise<void> {
+    const c = this.#config;
+    const client = new pg.Client({ ...this.#connection(c.adminUser, c.adminPassword, database) });
+    client.on("error", () => {});
+    await client.connect();
+    try {
+      await work(client);
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
+  async #createDatabase(login: string, database: string): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        // Alone, outside any transaction: PostgreSQL refuses CREATE DATABASE anywhere else.
+        await this.#pool.query(`CREATE DATABASE ${id(database)} OWNER ${id(login)}`);
+        return;
+      } catch (err) {
+        const code = codeOf(err);
+        if (code === "42P04") {
+          const owner = (await this.#databases([database])).get(database)?.owner;
+          if (owner === login) return;
+          throw new ForeignDatabaseError(login, database, owner ?? "(unknown)");
+        }
+        // Any open session on template1 blocks the copy; it is usually gone a moment later.
+        if (code === "55006" && attempt < 10) {
+          await new Promise((resolve) => setTimeout(resolve, 200 * attempt));
+          continue;
+        }
+        throw err;
+      }
+    }
+  }
+
+  /**
+   * Brings the consumer's role and database into being, in an order a crash at any point can be
+   * re-run from: role with its mark (one transaction), the admin's membership, the database, the
+   * REVOKE, the extensions.
+   * @throws InvalidLoginError, ReservedNameError, InvalidValueError before any statement is sent;
+   *   ForeignRoleError, ForeignDatabaseError, DatabaseChangedError when the server holds something
+   *   this instance did not make; DatabaseStillOpenError; the server's own errors.
+   */
+  async create(p: Provision, signal: AbortSignal): Promise<void> {
+    const login = refuseReserved(assertLogin(p.as));
+    const database = databaseFor(p);
+    const extensions = extensionsFor(p);
+    signal.throwIfAborted();
+    const verifier = await scramVerifier(p.password);
+    const facts = await this.#adminFacts();
+    const role = (await this.#roles([login])).get(login);
+    const mark = this.#ownMark(role);
+    if (role && (!mark || login === facts.user)) throw this.#foreign(role);
+    if (mark && mark.database !== database) throw new DatabaseChangedError(login, mark.database, database);
+    const existing = (await this.#databases([database])).get(database);
+    if (existing && existing.owner !== login) throw new ForeignDatabaseError(login, database, existing.owner);
+    signal.throwIfAborted();
+
+    const active = formatMark({ instance: this.#config.instance, database, state: "active" });
+    await this.#transaction(async (client) => {
+      // The password goes as its SCRAM verifier: the plaintext never reaches the server or its log.
+      await client.query(
+        role
+          ? `ALTER ROLE ${id(login)} LOGIN PASSWORD ${lit(verifier)} VALID UNTIL 'infinity'`
+          : `CREATE ROLE ${id(login)} LOGIN PASSWORD ${lit(verifier)}`,
+      );
+      await client.query(`COMMENT ON ROLE ${id(login)} IS ${lit(active)}`);
+    });
+    signal.throwIfAborted();
+
+    // A non-superuser admin may make a database owned by the role, drop it, or end its sessions
+    // only as a member of the role.
+    if (!facts.superuser) await this.#pool.query(`GRANT ${id(login)} TO ${id(facts.user)}`);
+    signal.throwIfAborted();
+
+    if (!existing) await this.#createDatabase(login, database);
+    signal.throwIfAborted();
+
+    // By a non-owner, REVOKE only warns, so whether it took is read back.
+    await this.#pool.query(`REVOKE CONNECT, TEMPORARY ON DATABASE ${id(database)} FROM PUBLIC`);
+    if ((await this.#databases([database])).get(database)?.openToPublic !== false) {
+      throw new DatabaseStillOpenError(login, database);
+    }
+
+    if (extensions.length > 0) {
+      signal.throwIfAborted();
+      await this.#onDatabase(database, async (client) => {
+        // As the owner, so the extension is the consumer's to alter or drop.
+        await client.query(`SET ROLE ${id(login)}`);
+        for (const extension of extensions)
+          await client.query(`CREATE EXTENSION IF NOT EXISTS ${id(extension)}`);
+      });
+    }
+  }
+
+  /**
+   * Whether the role carries this instance's active mark, can log in with exactly `p.password`,
+   * and owns its database, closed to PUBLIC. Read-only.
+   * @throws when the server cannot be asked (unable to ask is not evidence of loss).
+   */
+  async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
+    const answer = (await this.#check([p], signal)).get(p.as);
+    if (answer instanceof Error) throw answer;
+    return answer === true;
+  }
+
+  /**
+   * `holds` for many consumers with three catalog queries (roles with marks, databases, and the
+   * stored verifiers when the admin may read them); a consumer login each only when it may not.
+   */
+  holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
+    return this.#check(ps, signal);
+  }
+
+  async #check(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
+    signal.throwIfAborted();
+    const answers = new Map<string, boolean | Error>();
+    const asked: { p: Provision; database: string }[] = [];
+    for (const p of ps) {
+      if (!isValidLogin(p.as)) {
+        answers.set(String(p.as), new InvalidLoginError(String(p.as)));
+        continue;
+      }
+      try {
+        asked.push({ p, database: databaseFor(p) });
+      } catch {
+        // What create would refuse is not held; create says why.
+        answers.set(p.as, false);
+      }
+    }
+    if (asked.length === 0) return answers;
+    const logins = asked.map((a) => a.p.as);
+    const facts = await this.#adminFacts();
+    const roles = await this.#roles(logins);
+    const databases = await this.#databases(asked.map((a) => a.database));
+    const verifiers = facts.readsAuthid ? await this.#storedVerifiers(logins) : undefined;
+
+    const logInto: { p: Provision; database: string }[] = [];
+    for (const { p, database } of asked) {
+      const role = roles.get(p.as);
+      const mark = this.#ownMark(role);
+      const db = databases.get(database);
+      const shaped =
+        role !== undefined &&
+        mark?.state === "active" &&
+        mark.database === database &&
+        role.canLogin &&
+        role.inDate &&
+        db?.owner === p.as &&
+        !db.openToPublic;
+      if (!shaped) answers.set(p.as, false);
+      else if (verifiers) answers.set(p.as, await verifierMatches(verifiers.get(p.as), p.password));
+      else logInto.push({ p, database });
+    }
+
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      while (next < logInto.length) {
+        const item = logInto[next++];
+        if (!item) break;
+        if (signal.aborted) {
+          answers.set(item.p.as, new Error("postgres: the check was stopped before this consumer's turn"));
+          continue;
+        }
+        try {
+          answers.set(item.p.as, await this.#canLogIn(item.p.as, item.p.password, item.database));
+        } catch (err) {
+          answers.set(item.p.as, err instanceof Error ? err : new Error(String(err)));
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(LOGIN_CHECKS_AT_ONCE, logInto.length) }, worker));
+    return answers;
+  }
+
+  /** Logs in as the consumer: the only exact password check open to an admin without pg_authid. */
+  async #canLogIn(login: string, password: string, database: string): Promise<boolean> {
+    const client = new pg.Client(this.#connection(login, password, database));
+    client.on("error", () => {});
+    try {
+      await client.connect();
+      return true;
+    } catch (err) {
+      const code = codeOf(err);
+      const message = err instanceof Error ? err.message : String(err);
+      if (code === "28P01" || code === "3D000") return false;
+      // 28000 is also pg_hba.conf refusing this host, which says nothing about the consumer.
+      if (code === "28000" && !/pg_hba/i.test(message)) return false;
+      throw err;
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
+  /**
+   * Disables the consumer's login (NOLOGIN), marks it retired with `at` and `why`, and ends its
+   * open sessions. Its database and data stay. A role that is gone has nothing to retire.
+   * @throws ForeignRoleError for a role this instance did not make.
+   */
+  async retire(
+    as: string,
+    _derived: Readonly<Record<string, unknown>>,
+    why: string,
+    at: Date,
+  ): Promise<void> {
+    const login = assertLogin(as);
+    const role = (await this.#roles([login])).get(login);
+    if (!role) {
+      this.#logger.warn(`postgres: ${login} has no role any more; there is nothing of it to retire`);
+      return;
+    }
+    const mark = this.#ownMark(role);
+    if (!mark || login === (await this.#adminFacts()).user) throw this.#foreign(role);
+    // Retired again keeps the first retirement's when and why.
+    const retired: PostgresMark =
+      mark.state === "retired"
+        ? mark
+        : { ...mark, state: "retired", retiredAt: at.toISOString(), why: why.slice(0, 500) };
+    await this.#transaction(async (client) => {
+      await client.query(`ALTER ROLE ${id(login)} NOLOGIN`);
+      await client.query(`COMMENT ON ROLE ${id(login)} IS ${lit(formatMark(retired))}`);
+    });
+    // NOLOGIN refuses new sessions only; the open ones are ended here.
+    await this.#pool.query(
+      `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = $1`,
+      [login],
+    );
+  }
+
+  /** The roles carrying this instance's mark, active and retired, with their database. */
+  async inventory(): Promise<InventoryEntry[]> {
+    const { rows } = await this.#pool.query<{ login: string; comment: string }>(
+      `SELECT r.rolname AS login, pg_catalog.shobj_description(r.oid, 'pg_authid') AS comment
+         FROM pg_catalog.pg_roles r
+        WHERE pg_catalog.shobj_description(r.oid, 'pg_authid') LIKE '{%'
+        ORDER BY r.rolname`,
+    );
+    const entries: InventoryEntry[] = [];
+    for (const row of rows) {
+      const mark = parseMark(row.comment);
+      if (!mark || mark.instance !== this.#config.instance || !isValidLogin(row.login)) continue;
+      const retiredAt = mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt);
+      entries.push({
+        as: row.login,
+        state: mark.state,
+        derived: { database: mark.database },
+        ...(mark.state === "retired"
+          ? {
+              retiredAt: retiredAt && !Number.isNaN(retiredAt.getTime()) ? retiredAt : undefined,
+              why: mark.why,
+            }
+          : {}),
+      });
+    }
+    return entries;
+  }
+
+  /**
+   * Drops a retired consumer's database (ending its sessions) and then its role, and answers the
+   * database's size as the bytes freed.
+   * @throws NotRetiredError when it is active or gone; ForeignRoleError when not made here.
+   */
+  async delete(r: Retired): Promise<Deleted> {
+    const login = assertLogin(r.as);
+    const role = (await this.#roles([login])).get(login);
+    if (!role) throw new NotRetiredError(login, "has no role");
+    const mark = this.#ownMark(role);
+    if (!mark || login === (await this.#adminFacts()).user) throw this.#foreign(role);
+    if (mark.state !== "retired") throw new NotRetiredError(login, "is active, not retired");
+    const db = (await this.#databases([mark.database])).get(mark.database);
+    let freedBytes = 0;
+    if (db) {
+      if (db.owner !== login) throw new ForeignDatabaseError(login, mark.database, db.owner);
+      const { rows } = await this.#pool.query<{ size: string }>(
+        `SELECT pg_catalog.pg_database_size($1)::text AS size`,
+        [mark.database],
+      );
+      freedBytes = Number(rows[0]?.size ?? 0);
+      await this.#pool.query(`DROP DATABASE IF EXISTS ${id(mark.database)} WITH (FORCE)`);
+    }
+    try {
+      await this.#pool.query(`DROP ROLE IF EXISTS ${id(login)}`);
+    } catch (err) {
+      if (codeOf(err) !== "2BP01") throw err;
+      throw new Error(
+        `postgres: database ${JSON.stringify(mark.database)} of ${login} was dropped, but the role still owns ` +
+          `objects or holds privileges elsewhere (${err instanceof Error ? err.message : String(err)}); ` +
+          `run DROP OWNED BY ${id(login)} in those databases, then delete again`,
+        { cause: err },
+      );
+    }
+    return { freedBytes };
+  }
+
+  /** Whether a role of this name exists, made by anyone. False, without asking, for an invalid login. */
+  async exists(as: string): Promise<boolean> {
+    if (!isValidLogin(as)) return false;
+    return (await this.#roles([as])).has(as);
+  }
+
+  /**
+   * `credentials-rejected` for a refused login, `unreachable` for a server that cannot be reached
+   * or went away, `refused` for what this adapter will not do; undefined otherwise.
+   */
+  classify(err: unknown): FailureClass | undefined {
+    if (REFUSALS.some((kind) => err instanceof kind)) return "refused";
+    return classifyPostgresError(err);
+  }
+
+  /** Ends the admin connections. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#pool.end();
+  }
+}
+
+const UNREACHABLE_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EPIPE",
+  "57P01",
+  "57P02",
+  "57P03",
+  "08000",
+  "08001",
+  "08003",
+  "08006",
+]);
+
+/** The failure class of an error from `pg` or the network, or undefined when it is neither. */
+export function classifyPostgresError(err: unknown, depth = 0): FailureClass | undefined {
+  if (err === null || typeof err !== "object" || depth > 4) return undefined;
+  const code = codeOf(err);
+  if (code === "28P01" || code === "28000") return "credentials-rejected";
+  if (code !== undefined && UNREACHABLE_CODES.has(code)) return "unreachable";
+  const message = err instanceof Error ? err.message : "";
+  if (
+    /Connection terminated|timeout expired|connection timeout|Client has encountered a connection error/i.test(
+      message,
+    )
+  ) {
+    return "unreachable";
+  }
+  for (const inner of (err as { errors?: unknown }).errors instanceof Array
+    ? (err as { errors: unknown[] }).errors
+    : []) {
+    const found = classifyPostgresError(inner, depth + 1);
+    if (found) return found;
+  }
+  return classifyPostgresError((err as { cause?: unknown }).cause, depth + 1);
+}
+
+function refuseReserved(login: string): string {
+  if (login.startsWith("pg_") || RESERVED.has(login)) throw new ReservedNameError(login);
+  return login;
+}
+
+/** The consumer's database: `values.name` when given (held to the login pattern), else the login. */
+function databaseFor(p: Provision): string {
+  const name = p.values["name"];
+  if (name === undefined || name === null) return p.as;
+  if (!isValidLogin(name)) {
+    throw new InvalidValueError(
+      p.as,
+      "name",
+      name,
+      "is not a valid database name (1–32 characters of a-z, 0-9 and _, starting with a letter)",
+    );
+  }
+  if (name.startsWith("pg_") || RESERVED.has(name)) {
+    throw new InvalidValueError(p.as, "name", name, "is a name PostgreSQL reserves");
+  }
+  return name;
+}
+
+/** The extensions asked for, each on the trusted allow-list. */
+function extensionsFor(p: Provision): string[] {
+  const asked = p.values["extensions"];
+  if (asked === undefined || asked === null) return [];
+  if (!Array.isArray(asked) || !asked.every((e): e is string => typeof e === "string")) {
+    throw new InvalidValueError(p.as, "extensions", asked, "is not a list of extension names");
+  }
+  for (const extension of asked) {
+    if (!TRUSTED_EXTENSIONS.has(extension)) {
+      throw new InvalidValueError(
+        p.as,
+        "extensions",
+        extension,
+        `is not on the allow-list of trusted extensions (${[...TRUSTED_EXTENSIONS].join(", ")})`,
+      );
+    }
+  }
+  return [...new Set(asked)];
+}
+
+/**
+ * Makes the adapter for one provider instance. Connects lazily: nothing is opened until asked.
+ * @throws PostgresConfigError when the admin URL or a setting cannot be used.
+ */
+export function createPostgresAdapter(config: PostgresAdapterConfig): PostgresAdapter {
+  return new PostgresAdapter(config);
+}
