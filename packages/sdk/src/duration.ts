@@ -5,7 +5,7 @@ const UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h
 /** Node's timers take at most this many milliseconds; a longer one fires at once instead. */
 export const MAX_DURATION_MS = 2_147_483_647;
 
-const HOW_TO_WRITE = "write a number with a unit, for example 250ms, 5s, 1m, 1h or 1h30m";
+const HOW_TO_WRITE = "write a number with a unit (ms, s, m or h), for example 250ms, 5s, 1m or 1h30m";
 
 /** A duration that cannot be read, with the text as given (`text`) and how to write one. */
 export class InvalidDurationError extends Error {
@@ -30,7 +30,7 @@ export function parseDuration(text: string): number {
   if (/^[+-]?\d+(\.\d+)?$/.test(trimmed)) {
     throw new InvalidDurationError(
       text,
-      `a plain number is ambiguous; ${HOW_TO_WRITE} (for example ${trimmed}s or ${trimmed}ms)`,
+      `a plain number is ambiguous: write it with a unit, such as ${trimmed}s or ${trimmed}ms (units: ms, s, m, h; combined like 1h30m)`,
     );
   }
   if (trimmed.startsWith("-"))

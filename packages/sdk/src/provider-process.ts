@@ -9,7 +9,9 @@ import { InvalidDurationError, formatDuration, parseDuration } from "./duration.
 import type { ProvisionerHandle } from "./harness.ts";
 import { runProvisioner } from "./harness.ts";
 import type { ProviderModule } from "./provider.ts";
-import { redactSecrets, redactUrl, redactingLogger, secretsOfUrl } from "./redact.ts";
+import type { ProvisionerTools } from "./tools.ts";
+import { ToolError } from "./tools.ts";
+import { isServerUrl, redactSecrets, redactUrl, redactingLogger, secretsOfUrl } from "./redact.ts";
 
 /** How often a provider process passes when not told (5 s). */
 export const DEFAULT_EVERY_MS = 5_000;
@@ -56,12 +58,12 @@ export class ProviderStartError extends Error {
 }
 
 /**
- * Starts a provider: makes its adapter, runs the harness on its interface, and serves the control
- * socket when a path is given. Says what it runs, on which file and with which admin URL (password
+ * Starts a provider: serves the control socket when a path is given, then makes its adapter and runs
+ * the harness on its interface. Says what it runs, on which file and with which admin URL (password
  * masked), and where its control socket is.
  * @throws ProviderStartError when the adapter or the harness cannot be started (message scrubbed).
  * @throws ControlSocketInUseError / ControlSocketPathError when the control socket cannot be served;
- *   the harness is stopped again first.
+ *   nothing has touched the backend then.
  */
 export async function startProviderProcess(options: ProviderProcessOptions): Promise<ProviderProcess> {
   const { provider, receives, adminUrl, control } = options;
@@ -79,7 +81,21 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
       `each consumer verified every ${formatDuration(verifyEvery)}`,
   );
 
-  let handle: ProvisionerHandle;
+  // The control socket comes first: a second copy of a running provider must be refused before it
+  // touches the backend, not after a pass of its own.
+  let handle: ProvisionerHandle | undefined;
+  let server: ControlServer | null = null;
+  if (control !== undefined) {
+    server = await serveControl(
+      toolsOnceStarted(() => handle),
+      control,
+      logger,
+    );
+    logger.info(`control socket: ${control} (ask it: mesh tool --control ${control} status)`);
+  } else {
+    logger.info("no control socket: pass --control PATH or set MESH_CONTROL to ask this provider's tools");
+  }
+
   try {
     const adapter = provider.createAdapter({ adminUrl, instance, logger });
     try {
@@ -96,40 +112,46 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
       throw err;
     }
   } catch (err) {
+    await server?.close();
     throw new ProviderStartError(
       provider.name,
       `the ${provider.name} provider did not start: ${scrubbed(err)}`,
     );
   }
-  handle.ready.then(
+  const running = handle;
+  running.ready.then(
     () => logger.info(`${provider.name}: first pass done`),
     (err: unknown) => logger.error(`${provider.name}: the first pass did not finish: ${scrubbed(err)}`),
   );
 
-  let server: ControlServer | null = null;
-  if (control !== undefined) {
-    try {
-      server = await serveControl(handle, control, logger);
-    } catch (err) {
-      await handle.stop().catch(() => {});
-      throw err;
-    }
-    logger.info(`control socket: ${control} (ask it: mesh tool --control ${control} status)`);
-  } else {
-    logger.info("no control socket: pass --control PATH or set MESH_CONTROL to ask this provider's tools");
-  }
-
   let stopping: Promise<void> | undefined;
   return {
-    handle,
+    handle: running,
     control: server,
     stop() {
       stopping ??= (async () => {
         await server?.close();
-        await handle.stop();
+        await running.stop();
       })();
       return stopping;
     },
+  };
+}
+
+/** Tools that answer through the harness once it runs, and say "still starting" before. */
+function toolsOnceStarted(current: () => ProvisionerTools | undefined): ProvisionerTools {
+  const started = (): ProvisionerTools => {
+    const tools = current();
+    if (tools === undefined)
+      throw new ToolError("stopped", "the provider is still starting; ask again in a moment");
+    return tools;
+  };
+  return {
+    status: () => started().status(),
+    retireList: () => started().retireList(),
+    retireApprove: (id, who) => started().retireApprove(id, who),
+    cleanupList: () => started().cleanupList(),
+    cleanupDelete: (login, who) => started().cleanupDelete(login, who),
   };
 }
 
@@ -198,7 +220,7 @@ export function resolveProviderSettings(
       `the admin URL is missing: ${howToGive("--admin-url URL", provider.adminUrlEnv)} ` +
         `(for example ${provider.adminUrlExample})`,
     );
-  } else if (!URL.canParse(adminUrl)) {
+  } else if (!isServerUrl(adminUrl)) {
     problems.push(
       `the admin URL ${redactUrl(adminUrl)} is not a URL; write it like ${provider.adminUrlExample}`,
     );

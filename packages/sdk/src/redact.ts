@@ -17,12 +17,8 @@ export const UNREADABLE_URL = "(a URL that does not parse; not shown, as it may 
  * found, else the whole URL is replaced by a note.
  */
 export function redactUrl(url: string): string {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return redactUnparsed(url);
-  }
+  if (!isServerUrl(url)) return redactUnparsed(url);
+  const parsed = new URL(url);
   // An unescaped "@" or "/" in a password makes the parser end the host early and put the rest of the
   // password into the path; read such a URL the way its writer meant it instead.
   const hasUserinfo = parsed.username !== "" || parsed.password !== "";
@@ -33,6 +29,16 @@ export function redactUrl(url: string): string {
     if (SECRET_PARAM.test(key)) parsed.searchParams.set(key, MASK);
   }
   return parsed.toString();
+}
+
+const SCHEME_AND_SLASHES = /^[a-z][a-z0-9+.-]*:\/\//i;
+
+/**
+ * Whether `text` is a URL of the `scheme://…` kind a server is reached by. A bare `user:secret@host`
+ * parses as a URL too (scheme `user`), so parsing alone does not say it.
+ */
+export function isServerUrl(text: string): boolean {
+  return SCHEME_AND_SLASHES.test(text) && URL.canParse(text);
 }
 
 function redactUnparsed(url: string): string {

@@ -1,0 +1,86 @@
+// `mesh provider <name>`: runs one provider in the foreground until Ctrl-C or SIGTERM.
+
+import { Argument, type Command } from "commander";
+import {
+  ProviderSettingsError,
+  consoleLogger,
+  redactSecrets,
+  resolveProviderSettings,
+  secretsOfUrl,
+  startProviderProcess,
+  untilStopSignal,
+} from "@mesh/sdk";
+import type { ProviderProcess } from "@mesh/sdk";
+import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import type { CliIo } from "./io.ts";
+import { PROVIDER_NAMES, type ProviderName, loadProvider } from "./providers.ts";
+
+interface ProviderCommandFlags {
+  readonly receives?: string;
+  readonly adminUrl?: string;
+  readonly control?: string;
+  readonly instance?: string;
+  readonly every?: string;
+  readonly verifyEvery?: string;
+}
+
+/** Adds `mesh provider` to `program`. Its action resolves once the provider has stopped cleanly. */
+export function addProviderCommand(program: Command, io: CliIo): void {
+  program
+    .command("provider")
+    .description("run one provider in the foreground until Ctrl-C or SIGTERM")
+    .addArgument(new Argument("<name>", "which provider").choices(PROVIDER_NAMES))
+    .option("--receives <file>", "the contributions file the mesh writes for it (default: $MESH_RECEIVES)")
+    .option(
+      "--admin-url <url>",
+      "how it reaches its server as an admin (default: $MESH_<NAME>_URL, e.g. $MESH_POSTGRES_URL; " +
+        "prefer the variable: a flag is visible to other users in the process list)",
+    )
+    .option("--control <socket>", "serve its tools on this Unix socket, mode 0600 (default: $MESH_CONTROL)")
+    .option(
+      "--instance <name>",
+      "names it in the marks it writes (default: $MESH_INSTANCE, else the provider's name)",
+    )
+    .option("--every <duration>", "how often it passes (default: $MESH_EVERY, else 5s)")
+    .option(
+      "--verify-every <duration>",
+      "how often it verifies each consumer (default: $MESH_VERIFY_EVERY, else 60s)",
+    )
+    .addHelpText(
+      "after",
+      `
+Durations are written with a unit: 250ms, 5s, 1m, 1h30m.
+
+Example:
+  $ MESH_POSTGRES_URL=postgres://mesh_admin:PASSWORD@127.0.0.1:5432/postgres \\
+      mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock
+  then, from another shell: mesh tool --control /run/mesh/postgres.sock status
+
+Exit codes:
+  0  stopped cleanly by Ctrl-C or SIGTERM
+  1  the provider could not start (or its control socket is taken)
+  2  a setting is missing or bad`,
+    )
+    .action(async (name: ProviderName, flags: ProviderCommandFlags) => {
+      const provider = await loadProvider(name);
+      let settings;
+      try {
+        settings = resolveProviderSettings(provider, io.env, flags);
+      } catch (err) {
+        if (err instanceof ProviderSettingsError) throw new CliExit(EXIT_USAGE, err.message);
+        throw err;
+      }
+      // Listening before starting, so a signal while it starts still stops it cleanly.
+      const signalled = untilStopSignal(consoleLogger);
+      let running: ProviderProcess;
+      try {
+        running = await startProviderProcess({ provider, ...settings, logger: consoleLogger });
+      } catch (err) {
+        const message = err instanceof Error ? err.message : String(err);
+        throw new CliExit(EXIT_REFUSED, redactSecrets(message, secretsOfUrl(settings.adminUrl)));
+      }
+      await signalled;
+      await running.stop();
+      io.err(`mesh provider ${name}: stopped\n`);
+    });
+}
