@@ -1,1 +1,26 @@
-export {};
+/**
+ * @mesh/provider-mariadb: the `mysql-database` provider. Each consumer gets a MariaDB user under
+ * the login the mesh derived, with the password it minted, and one database it alone has rights on.
+ *
+ * ```ts
+ * import { runProvisioner } from "@mesh/sdk";
+ * import { createMariadbAdapter } from "@mesh/provider-mariadb";
+ * const adapter = createMariadbAdapter({ adminUrl: process.env.MESH_MARIADB_URL ?? "", instance: "main" });
+ * const handle = runProvisioner("mysql-database", adapter, { receives: "/run/mesh/mysql-database.json" });
+ * ```
+ */
+import type { ProviderModule } from "@mesh/sdk";
+import { createMariadbAdapter } from "./adapter.ts";
+import { ADMIN_URL_ENV } from "./config.ts";
+
+export * from "./adapter.ts";
+export * from "./config.ts";
+
+/** How `mesh provider mariadb` finds and starts this provider. */
+export const provider: ProviderModule = {
+  name: "mariadb",
+  interface: "mysql-database",
+  adminUrlEnv: ADMIN_URL_ENV,
+  adminUrlExample: "mysql://mesh_admin:<password>@127.0.0.1:3306",
+  createAdapter: ({ adminUrl, instance, logger }) => createMariadbAdapter({ adminUrl, instance, logger }),
+};

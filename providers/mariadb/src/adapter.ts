@@ -1,0 +1,686 @@
+// The MariaDB half of the `mysql-database` provider: one user ('<login>'@'%', the minted password)
+// and one database it alone has rights on, per consumer. The harness owns every rule; this file only
+// speaks to the server, and keeps a mark per consumer in a table of its own so that the server
+// itself remembers what this provider instance made, active or retired.
+
+import { createHash } from "node:crypto";
+import mysql, { type SqlValue } from "mysql2/promise";
+import {
+  assertLogin,
+  consoleLogger,
+  isValidLogin,
+  LOGIN_PATTERN,
+  type Adapter,
+  type Deleted,
+  type FailureClass,
+  type InventoryEntry,
+  type Logger,
+  type Provision,
+  type Retired,
+} from "@mesh/sdk";
+import {
+  MARKS_SCHEMA,
+  resolveMariadbConfig,
+  type MariadbAdapterConfig,
+  type MariadbPool,
+  type ResolvedMariadbConfig,
+} from "./config.ts";
+
+/** Databases no consumer may be given: the server's own, and the one holding the marks. */
+export const RESERVED_DATABASES: ReadonlySet<string> = new Set([
+  "mysql",
+  "information_schema",
+  "performance_schema",
+  "sys",
+  MARKS_SCHEMA,
+]);
+
+// ---- errors a caller can act on ------------------------------------------------------------
+
+/** `values.name` is not a usable database name; refused before any SQL. */
+export class InvalidDatabaseNameError extends Error {
+  override name = "InvalidDatabaseNameError";
+  constructor(
+    readonly login: string,
+    readonly value: unknown,
+    why: string,
+  ) {
+    super(
+      `${login}: values.name ${safeJson(value)} ${why}; ask for 1–32 characters of a-z, 0-9 and _, starting ` +
+        `with a letter (or leave it out to get a database named after the login)`,
+    );
+  }
+}
+
+/**
+ * A user or database of this name exists and this provider instance did not make it (a person did,
+ * or another instance). The mesh never alters it: rename the consumer or remove the other one.
+ */
+export class NotMadeHereError extends Error {
+  override name = "NotMadeHereError";
+  constructor(
+    readonly login: string,
+    readonly resource: string,
+    readonly owner: string,
+  ) {
+    super(
+      `${login}: ${resource} already exists and was made ${owner}, not by this provider instance; the mesh ` +
+        `leaves it untouched. Remove or rename it by hand if the consumer should have it`,
+    );
+  }
+}
+
+/** The consumer asks for a different database than the one it was given; data is never moved. */
+export class DatabaseChangedError extends Error {
+  override name = "DatabaseChangedError";
+  constructor(
+    readonly login: string,
+    readonly recorded: string,
+    readonly asked: string,
+  ) {
+    super(
+      `${login}: was given database ${recorded} and now asks for ${asked}; the mesh does not move data. Ask ` +
+        `for ${recorded} again, or retire and delete the consumer to start over`,
+    );
+  }
+}
+
+/** `delete` was asked of a consumer that is still active. */
+export class NotRetiredError extends Error {
+  override name = "NotRetiredError";
+  constructor(readonly login: string) {
+    super(`${login} is active, not retired: only a retired consumer can be deleted`);
+  }
+}
+
+// ---- helpers ------------------------------------------------------------------------------
+
+function safeJson(value: unknown): string {
+  try {
+    const text = JSON.stringify(value) ?? String(value);
+    return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+  } catch {
+    return "(unprintable)";
+  }
+}
+
+/**
+ * The mysql_native_password hash of `password`: `*` and the upper-case hex of SHA1(SHA1(utf-8)).
+ * Sent instead of the password so the plaintext never reaches the server, its logs or its errors.
+ */
+export function nativePasswordHash(password: string): string {
+  const once = createHash("sha1").update(password, "utf8").digest();
+  return `*${createHash("sha1").update(once).digest("hex").toUpperCase()}`;
+}
+
+/**
+ * A database name as a grant pattern: in `GRANT ... ON db.*`, `_` and `%` are wildcards, so a
+ * grant on `a_b` would also reach `axb`. Escaped, it names exactly one database.
+ */
+export function grantPattern(database: string): string {
+  return database.replace(/[\\_%]/g, "\\$&");
+}
+
+/**
+ * The database a consumer gets: `values.name` when given, else its login.
+ * @throws InvalidDatabaseNameError when `values.name` is not a plain name or is reserved.
+ */
+export function databaseFor(login: string, values: Readonly<Record<string, unknown>>): string {
+  const name = values.name;
+  if (name === undefined || name === null) return login;
+  if (typeof name !== "string") throw new InvalidDatabaseNameError(login, name, "is not a string");
+  if (!LOGIN_PATTERN.test(name)) throw new InvalidDatabaseNameError(login, name, "is not a plain name");
+  if (RESERVED_DATABASES.has(name)) throw new InvalidDatabaseNameError(login, name, "is reserved");
+  return name;
+}
+
+interface MysqlishError {
+  code?: unknown;
+  errno?: unknown;
+  sql?: unknown;
+  message: string;
+  errors?: unknown;
+  cause?: unknown;
+}
+
+function errnoOf(err: unknown): number | undefined {
+  const errno = (err as MysqlishError | null)?.errno;
+  return typeof err === "object" && err !== null && typeof errno === "number" ? errno : undefined;
+}
+
+function codesOf(err: unknown, depth = 0): string[] {
+  if (typeof err !== "object" || err === null || depth > 3) return [];
+  const e = err as MysqlishError;
+  const found = typeof e.code === "string" ? [e.code] : [];
+  if (Array.isArray(e.errors)) for (const inner of e.errors) found.push(...codesOf(inner, depth + 1));
+  if (e.cause !== undefined) found.push(...codesOf(e.cause, depth + 1));
+  return found;
+}
+
+const UNREACHABLE_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EPIPE",
+  "PROTOCOL_CONNECTION_LOST",
+  "PROTOCOL_SEQUENCE_TIMEOUT",
+  "POOL_CLOSED",
+]);
+// Wrong admin password, no password, account locked.
+const CREDENTIALS_ERRNOS = new Set([1045, 1698, 4151]);
+// Server shutting down, connection killed, too many connections.
+const UNREACHABLE_ERRNOS = new Set([1040, 1053, 1927]);
+// The admin lacks a right the provider needs.
+const REFUSED_ERRNOS = new Set([1044, 1142, 1227, 1396, 1410]);
+const ER_NO_SUCH_TABLE = 1146;
+const ER_BAD_DB_ERROR = 1049;
+const ER_NO_SUCH_THREAD = 1094;
+
+/** A row of the marks table as read back. */
+interface MarkRow {
+  login: string;
+  instance: string;
+  db: string;
+  state: "active" | "retired";
+  retired_at: string | null;
+  why: string | null;
+}
+
+/** What the server says about one consumer, gathered in a constant number of queries for many. */
+interface Facts {
+  mark: MarkRow | undefined;
+  /** The parsed `mysql.global_priv.Priv` of '<login>'@'%'. */
+  user: UserPriv | undefined;
+  /** Whether any account of that user name exists, on any host. */
+  anyUser: boolean;
+  schemaExists: (db: string) => boolean;
+  markForDb: (db: string) => MarkRow | undefined;
+  /** The `mysql.db` rows of '<login>'@'%'. */
+  dbGrants: Record<string, unknown>[];
+  /** Table, routine and role grants of '<login>'@'%': none is expected. */
+  otherGrants: number;
+}
+
+interface UserPriv {
+  access?: number;
+  plugin?: string;
+  authentication_string?: string;
+  account_locked?: boolean;
+  password_last_changed?: number;
+  auth_or?: unknown;
+}
+
+function parsePriv(raw: unknown): UserPriv {
+  // mysql2 hands the column over already parsed when the server marks it JSON, as a string if not.
+  if (typeof raw === "object" && raw !== null) return raw as UserPriv;
+  try {
+    const doc: unknown = JSON.parse(String(raw));
+    return typeof doc === "object" && doc !== null ? (doc as UserPriv) : {};
+  } catch {
+    return {};
+  }
+}
+
+/** ISO-free UTC text MariaDB's DATETIME(3) takes; independent of the server's time zone. */
+function toSqlTime(at: Date): string {
+  return at.toISOString().replace("T", " ").replace("Z", "");
+}
+
+function fromSqlTime(text: string | null): Date | undefined {
+  if (text === null) return undefined;
+  const at = new Date(`${text.replace(" ", "T")}Z`);
+  return Number.isNaN(at.getTime()) ? undefined : at;
+}
+
+// ---- the adapter --------------------------------------------------------------------------
+
+/**
+ * The `mysql-database` adapter. Admin rights it needs: `REQUIRED_ADMIN_GRANT` (config.ts).
+ * Every statement is built with mysql2's `format` (identifiers through `escapeId`, values through
+ * `escape`), and logins and database names are checked against the login pattern before any SQL.
+ */
+export class MariadbAdapter implements Adapter {
+  readonly #config: ResolvedMariadbConfig;
+  readonly #pool: MariadbPool;
+  readonly #log: Logger;
+  #marksReady: Promise<void> | undefined;
+  readonly #marks = `${mysql.escapeId(MARKS_SCHEMA)}.${mysql.escapeId("marks")}`;
+
+  /** @throws MariadbConfigError when the configuration cannot be used. */
+  constructor(config: MariadbAdapterConfig) {
+    this.#config = resolveMariadbConfig(config);
+    this.#log = config.logger ?? consoleLogger;
+    const pool = mysql.createPool({
+      host: this.#config.host,
+      port: this.#config.port,
+      user: this.#config.adminUser,
+      password: this.#config.adminPassword,
+      connectionLimit: this.#config.poolSize,
+      maxIdle: this.#config.poolSize,
+      idleTimeout: 60_000,
+      connectTimeout: this.#config.connectTimeoutMs,
+      enableKeepAlive: true,
+      dateStrings: true,
+      multipleStatements: false,
+      charset: "utf8mb4",
+    });
+    // Values are escaped with backslashes; a server running NO_BACKSLASH_ESCAPES would read them
+    // differently, so every admin session turns it off first (queued before any other statement).
+    pool.pool.on("connection", (conn) => {
+      conn.query("SET SESSION sql_mode = REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', '')", () => {});
+    });
+    const plain: MariadbPool = {
+      query: (sql: string) => pool.query(sql),
+      end: () => pool.end(),
+    };
+    this.#pool = config.wrapPool ? config.wrapPool(plain) : plain;
+  }
+
+  /** The instance name this adapter writes into its marks. */
+  get instance(): string {
+    return this.#config.instance;
+  }
+
+  // ---- SQL plumbing ----
+
+  async #run(sql: string, values: SqlValue[] = [], secret?: string): Promise<unknown> {
+    const text = mysql.format(sql, values);
+    try {
+      const [result] = await this.#pool.query(text);
+      return result;
+    } catch (err) {
+      if (secret !== undefined && typeof err === "object" && err !== null) {
+        // A statement carrying a password hash is not repeated in the error (a parse error quotes it).
+        const e = err as MysqlishError;
+        e.sql = "(statement withheld: it carries a password hash)";
+        e.message = e.message.split(secret).join("*<hash>");
+      }
+      if (errnoOf(err) === ER_NO_SUCH_TABLE || errnoOf(err) === ER_BAD_DB_ERROR) this.#marksReady = undefined;
+      throw err;
+    }
+  }
+
+  async #rows<T>(sql: string, values: SqlValue[] = []): Promise<T[]> {
+    return (await this.#run(sql, values)) as T[];
+  }
+
+  /** Rows of the marks table, or none when it was never made (nothing was ever created here). */
+  async #markRows(where: string, values: SqlValue[]): Promise<MarkRow[]> {
+    try {
+      return await this.#rows<MarkRow>(
+        `SELECT login, instance, db, state, retired_at, why FROM ${this.#marks} WHERE ${where}`,
+        values,
+      );
+    } catch (err) {
+      if (errnoOf(err) === ER_NO_SUCH_TABLE || errnoOf(err) === ER_BAD_DB_ERROR) return [];
+      throw err;
+    }
+  }
+
+  #ensureMarks(): Promise<void> {
+    this.#marksReady ??= (async () => {
+      await this.#run("CREATE DATABASE IF NOT EXISTS ?? CHARACTER SET utf8mb4", [MARKS_SCHEMA]);
+      // No secret ever goes here: only what was made, for which instance, and its retirement.
+      await this.#run(
+        `CREATE TABLE IF NOT EXISTS ${this.#marks} (` +
+          "login VARCHAR(64) NOT NULL PRIMARY KEY, " +
+          "instance VARCHAR(64) NOT NULL, " +
+          "db VARCHAR(64) NOT NULL UNIQUE, " +
+          "state ENUM('active','retired') NOT NULL, " +
+          "retired_at DATETIME(3) NULL, " +
+          "why TEXT NULL, " +
+          "made_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), " +
+          "KEY by_instance (instance)" +
+          ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+      );
+    })().catch((err: unknown) => {
+      this.#marksReady = undefined;
+      throw err;
+    });
+    return this.#marksReady;
+  }
+
+  /** Everything holds and create need to know about `logins`, in five queries whatever their number. */
+  async #facts(logins: readonly string[], dbs: readonly string[]): Promise<Map<string, Facts>> {
+    const facts = new Map<string, Facts>();
+    if (logins.length === 0) return facts;
+    const users = [...logins];
+    const names = [...dbs];
+    const [marks, accounts, schemata, dbGrants, other] = await Promise.all([
+      this.#markRows("login IN (?) OR db IN (?)", [users, names]),
+      this.#rows<{ User: string; Host: string; Priv: unknown }>(
+        "SELECT User, Host, Priv FROM mysql.global_priv WHERE User IN (?)",
+        [users],
+      ),
+      this.#rows<{ name: string }>(
+        "SELECT SCHEMA_NAME AS name FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN (?)",
+        [names],
+      ),
+      this.#rows<Record<string, unknown>>("SELECT * FROM mysql.db WHERE Host = '%' AND User IN (?)", [users]),
+      this.#rows<{ User: string; n: number | string }>(
+        "SELECT User, COUNT(*) AS n FROM (" +
+          "SELECT User FROM mysql.tables_priv WHERE Host = '%' AND User IN (?) " +
+          "UNION ALL SELECT User FROM mysql.procs_priv WHERE Host = '%' AND User IN (?) " +
+          "UNION ALL SELECT User FROM mysql.roles_mapping WHERE Host = '%' AND User IN (?)" +
+          ") AS g GROUP BY User",
+        [users, users, users],
+      ),
+    ]);
+    const schemaSet = new Set(schemata.map((r) => r.name));
+    const markByDb = new Map(marks.map((m) => [m.db, m]));
+    const markByLogin = new Map(marks.map((m) => [m.login, m]));
+    const anyUser = new Set(accounts.map((a) => a.User));
+    const userPriv = new Map(accounts.filter((a) => a.Host === "%").map((a) => [a.User, a.Priv]));
+    const otherCount = new Map(other.map((o) => [o.User, Number(o.n)]));
+    const grantsOf = new Map<string, Record<string, unknown>[]>();
+    for (const g of dbGrants) {
+      const user = String(g.User);
+      grantsOf.set(user, [...(grantsOf.get(user) ?? []), g]);
+    }
+    for (const login of logins) {
+      const priv = userPriv.get(login);
+      facts.set(login, {
+        mark: markByLogin.get(login),
+        user: priv === undefined ? undefined : parsePriv(priv),
+        anyUser: anyUser.has(login),
+        schemaExists: (db) => schemaSet.has(db),
+        markForDb: (db) => markByDb.get(db),
+        dbGrants: grantsOf.get(login) ?? [],
+        otherGrants: otherCount.get(login) ?? 0,
+      });
+    }
+    return facts;
+  }
+
+  /** Whether the user's rights are exactly ALL on its one database, and nothing else. */
+  #grantsExact(f: Facts, db: string): boolean {
+    if (f.otherGrants !== 0 || (f.user?.access ?? 0) !== 0 || f.dbGrants.length !== 1) return false;
+    const row = f.dbGrants[0]!;
+    if (row.Db !== grantPattern(db)) return false;
+    for (const [column, value] of Object.entries(row)) {
+      if (!column.endsWith("_priv")) continue;
+      if (value !== (column === "Grant_priv" ? "N" : "Y")) return false;
+    }
+    return true;
+  }
+
+  #passwordExact(user: UserPriv, hash: string): boolean {
+    return (
+      user.plugin === "mysql_native_password" &&
+      user.authentication_string === hash &&
+      user.auth_or === undefined &&
+      // 0 means "expired": the consumer could log in but do nothing until it changes the password.
+      user.password_last_changed !== 0
+    );
+  }
+
+  #holdsFrom(f: Facts, db: string, hash: string): boolean {
+    const { mark, user } = f;
+    return (
+      mark !== undefined &&
+      mark.instance === this.#config.instance &&
+      mark.state === "active" &&
+      mark.db === db &&
+      user !== undefined &&
+      user.account_locked !== true &&
+      this.#passwordExact(user, hash) &&
+      f.schemaExists(db) &&
+      this.#grantsExact(f, db)
+    );
+  }
+
+  /** Throws unless this instance may (re)make `login` with `db`. */
+  #assertMine(login: string, db: string, f: Facts): void {
+    const { mark } = f;
+    if (mark !== undefined && mark.instance !== this.#config.instance) {
+      throw new NotMadeHereError(login, `user ${login}`, `by provider instance ${mark.instance}`);
+    }
+    if (mark === undefined && f.anyUser) {
+      throw new NotMadeHereError(
+        login,
+        `user ${login}`,
+        "by a person or another tool (it carries no mesh mark)",
+      );
+    }
+    if (mark !== undefined && mark.db !== db) throw new DatabaseChangedError(login, mark.db, db);
+    const holder = f.markForDb(db);
+    if (holder !== undefined && holder.login !== login) {
+      throw new NotMadeHereError(login, `database ${db}`, `for consumer ${holder.login}`);
+    }
+    if (mark === undefined && f.schemaExists(db)) {
+      throw new NotMadeHereError(
+        login,
+        `database ${db}`,
+        "by a person or another tool (no mesh mark names it)",
+      );
+    }
+  }
+
+  // ---- the Adapter contract ----
+
+  /**
+   * Makes (or repairs, or re-enables) '<login>'@'%' with exactly the password, its database and ALL
+   * on it alone. Each step is idempotent and the mark is written first, so a kill at any point is
+   * finished by the next call.
+   * @throws InvalidLoginError / InvalidDatabaseNameError before any SQL; NotMadeHereError,
+   *   DatabaseChangedError when the server holds something this instance must not touch.
+   */
+  async create(p: Provision, signal: AbortSignal): Promise<void> {
+    const login = assertLogin(p.as);
+    const db = databaseFor(login, p.values);
+    const hash = nativePasswordHash(p.password);
+    signal.throwIfAborted();
+    await this.#ensureMarks();
+    signal.throwIfAborted();
+    const f = (await this.#facts([login], [db])).get(login)!;
+    this.#assertMine(login, db, f);
+    if (this.#holdsFrom(f, db, hash)) return;
+
+    const user: SqlValue[] = [login, "%"];
+    if (f.mark === undefined) {
+      await this.#run(`INSERT INTO ${this.#marks} (login, instance, db, state) VALUES (?, ?, ?, 'active')`, [
+        login,
+        this.#config.instance,
+        db,
+      ]);
+    }
+    signal.throwIfAborted();
+    // Made locked: nobody logs in until the password, database and grants are all in place.
+    await this.#run(
+      "CREATE USER IF NOT EXISTS ?@? IDENTIFIED BY PASSWORD ? ACCOUNT LOCK",
+      [...user, hash],
+      hash,
+    );
+    await this.#run("CREATE DATABASE IF NOT EXISTS ?? CHARACTER SET utf8mb4", [db]);
+    signal.throwIfAborted();
+    if (!this.#grantsExact(f, db)) {
+      await this.#run("REVOKE ALL PRIVILEGES, GRANT OPTION FROM ?@?", user);
+      await this.#run(`GRANT ALL PRIVILEGES ON ${mysql.escapeId(grantPattern(db))}.* TO ?@?`, user);
+    }
+    await this.#run("ALTER USER ?@? IDENTIFIED BY PASSWORD ? ACCOUNT UNLOCK", [...user, hash], hash);
+    if (f.mark?.state !== "active") {
+      await this.#run(
+        `UPDATE ${this.#marks} SET state = 'active', retired_at = NULL, why = NULL WHERE login = ? AND instance = ?`,
+        [login, this.#config.instance],
+      );
+    }
+  }
+
+  /** Whether the server holds the consumer exactly as `p` says. Read-only. */
+  async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
+    const answer = (await this.holdsMany([p], signal)).get(p.as);
+    if (answer instanceof Error) throw answer;
+    return answer === true;
+  }
+
+  /**
+   * `holds` for many consumers in five queries, whatever their number. A consumer whose login or
+   * database name is not valid is answered with its error, unchecked.
+   */
+  async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
+    const answers = new Map<string, boolean | Error>();
+    const asked: { login: string; db: string; hash: string }[] = [];
+    for (const p of ps) {
+      try {
+        const login = assertLogin(p.as);
+        asked.push({ login, db: databaseFor(login, p.values), hash: nativePasswordHash(p.password) });
+      } catch (err) {
+        answers.set(String(p.as), err instanceof Error ? err : new Error(String(err)));
+      }
+    }
+    signal.throwIfAborted();
+    const facts = await this.#facts(
+      asked.map((a) => a.login),
+      asked.map((a) => a.db),
+    );
+    for (const { login, db, hash } of asked) {
+      const f = facts.get(login);
+      answers.set(login, f !== undefined && this.#holdsFrom(f, db, hash));
+    }
+    return answers;
+  }
+
+  /**
+   * Locks the account, ends its sessions, and marks it retired with `at` and `why`. Data is kept.
+   * @throws NotMadeHereError when this instance did not make `as`.
+   */
+  async retire(
+    as: string,
+    _derived: Readonly<Record<string, unknown>>,
+    why: string,
+    at: Date,
+  ): Promise<void> {
+    const login = assertLogin(as);
+    const [mark] = await this.#markRows("login = ?", [login]);
+    if (mark === undefined || mark.instance !== this.#config.instance) {
+      throw new NotMadeHereError(
+        login,
+        `user ${login}`,
+        mark ? `by provider instance ${mark.instance}` : "without a mesh mark",
+      );
+    }
+    // Locked first, then marked: a kill in between leaves a locked consumer still marked active,
+    // which the next pass sees and finishes, never an open one marked retired.
+    await this.#run("ALTER USER IF EXISTS ?@? ACCOUNT LOCK", [login, "%"]);
+    await this.#endSessions(login);
+    await this.#run(
+      `UPDATE ${this.#marks} SET state = 'retired', retired_at = ?, why = ? WHERE login = ? AND instance = ?`,
+      [toSqlTime(at), why, login, this.#config.instance],
+    );
+  }
+
+  /** Ends every open session of `login`; a locked account keeps those it already had. */
+  async #endSessions(login: string): Promise<void> {
+    const sessions = await this.#rows<{ id: number }>(
+      "SELECT ID AS id FROM information_schema.PROCESSLIST WHERE USER = ?",
+      [login],
+    );
+    for (const { id } of sessions) {
+      try {
+        await this.#run("KILL CONNECTION ?", [Number(id)]);
+      } catch (err) {
+        if (errnoOf(err) !== ER_NO_SUCH_THREAD) throw err; // it ended by itself meanwhile
+      }
+    }
+  }
+
+  /** Active and retired consumers of this instance, from its marks. Users it did not make never appear. */
+  async inventory(): Promise<InventoryEntry[]> {
+    const rows = await this.#markRows("instance = ? ORDER BY login", [this.#config.instance]);
+    const entries: InventoryEntry[] = [];
+    for (const row of rows) {
+      if (!isValidLogin(row.login)) {
+        this.#log.warn(
+          `marks table ${MARKS_SCHEMA}.marks holds an invalid login ${safeJson(row.login)}; ignored`,
+        );
+        continue;
+      }
+      entries.push(
+        row.state === "retired"
+          ? {
+              as: row.login,
+              state: "retired",
+              derived: { database: row.db },
+              retiredAt: fromSqlTime(row.retired_at),
+              why: row.why ?? undefined,
+            }
+          : { as: row.login, state: "active", derived: { database: row.db } },
+      );
+    }
+    return entries;
+  }
+
+  /**
+   * Drops a retired consumer's database and user, then its mark; reports the bytes its tables held.
+   * @throws NotMadeHereError when this instance did not make it; NotRetiredError when it is active.
+   */
+  async delete(r: Retired): Promise<Deleted> {
+    const login = assertLogin(r.as);
+    const [mark] = await this.#markRows("login = ?", [login]);
+    if (mark === undefined || mark.instance !== this.#config.instance) {
+      throw new NotMadeHereError(
+        login,
+        `user ${login}`,
+        mark ? `by provider instance ${mark.instance}` : "without a mesh mark",
+      );
+    }
+    if (mark.state !== "retired") throw new NotRetiredError(login);
+    const [size] = await this.#rows<{ bytes: number | string | null }>(
+      "SELECT COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) AS bytes FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?",
+      [mark.db],
+    );
+    await this.#endSessions(login);
+    await this.#run("DROP DATABASE IF EXISTS ??", [mark.db]);
+    await this.#run("DROP USER IF EXISTS ?@?", [login, "%"]);
+    // The mark goes last: a kill before this leaves it, so asking again finishes the job.
+    await this.#run(`DELETE FROM ${this.#marks} WHERE login = ? AND instance = ?`, [
+      login,
+      this.#config.instance,
+    ]);
+    return { freedBytes: Number(size?.bytes ?? 0) };
+  }
+
+  /** Whether any account of this user name exists, on any host, made by anyone. */
+  async exists(as: string): Promise<boolean> {
+    const login = assertLogin(as);
+    const rows = await this.#rows("SELECT 1 FROM mysql.global_priv WHERE User = ? LIMIT 1", [login]);
+    return rows.length > 0;
+  }
+
+  /** MariaDB's word on its errors: refused credentials, a server out of reach, rights missing. */
+  classify(err: unknown): FailureClass | undefined {
+    if (
+      err instanceof InvalidDatabaseNameError ||
+      err instanceof NotMadeHereError ||
+      err instanceof DatabaseChangedError ||
+      err instanceof NotRetiredError
+    ) {
+      return "refused";
+    }
+    const errno = errnoOf(err);
+    if (errno !== undefined) {
+      if (CREDENTIALS_ERRNOS.has(errno)) return "credentials-rejected";
+      if (UNREACHABLE_ERRNOS.has(errno)) return "unreachable";
+      if (REFUSED_ERRNOS.has(errno)) return "refused";
+    }
+    if (codesOf(err).some((code) => UNREACHABLE_CODES.has(code))) return "unreachable";
+    return undefined;
+  }
+
+  /** Ends the admin pool. */
+  async close(): Promise<void> {
+    await this.#pool.end();
+  }
+}
+
+/**
+ * Makes the MariaDB adapter.
+ * @throws MariadbConfigError when the configuration cannot be used (nothing is connected yet).
+ */
+export function createMariadbAdapter(config: MariadbAdapterConfig): MariadbAdapter {
+  return new MariadbAdapter(config);
+}
