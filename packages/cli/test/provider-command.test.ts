@@ -1,11 +1,14 @@
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
-import { runMesh, startMesh } from "./run-mesh.ts";
+import { cleanEnv, runMesh, startMesh } from "./run-mesh.ts";
 
+const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 const PASSWORD = "Pa55-w0rd/with@odd chars";
 const ESCAPED = encodeURIComponent(PASSWORD);
 
@@ -137,5 +140,49 @@ describe("mesh provider", () => {
     assert.equal(run.code, 0);
     assert.match(run.stdout, /Example/);
     assert.match(run.stdout, /Exit codes:/);
+  });
+
+  it("a provider's own entry point exits 2 naming the variables it needs", async () => {
+    const main = fileURLToPath(new URL("../../../providers/redis/src/main.ts", import.meta.url));
+    const child = spawn(process.execPath, ["--import", "tsx", main], {
+      cwd: REPO,
+      env: cleanEnv(),
+      stdio: "pipe",
+    });
+    let stderr = "";
+    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")));
+    const code = await new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
+    assert.equal(code, 2);
+    assert.match(stderr, /MESH_RECEIVES/);
+    assert.match(stderr, /MESH_REDIS_URL/);
+    assert.ok(!stderr.includes("--admin-url"), "a provider run on its own has no flags");
+  });
+
+  it("a provider's own entry point runs from the environment and stops cleanly on SIGINT", async () => {
+    const main = fileURLToPath(new URL("../../../providers/postgres/src/main.ts", import.meta.url));
+    const port = await unusedPort();
+    const control = join(dir, "main.sock");
+    const env = cleanEnv({
+      MESH_RECEIVES: receives,
+      MESH_POSTGRES_URL: `postgres://mesh_admin:${ESCAPED}@127.0.0.1:${port}/postgres`,
+      MESH_CONTROL: control,
+      MESH_EVERY: "1s",
+    });
+    const child = spawn(process.execPath, ["--import", "tsx", main], { cwd: REPO, env, stdio: "pipe" });
+    let said = "";
+    const started = new Promise<void>((resolve) => {
+      const collect = (chunk: Buffer): void => {
+        said += chunk.toString("utf8");
+        if (said.includes(`control socket: ${control}`)) resolve();
+      };
+      child.stdout.on("data", collect);
+      child.stderr.on("data", collect);
+    });
+    const closed = new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
+    await Promise.race([started, closed]);
+    child.kill("SIGINT");
+    assert.equal(await closed, 0, said);
+    assert.ok(!said.includes(PASSWORD) && !said.includes(ESCAPED), said);
+    await assert.rejects(stat(control), { code: "ENOENT" });
   });
 });

@@ -1,11 +1,12 @@
 import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { CleanupEntry, ControlServer, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
 import { ToolError, serveControl } from "@mesh/sdk";
-import { runMesh } from "./run-mesh.ts";
+import { MESH_BIN, cleanEnv, runMesh } from "./run-mesh.ts";
 
 const STATUS: StatusReport = {
   interface: "postgres-database",
@@ -64,6 +65,36 @@ function fakeTools(): Fake {
     },
   };
   return fake;
+}
+
+function hasScript(): boolean {
+  return spawnSync("script", ["--version"]).status === 0;
+}
+
+/** Runs `mesh args…` on a pseudo-terminal (through `script`), typing `input` into it. */
+async function onTerminal(
+  args: readonly string[],
+  input: string,
+): Promise<{ code: number | null; output: string }> {
+  const quote = (word: string): string => `'${word.replaceAll("'", "'\\''")}'`;
+  const command = [process.execPath, MESH_BIN, ...args].map(quote).join(" ");
+  const child = spawn("script", ["-qec", command, "/dev/null"], {
+    env: cleanEnv(),
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
+  child.stderr.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
+  // Typed once the prompt shows, as a person would.
+  const prompted = setInterval(() => {
+    if (output.includes("Type the login to confirm")) {
+      clearInterval(prompted);
+      child.stdin.end(input);
+    }
+  }, 50);
+  const code = await new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
+  clearInterval(prompted);
+  return { code, output };
 }
 
 describe("mesh tool", () => {
@@ -188,6 +219,36 @@ describe("mesh tool", () => {
     assert.equal(run.code, 1);
     assert.match(run.stderr, /still-asked/);
   });
+
+  it(
+    "cleanup delete on a terminal deletes only when the person types the login again",
+    { skip: hasScript() ? false : "needs `script` (util-linux) to give mesh a terminal" },
+    async () => {
+      const typedWrong = await onTerminal(
+        ["tool", "--control", socket, "cleanup", "delete", "app_old"],
+        "app_new\n",
+      );
+      assert.equal(typedWrong.code, 2, typedWrong.output);
+      assert.match(typedWrong.output, /Type the login to confirm/);
+      assert.match(typedWrong.output, /not deleted/);
+      assert.notDeepEqual(fake.calls.at(-1)?.slice(0, 2), ["cleanupDelete", "app_old"]);
+
+      const interrupted = await onTerminal(
+        ["tool", "--control", socket, "cleanup", "delete", "app_old"],
+        "\u0003",
+      );
+      assert.equal(interrupted.code, 2, interrupted.output);
+      assert.notDeepEqual(fake.calls.at(-1)?.slice(0, 2), ["cleanupDelete", "app_old"]);
+
+      const typedRight = await onTerminal(
+        ["tool", "--control", socket, "cleanup", "delete", "app_old"],
+        "app_old\n",
+      );
+      assert.equal(typedRight.code, 0, typedRight.output);
+      assert.match(typedRight.output, /deleted app_old: freed 7\.5 MiB \(7864320 bytes\)/);
+      assert.deepEqual(fake.calls.at(-1), ["cleanupDelete", "app_old", userInfo().username]);
+    },
+  );
 
   it("cleanup delete refuses a login that cannot be one (exit 2) without asking the provider", async () => {
     const before = fake.calls.length;

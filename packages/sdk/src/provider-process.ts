@@ -297,6 +297,8 @@ export async function runProviderMain(provider: ProviderModule): Promise<never> 
     process.stderr.write(`${err.message}\n`);
     process.exit(2);
   }
+  // Listening before starting, so a signal while it starts still stops it cleanly.
+  const signalled = untilStopSignal();
   let running: ProviderProcess;
   try {
     running = await startProviderProcess({ provider, ...settings });
@@ -304,7 +306,7 @@ export async function runProviderMain(provider: ProviderModule): Promise<never> 
     process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);
   }
-  await untilStopSignal();
+  await signalled;
   await running.stop();
   process.exit(0);
 }
