@@ -644,10 +644,13 @@ export class MariadbAdapter implements Adapter {
     return { freedBytes: Number(size?.bytes ?? 0) };
   }
 
-  /** Whether any account of this user name exists, on any host, made by anyone. */
+  /**
+   * Whether any account of this user name exists, on any host, made by anyone. A name that is not a
+   * valid login is answered false without asking: the mesh could never have made it.
+   */
   async exists(as: string): Promise<boolean> {
-    const login = assertLogin(as);
-    const rows = await this.#rows("SELECT 1 FROM mysql.global_priv WHERE User = ? LIMIT 1", [login]);
+    if (!isValidLogin(as)) return false;
+    const rows = await this.#rows("SELECT 1 FROM mysql.global_priv WHERE User = ? LIMIT 1", [as]);
     return rows.length > 0;
   }
 
