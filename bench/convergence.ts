@@ -1,0 +1,279 @@
+// How long a new consumer takes to exist after the agent writes it into the contributions file,
+// with a private PostgreSQL, the Postgres adapter under a non-superuser admin, and the harness
+// watching the file (every 5 s periodic pass as the safety net, the real default). Baseline, in
+// the same run: the same with watching off, so only the 5 s periodic pass notices a change.
+//
+// "Exists" is the harness's `created` action, appended right after create returned, which is after
+// the role and its database exist; a few are cross-checked in the catalog and by logging in.
+//
+//   node --import tsx bench/convergence.ts   (MESH_BENCH_CHANGES=200, MESH_BENCH_BASELINE_CHANGES=20)
+
+import pg from "pg";
+import { runProvisioner, type ProvisionerHandle } from "@mesh/sdk";
+import { createPostgresAdapter } from "@mesh/provider-postgres";
+import { startPostgres, type PostgresServer } from "@mesh/testkit";
+import {
+  ContributionsFile,
+  envInt,
+  fmtMs,
+  fmtRatio,
+  loginOf,
+  now,
+  onCleanup,
+  printResult,
+  quietLogger,
+  runBench,
+  say,
+  sleep,
+  summarize,
+  table,
+  tempDir,
+  type QuietLogger,
+  type Summary,
+} from "./lib.ts";
+
+const IFACE = "postgres-database";
+const CREATED_TIMEOUT = 120_000;
+
+/** The harness over one contributions file, with the monotonic time of each `created` action. */
+interface Loop {
+  readonly file: ContributionsFile;
+  readonly handle: ProvisionerHandle;
+  readonly logger: QuietLogger;
+  /** Resolves with the monotonic time `login` was recorded created. */
+  created(login: string): Promise<number>;
+  /** Catalog checks started at the very moment of a `created` action, for the logins sampled. */
+  readonly checks: Promise<string | null>[];
+  sample(login: string): void;
+  /** Monotonic time each create began and how long it took, by login. */
+  readonly creates: Map<string, { startedAt: number; tookMs: number }>;
+}
+
+async function startLoop(
+  server: PostgresServer,
+  adminUrl: string,
+  instance: string,
+  watch: boolean,
+): Promise<Loop> {
+  const dir = await tempDir(`conv-${instance}`);
+  const file = new ContributionsFile(dir, IFACE);
+  await file.write(); // an empty list, so the first pass reads a file, not a missing one
+  const logger = quietLogger();
+  const at = new Map<string, number>();
+  const waiting = new Map<string, (t: number) => void>();
+  const sampled = new Set<string>();
+  const checks: Promise<string | null>[] = [];
+  const adapter = createPostgresAdapter({ adminUrl, instance, logger });
+  const creates = new Map<string, { startedAt: number; tookMs: number }>();
+  const create = adapter.create.bind(adapter);
+  // Splits each wait into "the harness noticed and got to it" and "the server did the work".
+  adapter.create = async (p, signal) => {
+    const startedAt = now();
+    try {
+      await create(p, signal);
+    } finally {
+      if (!creates.has(p.as)) creates.set(p.as, { startedAt, tookMs: now() - startedAt });
+    }
+  };
+  const handle = runProvisioner(IFACE, adapter, {
+    receives: file.path,
+    instance,
+    watch,
+    logger,
+    actions: {
+      append(entry) {
+        if (entry.action !== "created") return;
+        const t = now();
+        at.set(entry.login, t);
+        waiting.get(entry.login)?.(t);
+        if (sampled.has(entry.login)) checks.push(crossCheck(server, file, entry.login));
+      },
+    },
+  });
+  onCleanup(() => handle.stop());
+  await handle.ready;
+  return {
+    file,
+    handle,
+    logger,
+    checks,
+    creates,
+    sample: (login) => sampled.add(login),
+    created(login) {
+      const known = at.get(login);
+      if (known !== undefined) return Promise.resolve(known);
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error(`${login} was not created within ${CREATED_TIMEOUT / 1000}s`)),
+          CREATED_TIMEOUT,
+        );
+        waiting.set(login, (t) => {
+          clearTimeout(timer);
+          waiting.delete(login);
+          resolve(t);
+        });
+      });
+    },
+  };
+}
+
+/** Whether, right at the `created` action, the role and its database are there and the password works. */
+async function crossCheck(
+  server: PostgresServer,
+  file: ContributionsFile,
+  login: string,
+): Promise<string | null> {
+  const rows = await server.query<{ login: boolean; owner: string | null }>(
+    `SELECT r.rolcanlogin AS login, (SELECT pg_catalog.pg_get_userbyid(d.datdba) FROM pg_catalog.pg_database d
+        WHERE d.datname = r.rolname) AS owner FROM pg_catalog.pg_roles r WHERE r.rolname = $1`,
+    [login],
+  );
+  const row = rows[0];
+  if (!row) return `${login}: no role at its created action`;
+  if (!row.login) return `${login}: role cannot log in at its created action`;
+  if (row.owner !== login) return `${login}: database missing or not owned by it at its created action`;
+  const client = new pg.Client({
+    host: server.host,
+    port: server.port,
+    user: login,
+    password: file.passwordOf(login),
+    database: login,
+  });
+  client.on("error", () => {});
+  try {
+    await client.connect();
+  } catch (err) {
+    return `${login}: cannot log in with its password (${err instanceof Error ? err.message : String(err)})`;
+  } finally {
+    await client.end().catch(() => {});
+  }
+  return null;
+}
+
+/** How many consumers are active, and how many are anything else (none should be). */
+function tally(handle: ProvisionerHandle): { active: number; other: number } {
+  const consumers = handle.status().consumers;
+  const active = consumers.filter((c) => c.state === "active").length;
+  return { active, other: consumers.length - active };
+}
+
+async function settleChecks(loop: Loop): Promise<{ ok: number; problems: string[] }> {
+  const results = await Promise.all(loop.checks);
+  const problems = results.filter((r): r is string => r !== null);
+  return { ok: results.length - problems.length, problems };
+}
+
+runBench("convergence", async () => {
+  const changes = envInt("MESH_BENCH_CHANGES", 200);
+  const baselineChanges = envInt("MESH_BENCH_BASELINE_CHANGES", 20);
+  const samples = 10;
+
+  say("convergence: starting a private PostgreSQL");
+  const server = await startPostgres();
+  onCleanup(() => server.stop());
+  const adminUrl = await server.createAdmin("mesh_admin");
+
+  // ---- watching on: one change at a time, each after a short random pause ----
+  say(`convergence: ${changes} changes with the harness watching (every 5 s as the safety net)`);
+  const watching = await startLoop(server, adminUrl, "bench-watch", true);
+  const watchLatencies: number[] = [];
+  const watchNoticed: number[] = [];
+  const watchCreate: number[] = [];
+  const started = now();
+  for (let i = 0; i < changes; i++) {
+    const login = loginOf("w", i, 4);
+    if (i % Math.max(1, Math.floor(changes / samples)) === 0) watching.sample(login);
+    const renamedAt = await watching.file.add([login]);
+    watchLatencies.push((await watching.created(login)) - renamedAt);
+    const c = watching.creates.get(login);
+    if (c) {
+      watchNoticed.push(c.startedAt - renamedAt);
+      watchCreate.push(c.tookMs);
+    }
+    if ((i + 1) % 50 === 0) say(`convergence: ${i + 1}/${changes} changes converged`);
+    // A random pause, so changes fall anywhere relative to the periodic pass and its checks.
+    await sleep(Math.random() * 250);
+  }
+  const watchWall = now() - started;
+  const watchChecks = await settleChecks(watching);
+  const watchHeld = tally(watching.handle);
+  await watching.handle.stop();
+
+  // ---- baseline: watching off, changes at random moments, only the periodic pass notices ----
+  say(`convergence: baseline, ${baselineChanges} changes with watching off (the 5 s periodic pass only)`);
+  const polling = await startLoop(server, adminUrl, "bench-poll", false);
+  const pending: { login: string; renamedAt: number }[] = [];
+  for (let i = 0; i < baselineChanges; i++) {
+    await sleep(500 + Math.random() * 3000);
+    const login = loginOf("p", i, 4);
+    if (i % Math.max(1, Math.floor(baselineChanges / 4)) === 0) polling.sample(login);
+    pending.push({ login, renamedAt: await polling.file.add([login]) });
+  }
+  const pollLatencies: number[] = [];
+  const pollNoticed: number[] = [];
+  const pollCreate: number[] = [];
+  for (const { login, renamedAt } of pending) {
+    pollLatencies.push((await polling.created(login)) - renamedAt);
+    const c = polling.creates.get(login);
+    if (c) {
+      pollNoticed.push(c.startedAt - renamedAt);
+      pollCreate.push(c.tookMs);
+    }
+  }
+  const pollChecks = await settleChecks(polling);
+  const pollHeld = tally(polling.handle);
+  await polling.handle.stop();
+
+  const w = summarize(watchLatencies);
+  const p = summarize(pollLatencies);
+  const row = (name: string, s: Summary): (string | number)[] => [
+    name,
+    s.n,
+    fmtMs(s.min),
+    fmtMs(s.p50),
+    fmtMs(s.p90),
+    fmtMs(s.p99),
+    fmtMs(s.max),
+  ];
+  const part = (mode: string, what: string, values: readonly number[]): string[] => {
+    const s = summarize(values);
+    return [mode, what, fmtMs(s.p50), fmtMs(s.p99), fmtMs(s.max)];
+  };
+  const problems = [...watchChecks.problems, ...pollChecks.problems];
+  const complaints = [...watching.logger.errors, ...polling.logger.errors];
+  printResult(
+    "convergence",
+    [
+      "time from the contributions file's rename to the consumer's `created` action (role + database exist);",
+      "PostgreSQL 15 private server, non-superuser admin, harness defaults (every 5 s, verify every 60 s).",
+      "",
+      table(
+        ["mode", "changes", "min", "p50", "p90", "p99", "max"],
+        [row("watching (default)", w), row("baseline: periodic pass only", p)],
+      ),
+      "",
+      "the same waits split: rename → create() begins (noticing, settling, the pass, the lock), and create() itself:",
+      table(
+        ["mode", "part", "p50", "p99", "max"],
+        [
+          part("watching", "rename → create begins", watchNoticed),
+          part("watching", "create()", watchCreate),
+          part("baseline", "rename → create begins", pollNoticed),
+          part("baseline", "create()", pollCreate),
+        ],
+      ),
+      "",
+      `ratio baseline/watching: p50 ${fmtRatio(p.p50 / w.p50)}, p99 ${fmtRatio(p.p99 / w.p99)}`,
+      `watching run: ${changes} changes in ${fmtMs(watchWall)}; ${watchHeld.active} consumers active at the end, ` +
+        `${watchHeld.other} in any other state (every one stays in the file; none may retire)`,
+      `baseline run: ${pollHeld.active} consumers active at the end, ${pollHeld.other} in any other state`,
+      `cross-check at the created action (catalog + login with the password): ` +
+        `${watchChecks.ok + pollChecks.ok}/${watching.checks.length + polling.checks.length} ok` +
+        (problems.length > 0 ? `; PROBLEMS: ${problems.join("; ")}` : ""),
+      `harness errors: ${complaints.length}${complaints.length > 0 ? ` (first: ${complaints[0]})` : ""}`,
+    ].join("\n"),
+  );
+  if (problems.length > 0 || watchHeld.active !== changes || pollHeld.active !== baselineChanges) {
+    process.exitCode = 1;
+  }
+});
