@@ -1,23 +1,12 @@
 import type { FailureClass } from "./adapter.ts";
+import { redactSecrets } from "./redact.ts";
 
 const MOST = 300;
 
-/** `text` with every form of each secret (raw, query- and path-escaped) replaced by `***`. */
-export function scrubText(text: string, secrets: Iterable<string>): string {
-  let out = text;
-  for (const secret of secrets) {
-    if (secret === "") continue;
-    const query = new URLSearchParams({ s: secret }).toString().slice(2);
-    const forms = new Set([secret, encodeURIComponent(secret), encodeURI(secret), query]);
-    for (const form of forms) out = out.split(form).join("***");
-  }
-  return out;
-}
-
 /** An error's text (its message, or what it is), scrubbed of `secrets` and clipped to a status line. */
-export function describeError(err: unknown, secrets: Iterable<string>): string {
+export function describeError(err: unknown, secrets: readonly string[]): string {
   const text = err instanceof Error ? `${err.message}` : String(err);
-  return clip(scrubText(text, secrets));
+  return clip(redactSecrets(text, secrets));
 }
 
 /** Keeps a message to what belongs in a status line. */
