@@ -220,7 +220,7 @@ describe("rule 4: verify about once a minute, re-apply what is lost, with a brak
         f.adapter.hang.add("alpha");
         f.adapter.calls.length = 0;
         f.clock.advance(60_000);
-        await new Promise((r) => setTimeout(r, 50));
+        while (f.adapter.count("holds", "alpha") === 0) await new Promise((r) => setTimeout(r, 5));
         f.clock.advance(30_000); // the holds timeout
         await f.handle.idle();
         assert.equal(f.adapter.count("holds", "alpha"), 1);
@@ -304,11 +304,12 @@ describe("rule 5: one consumer's failure never stops the others", () => {
       f.adapter.hang.add("slow");
       await f.ask(["slow", "alpha", "beta"]);
       f.clock.advance(5_000);
-      await new Promise((r) => setTimeout(r, 100));
-      assert.ok(
-        f.adapter.backend.has("alpha") && f.adapter.backend.has("beta"),
-        "others made while slow hangs",
-      );
+      // Others are made while slow hangs.
+      while (!(f.adapter.backend.has("alpha") && f.adapter.backend.has("beta"))) {
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      assert.equal(f.adapter.backend.has("slow"), false);
+      while (f.adapter.count("create", "slow") === 0) await new Promise((r) => setTimeout(r, 5));
       f.clock.advance(60_000); // the create timeout
       await f.handle.idle();
       assert.equal(f.stateOf("slow"), "failing");
@@ -622,7 +623,7 @@ describe("rule 10: tools and passes never interleave", () => {
       f.adapter.hang.add("gamma");
       await f.ask(["alpha", "gamma"]);
       f.clock.advance(5_000); // a pass starts and hangs in gamma's create
-      await new Promise((r) => setTimeout(r, 50));
+      while (f.adapter.count("create", "gamma") === 0) await new Promise((r) => setTimeout(r, 5));
       let deleted = false;
       const del = f.handle.cleanupDelete("beta", "ana").then(() => (deleted = true));
       await new Promise((r) => setTimeout(r, 50));
