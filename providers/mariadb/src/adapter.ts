@@ -396,16 +396,22 @@ export class MariadbAdapter implements Adapter {
     return facts;
   }
 
-  /** Whether the user's rights are exactly ALL on its one database, and nothing else. */
-  #grantsExact(f: Facts, db: string): boolean {
-    if (f.otherGrants !== 0 || (f.user?.access ?? 0) !== 0 || f.dbGrants.length !== 1) return false;
-    const row = f.dbGrants[0]!;
-    if (row.Db !== grantPattern(db)) return false;
+  /**
+   * How the user's rights stand against ALL on its one database and nothing else: `exact`,
+   * `missing` (short of it, nothing beyond: a GRANT adds what lacks) or `extra` (something beyond
+   * it: everything is revoked and granted again).
+   */
+  #grantState(f: Facts, db: string): "exact" | "missing" | "extra" {
+    const pattern = grantPattern(db);
+    if (f.otherGrants !== 0 || (f.user?.access ?? 0) !== 0) return "extra";
+    if (f.dbGrants.some((row) => row.Db !== pattern)) return "extra";
+    const row = f.dbGrants[0];
+    if (row === undefined) return "missing";
+    if (row.Grant_priv !== "N") return "extra";
     for (const [column, value] of Object.entries(row)) {
-      if (!column.endsWith("_priv")) continue;
-      if (value !== (column === "Grant_priv" ? "N" : "Y")) return false;
+      if (column.endsWith("_priv") && column !== "Grant_priv" && value !== "Y") return "missing";
     }
-    return true;
+    return "exact";
   }
 
   #passwordExact(user: UserPriv, hash: string): boolean {
@@ -429,7 +435,7 @@ export class MariadbAdapter implements Adapter {
       user.account_locked !== true &&
       this.#passwordExact(user, hash) &&
       f.schemaExists(db) &&
-      this.#grantsExact(f, db)
+      this.#grantState(f, db) === "exact"
     );
   }
 
@@ -481,6 +487,7 @@ export class MariadbAdapter implements Adapter {
     if (this.#holdsFrom(f, db, hash)) return;
 
     const user: SqlValue[] = [login, "%"];
+    const comingBack = f.mark?.state === "retired";
     if (f.mark === undefined) {
       await this.#run(`INSERT INTO ${this.#marks} (login, instance, db, state) VALUES (?, ?, ?, 'active')`, [
         login,
@@ -489,20 +496,28 @@ export class MariadbAdapter implements Adapter {
       ]);
     }
     signal.throwIfAborted();
-    // Made locked: nobody logs in until the password, database and grants are all in place.
-    await this.#run(
-      "CREATE USER IF NOT EXISTS ?@? IDENTIFIED BY PASSWORD ? ACCOUNT LOCK",
-      [...user, hash],
-      hash,
-    );
-    await this.#run("CREATE DATABASE IF NOT EXISTS ?? CHARACTER SET utf8mb4", [db]);
+    // Only what is not as it should be is written. A consumer coming back stays locked until its
+    // password and grants are in place; a new one has no rights until its grant, so it need not be.
+    if (f.user === undefined) {
+      await this.#run(
+        `CREATE USER IF NOT EXISTS ?@? IDENTIFIED BY PASSWORD ?${comingBack ? " ACCOUNT LOCK" : ""}`,
+        [...user, hash],
+        hash,
+      );
+    }
+    if (!f.schemaExists(db)) await this.#run("CREATE DATABASE IF NOT EXISTS ?? CHARACTER SET utf8mb4", [db]);
     signal.throwIfAborted();
-    if (!this.#grantsExact(f, db)) {
-      await this.#run("REVOKE ALL PRIVILEGES, GRANT OPTION FROM ?@?", user);
+    const grants = this.#grantState(f, db);
+    if (grants === "extra") await this.#run("REVOKE ALL PRIVILEGES, GRANT OPTION FROM ?@?", user);
+    if (grants !== "exact") {
       await this.#run(`GRANT ALL PRIVILEGES ON ${mysql.escapeId(grantPattern(db))}.* TO ?@?`, user);
     }
-    await this.#run("ALTER USER ?@? IDENTIFIED BY PASSWORD ? ACCOUNT UNLOCK", [...user, hash], hash);
-    if (f.mark?.state !== "active") {
+    const userRight =
+      f.user !== undefined && f.user.account_locked !== true && this.#passwordExact(f.user, hash);
+    if (!userRight && (f.user !== undefined || comingBack)) {
+      await this.#run("ALTER USER ?@? IDENTIFIED BY PASSWORD ? ACCOUNT UNLOCK", [...user, hash], hash);
+    }
+    if (comingBack) {
       await this.#run(
         `UPDATE ${this.#marks} SET state = 'active', retired_at = NULL, why = NULL WHERE login = ? AND instance = ?`,
         [login, this.#config.instance],

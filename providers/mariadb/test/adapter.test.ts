@@ -211,6 +211,17 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
     assert.equal(await canLoginAs(server, p.as, p.password), true);
   });
 
+  void it("sends no write when create finds everything as it should be", async () => {
+    let pool: RecordingPool | undefined;
+    const a = adapter("test", (pl) => (pool = pl));
+    const p = provision("in_place", "pw-in-place");
+    await a.create(p, never);
+    pool!.sent.length = 0;
+    await a.create(p, never);
+    assert.ok(pool!.sent.length > 0);
+    for (const statement of pool!.sent) assert.match(statement, /^SELECT /, statement);
+  });
+
   void it("checks any number of consumers with the same number of queries", async () => {
     let pool: RecordingPool | undefined;
     const a = adapter("test", (pl) => (pool = pl));
