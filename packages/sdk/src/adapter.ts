@@ -43,7 +43,8 @@ export interface Deleted {
 }
 
 /** The classes a failure is reported with: what a person reading `status` needs first. */
-export type FailureClass = "credentials-rejected" | "unreachable" | "secret-unreadable" | "refused" | (string & {});
+export type FailureClass =
+  "credentials-rejected" | "unreachable" | "secret-unreadable" | "refused" | (string & {});
 
 /**
  * The only code a provider module writes. Every method may throw; the harness classifies, scrubs
