@@ -4,7 +4,7 @@
  * ```ts
  * import { startPostgres } from "@mesh/testkit";
  * const pg = await startPostgres();
- * // pg.adminUrl is a superuser URL on a free loopback port, scram-sha-256 on
+ * const adminUrl = await pg.createAdmin("mesh_admin"); // CREATEROLE + CREATEDB only, scram-sha-256 on
  * await pg.stop();
  * ```
  */

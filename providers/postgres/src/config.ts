@@ -2,7 +2,7 @@
 // (naming where the URL came from) before any connection is tried.
 
 import { readFileSync } from "node:fs";
-import type { Logger } from "@mesh/sdk";
+import { redactUrl, type Logger } from "@mesh/sdk";
 
 /** Where the admin URL is read from when no flag gives it. */
 export const ADMIN_URL_ENV = "MESH_POSTGRES_URL";
@@ -54,25 +54,10 @@ export class PostgresConfigError extends Error {
   }
 }
 
-/**
- * The URL with its password replaced, for messages; undefined when it is not a URL at all (then
- * nothing of it is shown, in case the whole string is a secret pasted in the wrong place).
- */
-export function redactUrl(raw: string): string | undefined {
-  try {
-    const url = new URL(raw);
-    if (url.password !== "") url.password = "***";
-    return url.toString();
-  } catch {
-    return undefined;
-  }
-}
-
 function badUrl(raw: string, why: string, cause?: unknown): PostgresConfigError {
-  const shown = redactUrl(raw.trim());
   return new PostgresConfigError(
     "adminUrl",
-    `the Postgres admin URL${shown === undefined ? "" : ` ${JSON.stringify(shown)}`} ${why}; give ` +
+    `the Postgres admin URL ${JSON.stringify(redactUrl(raw.trim()))} ${why}; give ` +
       `postgresql://<admin>:<password>@<host>:<port>/<database> with --admin-url or ${ADMIN_URL_ENV}`,
     cause === undefined ? undefined : { cause },
   );
