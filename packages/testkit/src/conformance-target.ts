@@ -35,6 +35,12 @@ export interface TargetServer {
   readonly hostileValues: readonly Readonly<Record<string, unknown>>[];
   /** Values a plain consumer asks for (for example `{}`). */
   readonly plainValues: Readonly<Record<string, unknown>>;
+  /** Stops the server, keeping its data, for tests of a backend that goes away (optional). */
+  halt?(): Promise<void>;
+  /** Starts a halted server again where it was (optional, with `halt`). */
+  resume?(): Promise<void>;
+  /** Restarts the server with nothing kept that it does not persist (Redis without an ACL file). */
+  restartEmpty?(): Promise<void>;
   /** Stops the server and removes its files. */
   stop(): Promise<void>;
 }

@@ -153,6 +153,8 @@ export const target: ConformanceTarget = {
       },
       hostileValues: HOSTILE_VALUES,
       plainValues: {},
+      halt: () => server.halt(),
+      resume: () => server.resume(),
       async stop() {
         await root.end().catch(() => {});
         await server.stop();

@@ -139,6 +139,8 @@ export async function startTargetServer(): Promise<TargetServer & { pg: Postgres
       { extensions: [{}] },
     ],
     plainValues: {},
+    halt: () => server.halt(),
+    resume: () => server.resume(),
     stop: () => server.stop(),
   };
 }
