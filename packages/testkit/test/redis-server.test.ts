@@ -46,9 +46,9 @@ void describe("startRedis", () => {
     const password = adminPassword(server);
     assert.equal(await cli(server, "admin", password, "CONFIG", "GET", "save"), "save");
     assert.equal(await cli(server, "admin", password, "CONFIG", "GET", "appendonly"), "appendonly\nno");
-    assert.ok(server.aclFile);
+    assert.ok(server.aclFile, "an ACL file is configured");
     const acl = await readFile(server.aclFile, "utf8");
-    assert.ok(!acl.includes(password));
+    assert.ok(!acl.includes(password), "the ACL file holds no plaintext password");
     assert.match(acl, /^user admin on #[0-9a-f]{64}/m);
   });
 
@@ -82,14 +82,14 @@ void describe("startRedis", () => {
         sawDown = true;
       },
     });
-    assert.ok(sawDown);
+    assert.ok(sawDown, "whileDown ran");
     assert.equal(await cli(server, "admin", password, "PING"), "PONG");
     assert.match(await cli(server, "gone", "pw", "PING"), /WRONGPASS|NOAUTH/);
   });
 
   void it("stops idempotently and removes its directory", async () => {
     const server = await startRedis({ aclFile: true });
-    assert.ok(server.aclFile);
+    assert.ok(server.aclFile, "an ACL file is configured");
     const dir = dirname(server.aclFile);
     await server.stop();
     await server.stop();
@@ -104,7 +104,7 @@ void describe("startRedis", () => {
     process.env["PATH"] = empty;
     try {
       await assert.rejects(startRedis(), (err: unknown) => {
-        assert.ok(err instanceof RedisNotFoundError);
+        assert.ok(err instanceof RedisNotFoundError, "the error says redis-server is missing");
         assert.equal(err.message, "redis-server not found on PATH; install the Debian package redis-server");
         return true;
       });

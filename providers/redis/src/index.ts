@@ -1,1 +1,26 @@
-export {};
+/**
+ * @mesh/provider-redis: the `redis-namespace` provider. Each consumer gets a Redis ACL user under the
+ * login the mesh derived, with the password it minted, confined to the keys and channels `<login>:*`.
+ *
+ * ```ts
+ * import { runProvisioner } from "@mesh/sdk";
+ * import { createRedisAdapter } from "@mesh/provider-redis";
+ * const adapter = createRedisAdapter({ adminUrl: process.env.MESH_REDIS_URL ?? "", instance: "main" });
+ * const handle = runProvisioner("redis-namespace", adapter, { receives: "/run/mesh/redis-namespace.json" });
+ * ```
+ */
+import type { ProviderModule } from "@mesh/sdk";
+import { createRedisAdapter } from "./adapter.ts";
+import { ADMIN_URL_ENV } from "./config.ts";
+
+export * from "./adapter.ts";
+export * from "./config.ts";
+
+/** How `mesh provider redis` finds and starts this provider. */
+export const provider: ProviderModule = {
+  name: "redis",
+  interface: "redis-namespace",
+  adminUrlEnv: ADMIN_URL_ENV,
+  adminUrlExample: "redis://mesh-admin:<password>@127.0.0.1:6379",
+  createAdapter: ({ adminUrl, instance, logger }) => createRedisAdapter({ adminUrl, instance, logger }),
+};

@@ -1,0 +1,730 @@
+// The redis-namespace adapter: one ACL user per consumer, named exactly as the mesh derived it, with
+// the minted password, confined to the keys and channels under `<login>:`.
+//
+// Where the mark lives: beside each consumer's ACL user this adapter keeps a second, disabled ACL user
+// `_mesh:<instance>:<login>` with no password and no commands, whose single key pattern carries the
+// mark (state, when and why retired, what was derived) as base64url JSON. The mark thus lives exactly
+// as long as the ACL user it describes: both are saved by ACL SAVE and both are lost together on a
+// Redis without an ACL file, whereas a mark kept as a key would outlive or predecease the users
+// depending on how the server persists data, leaving users that look made by someone else. No
+// consumer can read it (ACL GETUSER/LIST are admin commands) and no login can collide with the name.
+
+import { createHash } from "node:crypto";
+import { Redis } from "ioredis";
+import {
+  assertLogin,
+  consoleLogger,
+  isValidLogin,
+  type Adapter,
+  type Deleted,
+  type FailureClass,
+  type InventoryEntry,
+  type Logger,
+  type Provision,
+  type Retired,
+} from "@mesh/sdk";
+import {
+  CONSUMER_COMMAND_RULES,
+  resolveRedisConfig,
+  type RedisAdapterConfig,
+  type ResolvedRedisConfig,
+} from "./config.ts";
+
+/** One queued batch of commands (a pipeline or a MULTI), as the adapter uses it. */
+export interface RedisBatch {
+  call(command: string, ...args: (string | number)[]): RedisBatch;
+  exec(): Promise<[error: Error | null, result: unknown][] | null>;
+}
+
+/** The slice of an ioredis client the adapter uses; a fake or a counting wrapper can stand in. */
+export interface RedisClient {
+  readonly status: string;
+  connect(): Promise<void>;
+  call(command: string, ...args: (string | number)[]): Promise<unknown>;
+  pipeline(): RedisBatch;
+  multi(): RedisBatch;
+  duplicate(): RedisClient;
+  quit(): Promise<unknown>;
+  disconnect(): void;
+  on(event: "error", listener: (err: Error) => void): unknown;
+  on(event: "ready" | "end", listener: () => void): unknown;
+}
+
+/** The ACL user exists but carries no mark of this instance: made by a person or another provider. */
+export class RedisLoginNotOursError extends Error {
+  override name = "RedisLoginNotOursError";
+  constructor(
+    readonly login: string,
+    readonly instance: string,
+  ) {
+    super(
+      `Redis ACL user ${JSON.stringify(login)} exists but was not made by mesh provider instance ` +
+        `${JSON.stringify(instance)} (it carries no mark of this instance), so it is left untouched; ` +
+        `give the consumer another name, or remove the user by hand (ACL DELUSER) if nobody needs it`,
+    );
+  }
+}
+
+/** `delete` was asked for a login this instance never made (or whose mark is gone). */
+export class RedisConsumerNotFoundError extends Error {
+  override name = "RedisConsumerNotFoundError";
+  constructor(
+    readonly login: string,
+    readonly instance: string,
+  ) {
+    super(
+      `no Redis consumer ${JSON.stringify(login)} made by mesh provider instance ${JSON.stringify(instance)}: ` +
+        `nothing deleted; see the retired consumers with \`cleanup list\``,
+    );
+  }
+}
+
+/** `delete` was asked for a consumer that is not retired; only a retired one is ever deleted. */
+export class RedisConsumerNotRetiredError extends Error {
+  override name = "RedisConsumerNotRetiredError";
+  constructor(
+    readonly login: string,
+    why: string,
+  ) {
+    super(
+      `Redis consumer ${JSON.stringify(login)} is not retired (${why}): nothing deleted; only a retired ` +
+        `consumer can be deleted`,
+    );
+  }
+}
+
+/** The server cannot be talked to right now: it is down, or it refused the admin's login. */
+export class RedisConnectionError extends Error {
+  override name = "RedisConnectionError";
+  /** Whether the server answered but refused the admin's user or password. */
+  readonly loginRefused: boolean;
+  constructor(
+    readonly endpoint: string,
+    options: { cause: unknown },
+  ) {
+    const why = messageOf(options.cause);
+    const loginRefused = /\b(WRONGPASS|NOAUTH)\b/.test(why);
+    super(
+      loginRefused
+        ? `Redis at ${endpoint} refused the admin's login (${why}); check the user and password in the admin URL`
+        : `Redis at ${endpoint} cannot be reached (${why}); calls fail until it answers again, and the ` +
+            `connection is retried in the background`,
+      options,
+    );
+    this.loginRefused = loginRefused;
+  }
+}
+
+/** A command of a change failed; the message says which step, the cause says what Redis answered. */
+export class RedisCommandError extends Error {
+  override name = "RedisCommandError";
+  constructor(
+    readonly login: string,
+    readonly step: string,
+    options: { cause: unknown },
+  ) {
+    super(
+      `Redis refused to ${step} for consumer ${JSON.stringify(login)}: ${messageOf(options.cause)}`,
+      options,
+    );
+  }
+}
+
+/** What a mark says, in the backend, about one consumer this instance made. */
+interface Mark {
+  readonly state: "active" | "retired";
+  readonly derived: Readonly<Record<string, unknown>>;
+  readonly retiredAt?: string | undefined;
+  readonly why?: string | undefined;
+}
+
+/** An ACL user as ACL GETUSER or ACL LIST describes it, in one shape for both. */
+interface AclUser {
+  readonly enabled: boolean;
+  readonly nopass: boolean;
+  readonly passwords: readonly string[];
+  readonly keys: readonly string[];
+  readonly channels: readonly string[];
+  /** The command rules, sorted: Redis writes them in an order that is not even stable between runs. */
+  readonly commands: readonly string[];
+  readonly selectors: number;
+  /** A rule this parser does not know: never taken as held. */
+  readonly unknown: boolean;
+}
+
+/** What is learnt from the server once, on the first call. */
+interface ServerFacts {
+  /** Whether the server has an ACL file, so each change is followed by ACL SAVE. */
+  readonly savesAcl: boolean;
+  /** CONSUMER_COMMAND_RULES as this server writes them back (it drops redundant rules), sorted. */
+  readonly commands: readonly string[];
+}
+
+const MARK_PREFIX = "_mesh";
+const PROBE_PREFIX = "_mesh-probe";
+const SCAN_COUNT = 500;
+const WHY_LIMIT = 1_000;
+
+/**
+ * Makes the `redis-namespace` adapter for one Redis server. Connects lazily; a server that is down
+ * makes calls fail at once (class `unreachable`) and is reconnected to in the background.
+ * @throws RedisConfigError when the admin URL or the instance name cannot be used.
+ */
+export function createRedisAdapter(config: RedisAdapterConfig): RedisNamespaceAdapter {
+  const resolved = resolveRedisConfig(config);
+  const client = new Redis(resolved.adminUrl, {
+    lazyConnect: true,
+    // Fail fast while the server is away instead of queueing calls that would hang the harness's pass;
+    // the harness retries, and ioredis reconnects in the background.
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    connectTimeout: resolved.connectTimeoutMs,
+    commandTimeout: resolved.commandTimeoutMs,
+    retryStrategy: (attempt) => Math.min(attempt * 200, 2_000),
+  });
+  return new RedisNamespaceAdapter(client, resolved, config.logger ?? consoleLogger);
+}
+
+/** The `redis-namespace` adapter over a client the caller made. `close()` closes that client. */
+export class RedisNamespaceAdapter implements Adapter {
+  private facts: Promise<ServerFacts> | undefined;
+  private connecting: Promise<void> | undefined;
+  private warnedNoAclFile = false;
+  /** Why the connection last failed; cleared when it is ready again. */
+  private lastError: Error | undefined;
+
+  constructor(
+    private readonly client: RedisClient,
+    private readonly config: ResolvedRedisConfig,
+    private readonly logger: Logger,
+  ) {
+    // An unhandled 'error' event would end the process; a connection error is said once per outage.
+    client.on("error", (err) => {
+      const first = this.lastError === undefined;
+      this.lastError = err;
+      if (first) this.logger.warn(new RedisConnectionError(config.endpoint, { cause: err }).message);
+    });
+    client.on("ready", () => {
+      if (this.lastError === undefined) return;
+      this.lastError = undefined;
+      this.logger.info(`Redis at ${config.endpoint} answers again`);
+    });
+  }
+
+  /**
+   * Creates or repairs the consumer's ACL user, re-enabling a retired one and clearing its mark;
+   * writes nothing when all is already in place.
+   * @throws RedisLoginNotOursError when a user of that name exists without this instance's mark.
+   */
+  async create(p: Provision, signal: AbortSignal): Promise<void> {
+    const login = assertLogin(p.as);
+    const facts = await this.serverFacts();
+    signal.throwIfAborted();
+    const [user, mark] = await this.readUser(login);
+    if (user !== undefined && mark === undefined)
+      throw new RedisLoginNotOursError(login, this.config.instance);
+    // Nothing to write when all is in place: no ACL change, and no ACL SAVE rewriting the file.
+    const inPlace =
+      isHeld(user, mark, login, p.password, facts.commands) &&
+      JSON.stringify(mark?.derived) === JSON.stringify(p.derived);
+    if (inPlace) return;
+    signal.throwIfAborted();
+    // The mark and the user change in one transaction, so nobody sees one without the other.
+    const batch = this.client
+      .multi()
+      .call("ACL", "SETUSER", this.markName(login), ...markRules({ state: "active", derived: p.derived }))
+      .call("ACL", "SETUSER", login, ...consumerRules(login, p.password));
+    await execChecked(batch, login, "write the consumer's ACL user and mark");
+    await this.save(facts, login);
+  }
+
+  /** Whether the consumer's ACL user is on, with exactly its password, patterns, commands and an active mark. */
+  async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
+    const login = assertLogin(p.as);
+    const facts = await this.serverFacts();
+    signal.throwIfAborted();
+    const [user, mark] = await this.readUser(login);
+    return isHeld(user, mark, login, p.password, facts.commands);
+  }
+
+  /** `holds` for many consumers with one ACL LIST, however many they are. */
+  async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
+    const facts = await this.serverFacts();
+    signal.throwIfAborted();
+    const users = await this.listUsers();
+    const answers = new Map<string, boolean | Error>();
+    for (const p of ps) {
+      if (!isValidLogin(p.as)) {
+        answers.set(p.as, new Error(`login ${JSON.stringify(p.as)} is not valid; it was not checked`));
+        continue;
+      }
+      const markUser = users.get(this.markName(p.as));
+      const mark = markUser === undefined ? undefined : decodeMark(markUser);
+      answers.set(p.as, isHeld(users.get(p.as), mark, p.as, p.password, facts.commands));
+    }
+    return answers;
+  }
+
+  /** Turns the consumer's ACL user off, ends its connections and marks it retired. Keys stay. */
+  async retire(as: string, derived: Readonly<Record<string, unknown>>, why: string, at: Date): Promise<void> {
+    const login = assertLogin(as);
+    const facts = await this.serverFacts();
+    const [user, mark] = await this.readUser(login);
+    if (user !== undefined && mark === undefined)
+      throw new RedisLoginNotOursError(login, this.config.instance);
+    // With no user left (a Redis restarted without an ACL file) the mark is still written: it is
+    // what lets a person find and delete the keys the consumer left behind.
+    const retiredMark: Mark = {
+      state: "retired",
+      derived: Object.keys(derived).length > 0 ? derived : (mark?.derived ?? {}),
+      retiredAt: at.toISOString(),
+      why: why.slice(0, WHY_LIMIT),
+    };
+    const batch = this.client.multi().call("ACL", "SETUSER", this.markName(login), ...markRules(retiredMark));
+    if (user !== undefined) batch.call("ACL", "SETUSER", login, "off");
+    await execChecked(batch, login, "turn the consumer's ACL user off and mark it retired");
+    if (user !== undefined) {
+      // Turning a user off does not end the connections it already has.
+      try {
+        await this.client.call("CLIENT", "KILL", "USER", login);
+      } catch (err) {
+        if (!/no such user/i.test(messageOf(err)))
+          throw new RedisCommandError(login, "end its connections", { cause: err });
+      }
+    }
+    await this.save(facts, login);
+  }
+
+  /** The consumers this instance made, read from its marks with one ACL LIST. */
+  async inventory(): Promise<InventoryEntry[]> {
+    await this.serverFacts();
+    const prefix = `${MARK_PREFIX}:${this.config.instance}:`;
+    const entries: InventoryEntry[] = [];
+    for (const [name, user] of await this.listUsers()) {
+      if (!name.startsWith(prefix)) continue;
+      const login = name.slice(prefix.length);
+      if (!isValidLogin(login)) continue;
+      const mark = decodeMark(user);
+      if (mark === undefined) {
+        this.logger.warn(
+          `the mark ${name} on Redis at ${this.config.endpoint} cannot be read; ${login} is left out`,
+        );
+        continue;
+      }
+      entries.push({
+        as: login,
+        state: mark.state,
+        derived: mark.derived,
+        retiredAt: mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt),
+        why: mark.why,
+      });
+    }
+    return entries.sort((a, b) => a.as.localeCompare(b.as));
+  }
+
+  /**
+   * Deletes a retired consumer: its keys in every database (scanned, never KEYS; unlinked in
+   * batches, never blocking), then its ACL user and mark. Reports the memory its keys used.
+   * @throws RedisConsumerNotFoundError, RedisLoginNotOursError or RedisConsumerNotRetiredError, having deleted nothing.
+   */
+  async delete(r: Retired): Promise<Deleted> {
+    const login = assertLogin(r.as);
+    const facts = await this.serverFacts();
+    const [user, mark] = await this.readUser(login);
+    if (mark === undefined) {
+      if (user !== undefined) throw new RedisLoginNotOursError(login, this.config.instance);
+      throw new RedisConsumerNotFoundError(login, this.config.instance);
+    }
+    if (mark.state !== "retired") throw new RedisConsumerNotRetiredError(login, "its mark says active");
+    if (user?.enabled === true)
+      throw new RedisConsumerNotRetiredError(login, "its ACL user was turned on again");
+    const freedBytes = await this.unlinkKeys(login);
+    const batch = this.client.multi();
+    if (user !== undefined) batch.call("ACL", "DELUSER", login);
+    batch.call("ACL", "DELUSER", this.markName(login));
+    await execChecked(batch, login, "delete the consumer's ACL user and mark");
+    await this.save(facts, login);
+    return { freedBytes };
+  }
+
+  /** Whether an ACL user of this name exists at all, made by anyone. */
+  async exists(as: string): Promise<boolean> {
+    const login = assertLogin(as);
+    await this.connected();
+    return (await this.client.call("ACL", "GETUSER", login)) !== null;
+  }
+
+  /** Classes Redis's own answers and this adapter's errors. */
+  classify(err: unknown): FailureClass | undefined {
+    return classifyRedisError(err);
+  }
+
+  /** Closes the connection. */
+  async close(): Promise<void> {
+    if (this.client.status === "wait" || this.client.status === "end") {
+      this.client.disconnect();
+      return;
+    }
+    try {
+      await this.client.quit();
+    } catch {
+      this.client.disconnect();
+    }
+  }
+
+  private markName(login: string): string {
+    return `${MARK_PREFIX}:${this.config.instance}:${login}`;
+  }
+
+  /**
+   * Connects on first use. While the connection is down, fails at once with why it is down rather
+   * than with ioredis's "Stream isn't writeable", which would not tell a wrong admin password from a
+   * server that is gone.
+   */
+  private async connected(): Promise<void> {
+    if (this.client.status === "wait") {
+      this.connecting ??= this.client.connect().finally(() => {
+        this.connecting = undefined;
+      });
+    }
+    if (this.connecting !== undefined) {
+      try {
+        await this.connecting;
+      } catch (err) {
+        throw new RedisConnectionError(this.config.endpoint, { cause: this.lastError ?? err });
+      }
+    }
+    if (this.client.status !== "ready" && this.lastError !== undefined) {
+      throw new RedisConnectionError(this.config.endpoint, { cause: this.lastError });
+    }
+  }
+
+  private serverFacts(): Promise<ServerFacts> {
+    this.facts ??= this.learnServerFacts().catch((err: unknown) => {
+      this.facts = undefined; // asked again on the next call: the server may be back
+      throw err;
+    });
+    return this.facts;
+  }
+
+  private async learnServerFacts(): Promise<ServerFacts> {
+    await this.connected();
+    let aclFile: string | undefined;
+    let unknownWhy: string | undefined;
+    try {
+      const reply = await this.client.call("CONFIG", "GET", "aclfile");
+      aclFile = Array.isArray(reply) && typeof reply[1] === "string" ? reply[1] : "";
+    } catch (err) {
+      if (isConnectionError(err)) throw err;
+      unknownWhy = messageOf(err);
+    }
+    if (aclFile === undefined || aclFile === "") this.warnNoAclFile(unknownWhy);
+
+    // Redis writes a user's command rules back in its own order, dropping what another rule already
+    // covers, and versions differ in which it drops. A throwaway user, made and removed in one transaction so
+    // nobody ever sees it, shows this server's form of the rules every consumer gets.
+    const probe = `${PROBE_PREFIX}:${this.config.instance}`;
+    const replies = await execChecked(
+      this.client
+        .multi()
+        .call("ACL", "SETUSER", probe, "reset", ...CONSUMER_COMMAND_RULES)
+        .call("ACL", "GETUSER", probe)
+        .call("ACL", "DELUSER", probe),
+      probe,
+      "try the consumers' command rules on a throwaway user",
+    );
+    const described = fromGetUser(replies[1]);
+    if (described === undefined)
+      throw new Error(`Redis at ${this.config.endpoint} did not describe ACL user ${probe}`);
+    return { savesAcl: aclFile !== undefined && aclFile !== "", commands: described.commands };
+  }
+
+  private warnNoAclFile(unknownWhy: string | undefined): void {
+    if (this.warnedNoAclFile) return;
+    this.warnedNoAclFile = true;
+    const seen =
+      unknownWhy === undefined
+        ? `Redis at ${this.config.endpoint} has no ACL file (CONFIG GET aclfile is empty)`
+        : `cannot tell whether Redis at ${this.config.endpoint} has an ACL file (CONFIG GET aclfile: ${unknownWhy}); assuming not`;
+    this.logger.warn(
+      `${seen}: the consumers' ACL users and marks live only in memory and are lost when Redis ` +
+        `restarts (active consumers are made again on the next check; retired ones are forgotten). ` +
+        `To keep them, set \`aclfile /etc/redis/users.acl\` in redis.conf (create the file, owned by ` +
+        `the redis user) and restart Redis; this provider then saves every change with ACL SAVE.`,
+    );
+  }
+
+  private async save(facts: ServerFacts, login: string): Promise<void> {
+    if (!facts.savesAcl) return;
+    try {
+      await this.client.call("ACL", "SAVE");
+    } catch (err) {
+      throw new RedisCommandError(
+        login,
+        "save the ACL file (the change is live but would not survive a restart)",
+        {
+          cause: err,
+        },
+      );
+    }
+  }
+
+  /** The consumer's ACL user and this instance's mark for it, in one round trip. */
+  private async readUser(login: string): Promise<[AclUser | undefined, Mark | undefined]> {
+    await this.connected();
+    const replies = await this.client
+      .pipeline()
+      .call("ACL", "GETUSER", login)
+      .call("ACL", "GETUSER", this.markName(login))
+      .exec();
+    const [userReply, markReply] = replies ?? [];
+    if (userReply?.[0]) throw userReply[0];
+    if (markReply?.[0]) throw markReply[0];
+    const markUser = fromGetUser(markReply?.[1]);
+    return [fromGetUser(userReply?.[1]), markUser === undefined ? undefined : decodeMark(markUser)];
+  }
+
+  private async listUsers(): Promise<Map<string, AclUser>> {
+    await this.connected();
+    const reply = await this.client.call("ACL", "LIST");
+    const users = new Map<string, AclUser>();
+    if (!Array.isArray(reply)) return users;
+    for (const line of reply) {
+      if (typeof line !== "string") continue;
+      const parsed = fromAclListLine(line);
+      if (parsed !== undefined) users.set(parsed[0], parsed[1]);
+    }
+    return users;
+  }
+
+  /** Unlinks every `<login>:*` key in every database that has keys; returns the bytes they used. */
+  private async unlinkKeys(login: string): Promise<number> {
+    const info = await this.client.call("INFO", "keyspace");
+    const databases = [...String(info).matchAll(/^db(\d+):keys=/gm)].map((m) => Number(m[1]));
+    if (databases.length === 0) return 0;
+    // A connection of its own, since SELECT would move every other call onto another database.
+    const scanner = this.client.duplicate();
+    scanner.on("error", () => {});
+    let freed = 0;
+    try {
+      await scanner.connect();
+      for (const db of databases) {
+        await scanner.call("SELECT", db);
+        let cursor = "0";
+        do {
+          const reply = await scanner.call("SCAN", cursor, "MATCH", `${login}:*`, "COUNT", SCAN_COUNT);
+          const [next, keys] = reply as [string, string[]];
+          cursor = next;
+          if (keys.length === 0) continue;
+          const sizes = scanner.pipeline();
+          for (const key of keys) sizes.call("MEMORY", "USAGE", key);
+          for (const [err, size] of (await sizes.exec()) ?? []) {
+            if (err === null && typeof size === "number") freed += size;
+          }
+          await scanner.call("UNLINK", ...keys);
+        } while (cursor !== "0");
+      }
+    } finally {
+      scanner.disconnect();
+    }
+    return freed;
+  }
+}
+
+/**
+ * The failure class of an error from Redis or from this adapter: a rejected admin login is
+ * `credentials-rejected`, a server that cannot be reached or answer in time is `unreachable`, and a
+ * refusal (a login not ours, a command the admin may not run) is `refused`.
+ */
+export function classifyRedisError(err: unknown): FailureClass | undefined {
+  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
+    if (e instanceof RedisConnectionError) return e.loginRefused ? "credentials-rejected" : "unreachable";
+    if (
+      e instanceof RedisLoginNotOursError ||
+      e instanceof RedisConsumerNotFoundError ||
+      e instanceof RedisConsumerNotRetiredError
+    ) {
+      return "refused";
+    }
+    const message = messageOf(e);
+    if (/\b(WRONGPASS|NOAUTH)\b/.test(message)) return "credentials-rejected";
+    if (isConnectionError(e)) return "unreachable";
+    if (/^NOPERM\b/.test(message)) return "refused";
+    e = e instanceof Error ? e.cause : undefined;
+  }
+  return undefined;
+}
+
+const NETWORK_CODES = new Set([
+  "ECONNREFUSED",
+  "ETIMEDOUT",
+  "ECONNRESET",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EPIPE",
+  "EAI_AGAIN",
+]);
+
+function isConnectionError(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === "string" && NETWORK_CODES.has(code)) return true;
+  return /Connection is closed|Stream isn't writeable|Command timed out|max retries per request|connect ETIMEDOUT|ECONNREFUSED|ECONNRESET/i.test(
+    messageOf(err),
+  );
+}
+
+/** Runs a batch; the first command that failed becomes a RedisCommandError naming `step`. */
+async function execChecked(batch: RedisBatch, login: string, step: string): Promise<unknown[]> {
+  let replies: [Error | null, unknown][] | null;
+  try {
+    replies = await batch.exec();
+  } catch (err) {
+    if (isConnectionError(err)) throw err;
+    throw new RedisCommandError(login, step, { cause: err });
+  }
+  if (replies === null) throw new RedisCommandError(login, step, { cause: new Error("transaction aborted") });
+  for (const [err] of replies) {
+    if (err !== null) throw new RedisCommandError(login, step, { cause: err });
+  }
+  return replies.map(([, reply]) => reply);
+}
+
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function sha256(password: string): string {
+  return createHash("sha256").update(password, "utf8").digest("hex");
+}
+
+/**
+ * The whole ACL of a consumer, from nothing: `reset` drops any password, pattern, selector or
+ * command someone added by hand, and `resetchannels` undoes `allchannels` on a server whose
+ * acl-pubsub-default grants every channel. The password goes as its SHA-256, so the plaintext never
+ * reaches the server, its ACL file or its logs.
+ */
+function consumerRules(login: string, password: string): string[] {
+  return [
+    "reset",
+    "resetchannels",
+    "on",
+    `#${sha256(password)}`,
+    `~${login}:*`,
+    `&${login}:*`,
+    ...CONSUMER_COMMAND_RULES,
+  ];
+}
+
+/** A mark user: off, no password, no commands; its one key pattern is the mark itself. */
+function markRules(mark: Mark): string[] {
+  const body = JSON.stringify({ v: 1, ...mark });
+  return ["reset", "resetchannels", `~${Buffer.from(body, "utf8").toString("base64url")}`];
+}
+
+function decodeMark(user: AclUser): Mark | undefined {
+  const [pattern] = user.keys;
+  if (user.keys.length !== 1 || pattern === undefined || !pattern.startsWith("~")) return undefined;
+  try {
+    const body: unknown = JSON.parse(Buffer.from(pattern.slice(1), "base64url").toString("utf8"));
+    if (typeof body !== "object" || body === null) return undefined;
+    const { state, derived, retiredAt, why } = body as Record<string, unknown>;
+    if (state !== "active" && state !== "retired") return undefined;
+    return {
+      state,
+      derived: typeof derived === "object" && derived !== null ? (derived as Record<string, unknown>) : {},
+      retiredAt: typeof retiredAt === "string" ? retiredAt : undefined,
+      why: typeof why === "string" ? why : undefined,
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+function isHeld(
+  user: AclUser | undefined,
+  mark: Mark | undefined,
+  login: string,
+  password: string,
+  commands: readonly string[],
+): boolean {
+  if (user === undefined || mark?.state !== "active") return false;
+  return (
+    user.enabled &&
+    !user.nopass &&
+    !user.unknown &&
+    user.selectors === 0 &&
+    user.passwords.length === 1 &&
+    user.passwords[0] === sha256(password) &&
+    sameList(user.keys, [`~${login}:*`]) &&
+    sameList(user.channels, [`&${login}:*`]) &&
+    sameList(user.commands, commands)
+  );
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+function words(text: unknown): string[] {
+  return typeof text === "string" ? text.split(" ").filter((w) => w !== "") : [];
+}
+
+/** Reads ACL GETUSER's reply (field name, value, field name, value...); undefined for no such user. */
+function fromGetUser(reply: unknown): AclUser | undefined {
+  if (!Array.isArray(reply)) return undefined;
+  const fields = new Map<string, unknown>();
+  for (let i = 0; i + 1 < reply.length; i += 2) fields.set(String(reply[i]), reply[i + 1]);
+  const flags = Array.isArray(fields.get("flags")) ? (fields.get("flags") as unknown[]).map(String) : [];
+  const passwords = fields.get("passwords");
+  const selectors = fields.get("selectors");
+  return {
+    enabled: flags.includes("on"),
+    nopass: flags.includes("nopass"),
+    passwords: Array.isArray(passwords) ? passwords.map(String) : [],
+    keys: words(fields.get("keys")),
+    channels: words(fields.get("channels")),
+    commands: words(fields.get("commands")).sort(),
+    selectors: Array.isArray(selectors) ? selectors.length : 0,
+    // Flags that widen a user beyond its patterns; Redis writes them as patterns in ACL LIST.
+    unknown: flags.includes("allkeys") || flags.includes("allchannels") || flags.includes("allcommands"),
+  };
+}
+
+/** Reads one line of ACL LIST (`user <name> <rule> <rule>...`) into the same shape as GETUSER's. */
+function fromAclListLine(line: string): [string, AclUser] | undefined {
+  const tokens = words(line);
+  const [user, name] = tokens;
+  if (user !== "user" || name === undefined) return undefined;
+  let enabled = false;
+  let nopass = false;
+  let unknown = false;
+  let selectors = 0;
+  let inSelector = false;
+  const passwords: string[] = [];
+  const keys: string[] = [];
+  const channels: string[] = [];
+  const commands: string[] = [];
+  for (const token of tokens.slice(2)) {
+    if (inSelector || token.startsWith("(")) {
+      if (!inSelector) selectors++;
+      inSelector = !token.endsWith(")");
+      continue;
+    }
+    if (token === "on") enabled = true;
+    else if (token === "off") enabled = false;
+    else if (token === "nopass") nopass = true;
+    else if (token.startsWith("#")) passwords.push(token.slice(1));
+    else if (token.startsWith("~") || token.startsWith("%")) keys.push(token);
+    else if (token.startsWith("&")) channels.push(token);
+    else if (token.startsWith("+") || token.startsWith("-")) commands.push(token);
+    else if (token === "resetchannels" || token === "sanitize-payload" || token === "skip-sanitize-payload")
+      continue;
+    else unknown = true;
+  }
+  return [
+    name,
+    { enabled, nopass, passwords, keys, channels, commands: commands.sort(), selectors, unknown },
+  ];
+}
