@@ -1,5 +1,6 @@
 // The redis provider as the conformance kit sees it: a private Redis with an ACL file, and the ways to
 // look at it from outside the adapter (as the consumer, as the admin, as someone changing things by hand).
+import { readFile, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { Redis } from "ioredis";
 import type { Logger, Provision } from "@mesh/sdk";
@@ -94,6 +95,8 @@ export const target: ConformanceTarget = {
   async start(): Promise<TargetServer> {
     const server = await startRedis({ aclFile: true });
     const admin = await connectAdmin(server);
+    let resume: (() => void) | undefined;
+    let restarting: Promise<void> | undefined;
     return {
       makeAdapter: (instance) =>
         createRedisAdapter({ adminUrl: server.adminUrl, instance, logger: recordingLogger() }),
@@ -145,6 +148,30 @@ export const target: ConformanceTarget = {
         { name: "nopass on allkeys" },
       ],
       plainValues: {},
+      // Down and back: the server stays stopped from halt() until resume().
+      halt() {
+        let stopped!: () => void;
+        const down = new Promise<void>((resolve) => (stopped = resolve));
+        const back = new Promise<void>((resolve) => (resume = resolve));
+        restarting = server.restart({ whileDown: () => (stopped(), back) });
+        return down;
+      },
+      async resume() {
+        resume?.();
+        await restarting;
+      },
+      // Restarted and emptied: every user but the admin is gone from the ACL file, as from a Redis
+      // that keeps its users nowhere.
+      async restartEmpty() {
+        const aclFile = server.aclFile;
+        if (aclFile === undefined) throw new Error("the conformance Redis runs with an ACL file");
+        await server.restart({
+          async whileDown() {
+            const lines = (await readFile(aclFile, "utf8")).split("\n");
+            await writeFile(aclFile, lines.filter((l) => /^user (admin|default) /.test(l)).join("\n"));
+          },
+        });
+      },
       async stop() {
         admin.disconnect();
         await server.stop();
