@@ -1,0 +1,292 @@
+import { readFile } from "node:fs/promises";
+import { dirname, isAbsolute, join } from "node:path";
+import { z } from "zod";
+import { LineCounter, parseDocument } from "yaml";
+import { loadManifest, ManifestError, type Manifest } from "./manifest.ts";
+import {
+  INTERFACE_PATTERN,
+  INTERFACE_RULE,
+  MODULE_NAME_PATTERN,
+  MODULE_NAME_RULE,
+  NODE_NAME_PATTERN,
+  NODE_NAME_RULE,
+} from "./names.ts";
+import { fieldPath, ownObject, ProblemsError, type Problem } from "./problem.ts";
+import { SourcePositions } from "./source-positions.ts";
+import { keyed, mustBe, strict, text, zodProblems } from "./zod-problems.ts";
+
+/** A machine of the fleet. */
+export interface FleetNode {
+  readonly name: string;
+  /** How other nodes reach it (a host name or IP address); the default host of its providers' endpoints. */
+  readonly address?: string | undefined;
+  readonly line?: number | undefined;
+}
+
+/** What the fleet file says about one need of one module. */
+export interface FleetNeed {
+  readonly interface: string;
+  /** Values added to (and overriding, key by key) the manifest's values for this need. */
+  readonly values: Readonly<Record<string, unknown>>;
+  /** The module that serves this need, when the fleet must choose among several. */
+  readonly provider?: string | undefined;
+  readonly line?: number | undefined;
+}
+
+/** One module of the fleet: which manifest, on which node, with what values. */
+export interface FleetModule {
+  /** The module's name in the fleet: its login, namespace and directories derive from it. */
+  readonly name: string;
+  /** The manifest's path, resolved against the fleet file's directory. */
+  readonly manifest: string;
+  readonly node: string;
+  readonly needs: ReadonlyMap<string, FleetNeed>;
+  readonly line?: number | undefined;
+}
+
+/**
+ * A fleet file (`mesh.yaml`): the nodes, and which module runs on which node with what values.
+ * Maps, not plain objects, so that a name like `constructor` is only ever data.
+ */
+export interface Fleet {
+  /** The file it was read from, as given. */
+  readonly file: string;
+  readonly nodes: ReadonlyMap<string, FleetNode>;
+  readonly modules: ReadonlyMap<string, FleetModule>;
+  /** Line of every field by dotted path (`modules.notes.node`). */
+  readonly lines: ReadonlyMap<string, number>;
+}
+
+/** A fleet file that cannot be used; each problem names the file, the line, the field and the fix. */
+export class FleetError extends ProblemsError {
+  override name = "FleetError";
+}
+
+/** The largest fleet file read. */
+export const FLEET_MAX_BYTES = 4 * 1024 * 1024;
+
+const EXAMPLE = `nodes:\n  node-1: {}\nmodules:\n  notes: { manifest: ./notes/module.json, node: node-1 }`;
+
+const nodeSchema = strict(
+  { address: text("a host name or IP address", /^[A-Za-z0-9.:[\]-]+$/).optional() },
+  "a node's settings, like { address: 10.0.0.2 } or {}",
+).nullable();
+
+const needSchema = strict(
+  {
+    values: z
+      .record(z.string(), z.unknown(), { error: mustBe("an object of values like { name: notes }") })
+      .optional(),
+    provider: text(
+      `the name of the module that provides it: ${MODULE_NAME_RULE}`,
+      MODULE_NAME_PATTERN,
+    ).optional(),
+  },
+  "an object like { values: { name: notes } } or { provider: postgres }",
+).nullable();
+
+const moduleSchema = strict(
+  {
+    manifest: text("the path of the module's module.json, relative to this file").min(1, {
+      error: "must not be empty: it must be the path of the module's module.json",
+    }),
+    node: text(`a node name: ${NODE_NAME_RULE}`, NODE_NAME_PATTERN),
+    needs: keyed(
+      INTERFACE_PATTERN,
+      `an interface name: ${INTERFACE_RULE}`,
+      needSchema,
+      "an object of interfaces",
+    ).optional(),
+  },
+  "an object like { manifest: ./notes/module.json, node: node-1 }",
+);
+
+const fleetSchema = strict(
+  {
+    nodes: keyed(
+      NODE_NAME_PATTERN,
+      `a node name: ${NODE_NAME_RULE}`,
+      nodeSchema,
+      "an object of nodes like { node-1: {} }",
+    ),
+    modules: keyed(
+      MODULE_NAME_PATTERN,
+      `a module name: ${MODULE_NAME_RULE}`,
+      moduleSchema,
+      "an object of modules like { notes: { manifest: ./notes/module.json, node: node-1 } }",
+    ),
+  },
+  "a YAML mapping with nodes: and modules:",
+);
+
+function firstLine(message: string): string {
+  return (message.split("\n")[0] ?? message).replace(/ at line \d+, column \d+:?$/, "");
+}
+
+/**
+ * Parses and validates a fleet file read from `file`. Manifest paths are resolved against the
+ * fleet file's directory; the manifests themselves are read by `loadFleetManifests`.
+ * @throws FleetError listing every problem: not YAML (with the line), a module or node or key
+ * written twice (YAML's last-one-wins would hide a module), a field missing, misspelt or of the
+ * wrong shape, a bad module, node or interface name.
+ */
+export function parseFleet(text: string, file: string): Fleet {
+  const problems: Problem[] = [];
+  const counter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: counter, uniqueKeys: false, prettyErrors: false });
+  const positions = SourcePositions.of(doc, counter);
+  for (const err of [...doc.errors, ...doc.warnings]) {
+    problems.push({
+      code: "not-yaml",
+      file,
+      line: err.linePos?.[0].line,
+      field: "(file)",
+      message: `is not valid YAML (${firstLine(err.message)})`,
+      fix: "fix the syntax at that line",
+    });
+  }
+  if (problems.length > 0) throw new FleetError(problems);
+  if (doc.contents === null) {
+    throw new FleetError([
+      {
+        code: "invalid",
+        file,
+        line: 1,
+        field: "(file)",
+        message: "is empty",
+        fix: `describe the fleet, like:\n${EXAMPLE}`,
+      },
+    ]);
+  }
+  for (const dup of positions.duplicates) {
+    const inModules = dup.path.length === 1 && dup.path[0] === "modules";
+    const inNodes = dup.path.length === 1 && dup.path[0] === "nodes";
+    problems.push({
+      code: inModules ? "duplicate-module" : "duplicate-key",
+      file,
+      line: dup.lines[1],
+      field: fieldPath([...dup.path, dup.key]),
+      message: `is written ${dup.lines.length} times (lines ${dup.lines.join(", ")})`,
+      fix: inModules
+        ? "a module name is unique in a fleet: rename one (its login and data follow the name) or remove it"
+        : inNodes
+          ? "a node name is unique in a fleet: rename or remove one"
+          : "keep one of them",
+    });
+  }
+  let raw: unknown;
+  try {
+    raw = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    throw new FleetError(
+      [
+        {
+          code: "not-yaml",
+          file,
+          field: "(file)",
+          message: `cannot be read as data (${(err as Error).message})`,
+          fix: "remove the aliases that expand it",
+        },
+      ],
+      { cause: err },
+    );
+  }
+  const parsed = fleetSchema.safeParse(raw);
+  if (!parsed.success) problems.push(...zodProblems(parsed.error.issues, file, positions));
+  if (problems.length > 0 || !parsed.success) throw new FleetError(problems);
+
+  const dir = dirname(file);
+  const nodes = new Map<string, FleetNode>();
+  for (const [name, node] of Object.entries(parsed.data.nodes)) {
+    nodes.set(name, { name, address: node?.address, line: positions.lineOf(["nodes", name]) });
+  }
+  const modules = new Map<string, FleetModule>();
+  const rawModules = ownObject(raw, "modules");
+  for (const [name, m] of Object.entries(parsed.data.modules)) {
+    const needs = new Map<string, FleetNeed>();
+    const rawNeeds = ownObject(ownObject(rawModules, name), "needs");
+    for (const [iface, need] of Object.entries(m.needs ?? {})) {
+      // Values as written (not zod's copy), so that a key such as "__proto__" stays data to report.
+      const values = Object.fromEntries(Object.entries(ownObject(ownObject(rawNeeds, iface), "values")));
+      needs.set(iface, {
+        interface: iface,
+        values,
+        provider: need?.provider,
+        line: positions.lineOf(["modules", name, "needs", iface]),
+      });
+    }
+    modules.set(name, {
+      name,
+      manifest: isAbsolute(m.manifest) ? m.manifest : join(dir, m.manifest),
+      node: m.node,
+      needs,
+      line: positions.lineOf(["modules", name]),
+    });
+  }
+  return { file, nodes, modules, lines: positions.lines };
+}
+
+/**
+ * Reads and validates the fleet file at `path`.
+ * @throws FleetError when it cannot be read or does not validate.
+ */
+export async function loadFleet(path: string): Promise<Fleet> {
+  let text: string;
+  try {
+    const bytes = await readFile(path);
+    if (bytes.length > FLEET_MAX_BYTES) {
+      throw new FleetError([
+        {
+          code: "unreadable",
+          file: path,
+          field: "(file)",
+          message: `is ${bytes.length} bytes, more than a fleet file's ${FLEET_MAX_BYTES}`,
+          fix: "point at the fleet's mesh.yaml",
+        },
+      ]);
+    }
+    text = bytes.toString("utf8");
+  } catch (err) {
+    if (err instanceof FleetError) throw err;
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new FleetError(
+      [
+        {
+          code: "unreadable",
+          file: path,
+          field: "(file)",
+          message: code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(err)})`,
+          fix: `check the path, or write a fleet file like:\n${EXAMPLE}`,
+        },
+      ],
+      { cause: err },
+    );
+  }
+  return parseFleet(text, path);
+}
+
+/**
+ * Reads the manifest of every module of `fleet`, each file once.
+ * @returns the manifests by fleet module name.
+ * @throws ManifestError listing the problems of every manifest that cannot be used.
+ */
+export async function loadFleetManifests(fleet: Fleet): Promise<Map<string, Manifest>> {
+  const paths = [...new Set([...fleet.modules.values()].map((m) => m.manifest))];
+  const loaded = await Promise.all(
+    paths.map((path) =>
+      loadManifest(path).catch((err: unknown) => {
+        if (err instanceof ManifestError) return err;
+        throw err;
+      }),
+    ),
+  );
+  const byPath = new Map(paths.map((path, i) => [path, loaded[i]]));
+  const problems = loaded.flatMap((got) => (got instanceof ManifestError ? got.problems : []));
+  if (problems.length > 0) throw new ManifestError(problems);
+  const manifests = new Map<string, Manifest>();
+  for (const m of fleet.modules.values()) {
+    const got = byPath.get(m.manifest);
+    if (got && !(got instanceof ManifestError)) manifests.set(m.name, got);
+  }
+  return manifests;
+}

@@ -1,0 +1,30 @@
+/**
+ * @mesh/manifest: manifests (`module.json`), fleet files (`mesh.yaml`), and everything derived
+ * from them — logins, the plan, file paths, contributions and credential files. The controller
+ * and the agent both derive through this package, so they can never disagree.
+ *
+ * ```ts
+ * import { loadFleet, loadFleetManifests, checkFleet, derivePlan, contributionsFor, credentialsFor,
+ *   formatProblem } from "@mesh/manifest";
+ *
+ * const fleet = await loadFleet("examples/fleet/mesh.yaml"); // throws FleetError
+ * const manifests = await loadFleetManifests(fleet); // throws ManifestError
+ * const problems = checkFleet(fleet, manifests);
+ * if (problems.length > 0) throw new Error(problems.map(formatProblem).join("\n"));
+ * const plan = derivePlan(fleet, manifests);
+ * for (const file of contributionsFor(plan, "postgres", "/var/lib/mesh")) console.log(file.path, file.contents);
+ * for (const file of credentialsFor(plan, "notes", "/var/lib/mesh")) console.log(file.path, file.contents.url);
+ * ```
+ */
+export * from "./problem.ts";
+export * from "./names.ts";
+export * from "./manifest.ts";
+export * from "./spec.ts";
+export * from "./template.ts";
+export * from "./fleet.ts";
+export * from "./check-fleet.ts";
+export * from "./login.ts";
+export * from "./plan.ts";
+export * from "./state-paths.ts";
+export * from "./contributions.ts";
+export * from "./credential.ts";
