@@ -15,3 +15,4 @@ export * from "./postgres-server.ts";
 export * from "./mariadb-server.ts";
 export * from "./redis-server.ts";
 export * from "./memory-adapter.ts";
+export * from "./nats-server.ts";

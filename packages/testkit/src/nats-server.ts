@@ -1,0 +1,258 @@
+// A private nats-server for tests and for the embedded default: its own directory, a free loopback
+// port, JetStream on with its store in that directory. The machine's own NATS (4222) is never used.
+// The configuration text comes from the caller (the bus package generates the mesh's), so this
+// launcher knows nothing about accounts or credentials and testkit needs no dependency on the bus.
+import { spawn, type ChildProcess } from "node:child_process";
+import { constants } from "node:fs";
+import { access, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { freePort } from "./free-port.ts";
+
+/** Where the server will listen and keep its JetStream store, for a config that needs to say so. */
+export interface NatsPlace {
+  readonly host: string;
+  readonly port: number;
+  readonly storeDir: string;
+}
+
+/** How to start a private nats-server. */
+export interface StartNatsOptions {
+  /**
+   * The server's configuration: text, or a function of where it will run. The launcher always
+   * adds, on the command line, `-a 127.0.0.1`, the port and JetStream with `store_dir` in its own
+   * directory, so the text need not repeat them (and cannot override them).
+   */
+  readonly config: string | ((place: NatsPlace) => string);
+  /** Keep the JetStream store in this directory instead of one inside the server's temp dir. */
+  readonly storeDir?: string;
+}
+
+/** A running private nats-server. */
+export interface NatsServer {
+  readonly host: string;
+  readonly port: number;
+  /** `nats://127.0.0.1:<port>` */
+  readonly url: string;
+  /** The JetStream store; it survives `restart()`. */
+  readonly storeDir: string;
+  /** The config file the server was started with. */
+  readonly configFile: string;
+  /** Stops the server and removes its directory (and a store it made itself). Idempotent. */
+  stop(): Promise<void>;
+  /**
+   * Stops the server and starts it again on the same port with the same store, so what JetStream
+   * kept is still there. `whileDown` runs while the server is stopped; `config` replaces the
+   * configuration for the new run.
+   * @throws NatsStartError when it does not come back; Error when the server was stopped.
+   */
+  restart(options?: {
+    whileDown?: () => Promise<void>;
+    config?: string | ((place: NatsPlace) => string);
+  }): Promise<void>;
+  /**
+   * Rewrites the config file and asks the running server to reload it (SIGHUP), for what
+   * nats-server can change without a restart.
+   * @throws Error when the server was stopped.
+   */
+  reload(config: string | ((place: NatsPlace) => string)): Promise<void>;
+}
+
+/** nats-server is not installed where the launcher looks for it. */
+export class NatsNotFoundError extends Error {
+  override name = "NatsNotFoundError";
+  constructor(readonly searched: string) {
+    super("nats-server not found on PATH; install the Debian package nats-server");
+  }
+}
+
+/** nats-server did not start or did not accept connections in time; the message carries its log's tail. */
+export class NatsStartError extends Error {
+  override name = "NatsStartError";
+  constructor(
+    readonly port: number,
+    detail: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`nats-server on 127.0.0.1:${port} did not start: ${detail}`, options);
+  }
+}
+
+const HOST = "127.0.0.1";
+const READY_WITHIN_MS = 30_000;
+const STOP_WITHIN_MS = 15_000;
+// Debian installs nats-server in /usr/sbin, which a non-root PATH often lacks.
+const EXTRA_DIRS = ["/usr/sbin", "/usr/local/sbin"];
+
+// Servers still running when the process exits are killed, so a crashed or forgetful test run
+// does not leave nats-servers behind on a shared machine.
+const running = new Set<ChildProcess>();
+process.once("exit", () => {
+  for (const child of running) child.kill("SIGKILL");
+});
+
+/**
+ * Starts a private nats-server (from PATH, or /usr/sbin) on a free loopback port with JetStream,
+ * configured by `options.config`, and waits until it accepts connections.
+ * @throws NatsNotFoundError when nats-server is not installed; NatsStartError when it does not start.
+ */
+export async function startNats(options: StartNatsOptions): Promise<NatsServer> {
+  const binary = await findNatsServer();
+  const dir = await mkdtemp(join(tmpdir(), "mesh-nats-"));
+  const storeDir = options.storeDir ?? join(dir, "jetstream");
+  const configFile = join(dir, "nats.conf");
+  const log = join(dir, "nats.log");
+  try {
+    await mkdir(storeDir, { recursive: true, mode: 0o700 });
+    const write = (config: StartNatsOptions["config"], port: number): Promise<void> =>
+      writeFile(configFile, typeof config === "function" ? config({ host: HOST, port, storeDir }) : config, {
+        mode: 0o600,
+      });
+    const launch = (port: number): Promise<ChildProcess> =>
+      launchNats(binary, configFile, storeDir, port, log);
+
+    // The port is free when chosen but may be taken before nats-server binds it: try a few.
+    let port = 0;
+    let child: ChildProcess | undefined;
+    for (let attempt = 1; child === undefined; attempt++) {
+      port = await freePort();
+      await write(options.config, port);
+      try {
+        child = await launch(port);
+      } catch (err) {
+        if (attempt >= 3) throw err;
+      }
+    }
+
+    let stopped: Promise<void> | undefined;
+    const alive = (): void => {
+      if (stopped !== undefined) throw new Error(`nats-server on ${HOST}:${port} was stopped; start another`);
+    };
+    return {
+      host: HOST,
+      port,
+      url: `nats://${HOST}:${port}`,
+      storeDir,
+      configFile,
+      stop() {
+        stopped ??= (async () => {
+          if (child !== undefined) await terminate(child);
+          await rm(dir, { recursive: true, force: true });
+        })();
+        return stopped;
+      },
+      async restart(restartOptions = {}) {
+        alive();
+        if (child !== undefined) await terminate(child);
+        child = undefined;
+        await restartOptions.whileDown?.();
+        if (restartOptions.config !== undefined) await write(restartOptions.config, port);
+        child = await launch(port);
+      },
+      async reload(config) {
+        alive();
+        await write(config, port);
+        child?.kill("SIGHUP");
+      },
+    };
+  } catch (err) {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/**
+ * The path of the nats-server binary: the first in `dirs` (by default PATH, then Debian's /usr/sbin).
+ * @throws NatsNotFoundError when there is none.
+ */
+export async function findNatsServer(
+  dirs: readonly string[] = [...(process.env["PATH"] ?? "").split(delimiter), ...EXTRA_DIRS],
+): Promise<string> {
+  for (const dir of dirs) {
+    if (dir === "") continue;
+    const candidate = join(dir, "nats-server");
+    try {
+      await access(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not in this directory
+    }
+  }
+  throw new NatsNotFoundError(dirs.join(delimiter));
+}
+
+async function launchNats(
+  binary: string,
+  configFile: string,
+  storeDir: string,
+  port: number,
+  log: string,
+): Promise<ChildProcess> {
+  // Command-line flags win over the config file, so the place is always the launcher's.
+  const child = spawn(
+    binary,
+    ["-c", configFile, "-a", HOST, "-p", String(port), "-js", "-sd", storeDir, "-l", log],
+    { stdio: "ignore" },
+  );
+  running.add(child);
+  child.once("exit", () => running.delete(child));
+  const exited = new Promise<string>((resolve) => {
+    child.once("exit", (code, signal) => resolve(`exited (${code ?? signal})`));
+    child.on("error", (err) => resolve(`could not run ${binary}: ${err.message}`));
+  });
+
+  const deadline = Date.now() + READY_WITHIN_MS;
+  for (;;) {
+    const reply = await Promise.race([exited, readInfo(port).catch(() => "")]);
+    if (reply.startsWith("INFO ")) return child;
+    if (reply.startsWith("exited") || reply.startsWith("could not")) {
+      throw new NatsStartError(port, `${reply}; log: ${await logTail(log)}`);
+    }
+    if (Date.now() > deadline) {
+      await terminate(child);
+      throw new NatsStartError(port, `no INFO within ${READY_WITHIN_MS} ms; log: ${await logTail(log)}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * Opens a TCP connection and returns the first line the server sends. A NATS server greets every
+ * client with `INFO {...}` before any authentication, and only once it is ready to serve.
+ */
+function readInfo(port: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: HOST, port });
+    let text = "";
+    socket.setTimeout(2_000, () => socket.destroy(new Error("no answer within 2 s")));
+    socket.on("data", (chunk: Buffer) => {
+      text += chunk.toString("utf8");
+      const end = text.indexOf("\r\n");
+      if (end >= 0) {
+        socket.destroy();
+        resolve(text.slice(0, end));
+      }
+    });
+    socket.on("error", reject);
+    socket.on("close", () => resolve(text));
+  });
+}
+
+async function terminate(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), STOP_WITHIN_MS);
+  await exited;
+  clearTimeout(timer);
+}
+
+async function logTail(log: string): Promise<string> {
+  try {
+    const text = await readFile(log, "utf8");
+    return text.trim().split("\n").slice(-5).join(" | ") || "(empty)";
+  } catch {
+    return "(no log)";
+  }
+}
