@@ -139,7 +139,7 @@ export function parseFleet(text: string, file: string): Fleet {
     problems.push({
       code: "not-yaml",
       file,
-      line: err.linePos?.[0].line,
+      line: err.linePos?.[0].line ?? counter.linePos(err.pos[0]).line,
       field: "(file)",
       message: `is not valid YAML (${firstLine(err.message)})`,
       fix: "fix the syntax at that line",

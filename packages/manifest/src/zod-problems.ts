@@ -43,11 +43,9 @@ export function keyed<V extends z.core.SomeType>(
   what: string,
 ): z.ZodRecord<z.ZodString, V> {
   return z.record(
-    z
-      .string()
-      .regex(pattern, {
-        error: (iss) => `is not a valid key: it must be ${keyWhat}, not ${describeValue(iss.input)}`,
-      }),
+    z.string().regex(pattern, {
+      error: (iss) => `is not a valid key: it must be ${keyWhat}, not ${describeValue(iss.input)}`,
+    }),
     value,
     { error: mustBe(what) },
   );

@@ -1,0 +1,231 @@
+import assert from "node:assert/strict";
+import { mkdtemp, mkdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import {
+  FleetError,
+  loadFleet,
+  loadFleetManifests,
+  ManifestError,
+  parseFleet,
+  type Problem,
+} from "@mesh/manifest";
+
+const FILE = "fleets/home/mesh.yaml";
+
+function problemsOf(text: string): readonly Problem[] {
+  try {
+    parseFleet(text, FILE);
+  } catch (err) {
+    assert.ok(err instanceof FleetError, `expected a FleetError, got ${String(err)}`);
+    for (const p of err.problems) {
+      assert.equal(p.file, FILE);
+      assert.ok(p.fix.length > 0);
+    }
+    return err.problems;
+  }
+  assert.fail("the fleet file was accepted");
+}
+
+function problemOf(text: string, field: string): Problem {
+  const problems = problemsOf(text);
+  const found = problems.find((p) => p.field === field);
+  assert.ok(found, `no problem at ${field}; got ${JSON.stringify(problems, null, 1)}`);
+  return found;
+}
+
+const GOOD = `nodes:
+  node-1: {}
+  node-2:
+    address: 10.0.0.2
+modules:
+  postgres: { manifest: ../../providers/postgres/module.json, node: node-1 }
+  notes:
+    manifest: ./notes/module.json
+    node: node-2
+    needs:
+      postgres-database:
+        values: { name: notes }
+        provider: postgres
+`;
+
+describe("parseFleet", () => {
+  it("reads nodes and modules, resolving manifest paths against the fleet file's directory", () => {
+    const fleet = parseFleet(GOOD, FILE);
+    assert.deepEqual([...fleet.nodes.keys()], ["node-1", "node-2"]);
+    assert.equal(fleet.nodes.get("node-2")?.address, "10.0.0.2");
+    assert.equal(fleet.modules.get("postgres")?.manifest, "providers/postgres/module.json");
+    assert.equal(fleet.modules.get("notes")?.manifest, "fleets/home/notes/module.json");
+    const need = fleet.modules.get("notes")?.needs.get("postgres-database");
+    assert.deepEqual(need?.values, { name: "notes" });
+    assert.equal(need?.provider, "postgres");
+    assert.equal(fleet.modules.get("notes")?.line, 7);
+  });
+
+  it("keeps an absolute manifest path as it is", () => {
+    const fleet = parseFleet(
+      "nodes: { n: {} }\nmodules:\n  a: { manifest: /opt/a/module.json, node: n }\n",
+      FILE,
+    );
+    assert.equal(fleet.modules.get("a")?.manifest, "/opt/a/module.json");
+  });
+
+  it("takes a node written with no settings (node-1:) as a node", () => {
+    const fleet = parseFleet("nodes:\n  node-1:\nmodules: {}\n", FILE);
+    assert.ok(fleet.nodes.has("node-1"));
+  });
+
+  it("refuses a module written twice instead of keeping the last, naming both lines", () => {
+    const text = `nodes: { node-1: {} }
+modules:
+  notes: { manifest: ./a.json, node: node-1 }
+  redis: { manifest: ./r.json, node: node-1 }
+  notes: { manifest: ./b.json, node: node-1 }
+`;
+    const p = problemOf(text, "modules.notes");
+    assert.equal(p.code, "duplicate-module");
+    assert.equal(p.line, 5);
+    assert.match(p.message, /lines 3, 5/);
+    assert.match(p.fix, /unique/);
+  });
+
+  it("refuses a node or any other key written twice", () => {
+    assert.equal(problemOf("nodes:\n  n: {}\n  n: {}\nmodules: {}\n", "nodes.n").code, "duplicate-key");
+    const text = "nodes: { n: {} }\nmodules:\n  a:\n    manifest: ./a.json\n    node: n\n    node: m\n";
+    assert.equal(problemOf(text, "modules.a.node").line, 6);
+  });
+
+  it("says a file that is not YAML is not YAML, with the line", () => {
+    const p = problemOf(
+      "nodes:\n  node-1: {}\nmodules:\n  notes: { manifest: ./a.json, node: node-1\n",
+      "(file)",
+    );
+    assert.equal(p.code, "not-yaml");
+    assert.ok(p.line !== undefined && p.line >= 4, `line ${p.line}`);
+  });
+
+  it("says an empty file is empty and shows a fleet to start from", () => {
+    const p = problemOf("# nothing yet\n", "(file)");
+    assert.match(p.message, /empty/);
+    assert.match(p.fix, /nodes:/);
+  });
+
+  it("refuses more than one document", () => {
+    assert.equal(problemsOf("nodes: {}\nmodules: {}\n---\nnodes: {}\n")[0]?.code, "not-yaml");
+  });
+
+  it("names the field, line and fix of a missing or misspelt field", () => {
+    const missing = problemOf("nodes: { n: {} }\nmodules:\n  a: { manifest: ./a.json }\n", "modules.a.node");
+    assert.match(missing.message, /is missing/);
+    assert.equal(missing.line, 3);
+    const misspelt = problemOf(
+      "nodes: { n: {} }\nmodules:\n  a:\n    manifest: ./a.json\n    node: n\n    nedds: {}\n",
+      "modules.a.nedds",
+    );
+    assert.equal(misspelt.line, 6);
+    assert.match(misspelt.fix, /known fields here: manifest, node, needs/);
+  });
+
+  it("says values go under values: when they are written straight under the need", () => {
+    const text =
+      "nodes: { n: {} }\nmodules:\n  a:\n    manifest: ./a.json\n    node: n\n    needs:\n      postgres-database: { name: notes }\n";
+    const p = problemOf(text, "modules.a.needs.postgres-database.name");
+    assert.equal(p.line, 7);
+    assert.match(p.fix, /values, provider/);
+  });
+
+  it("refuses hostile module and node names", () => {
+    for (const name of ["../etc", "Notes", "notes_app", "a.b", '"x y"', "'*'", "a".repeat(42), "'$x'"]) {
+      const asModule = problemsOf(`nodes: { n: {} }\nmodules:\n  ${name}: { manifest: ./a.json, node: n }\n`);
+      assert.match(asModule[0]?.message ?? "", /module name/, name);
+      const asNode = problemsOf(`nodes:\n  ${name}: {}\nmodules: {}\n`);
+      assert.match(asNode[0]?.message ?? "", /node name/, name);
+    }
+  });
+
+  it("takes constructor and __proto__-like keys as data, never as inherited members", () => {
+    const fleet = parseFleet(
+      "nodes: { constructor: {} }\nmodules:\n  constructor: { manifest: ./a.json, node: constructor }\n",
+      FILE,
+    );
+    assert.equal(fleet.modules.get("constructor")?.node, "constructor");
+    assert.equal(fleet.modules.get("hasownproperty"), undefined);
+    const withProto = parseFleet(
+      "nodes: { n: {} }\nmodules:\n  a:\n    manifest: ./a.json\n    node: n\n    needs:\n      x: { values: { __proto__: { polluted: true } } }\n",
+      FILE,
+    );
+    assert.ok(Object.hasOwn(withProto.modules.get("a")?.needs.get("x")?.values ?? {}, "__proto__"));
+    assert.equal(({} as Record<string, unknown>).polluted, undefined);
+  });
+
+  it("refuses a document expanded by aliases beyond reason", () => {
+    const bomb = ["a: &a [x, x, x, x, x, x, x, x, x, x]"];
+    for (let i = 1; i < 8; i++)
+      bomb.push(
+        `${"b".repeat(i)}: &${"a".repeat(i + 1)} [${Array(10)
+          .fill(`*${"a".repeat(i)}`)
+          .join(", ")}]`,
+      );
+    assert.equal(problemsOf(bomb.join("\n"))[0]?.code, "not-yaml");
+  });
+});
+
+describe("loadFleet and loadFleetManifests", () => {
+  const dirs: string[] = [];
+  after(async () => {
+    for (const dir of dirs) await rm(dir, { recursive: true, force: true });
+  });
+
+  async function tempFleet(files: Record<string, string>): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-fleet-"));
+    dirs.push(dir);
+    for (const [name, text] of Object.entries(files)) {
+      await mkdir(join(dir, name, ".."), { recursive: true });
+      await writeFile(join(dir, name), text);
+    }
+    return join(dir, "mesh.yaml");
+  }
+
+  it("reads the manifest of every module once, by the fleet's module names", async () => {
+    const path = await tempFleet({
+      "mesh.yaml":
+        "nodes: { n: {} }\nmodules:\n  a: { manifest: ./m/module.json, node: n }\n  b: { manifest: m/module.json, node: n }\n",
+      "m/module.json": '{ "name": "notes" }',
+    });
+    const fleet = await loadFleet(path);
+    const manifests = await loadFleetManifests(fleet);
+    assert.deepEqual([...manifests.keys()], ["a", "b"]);
+    assert.equal(manifests.get("a"), manifests.get("b"));
+  });
+
+  it("reports the problems of every bad manifest together, each with its own file", async () => {
+    const path = await tempFleet({
+      "mesh.yaml":
+        "nodes: { n: {} }\nmodules:\n  a: { manifest: ./a.json, node: n }\n  b: { manifest: ./b.json, node: n }\n  c: { manifest: ./c.json, node: n }\n",
+      "a.json": "{ not json",
+      "b.json": '{ "name": "B" }',
+    });
+    const fleet = await loadFleet(path);
+    await assert.rejects(loadFleetManifests(fleet), (err: unknown) => {
+      assert.ok(err instanceof ManifestError);
+      assert.deepEqual(
+        err.problems.map((p) => [p.file.slice(-6), p.code]),
+        [
+          ["a.json", "not-json"],
+          ["b.json", "invalid"],
+          ["c.json", "unreadable"],
+        ],
+      );
+      return true;
+    });
+  });
+
+  it("names a fleet file that does not exist", async () => {
+    const path = join(tmpdir(), "mesh-no-such-fleet", "mesh.yaml");
+    await assert.rejects(
+      loadFleet(path),
+      (err: unknown) => err instanceof FleetError && /does not exist/.test(err.message),
+    );
+  });
+});

@@ -1,0 +1,277 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import {
+  contributionsFor,
+  credentialFor,
+  credentialPath,
+  credentialsFor,
+  derivePlan,
+  InvalidNameError,
+  receivesPath,
+  secretPath,
+  StateDirError,
+  TemplateError,
+  type PlanEntry,
+} from "@mesh/manifest";
+import { consumer, fleetOf, POSTGRES, REDIS } from "./fixtures.ts";
+
+const STATE = "/var/lib/mesh";
+
+const FLEET = `nodes:
+  db: { address: db.internal }
+  app: {}
+modules:
+  postgres: { manifest: ./p.json, node: db }
+  redis: { manifest: ./r.json, node: app }
+  notes:
+    manifest: ./n.json
+    node: app
+    needs: { postgres-database: { values: { name: notes } } }
+  blog: { manifest: ./b.json, node: db }
+`;
+
+function plan() {
+  const { fleet, manifests } = fleetOf(FLEET, {
+    postgres: POSTGRES,
+    redis: REDIS,
+    notes: consumer("notes", { "postgres-database": {}, "redis-namespace": {} }),
+    blog: consumer("blog", { "postgres-database": { extensions: ["pgcrypto"] } }),
+  });
+  return derivePlan(fleet, manifests);
+}
+
+describe("state paths", () => {
+  it("places each file under the node's state directory by module and interface", () => {
+    assert.equal(
+      receivesPath(STATE, "postgres", "postgres-database"),
+      "/var/lib/mesh/modules/postgres/receives/postgres-database.json",
+    );
+    assert.equal(
+      secretPath(STATE, "notes", "postgres-database"),
+      "/var/lib/mesh/secrets/notes/postgres-database",
+    );
+    assert.equal(
+      credentialPath(STATE, "notes", "postgres-database"),
+      "/var/lib/mesh/modules/notes/credentials/postgres-database.json",
+    );
+  });
+
+  it("refuses a name that could leave its directory, and a relative state directory", () => {
+    for (const fn of [receivesPath, secretPath, credentialPath]) {
+      for (const [m, i] of [
+        ["..", "x"],
+        ["../etc", "x"],
+        ["a/b", "x"],
+        ["notes", "../../passwd"],
+        ["notes", "x/y"],
+        ["notes", "."],
+      ] as const) {
+        assert.throws(() => fn(STATE, m, i), InvalidNameError, `${fn.name}(${m}, ${i})`);
+      }
+      assert.throws(() => fn("state", "notes", "x"), StateDirError);
+    }
+  });
+});
+
+describe("derivePlan", () => {
+  it("lists each provided interface with its consumers, their nodes, logins, values and derived values", () => {
+    assert.deepEqual(plan(), {
+      instances: [
+        {
+          provider: "postgres",
+          node: "db",
+          interface: "postgres-database",
+          endpoint: { scheme: "postgresql", host: "db.internal", port: 5432, path: "/{name}", query: {} },
+          consumers: [
+            {
+              consumer: "blog",
+              consumerNode: "db",
+              consumerAt: "db.internal",
+              interface: "postgres-database",
+              login: "blog_postgres",
+              values: { extensions: ["pgcrypto"] },
+              derived: { name: "blog_postgres" },
+              provider: "postgres",
+              providerNode: "db",
+            },
+            {
+              consumer: "notes",
+              consumerNode: "app",
+              consumerAt: undefined,
+              interface: "postgres-database",
+              login: "notes_postgres",
+              values: { name: "notes" },
+              derived: {},
+              provider: "postgres",
+              providerNode: "db",
+            },
+          ],
+        },
+        {
+          provider: "redis",
+          node: "app",
+          interface: "redis-namespace",
+          endpoint: { scheme: "redis", host: "127.0.0.1", port: 6379, path: "", query: {} },
+          consumers: [
+            {
+              consumer: "notes",
+              consumerNode: "app",
+              consumerAt: undefined,
+              interface: "redis-namespace",
+              login: "notes_redis",
+              values: {},
+              derived: { prefix: "notes_redis:" },
+              provider: "redis",
+              providerNode: "app",
+            },
+          ],
+        },
+      ],
+    });
+  });
+
+  it("derives the same plan, in the same order, whatever order the fleet lists modules in", () => {
+    const reversed = FLEET.replace(
+      /modules:\n([\s\S]*)$/,
+      (_all, body: string) =>
+        `modules:\n${body
+          .split(/\n(?=  \S)/)
+          .map((s) => s.trimEnd())
+          .reverse()
+          .join("\n")}\n`,
+    );
+    assert.notEqual(reversed, FLEET);
+    const { fleet, manifests } = fleetOf(reversed, {
+      postgres: POSTGRES,
+      redis: REDIS,
+      notes: consumer("notes", { "postgres-database": {}, "redis-namespace": {} }),
+      blog: consumer("blog", { "postgres-database": { extensions: ["pgcrypto"] } }),
+    });
+    assert.equal(JSON.stringify(derivePlan(fleet, manifests)), JSON.stringify(plan()));
+  });
+
+  it("keeps a provider nobody uses in the plan with no consumers, so its file lists nobody", () => {
+    const { fleet, manifests } = fleetOf(
+      "nodes: { a: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a }\n",
+      {
+        postgres: POSTGRES,
+      },
+    );
+    const p = derivePlan(fleet, manifests);
+    assert.deepEqual(
+      p.instances.map((i) => i.consumers.length),
+      [0],
+    );
+    assert.equal(
+      JSON.stringify(contributionsFor(p, "postgres", STATE)[0]?.contents),
+      '{"requirement":"postgres-database","given":[]}',
+    );
+  });
+});
+
+describe("contributionsFor", () => {
+  it("gives the exact file the agent writes for a provider: requirement and one grant per consumer", () => {
+    const files = contributionsFor(plan(), "postgres", "/srv/db-state");
+    assert.equal(files.length, 1);
+    assert.equal(files[0]?.path, "/srv/db-state/modules/postgres/receives/postgres-database.json");
+    assert.equal(
+      JSON.stringify(files[0]?.contents),
+      JSON.stringify({
+        requirement: "postgres-database",
+        given: [
+          {
+            as: "blog_postgres",
+            secret: "/srv/db-state/secrets/blog/postgres-database",
+            node: "db",
+            at: "db.internal",
+            values: { extensions: ["pgcrypto"] },
+            derived: { name: "blog_postgres" },
+          },
+          {
+            as: "notes_postgres",
+            secret: "/srv/db-state/secrets/notes/postgres-database",
+            node: "app",
+            values: { name: "notes" },
+            derived: {},
+          },
+        ],
+      }),
+    );
+  });
+
+  it("gives nothing for a module that provides nothing", () => {
+    assert.deepEqual(contributionsFor(plan(), "notes", STATE), []);
+  });
+});
+
+describe("credentialFor", () => {
+  it("builds a consumer's credential: login, password file, endpoint and a URL without the password", () => {
+    const files = credentialsFor(plan(), "notes", "/srv/app-state");
+    assert.deepEqual(
+      files.map((f) => f.path),
+      [
+        "/srv/app-state/modules/notes/credentials/postgres-database.json",
+        "/srv/app-state/modules/notes/credentials/redis-namespace.json",
+      ],
+    );
+    assert.deepEqual(files[0]?.contents, {
+      interface: "postgres-database",
+      provider: "postgres",
+      login: "notes_postgres",
+      passwordFile: "/srv/app-state/secrets/notes/postgres-database",
+      endpoint: { scheme: "postgresql", host: "db.internal", port: 5432, path: "/notes" },
+      url: "postgresql://notes_postgres@db.internal:5432/notes",
+      values: { name: "notes" },
+    });
+    assert.equal(files[1]?.contents.url, "redis://notes_redis@127.0.0.1:6379");
+    assert.deepEqual(files[1]?.contents.values, { prefix: "notes_redis:" });
+  });
+
+  it("fills the path from a derived default when the consumer gave none", () => {
+    const blog = credentialsFor(plan(), "blog", STATE)[0];
+    assert.equal(blog?.contents.url, "postgresql://blog_postgres@db.internal:5432/blog_postgres");
+  });
+
+  const entry: PlanEntry = {
+    consumer: "notes",
+    consumerNode: "n",
+    interface: "postgres-database",
+    login: "notes_postgres",
+    values: { name: "a b/c?d" },
+    derived: {},
+    provider: "postgres",
+    providerNode: "n",
+  };
+
+  it("percent-encodes values in the URL, brackets an IPv6 host, and takes the endpoint the controller gives", () => {
+    const credential = credentialFor(
+      entry,
+      {
+        scheme: "postgresql",
+        host: "::1",
+        port: 6543,
+        path: "/{name}",
+        query: { application_name: "{login}", sslmode: "require" },
+      },
+      STATE,
+    );
+    assert.equal(
+      credential.url,
+      "postgresql://notes_postgres@[::1]:6543/a%20b%2Fc%3Fd?application_name=notes_postgres&sslmode=require",
+    );
+  });
+
+  it("leaves out endpoint and URL when the provider declares no endpoint", () => {
+    const credential = credentialFor(entry, undefined, STATE);
+    assert.equal(credential.url, undefined);
+    assert.equal(credential.endpoint, undefined);
+    assert.equal(credential.passwordFile, "/var/lib/mesh/secrets/notes/postgres-database");
+  });
+
+  it("refuses an endpoint naming a value the consumer does not have", () => {
+    assert.throws(
+      () => credentialFor(entry, { scheme: "x", host: "h", path: "/{bucket}", query: {} }, STATE),
+      (err: unknown) => err instanceof TemplateError && err.key === "bucket",
+    );
+  });
+});
