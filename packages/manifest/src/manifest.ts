@@ -176,8 +176,9 @@ function listOf(item: z.ZodString, what: string, problem?: (item: string) => str
   return z
     .array(checked, { error: mustBe(what) })
     .superRefine((items, ctx) => {
+      const seen = new Set<string>();
       items.forEach((value, i) => {
-        if (items.indexOf(value) !== i) {
+        if (seen.has(value)) {
           ctx.addIssue({
             code: "custom",
             path: [i],
@@ -185,6 +186,7 @@ function listOf(item: z.ZodString, what: string, problem?: (item: string) => str
             input: value,
           });
         }
+        seen.add(value);
       });
     })
     .optional();

@@ -1,4 +1,4 @@
-import { analyzeFleet, FleetCheckError } from "./check-fleet.ts";
+import { analyzeFleet, FleetCheckError, type Binding } from "./check-fleet.ts";
 import type { Fleet } from "./fleet.ts";
 import type { Manifest } from "./manifest.ts";
 
@@ -60,6 +60,13 @@ const byName = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
 export function derivePlan(fleet: Fleet, manifests: ReadonlyMap<string, Manifest>): Plan {
   const { problems, bindings } = analyzeFleet(fleet, manifests);
   if (problems.length > 0) throw new FleetCheckError(problems);
+  const served = new Map<string, Binding[]>();
+  for (const b of bindings) {
+    const key = `${b.provider.name} ${b.interface}`;
+    const list = served.get(key);
+    if (list) list.push(b);
+    else served.set(key, [b]);
+  }
   const instances: PlanInstance[] = [];
   for (const module of fleet.modules.values()) {
     const manifest = manifests.get(module.name);
@@ -73,8 +80,7 @@ export function derivePlan(fleet: Fleet, manifests: ReadonlyMap<string, Manifest
         path: template.path,
         query: Object.fromEntries(template.query),
       };
-      const consumers: PlanEntry[] = bindings
-        .filter((b) => b.provider.name === module.name && b.interface === provided.interface)
+      const consumers: PlanEntry[] = (served.get(`${module.name} ${provided.interface}`) ?? [])
         .map((b) => ({
           consumer: b.consumer.name,
           consumerNode: b.consumer.node,

@@ -125,7 +125,9 @@ export function deriveValues(
   const derived: Record<string, unknown> = {};
   for (const [key, field] of provided.spec) {
     if (Object.hasOwn(values, key) || field.default === undefined) continue;
-    derived[key] = typeof field.default === "string" ? fillTemplate(field.default, { login }) : field.default;
+    const def = field.default;
+    derived[key] =
+      typeof def === "string" ? fillTemplate(def, { login }) : Array.isArray(def) ? [...def] : def;
   }
   const vars = { ...values, ...derived, login };
   for (const [key, template] of provided.derives) derived[key] = fillTemplate(template, vars);
