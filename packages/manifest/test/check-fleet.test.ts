@@ -292,6 +292,23 @@ modules:
     assert.match(problems[2]?.message ?? "", /is required/);
   });
 
+  it("reports a value named __proto__ as a value the interface does not take, never as a prototype", () => {
+    const yaml = `nodes: { a: {} }
+modules:
+  postgres: { manifest: ./p.json, node: a }
+  notes:
+    manifest: ./n.json
+    node: a
+    needs: { postgres-database: { values: { __proto__: { name: 5 } } } }
+`;
+    const p = only(
+      problemsOf(yaml, { postgres: POSTGRES, notes: consumer("notes", { "postgres-database": {} }) }),
+      "bad-value",
+    );
+    assert.equal(p.field, "modules.notes.needs.postgres-database.values.__proto__");
+    assert.match(p.message, /not a value this interface takes/);
+  });
+
   it("says a value the provider's URL needs has no value and no default", () => {
     const noDefault = structuredClone(POSTGRES);
     delete (noDefault.provides["postgres-database"].spec.name as { default?: string }).default;
