@@ -1,0 +1,87 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import {
+  InvalidPublicKeyError,
+  mintPassword,
+  newNodeKeys,
+  PASSWORD_BYTES,
+  seal,
+  SealError,
+  unseal,
+} from "@mesh/bus";
+
+void describe("sealing", () => {
+  void it("a secret sealed to a node opens with that node's keys", async () => {
+    const node = await newNodeKeys();
+    const password = mintPassword();
+    const box = await seal(password, node.publicKey);
+    assert.match(box, /^[A-Za-z0-9_-]+$/);
+    assert.equal(box.includes(password), false);
+    assert.equal(await unseal(box, node), password);
+  });
+
+  void it("sealing the same secret twice gives different boxes that both open", async () => {
+    const node = await newNodeKeys();
+    const [a, b] = [await seal("same", node.publicKey), await seal("same", node.publicKey)];
+    assert.notEqual(a, b);
+    assert.equal(await unseal(a, node), "same");
+    assert.equal(await unseal(b, node), "same");
+  });
+
+  void it("a box changed anywhere is refused as tampered with, never opened", async () => {
+    const node = await newNodeKeys();
+    const box = await seal("correct horse battery staple", node.publicKey);
+    const bytes = Buffer.from(box, "base64url");
+    for (const at of [0, 31, 32, 47, bytes.length - 1]) {
+      const changed = Buffer.from(bytes);
+      changed[at] = (changed[at] ?? 0) ^ 0x01;
+      await assert.rejects(unseal(changed.toString("base64url"), node), (err: unknown) => {
+        assert.ok(err instanceof SealError);
+        assert.equal(err.failure, "tampered-or-not-for-this-node");
+        assert.match(err.message, /tampered with or is not addressed to this node/);
+        assert.equal(err.message.includes("correct horse"), false);
+        return true;
+      });
+    }
+  });
+
+  void it("a box sealed to another node is refused", async () => {
+    const [mine, theirs] = [await newNodeKeys(), await newNodeKeys()];
+    const box = await seal("for them", theirs.publicKey);
+    await assert.rejects(unseal(box, mine), (err: unknown) => {
+      assert.ok(err instanceof SealError);
+      assert.equal(err.publicKey, mine.publicKey);
+      assert.match(err.message, /not addressed to this node/);
+      return true;
+    });
+  });
+
+  void it("a box that is not base64url or too short is refused as malformed", async () => {
+    const node = await newNodeKeys();
+    for (const box of ["", "not base64!", "AAAA", "a+b/"]) {
+      await assert.rejects(unseal(box, node), (err: unknown) => {
+        assert.ok(err instanceof SealError);
+        assert.equal(err.failure, "malformed");
+        return true;
+      });
+    }
+  });
+
+  void it("refuses to seal to something that is not a public key", async () => {
+    const node = await newNodeKeys();
+    await assert.rejects(seal("x", node.publicKey.slice(1)), InvalidPublicKeyError);
+    await assert.rejects(seal("x", "hello world"), InvalidPublicKeyError);
+  });
+
+  void it("minted passwords carry 192 bits, are URL-safe and are never the same", () => {
+    assert.ok(PASSWORD_BYTES * 8 >= 192);
+    const minted = new Set<string>();
+    for (let i = 0; i < 10_000; i++) {
+      const password = mintPassword();
+      assert.match(password, /^[A-Za-z0-9_-]{32}$/);
+      assert.equal(encodeURIComponent(password), password);
+      minted.add(password);
+    }
+    assert.equal(minted.size, 10_000);
+  });
+});
