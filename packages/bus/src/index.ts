@@ -24,5 +24,9 @@
  * const password = await unseal(box, node);             // throws SealError if tampered or misaddressed
  * ```
  */
+export * from "./authority.ts";
+export * from "./connect-bus.ts";
+export * from "./kv-permissions.ts";
 export * from "./sealing.ts";
+export * from "./state.ts";
 export * from "./subjects.ts";

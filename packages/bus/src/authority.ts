@@ -1,0 +1,365 @@
+// The bus authority: the operator and account keys that make NATS's decentralized authentication
+// work. The server trusts the operator; the operator signs the mesh's account; the account signs
+// each user's JWT. So adding a node or a module needs a new user JWT only, never a server restart,
+// and only public keys ever travel to the controller.
+import {
+  Algorithms,
+  encodeAccount,
+  encodeOperator,
+  encodeUser,
+  fmtCreds,
+  type Account,
+  type User,
+} from "@nats-io/jwt";
+import {
+  createAccount,
+  createOperator,
+  createUser,
+  fromPublic,
+  fromSeed,
+  type KeyPair,
+} from "@nats-io/nkeys";
+
+/** The seeds an authority is rebuilt from; keep them secret (mode 0600), as the controller's own keys. */
+export interface AuthoritySeeds {
+  readonly operator: string;
+  readonly account: string;
+  readonly system: string;
+}
+
+/** Subjects a user may, and may not, use in one direction. */
+export interface SubjectRules {
+  /** Allowed subjects (wildcards welcome). Empty means nothing is allowed, not everything. */
+  readonly allow: readonly string[];
+  readonly deny?: readonly string[];
+}
+
+/** What one user may publish and subscribe to, enforced by the NATS server itself. */
+export interface BusPermissions {
+  readonly pub: SubjectRules;
+  readonly sub: SubjectRules;
+  /** Whether the user may answer requests (publish to the reply subject it was given), as a service does. */
+  readonly allowResponses?: boolean;
+}
+
+/** What a user JWT is issued for. */
+export interface UserRequest {
+  /** Who the user is, for people reading the server's logs (a node or module name). */
+  readonly name: string;
+  /** The user's nkey public key (`U…`); its seed stays where it was made. */
+  readonly publicKey: string;
+  readonly permissions: BusPermissions;
+  /** When the JWT stops being accepted; never, when absent. */
+  readonly expiresAt?: Date;
+}
+
+/** A user's key pair, made where it is used: only `publicKey` travels. */
+export interface UserKeys {
+  readonly publicKey: string;
+  readonly seed: string;
+}
+
+/** Where and how the mesh's nats-server runs; every field is optional. */
+export interface ServerConfigOptions {
+  /** The client port. Omit when the launcher passes it on the command line. */
+  readonly port?: number;
+  /** The address to listen on; 127.0.0.1 for the embedded default. */
+  readonly host?: string;
+  /** Where JetStream keeps its files. Omit when the launcher passes it on the command line. */
+  readonly storeDir?: string;
+  readonly serverName?: string;
+}
+
+/** A public key that is not a NATS user key was given where one is needed. */
+export class InvalidUserKeyError extends Error {
+  override name = "InvalidUserKeyError";
+  constructor(
+    readonly publicKey: string,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `${JSON.stringify(publicKey.slice(0, 60))} is not a NATS user public key (it starts with U and is 56 ` +
+        `characters): make the key pair with newUserKeys() and send its publicKey`,
+      options,
+    );
+  }
+}
+
+/** A permission names something that is not a NATS subject, so it would not mean what it says. */
+export class InvalidPermissionError extends Error {
+  override name = "InvalidPermissionError";
+  constructor(
+    readonly subject: string,
+    readonly user: string,
+  ) {
+    super(
+      `permission ${JSON.stringify(subject)} for ${user} is not a NATS subject: tokens separated by ".", ` +
+        `none empty, no spaces, ">" only last`,
+    );
+  }
+}
+
+/** Seeds that do not rebuild an authority (wrong kind of key, or damaged). */
+export class InvalidAuthoritySeedsError extends Error {
+  override name = "InvalidAuthoritySeedsError";
+  constructor(
+    readonly which: keyof AuthoritySeeds,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `the bus authority's ${which} seed is not a valid ${which === "operator" ? "operator" : "account"} ` +
+        `seed: restore the authority file from a backup, or create a new authority and issue every ` +
+        `credential again`,
+      options,
+    );
+  }
+}
+
+/** A server option that cannot be written into a nats-server config as given. */
+export class InvalidServerOptionError extends Error {
+  override name = "InvalidServerOptionError";
+  constructor(
+    readonly option: string,
+    readonly value: string,
+  ) {
+    super(
+      `${option} ${JSON.stringify(value)} cannot be written into the nats-server config: ` +
+        `choose one without quotes, backslashes or control characters (a port is -1 to 65535)`,
+    );
+  }
+}
+
+// An account JWT's limits default to zero (nothing allowed), so every one is set: -1 is unlimited.
+const UNLIMITED_ACCOUNT: Account["limits"] = {
+  subs: -1,
+  data: -1,
+  payload: -1,
+  imports: -1,
+  exports: -1,
+  wildcards: true,
+  conn: -1,
+  leaf: -1,
+  mem_storage: -1,
+  disk_storage: -1,
+  streams: -1,
+  consumer: -1,
+  max_ack_pending: -1,
+  mem_max_stream_bytes: -1,
+  disk_max_stream_bytes: -1,
+  max_bytes_required: false,
+};
+
+const MESH_ACCOUNT = "MESH";
+const SYSTEM_ACCOUNT = "SYS";
+const OPERATOR = "mesh";
+
+/**
+ * The operator and the mesh's account: it writes the nats-server configuration that trusts them
+ * and issues user JWTs signed by the account. Made by `createAuthority` or `loadAuthority`.
+ */
+export class BusAuthority {
+  readonly #operator: KeyPair;
+  readonly #account: KeyPair;
+  readonly #system: KeyPair;
+
+  /** @internal use createAuthority or loadAuthority. */
+  constructor(
+    keys: { operator: KeyPair; account: KeyPair; system: KeyPair },
+    /** The operator's JWT, which the server trusts. */
+    readonly operatorJwt: string,
+    /** The mesh's account JWT (JetStream on, no limits). */
+    readonly accountJwt: string,
+    /** The system account's JWT, which the server needs for its own traffic. */
+    readonly systemJwt: string,
+  ) {
+    this.#operator = keys.operator;
+    this.#account = keys.account;
+    this.#system = keys.system;
+  }
+
+  /** The mesh account's public key (`A…`): every user issued here belongs to it. */
+  get accountPublicKey(): string {
+    return this.#account.getPublicKey();
+  }
+
+  /** The system account's public key (`A…`). */
+  get systemPublicKey(): string {
+    return this.#system.getPublicKey();
+  }
+
+  /** The operator's public key (`O…`). */
+  get operatorPublicKey(): string {
+    return this.#operator.getPublicKey();
+  }
+
+  /** The seeds to keep (secret) so a restarted controller issues credentials the server still trusts. */
+  exportSeeds(): AuthoritySeeds {
+    const text = (kp: KeyPair): string => new TextDecoder().decode(kp.getSeed());
+    return { operator: text(this.#operator), account: text(this.#account), system: text(this.#system) };
+  }
+
+  /**
+   * The nats-server configuration: the operator, the system account, and the account JWTs preloaded
+   * in a memory resolver, with JetStream on. It never contains an `authorization` block: combined
+   * with `accounts`, nats-server 2.9 lets some clients in without credentials.
+   * @throws InvalidServerOptionError for a value that cannot be written into the config safely.
+   */
+  serverConfig(options: ServerConfigOptions = {}): string {
+    const lines = [
+      "# Written by Mesh. Decentralized JWT authentication: the server trusts the operator below,",
+      "# and every client needs a user JWT signed by a preloaded account. No `authorization` block.",
+    ];
+    if (options.serverName !== undefined)
+      lines.push(`server_name: ${quote(options.serverName, "serverName")}`);
+    if (options.host !== undefined) lines.push(`host: ${quote(options.host, "host")}`);
+    if (options.port !== undefined) lines.push(`port: ${checkPort(options.port)}`);
+    lines.push(
+      `operator: ${this.operatorJwt}`,
+      `system_account: ${this.systemPublicKey}`,
+      "resolver: MEMORY",
+      "resolver_preload: {",
+      `  ${this.accountPublicKey}: ${this.accountJwt}`,
+      `  ${this.systemPublicKey}: ${this.systemJwt}`,
+      "}",
+      options.storeDir !== undefined
+        ? `jetstream { store_dir: ${quote(options.storeDir, "storeDir")} }`
+        : "jetstream: enabled",
+      "",
+    );
+    return lines.join("\n");
+  }
+
+  /**
+   * A user JWT signed by the mesh's account, carrying exactly `request.permissions`.
+   * @throws InvalidUserKeyError when the public key is not a user key; InvalidPermissionError for a
+   * permission that is not a subject.
+   */
+  async issueUser(request: UserRequest): Promise<string> {
+    assertUserKey(request.publicKey);
+    const { pub, sub, allowResponses } = request.permissions;
+    const user: Partial<User> = {
+      pub: rules(pub, request.name),
+      sub: rules(sub, request.name),
+      // A user's own limits default to zero too.
+      subs: -1,
+      data: -1,
+      payload: -1,
+    };
+    if (allowResponses === true) user.resp = { max: 1, ttl: 0 };
+    const opts =
+      request.expiresAt !== undefined ? { exp: Math.floor(request.expiresAt.getTime() / 1000) } : {};
+    return encodeUser(request.name, request.publicKey, this.#account, user, {
+      algorithm: Algorithms.v2,
+      ...opts,
+    });
+  }
+}
+
+/** Creates a new operator, mesh account and system account, each with a fresh key pair. */
+export async function createAuthority(): Promise<BusAuthority> {
+  return build({ operator: createOperator(), account: createAccount(), system: createAccount() });
+}
+
+/**
+ * Rebuilds the authority from its seeds (see `BusAuthority.exportSeeds`).
+ * @throws InvalidAuthoritySeedsError when a seed is damaged or of the wrong kind.
+ */
+export async function loadAuthority(seeds: AuthoritySeeds): Promise<BusAuthority> {
+  const load = (which: keyof AuthoritySeeds, prefix: string): KeyPair => {
+    let kp: KeyPair;
+    try {
+      kp = fromSeed(new TextEncoder().encode(seeds[which]));
+    } catch (err) {
+      throw new InvalidAuthoritySeedsError(which, { cause: err });
+    }
+    if (!kp.getPublicKey().startsWith(prefix)) throw new InvalidAuthoritySeedsError(which);
+    return kp;
+  };
+  return build({
+    operator: load("operator", "O"),
+    account: load("account", "A"),
+    system: load("system", "A"),
+  });
+}
+
+async function build(keys: { operator: KeyPair; account: KeyPair; system: KeyPair }): Promise<BusAuthority> {
+  const jwtOptions = { algorithm: Algorithms.v2 };
+  const operatorJwt = await encodeOperator(
+    OPERATOR,
+    keys.operator,
+    { system_account: keys.system.getPublicKey() },
+    jwtOptions,
+  );
+  const accountJwt = await encodeAccount(
+    MESH_ACCOUNT,
+    keys.account,
+    { limits: UNLIMITED_ACCOUNT },
+    { ...jwtOptions, signer: keys.operator },
+  );
+  const systemJwt = await encodeAccount(
+    SYSTEM_ACCOUNT,
+    keys.system,
+    { limits: { ...UNLIMITED_ACCOUNT, mem_storage: 0, disk_storage: 0, streams: 0, consumer: 0 } },
+    { ...jwtOptions, signer: keys.operator },
+  );
+  return new BusAuthority(keys, operatorJwt, accountJwt, systemJwt);
+}
+
+/** A new user key pair. Make it where it is used and send only `publicKey` to the controller. */
+export function newUserKeys(): UserKeys {
+  const kp = createUser();
+  return { publicKey: kp.getPublicKey(), seed: new TextDecoder().decode(kp.getSeed()) };
+}
+
+/**
+ * The creds file contents (JWT and seed) a connection authenticates with; pass them straight to
+ * `connectBus`. They hold the seed: write them only to a 0600 file.
+ * @throws InvalidUserKeyError when `seed` is not a user seed.
+ */
+export function credsFor(jwt: string, seed: string): Uint8Array {
+  let kp: KeyPair;
+  try {
+    kp = fromSeed(new TextEncoder().encode(seed));
+  } catch (err) {
+    throw new InvalidUserKeyError("(a seed)", { cause: err });
+  }
+  if (!kp.getPublicKey().startsWith("U")) throw new InvalidUserKeyError(kp.getPublicKey());
+  return fmtCreds(jwt, kp);
+}
+
+function assertUserKey(publicKey: string): void {
+  try {
+    fromPublic(publicKey);
+  } catch (err) {
+    throw new InvalidUserKeyError(publicKey, { cause: err });
+  }
+  if (!publicKey.startsWith("U")) throw new InvalidUserKeyError(publicKey);
+}
+
+// A subject or pattern: tokens of printable non-space characters, `>` only as the last token.
+const TOKEN = /^[^\s.*>]+$|^\*$/;
+
+function rules(given: SubjectRules, user: string): { allow: string[]; deny: string[] } {
+  const check = (subject: string): string => {
+    const tokens = subject.split(".");
+    const ok = tokens.every((t, i) => TOKEN.test(t) || (t === ">" && i === tokens.length - 1));
+    if (!ok) throw new InvalidPermissionError(subject, user);
+    return subject;
+  };
+  const allow = given.allow.map(check);
+  const deny = (given.deny ?? []).map(check);
+  // NATS reads an empty allow list as "everything", so nothing allowed is said as "deny everything".
+  if (allow.length === 0) return { allow: [], deny: [">"] };
+  return { allow, deny };
+}
+
+function quote(value: string, field: string): string {
+  if (/[\u0000-\u001f"\\]/.test(value)) throw new InvalidServerOptionError(field, value);
+  return `"${value}"`;
+}
+
+function checkPort(port: number): number {
+  if (!Number.isInteger(port) || port < -1 || port > 65535)
+    throw new InvalidServerOptionError("port", String(port));
+  return port;
+}

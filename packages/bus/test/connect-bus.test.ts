@@ -1,0 +1,127 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { freePort } from "@mesh/testkit";
+import {
+  BusUnreachableError,
+  closeBus,
+  connectBus,
+  createAuthority,
+  credsFor,
+  newUserKeys,
+  openState,
+} from "@mesh/bus";
+import {
+  EVERYTHING,
+  eventually,
+  recordingLogger,
+  startBusServer,
+  untilItWorks,
+  type BusServer,
+} from "./bus-server.ts";
+
+void describe("connectBus", () => {
+  let bus: BusServer;
+  let creds: Uint8Array;
+  before(async () => {
+    bus = await startBusServer();
+    const keys = newUserKeys();
+    const jwt = await bus.authority.issueUser({
+      name: "agent",
+      publicKey: keys.publicKey,
+      permissions: EVERYTHING,
+    });
+    creds = credsFor(jwt, keys.seed);
+  });
+  after(async () => {
+    await bus.stop();
+  });
+
+  void it("says plainly when no server answers at the address", async () => {
+    const port = await freePort();
+    await assert.rejects(
+      connectBus({ servers: `nats://127.0.0.1:${port}`, creds, name: "agent" }),
+      (err: unknown) => {
+        assert.ok(err instanceof BusUnreachableError);
+        assert.equal(
+          err.message,
+          `agent could not reach the bus at nats://127.0.0.1:${port}: check that ` +
+            "nats-server is running there and that the address and port are right",
+        );
+        return true;
+      },
+    );
+  });
+
+  void it("reconnects by itself after the server restarts, and says so", async () => {
+    const log = recordingLogger();
+    const nc = await connectBus({ servers: bus.server.url, creds, name: "agent", log });
+    try {
+      await bus.server.restart();
+      await eventually(
+        () => log.lines.some((l) => l.startsWith("info: agent is connected to the bus again")),
+        "reconnect",
+      );
+      assert.ok(
+        log.lines.some((l) => l.startsWith("warn: agent lost the bus at")),
+        log.lines.join("\n"),
+      );
+      const state = await untilItWorks(() => openState<string>(nc, "after-restart"));
+      await untilItWorks(() => state.put("k", "v"));
+      assert.equal(await state.get("k"), "v");
+    } finally {
+      await closeBus(nc);
+      await closeBus(nc);
+    }
+    assert.equal(nc.isClosed(), true);
+  });
+
+  void it("waits for a server that is not up yet when asked to", async () => {
+    let connecting: ReturnType<typeof connectBus> | undefined;
+    await bus.server.restart({
+      whileDown: async () => {
+        connecting = connectBus({ servers: bus.server.url, creds, name: "early", waitForServer: true });
+        await new Promise((r) => setTimeout(r, 300));
+      },
+    });
+    assert.ok(connecting);
+    const nc = await connecting;
+    await nc.flush();
+    await closeBus(nc);
+  });
+
+  void it("reads the creds again at each reconnect when given a function", async () => {
+    let reads = 0;
+    const nc = await connectBus({
+      servers: bus.server.url,
+      creds: () => {
+        reads++;
+        return creds;
+      },
+      name: "agent",
+    });
+    const before = reads;
+    await bus.server.restart();
+    await eventually(() => reads > before, "the creds to be read again");
+    await closeBus(nc);
+  });
+
+  void it("says the credentials were refused when a restarted server no longer trusts them", async () => {
+    const log = recordingLogger();
+    const nc = await connectBus({ servers: bus.server.url, creds, name: "agent", log });
+    const stranger = await createAuthority();
+    try {
+      await bus.server.restart({ config: stranger.serverConfig() });
+      await eventually(() => nc.isClosed(), "the client to give up on refused credentials", 60_000);
+      await eventually(
+        () => log.lines.some((l) => l.startsWith("error: agent's bus connection closed")),
+        "the error",
+      );
+      assert.ok(
+        log.lines.some((l) => l.includes("refused agent's credentials") && l.includes("enroll again")),
+        log.lines.join("\n"),
+      );
+    } finally {
+      await bus.server.restart({ config: bus.authority.serverConfig() });
+    }
+  });
+});
