@@ -1,0 +1,191 @@
+// Durable state on the bus: a JetStream KV bucket holding JSON values, kept on disk by the server
+// (file storage), so a restarted controller or nats-server finds it as it was left.
+import { StorageType } from "@nats-io/jetstream";
+import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { assertBucketName } from "./subjects.ts";
+
+/** How to open a state bucket. */
+export interface OpenStateOptions<T> {
+  /**
+   * Create the bucket when it is not there (the default, for its owner). A reader whose
+   * permissions cannot create streams opens it with `create: false`.
+   */
+  readonly create?: boolean;
+  /** Checks and types a value read from the bucket (a schema's `parse`, say); it throws on a bad value. */
+  readonly parse?: (value: unknown) => T;
+}
+
+/**
+ * One change seen by `watch`: a value put, a key deleted, or a value that could not be read (which
+ * does not end the watch: one bad value must not stop the others from being seen).
+ */
+export type StateChange<T> =
+  | { readonly operation: "put"; readonly key: string; readonly revision: number; readonly value: T }
+  | { readonly operation: "delete"; readonly key: string; readonly revision: number }
+  | {
+      readonly operation: "invalid";
+      readonly key: string;
+      readonly revision: number;
+      readonly error: StateValueError;
+    };
+
+/** A running watch: iterate it for changes; `stop()` ends the iteration. */
+export interface StateWatch<T> extends AsyncIterable<StateChange<T>> {
+  stop(): void;
+}
+
+/** A KV bucket of JSON values of type `T`. */
+export interface BusState<T> {
+  readonly bucket: string;
+  /**
+   * The value at `key`, or undefined when there is none (or it was deleted).
+   * @throws StateValueError when the stored value is not JSON or `parse` refuses it.
+   */
+  get(key: string): Promise<T | undefined>;
+  /**
+   * Stores `value` as JSON at `key` and returns the bucket's new revision.
+   * @throws InvalidStateKeyError for a key KV cannot store.
+   */
+  put(key: string, value: T): Promise<number>;
+  /** Deletes `key`; deleting a key that is not there is not an error. */
+  delete(key: string): Promise<void>;
+  /** Every key that holds a value now. */
+  keys(): Promise<string[]>;
+  /**
+   * Every value now (as `put` changes), then each change as it happens. `key` narrows it to one
+   * key or a wildcard of keys (`nodes.*`).
+   * @throws InvalidStateKeyError for a key pattern KV cannot watch.
+   */
+  watch(options?: { key?: string }): Promise<StateWatch<T>>;
+}
+
+/** A key that NATS KV cannot store. */
+export class InvalidStateKeyError extends Error {
+  override name = "InvalidStateKeyError";
+  constructor(
+    readonly bucket: string,
+    readonly key: string,
+  ) {
+    super(
+      `key ${JSON.stringify(key)} cannot be stored in bucket ${bucket}: a key is made of a-z, A-Z, 0-9, ` +
+        `-, _, =, / and ., and neither starts nor ends with a dot`,
+    );
+  }
+}
+
+/** A stored value that is not JSON, or not what `parse` accepts. */
+export class StateValueError extends Error {
+  override name = "StateValueError";
+  constructor(
+    readonly bucket: string,
+    readonly key: string,
+    options?: { cause?: unknown },
+  ) {
+    // The cause's message is left out: a JSON parser quotes the text it choked on.
+    super(
+      `the value at ${JSON.stringify(key)} in bucket ${bucket} is not what the mesh wrote there ` +
+        `(not JSON, or not of the expected shape): put a good value or delete the key`,
+      options,
+    );
+  }
+}
+
+/** The bucket could not be opened: not there (and not to be created), or not allowed. */
+export class StateOpenError extends Error {
+  override name = "StateOpenError";
+  constructor(
+    readonly bucket: string,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `the state bucket ${bucket} could not be opened` +
+        `${options?.cause instanceof Error ? ` (${options.cause.message})` : ""}: ` +
+        `check that it exists and that this connection's credentials allow it`,
+      options,
+    );
+  }
+}
+
+const KEY = /^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$/;
+const WATCH_KEY = /^([-/_=a-zA-Z0-9]+|\*)(\.([-/_=a-zA-Z0-9]+|\*))*(\.>)?$|^>$/;
+
+/**
+ * Opens the KV bucket `bucket` on `nc`, creating it (file storage, latest value only) unless
+ * `options.create` is false.
+ * @throws InvalidBucketNameError for a bad bucket name; StateOpenError when it cannot be opened.
+ */
+export async function openState<T>(
+  nc: NatsConnection,
+  bucket: string,
+  options: OpenStateOptions<T> = {},
+): Promise<BusState<T>> {
+  assertBucketName(bucket);
+  const parse = options.parse ?? ((value: unknown) => value as T);
+  let kv: KV;
+  try {
+    const kvm = new Kvm(nc);
+    kv =
+      options.create === false
+        ? await kvm.open(bucket)
+        : await kvm.create(bucket, { history: 1, storage: StorageType.File });
+  } catch (err) {
+    throw new StateOpenError(bucket, { cause: err });
+  }
+
+  const checkKey = (key: string, pattern = KEY): string => {
+    if (!pattern.test(key)) throw new InvalidStateKeyError(bucket, key);
+    return key;
+  };
+  const decode = (entry: KvEntry): T => {
+    try {
+      return parse(entry.json<unknown>());
+    } catch (err) {
+      throw new StateValueError(bucket, entry.key, { cause: err });
+    }
+  };
+
+  return {
+    bucket,
+    async get(key) {
+      const entry = await kv.get(checkKey(key));
+      if (entry === null || entry.operation !== "PUT") return undefined;
+      return decode(entry);
+    },
+    async put(key, value) {
+      return kv.put(checkKey(key), JSON.stringify(value));
+    },
+    async delete(key) {
+      await kv.delete(checkKey(key));
+    },
+    async keys() {
+      const found: string[] = [];
+      for await (const key of await kv.keys()) found.push(key);
+      return found;
+    },
+    async watch(watchOptions = {}) {
+      const key = watchOptions.key !== undefined ? checkKey(watchOptions.key, WATCH_KEY) : undefined;
+      const iterator = await kv.watch(key !== undefined ? { key } : {});
+      return {
+        stop: () => iterator.stop(),
+        async *[Symbol.asyncIterator]() {
+          for await (const entry of iterator) {
+            const { key, revision } = entry;
+            if (entry.operation !== "PUT") {
+              yield { operation: "delete", key, revision };
+              continue;
+            }
+            let value: T;
+            try {
+              value = decode(entry);
+            } catch (err) {
+              yield { operation: "invalid", key, revision, error: err as StateValueError };
+              continue;
+            }
+            yield { operation: "put", key, revision, value };
+          }
+        },
+      };
+    },
+  };
+}
