@@ -21,8 +21,9 @@ export interface NatsPlace {
 export interface StartNatsOptions {
   /**
    * The server's configuration: text, or a function of where it will run. The launcher always
-   * adds, on the command line, `-a 127.0.0.1`, the port and JetStream with `store_dir` in its own
-   * directory, so the text need not repeat them (and cannot override them).
+   * sets `-a 127.0.0.1` and the port on the command line, and appends JetStream with `store_dir`
+   * in its own directory (replacing any `jetstream` settings in the text), so the text need not
+   * repeat them and cannot override them.
    */
   readonly config: string | ((place: NatsPlace) => string);
   /** Keep the JetStream store in this directory instead of one inside the server's temp dir. */
@@ -105,12 +106,11 @@ export async function startNats(options: StartNatsOptions): Promise<NatsServer> 
   const log = join(dir, "nats.log");
   try {
     await mkdir(storeDir, { recursive: true, mode: 0o700 });
-    const write = (config: StartNatsOptions["config"], port: number): Promise<void> =>
-      writeFile(configFile, typeof config === "function" ? config({ host: HOST, port, storeDir }) : config, {
-        mode: 0o600,
-      });
-    const launch = (port: number): Promise<ChildProcess> =>
-      launchNats(binary, configFile, storeDir, port, log);
+    const write = (config: StartNatsOptions["config"], port: number): Promise<void> => {
+      const text = typeof config === "function" ? config({ host: HOST, port, storeDir }) : config;
+      return writeFile(configFile, `${text}\n${jetStreamBlock(storeDir)}`, { mode: 0o600 });
+    };
+    const launch = (port: number): Promise<ChildProcess> => launchNats(binary, configFile, port, log);
 
     // The port is free when chosen but may be taken before nats-server binds it: try a few.
     let port = 0;
@@ -182,19 +182,27 @@ export async function findNatsServer(
   throw new NatsNotFoundError(dirs.join(delimiter));
 }
 
+/**
+ * The JetStream block the launcher appends to every config. It goes in the file rather than on the
+ * command line: nats-server refuses `-sd` next to a `store_dir` in the file, and refuses to reload
+ * a file without the `store_dir` it started with. The last `jetstream` in a file wins.
+ */
+function jetStreamBlock(storeDir: string): string {
+  if (/["\\\n]/.test(storeDir))
+    throw new Error(`store directory ${JSON.stringify(storeDir)} cannot go in a config`);
+  return `# Added by the test launcher: JetStream keeps its files here.\njetstream { store_dir: "${storeDir}" }\n`;
+}
+
 async function launchNats(
   binary: string,
   configFile: string,
-  storeDir: string,
   port: number,
   log: string,
 ): Promise<ChildProcess> {
-  // Command-line flags win over the config file, so the place is always the launcher's.
-  const child = spawn(
-    binary,
-    ["-c", configFile, "-a", HOST, "-p", String(port), "-js", "-sd", storeDir, "-l", log],
-    { stdio: "ignore" },
-  );
+  // Command-line flags win over the config file, so the address and port are always the launcher's.
+  const child = spawn(binary, ["-c", configFile, "-a", HOST, "-p", String(port), "-l", log], {
+    stdio: "ignore",
+  });
   running.add(child);
   child.once("exit", () => running.delete(child));
   const exited = new Promise<string>((resolve) => {

@@ -121,6 +121,28 @@ void describe("startNats", () => {
     assert.equal((info["config"] as { name: string }).name, "KEPT");
   });
 
+  void it("reloads a changed config without a restart", async () => {
+    const server = await startNats({ config: CONFIG });
+    servers.push(server);
+    const other = randomBytes(18).toString("hex");
+    const refused = await talk(server.port, [connectLine("second", other), "PING"], (t) =>
+      t.includes("-ERR"),
+    );
+    assert.match(refused, /Authorization Violation/);
+    await server.reload(
+      `authorization { users = [ { user: "${USER}", password: "${PASSWORD}" }, { user: "second", password: "${other}" } ] }\n`,
+    );
+    const deadline = Date.now() + 20_000;
+    let reply = "";
+    while (!reply.includes("PONG") && Date.now() < deadline) {
+      reply = await talk(server.port, [connectLine("second", other), "PING"], (t) => /PONG|-ERR/.test(t));
+      if (!reply.includes("PONG")) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.match(reply, /PONG/);
+    const info = await jsApi(server, "$JS.API.INFO", {});
+    assert.equal(info["error"], undefined, "JetStream still runs after the reload");
+  });
+
   void it("stop is idempotent and restart after stop is refused", async () => {
     const server = await startNats({ config: CONFIG });
     await Promise.all([server.stop(), server.stop()]);
