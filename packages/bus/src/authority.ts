@@ -161,20 +161,48 @@ export class BusAuthority {
   readonly #operator: KeyPair;
   readonly #account: KeyPair;
   readonly #system: KeyPair;
+  #accountJwt: string;
+  #revocations: Record<string, number>;
+  /** The operator's JWT, which the server trusts. */
+  readonly operatorJwt: string;
+  /** The system account's JWT, which the server needs for its own traffic. */
+  readonly systemJwt: string;
 
   /** @internal use createAuthority or loadAuthority. */
   constructor(
     keys: { operator: KeyPair; account: KeyPair; system: KeyPair },
-    /** The operator's JWT, which the server trusts. */
-    readonly operatorJwt: string,
-    /** The mesh's account JWT (JetStream on, no limits). */
-    readonly accountJwt: string,
-    /** The system account's JWT, which the server needs for its own traffic. */
-    readonly systemJwt: string,
+    jwts: { operator: string; account: string; system: string },
+    revocations: Readonly<Record<string, number>>,
   ) {
     this.#operator = keys.operator;
     this.#account = keys.account;
     this.#system = keys.system;
+    this.operatorJwt = jwts.operator;
+    this.#accountJwt = jwts.account;
+    this.systemJwt = jwts.system;
+    this.#revocations = { ...revocations };
+  }
+
+  /** The mesh's account JWT (JetStream on, no limits, the revocations so far). */
+  get accountJwt(): string {
+    return this.#accountJwt;
+  }
+
+  /** Revoked user keys and the time (Unix seconds) before which their JWTs are refused. Keep them with the seeds. */
+  get revocations(): Readonly<Record<string, number>> {
+    return { ...this.#revocations };
+  }
+
+  /**
+   * Revokes every JWT issued to `publicKey` up to now, in a new account JWT. It takes effect when
+   * the server has the new `serverConfig()` (a reload, no restart): connections using those JWTs
+   * are closed and refused. A credential that replaces a revoked one needs a new key pair.
+   * @throws InvalidUserKeyError when the key is not a user key.
+   */
+  async revokeUser(publicKey: string): Promise<void> {
+    assertUserKey(publicKey);
+    this.#revocations[publicKey] = Math.floor(Date.now() / 1000);
+    this.#accountJwt = await encodeMeshAccount(this.#account, this.#operator, this.#revocations);
   }
 
   /** The mesh account's public key (`A…`): every user issued here belongs to it. */
@@ -261,10 +289,14 @@ export async function createAuthority(): Promise<BusAuthority> {
 }
 
 /**
- * Rebuilds the authority from its seeds (see `BusAuthority.exportSeeds`).
+ * Rebuilds the authority from its seeds (see `BusAuthority.exportSeeds`) and the revocations made
+ * so far (see `BusAuthority.revocations`), so a revoked credential stays revoked.
  * @throws InvalidAuthoritySeedsError when a seed is damaged or of the wrong kind.
  */
-export async function loadAuthority(seeds: AuthoritySeeds): Promise<BusAuthority> {
+export async function loadAuthority(
+  seeds: AuthoritySeeds,
+  revocations: Readonly<Record<string, number>> = {},
+): Promise<BusAuthority> {
   const load = (which: keyof AuthoritySeeds, prefix: string): KeyPair => {
     let kp: KeyPair;
     try {
@@ -275,34 +307,40 @@ export async function loadAuthority(seeds: AuthoritySeeds): Promise<BusAuthority
     if (!kp.getPublicKey().startsWith(prefix)) throw new InvalidAuthoritySeedsError(which);
     return kp;
   };
-  return build({
-    operator: load("operator", "O"),
-    account: load("account", "A"),
-    system: load("system", "A"),
-  });
+  return build(
+    { operator: load("operator", "O"), account: load("account", "A"), system: load("system", "A") },
+    revocations,
+  );
 }
 
-async function build(keys: { operator: KeyPair; account: KeyPair; system: KeyPair }): Promise<BusAuthority> {
-  const jwtOptions = { algorithm: Algorithms.v2 };
-  const operatorJwt = await encodeOperator(
+async function build(
+  keys: { operator: KeyPair; account: KeyPair; system: KeyPair },
+  revocations: Readonly<Record<string, number>> = {},
+): Promise<BusAuthority> {
+  const operator = await encodeOperator(
     OPERATOR,
     keys.operator,
     { system_account: keys.system.getPublicKey() },
-    jwtOptions,
+    { algorithm: Algorithms.v2 },
   );
-  const accountJwt = await encodeAccount(
-    MESH_ACCOUNT,
-    keys.account,
-    { limits: UNLIMITED_ACCOUNT },
-    { ...jwtOptions, signer: keys.operator },
-  );
-  const systemJwt = await encodeAccount(
+  const account = await encodeMeshAccount(keys.account, keys.operator, revocations);
+  const system = await encodeAccount(
     SYSTEM_ACCOUNT,
     keys.system,
     { limits: { ...UNLIMITED_ACCOUNT, mem_storage: 0, disk_storage: 0, streams: 0, consumer: 0 } },
-    { ...jwtOptions, signer: keys.operator },
+    { algorithm: Algorithms.v2, signer: keys.operator },
   );
-  return new BusAuthority(keys, operatorJwt, accountJwt, systemJwt);
+  return new BusAuthority(keys, { operator, account, system }, revocations);
+}
+
+function encodeMeshAccount(
+  account: KeyPair,
+  operator: KeyPair,
+  revocations: Readonly<Record<string, number>>,
+): Promise<string> {
+  const claims: Partial<Account> = { limits: UNLIMITED_ACCOUNT };
+  if (Object.keys(revocations).length > 0) claims.revocations = { ...revocations };
+  return encodeAccount(MESH_ACCOUNT, account, claims, { algorithm: Algorithms.v2, signer: operator });
 }
 
 /** A new user key pair. Make it where it is used and send only `publicKey` to the controller. */

@@ -116,7 +116,7 @@ export function explainBusError(err: unknown, who: string, servers: string): unk
   if (
     err instanceof AuthorizationError ||
     err instanceof UserAuthenticationExpiredError ||
-    (err instanceof Error && /authorization violation|authentication expired/i.test(err.message))
+    (err instanceof Error && /authorization violation|authentication (expired|revoked)/i.test(err.message))
   ) {
     return new BusCredentialsRefusedError(who, servers, { cause: err });
   }
@@ -132,6 +132,12 @@ export function explainBusError(err: unknown, who: string, servers: string): unk
 function watchStatus(nc: NatsConnection, who: string, where: string, log: BusLogger): void {
   void (async () => {
     let down = false;
+    let lastWarning = "";
+    // A refused reconnect reports the same error on each attempt: said once is enough.
+    const warnOnce = (message: string): void => {
+      if (message !== lastWarning) log.warn(message);
+      lastWarning = message;
+    };
     for await (const status of nc.status()) {
       switch (status.type) {
         case "disconnect":
@@ -142,9 +148,10 @@ function watchStatus(nc: NatsConnection, who: string, where: string, log: BusLog
         case "reconnect":
           log.info(`${who} is connected to the bus again at ${status.server}`);
           down = false;
+          lastWarning = "";
           break;
         case "error":
-          log.warn(describeServerError(status.error, who, where));
+          warnOnce(describeServerError(status.error, who, where));
           break;
         default:
           break;

@@ -193,6 +193,52 @@ void describe("decentralized authentication against a real nats-server", () => {
     await nc.close();
   });
 
+  void it("a revoked credential stops working after a config reload, with no restart", async () => {
+    const log = recordingLogger();
+    const keys = newUserKeys();
+    const jwt = await bus.authority.issueUser({ name: "gone", publicKey: keys.publicKey, permissions: N1 });
+    const doomed = await connectBus({
+      servers: bus.server.url,
+      creds: credsFor(jwt, keys.seed),
+      name: "gone",
+      log,
+    });
+    const bystander = await bus.connectAs("n1", N1, { inboxPrefix: inboxPrefix("n1") });
+
+    await bus.authority.revokeUser(keys.publicKey);
+    assert.ok(keys.publicKey in bus.authority.revocations);
+    await bus.server.reload(bus.authority.serverConfig());
+
+    await eventually(() => doomed.isClosed(), "the revoked connection to be closed", 60_000);
+    await eventually(
+      () => log.lines.some((l) => l.startsWith("error: gone's bus connection closed")),
+      "the error",
+    );
+    await assert.rejects(
+      connectBus({ servers: bus.server.url, creds: credsFor(jwt, keys.seed), name: "gone" }),
+      BusCredentialsRefusedError,
+    );
+    await bystander.flush();
+    assert.equal(bystander.isClosed(), false, "other users keep their connections");
+
+    const fresh = newUserKeys();
+    const replacement = await bus.authority.issueUser({
+      name: "gone",
+      publicKey: fresh.publicKey,
+      permissions: N1,
+    });
+    const back = await connectBus({
+      servers: bus.server.url,
+      creds: credsFor(replacement, fresh.seed),
+      name: "gone",
+    });
+    await back.close();
+
+    const reloaded = await loadAuthority(bus.authority.exportSeeds(), bus.authority.revocations);
+    assert.equal(reloaded.accountJwt.length > 0, true);
+    assert.deepEqual(reloaded.revocations, bus.authority.revocations);
+  });
+
   void it("refuses bad seeds, keys that are not user keys, and permissions that are not subjects", async () => {
     const seeds = bus.authority.exportSeeds();
     await assert.rejects(loadAuthority({ ...seeds, operator: seeds.account }), InvalidAuthoritySeedsError);
