@@ -47,6 +47,8 @@ interface Loop {
   sample(login: string): void;
   /** Monotonic time each create began and how long it took, by login. */
   readonly creates: Map<string, { startedAt: number; tookMs: number }>;
+  /** When each verify call (`holdsMany`) ran, and over how many consumers. */
+  readonly verifies: { from: number; to: number; consumers: number }[];
 }
 
 async function startLoop(
@@ -75,6 +77,17 @@ async function startLoop(
       if (!creates.has(p.as)) creates.set(p.as, { startedAt, tookMs: now() - startedAt });
     }
   };
+  const verifies: { from: number; to: number; consumers: number }[] = [];
+  const holdsMany = adapter.holdsMany.bind(adapter);
+  // A verify pass holds the harness's lock: a change arriving meanwhile waits for it to end.
+  adapter.holdsMany = async (ps, signal) => {
+    const from = now();
+    try {
+      return await holdsMany(ps, signal);
+    } finally {
+      verifies.push({ from, to: now(), consumers: ps.length });
+    }
+  };
   const handle = runProvisioner(IFACE, adapter, {
     receives: file.path,
     instance,
@@ -98,6 +111,7 @@ async function startLoop(
     logger,
     checks,
     creates,
+    verifies,
     sample: (login) => sampled.add(login),
     created(login) {
       const known = at.get(login);
@@ -179,23 +193,28 @@ runBench("convergence", async () => {
   const watchLatencies: number[] = [];
   const watchNoticed: number[] = [];
   const watchCreate: number[] = [];
+  const watchWaits: { from: number; to: number }[] = [];
   const started = now();
   for (let i = 0; i < changes; i++) {
     const login = loginOf("w", i, 4);
     if (i % Math.max(1, Math.floor(changes / samples)) === 0) watching.sample(login);
     const renamedAt = await watching.file.add([login]);
-    watchLatencies.push((await watching.created(login)) - renamedAt);
+    const createdAt = await watching.created(login);
+    watchLatencies.push(createdAt - renamedAt);
+    watchWaits.push({ from: renamedAt, to: createdAt });
     const c = watching.creates.get(login);
     if (c) {
       watchNoticed.push(c.startedAt - renamedAt);
       watchCreate.push(c.tookMs);
     }
     if ((i + 1) % 50 === 0) say(`convergence: ${i + 1}/${changes} changes converged`);
-    // A random pause, so changes fall anywhere relative to the periodic pass and its checks.
-    await sleep(Math.random() * 250);
+    // A random pause (300 ms on average), so changes fall anywhere relative to the periodic pass, and
+    // the run outlasts a minute: at least one verify pass (and what it does to a change) is in it.
+    await sleep(Math.random() * 600);
   }
   const watchWall = now() - started;
   const watchChecks = await settleChecks(watching);
+  await watching.handle.idle();
   const watchHeld = tally(watching.handle);
   await watching.handle.stop();
 
@@ -221,6 +240,7 @@ runBench("convergence", async () => {
     }
   }
   const pollChecks = await settleChecks(polling);
+  await polling.handle.idle();
   const pollHeld = tally(polling.handle);
   await polling.handle.stop();
 
@@ -239,6 +259,12 @@ runBench("convergence", async () => {
     const s = summarize(values);
     return [mode, what, fmtMs(s.p50), fmtMs(s.p99), fmtMs(s.max)];
   };
+  // Which changes waited on a verify pass: the tail of the watching run, explained.
+  const overlapping = watchWaits
+    .map((wait, i) => ({ i, ms: watchLatencies[i] ?? 0, wait }))
+    .filter(({ wait }) => watching.verifies.some((v) => v.from < wait.to && v.to > wait.from));
+  const verifyMs = watching.verifies.map((v) => v.to - v.from);
+  const quick = watchLatencies.filter((_, i) => !overlapping.some((o) => o.i === i));
   const problems = [...watchChecks.problems, ...pollChecks.problems];
   const complaints = [...watching.logger.errors, ...polling.logger.errors];
   printResult(
@@ -262,6 +288,13 @@ runBench("convergence", async () => {
           part("baseline", "create()", pollCreate),
         ],
       ),
+      "",
+      `verify passes during the watching run: ${watching.verifies.length} (holdsMany over ` +
+        `${watching.verifies.map((v) => v.consumers).join(", ") || "-"} consumers; non-superuser admin, so one ` +
+        `login per consumer), taking ${verifyMs.map(fmtMs).join(", ") || "-"}; they hold the harness's lock.`,
+      `changes whose wait overlapped a verify pass: ${overlapping.length}, waits ` +
+        `${overlapping.map((o) => fmtMs(o.ms)).join(", ") || "-"}; without them: p50 ${fmtMs(summarize(quick).p50)}, ` +
+        `p99 ${fmtMs(summarize(quick).p99)}, max ${fmtMs(summarize(quick).max)}`,
       "",
       `ratio baseline/watching: p50 ${fmtRatio(p.p50 / w.p50)}, p99 ${fmtRatio(p.p99 / w.p99)}`,
       `watching run: ${changes} changes in ${fmtMs(watchWall)}; ${watchHeld.active} consumers active at the end, ` +

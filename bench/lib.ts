@@ -4,7 +4,7 @@
 
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, open, rename, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Logger } from "@mesh/sdk";
@@ -111,8 +111,16 @@ export function say(message: string): void {
   process.stderr.write(`[bench] ${message}\n`);
 }
 
-/** Prints the labelled block a reader looks for at the end of a run. */
+/**
+ * Prints the labelled block a reader looks for at the end of a run, with the machine's load, since
+ * on a shared machine every figure depends on it.
+ */
 export function printResult(name: string, body: string): void {
+  const [one, five] = loadavg();
+  const machine =
+    `machine: ${availableParallelism()} CPUs, load average ${one?.toFixed(2) ?? "?"} (1 min) ` +
+    `${five?.toFixed(2) ?? "?"} (5 min) at the end; node ${process.version}; ${new Date().toISOString()}`;
+  body = `${body.trimEnd()}\n${machine}`;
   const rule = "=".repeat(Math.max(20, 72 - name.length - 12));
   process.stdout.write(
     `\n==== RESULT: ${name} ${rule}\n${body.trimEnd()}\n==== END ${name} ${"=".repeat(Math.max(20, 72 - name.length - 10))}\n`,

@@ -234,6 +234,8 @@ runBench("postgres-provisioning", async () => {
       `ratio provider/raw: ${fmtRatio(ratio)} (goal ≤ 1.10: ${ratio <= 1.1 ? "met" : "NOT met"}); ` +
         `at concurrency 1: ${fmtRatio(seq.wallMs / raw.wallMs)}; against raw including its verifiers: ` +
         `${fmtRatio(prov.wallMs / (raw.wallMs + raw.verifierMs))}`,
+      `raw halves (before / after the provider's runs): ${fmtMs(rawA.wallMs)} / ${fmtMs(rawB.wallMs)}; ` +
+        `CREATE DATABASE alone varies with the machine's load, so compare within one run only`,
       `time outside any statement (client work: verifiers, files, the loop): provider at concurrency 1 ` +
         `${fmtMs(seq.wallMs - statementMs(seq))}, raw ${fmtMs(raw.wallMs - statementMs(raw))}`,
       `databases present at the end: ${dbs} of ${3 * n}`,

@@ -8,10 +8,11 @@
 //
 //   node --import tsx bench/postgres-verification.ts   (MESH_BENCH_CONSUMERS=1000 to change N)
 
+import { readFile } from "node:fs/promises";
 import pg from "pg";
 import type { Provision } from "@mesh/sdk";
 import { createPostgresAdapter } from "@mesh/provider-postgres";
-import { startPostgres } from "@mesh/testkit";
+import { startPostgres, type PostgresServer } from "@mesh/testkit";
 import {
   envInt,
   fmtMs,
@@ -41,6 +42,33 @@ async function forEachLimited<T>(
     while (next < items.length) await fn(items[next++] as T);
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
+
+/** A failed create, with what the catalog and the server's log said about it right after. */
+async function describeFailure(
+  server: PostgresServer,
+  login: string,
+  err: unknown,
+  attempt: number,
+): Promise<string> {
+  const what = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  const rows = await server
+    .query<{ acl: string | null; open: boolean }>(
+      `SELECT datacl::text AS acl, has_database_privilege('public', oid, 'CONNECT') AS open
+         FROM pg_catalog.pg_database WHERE datname = $1`,
+      [login],
+    )
+    .catch(() => []);
+  const log = await readFile(server.logFile, "utf8").catch(() => "");
+  const said = log
+    .split("\n")
+    .filter((l) => l.includes(login) && /WARNING|ERROR/.test(l))
+    .slice(-3);
+  return (
+    `${login} (attempt ${attempt}): ${what.slice(0, 200)}; catalog just after: ` +
+    `${rows[0] ? `datacl ${rows[0].acl ?? "NULL"}, PUBLIC may connect: ${rows[0].open}` : "no database"}` +
+    (said.length > 0 ? `; server log: ${said.join(" / ")}` : "")
+  );
 }
 
 interface Measured {
@@ -83,8 +111,19 @@ runBench("postgres-verification", async () => {
   onCleanup(() => maker.close());
   const makeStarted = now();
   let made = 0;
+  const failures: string[] = [];
   await forEachLimited(consumers, 8, async (p) => {
-    await maker.create(p, new AbortController().signal);
+    // A failed create is tried again, as the harness's next pass would; each failure is reported.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await maker.create(p, new AbortController().signal);
+        break;
+      } catch (err) {
+        failures.push(await describeFailure(server, p.as, err, attempt));
+        say(`postgres-verification: create failed: ${failures[failures.length - 1] ?? ""}`);
+        if (attempt >= 3) throw err;
+      }
+    }
     if (++made % 100 === 0) say(`postgres-verification: ${made}/${n} made (${fmtMs(now() - makeStarted)})`);
   });
   const makeMs = now() - makeStarted;
@@ -145,6 +184,8 @@ runBench("postgres-verification", async () => {
       `${n} consumers (made in ${fmtMs(makeMs)} by the adapter, 8 at a time, non-superuser admin); one verify`,
       "pass each way, with a fresh adapter (its first connection and its question about the admin count).",
       "queries = calls of pg.Client#query; connections = calls of pg.Client#connect (admin pool + consumer logins).",
+      `creates that failed and were tried again: ${failures.length}` +
+        (failures.length > 0 ? `\n  ${failures.join("\n  ")}` : ""),
       "",
       table(
         [
