@@ -379,11 +379,11 @@ export class PostgresAdapter implements Adapter {
     }
   }
 
-  async #createDatabase(login: string, database: string): Promise<void> {
+  async #createDatabase(client: pg.PoolClient, login: string, database: string): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
         // Alone, outside any transaction: PostgreSQL refuses CREATE DATABASE anywhere else.
-        await this.#pool.query(`CREATE DATABASE ${id(database)} OWNER ${id(login)}`);
+        await client.query(`CREATE DATABASE ${id(database)} OWNER ${id(login)}`);
         return;
       } catch (err) {
         const code = codeOf(err);
@@ -437,16 +437,25 @@ export class PostgresAdapter implements Adapter {
     });
     signal.throwIfAborted();
 
-    // A non-superuser admin may make a database owned by the role, drop it, or end its sessions
-    // only as a member of the role.
-    if (!facts.superuser) await this.#pool.query(`GRANT ${id(login)} TO ${id(facts.user)}`);
-    signal.throwIfAborted();
+    // One session for the membership and what needs it: under concurrent creates, a membership
+    // granted on one pooled session was at times not yet seen by another.
+    const client = await this.#pool.connect();
+    try {
+      // A non-superuser admin may make a database owned by the role, drop it, or end its sessions
+      // only as a member of the role.
+      if (!facts.superuser) await client.query(`GRANT ${id(login)} TO ${id(facts.user)}`);
+      signal.throwIfAborted();
 
-    if (!existing) await this.#createDatabase(login, database);
-    signal.throwIfAborted();
+      if (!existing) await this.#createDatabase(client, login, database);
+      signal.throwIfAborted();
 
-    // By a non-owner, REVOKE only warns, so whether it took is read back.
-    await this.#pool.query(`REVOKE CONNECT, TEMPORARY ON DATABASE ${id(database)} FROM PUBLIC`);
+      // By a non-owner, REVOKE only warns, so whether it took is read back.
+      await client.query(`REVOKE CONNECT, TEMPORARY ON DATABASE ${id(database)} FROM PUBLIC`);
+    } catch (err) {
+      client.release(true); // a session that failed is not handed to the next create
+      throw err;
+    }
+    client.release();
     if ((await this.#databases([database])).get(database)?.openToPublic !== false) {
       throw new DatabaseStillOpenError(login, database);
     }
