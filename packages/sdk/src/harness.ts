@@ -59,6 +59,8 @@ export interface ProvisionerOptions {
   readonly maxBrake?: number;
   /** How many creates or checks run at once (8). */
   readonly concurrency?: number;
+  /** How many consumers one batched check (`holdsMany`) covers; each batch has its own timeout (100). */
+  readonly verifyBatch?: number;
   /** Watch the contributions file's directory and the secret files (true). */
   readonly watch?: boolean;
   readonly clock?: Clock;
@@ -107,6 +109,7 @@ const DEFAULTS = {
   retireFraction: 0.5,
   maxBrake: 60 * 60_000,
   concurrency: 8,
+  verifyBatch: 100,
 } as const;
 
 /** How long a missing secret is a race before it is said loudly, and how often after. */
@@ -342,8 +345,10 @@ class Provisioner implements ProvisionerHandle {
     });
 
     this.#lastPasswords = passwords;
-    creates.push(...(await this.#check(checks)));
+    // What changed is applied before the (possibly long) verification, so a change never waits on it.
     await forEachLimited(creates, this.#s.concurrency, (job) => this.#create(job));
+    const reapplies = await this.#check(checks);
+    await forEachLimited(reapplies, this.#s.concurrency, (job) => this.#create(job));
 
     if (this.#seeded) await this.#retireUnasked(kind, now);
     for (const login of this.#standings.logins()) {
@@ -398,17 +403,21 @@ class Provisioner implements ProvisionerHandle {
     const answers = new Map<string, boolean | Error>();
     if (this.adapter.holdsMany) {
       const many = this.adapter.holdsMany.bind(this.adapter);
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "verifying", (signal) =>
-        many(
-          checks.map((c) => c.p),
-          signal,
-        ),
-      );
-      try {
-        for (const [login, answer] of await result) answers.set(login, answer);
-      } catch (err) {
-        const e = err instanceof Error ? err : new Error(String(err));
-        for (const c of checks) answers.set(c.p.as, e);
+      // In batches, each with its own timeout: a backend that must be asked once per consumer (a login
+      // each) would not answer a thousand within one.
+      for (let at = 0; at < checks.length; at += this.#s.verifyBatch) {
+        const batch = checks.slice(at, at + this.#s.verifyBatch).map((c) => c.p);
+        const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "verifying", (signal) =>
+          many(batch, signal),
+        );
+        try {
+          for (const [login, answer] of await result) answers.set(login, answer);
+        } catch (err) {
+          const e = err instanceof Error ? err : new Error(String(err));
+          for (const p of batch) answers.set(p.as, e);
+          // A backend that timed out will time out for the next batch too: the rest wait a pass.
+          if (err instanceof TimeoutError) break;
+        }
       }
     } else {
       // A backend that timed out will time out for the next consumer too: the rest wait a pass.

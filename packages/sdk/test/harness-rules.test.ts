@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { rm, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import type { ToolError } from "@mesh/sdk";
+import type { Provision, ToolError } from "@mesh/sdk";
 import { makeFixture, IFACE, type Fixture } from "./harness-fixture.ts";
 
 const MINUTE = 60_000;
@@ -230,6 +230,35 @@ describe("rule 4: verify about once a minute, re-apply what is lost, with a brak
         f.adapter.release();
       },
       { concurrency: 1, verifyEvery: 60_000, every: 60_000 },
+    );
+  });
+
+  it("batched checks go in batches, each with its own timeout, and a timeout skips the later batches", async () => {
+    const many = Array.from({ length: 250 }, (_, i) => `c${i}`);
+    await withFixture(
+      many,
+      async (f) => {
+        const sizes: number[] = [];
+        let hangNext = false;
+        Object.assign(f.adapter, {
+          holdsMany: async (ps: readonly Provision[]) => {
+            sizes.push(ps.length);
+            if (hangNext) await new Promise(() => {});
+            return new Map(ps.map((p) => [p.as, f.adapter.backend.get(p.as)?.password === p.password]));
+          },
+        });
+        await f.periodic(12);
+        assert.deepEqual(sizes, [100, 100, 50]);
+        sizes.length = 0;
+        hangNext = true;
+        f.clock.advance(60_000);
+        while (sizes.length === 0) await new Promise((r) => setTimeout(r, 5));
+        f.clock.advance(30_000);
+        await f.handle.idle();
+        assert.deepEqual(sizes, [100], "after a timeout the later batches wait for the next pass");
+        assert.equal(f.adapter.count("create"), 250, "nothing re-applied on a timeout");
+      },
+      { verifyEvery: 60_000, every: 5_000 },
     );
   });
 
