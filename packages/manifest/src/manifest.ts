@@ -56,6 +56,16 @@ export interface Need {
 }
 
 /**
+ * How the agent starts a module: a program and its arguments, run with the manifest's directory as
+ * the working directory, so relative paths in `args` (and a `command` like `./bin/app`) are read
+ * from there. `command` without a `/` is looked up on the agent's PATH (`"node"`).
+ */
+export interface RunCommand {
+  readonly command: string;
+  readonly args: readonly string[];
+}
+
+/**
  * A module's manifest (`module.json`): what it provides, what it needs, the events it emits and
  * subscribes to, the seats it holds and the tools it offers. Maps, not plain objects, so that a
  * key like `constructor` is only ever data.
@@ -73,6 +83,8 @@ export interface Manifest {
   readonly subscribes: readonly string[];
   readonly seats: readonly string[];
   readonly tools: readonly string[];
+  /** How to start the module; undefined for a module some other way starts (or nothing runs). */
+  readonly run?: RunCommand | undefined;
   /** Line of every field by dotted path, so a later check can point into this file. */
   readonly lines: ReadonlyMap<string, number>;
 }
@@ -192,6 +204,25 @@ function listOf(item: z.ZodString, what: string, problem?: (item: string) => str
     .optional();
 }
 
+// A NUL byte cannot be passed to a process at all, and a line break in a command is a pasting
+// mistake more often than a name: both are refused here rather than failing at start on some node.
+const RUN_COMMAND_PATTERN = /^[^\s\0][^\0\n\r]*$/;
+const RUN_ARG_PATTERN = /^[^\0]*$/;
+const RUN_MAX_ARGS = 256;
+
+const runSchema = strict(
+  {
+    command: text('a program to start, like "node" or "./bin/app"', RUN_COMMAND_PATTERN),
+    args: z
+      .array(text("an argument (a string without NUL bytes)", RUN_ARG_PATTERN), {
+        error: mustBe('a list of arguments like ["--import", "tsx", "src/main.ts"]'),
+      })
+      .max(RUN_MAX_ARGS, { error: `must list at most ${RUN_MAX_ARGS} arguments` })
+      .optional(),
+  },
+  'an object like { "command": "node", "args": ["--import", "tsx", "src/main.ts"] }',
+);
+
 const eventName = (e: string): string | undefined => {
   const why = eventNameProblem(e);
   return why === undefined ? undefined : `must be a local event name like "bucket.created": ${why}`;
@@ -225,6 +256,7 @@ const manifestSchema = strict(
     ),
     seats: listOf(text(`a seat name: ${MODULE_NAME_RULE}`, MODULE_NAME_PATTERN), "a list of seat names"),
     tools: listOf(text('a tool like "status" or "retire list"', TOOL_PATTERN), "a list of tools"),
+    run: runSchema.optional(),
   },
   'a JSON object like { "name": "notes", "needs": {} }',
 );
@@ -437,6 +469,7 @@ function normalize(
     subscribes: raw.subscribes ?? [],
     seats: raw.seats ?? [],
     tools: raw.tools ?? [],
+    run: raw.run ? { command: raw.run.command, args: raw.run.args ?? [] } : undefined,
     lines: positions.lines,
   };
 }

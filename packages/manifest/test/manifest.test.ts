@@ -47,6 +47,8 @@ describe("the providers' manifests", () => {
         "cleanup list",
         "cleanup delete",
       ]);
+      // The agent starts each provider from its own directory, where the repository's tsx resolves.
+      assert.deepEqual(m.run, { command: "node", args: ["--import", "tsx", "src/main.ts"] });
     });
   }
 
@@ -328,6 +330,63 @@ describe("parseManifest", () => {
     const values = m.needs.get("x")?.values ?? {};
     assert.ok(Object.hasOwn(values, "__proto__"));
     assert.equal(({} as Record<string, unknown>).polluted, undefined);
+  });
+});
+
+describe("a manifest's run", () => {
+  it("reads the command and its arguments, and leaves run undefined when absent", () => {
+    const m = parseManifest(
+      json({ name: "notes", run: { command: "node", args: ["--import", "tsx", "src/main.ts"] } }),
+      FILE,
+    );
+    assert.deepEqual(m.run, { command: "node", args: ["--import", "tsx", "src/main.ts"] });
+    assert.equal(parseManifest(json({ name: "notes" }), FILE).run, undefined);
+  });
+
+  it("takes a run without args as a command with no arguments", () => {
+    const m = parseManifest(json({ name: "notes", run: { command: "./bin/notes" } }), FILE);
+    assert.deepEqual(m.run, { command: "./bin/notes", args: [] });
+  });
+
+  it("refuses a run that is not an object, naming the file, the line and the field", () => {
+    const p = problemOf('{\n  "name": "notes",\n  "run": "node src/main.ts"\n}', "run");
+    assert.equal(p.file, FILE);
+    assert.equal(p.line, 3);
+    assert.match(p.message, /must be an object like \{ "command": "node"/);
+  });
+
+  it("says a run without a command is missing one", () => {
+    const p = problemOf(json({ name: "notes", run: { args: ["x"] } }), "run.command");
+    assert.match(p.message, /is missing: it must be a program to start/);
+    assert.equal(p.fix, "add it");
+  });
+
+  it("refuses an empty command, a command with a line break and an argument with a NUL byte", () => {
+    assert.match(problemOf(json({ name: "n", run: { command: "" } }), "run.command").message, /program/);
+    assert.match(
+      problemOf(json({ name: "n", run: { command: "node\nrm -rf /" } }), "run.command").message,
+      /program/,
+    );
+    assert.match(
+      problemOf(json({ name: "n", run: { command: "node", args: ["a", "b\u0000c"] } }), "run.args[1]")
+        .message,
+      /NUL/,
+    );
+  });
+
+  it("refuses args that are not a list of strings, and a misspelt field inside run", () => {
+    assert.match(
+      problemOf(json({ name: "n", run: { command: "node", args: "src/main.ts" } }), "run.args").message,
+      /must be a list of arguments/,
+    );
+    assert.match(
+      problemOf(json({ name: "n", run: { command: "node", args: [1] } }), "run.args[0]").message,
+      /must be an argument/,
+    );
+    assert.match(
+      problemOf(json({ name: "n", run: { command: "node", argv: [] } }), "run.argv").fix,
+      /command, args/,
+    );
   });
 });
 
