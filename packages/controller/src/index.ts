@@ -1,7 +1,35 @@
 /**
- * @mesh/controller: turns the fleet file into each node's delivery — the plan it takes part in and
- * the passwords it needs, each sealed to that node — and enrolls nodes.
+ * @mesh/controller: turns the fleet file into each node's delivery — the part of the plan the node
+ * takes part in and the passwords it needs, each sealed to that node's own key — enrolls nodes,
+ * and answers `mesh status`.
+ *
+ * ```ts
+ * import { loadOrCreateAuthority, startController } from "@mesh/controller";
+ * import { startNats } from "@mesh/testkit"; // or the mesh's own nats-server
+ *
+ * const authority = await loadOrCreateAuthority(".mesh-state/controller");
+ * const nats = await startNats({ config: authority.serverConfig() });
+ * const controller = await startController({
+ *   stateDir: ".mesh-state/controller", fleetFile: "examples/fleet/mesh.yaml",
+ *   servers: [nats.url], authority, logger: console,
+ * });
+ * const token = await controller.joinToken("node-1"); // hand it to node-1's agent
+ * await controller.stop();
+ * ```
  */
 export * from "./authority-file.ts";
 export * from "./controller-keys.ts";
+export * from "./controller-status.ts";
+export * from "./delivery.ts";
+export * from "./enrollment.ts";
+export * from "./fleet-plan.ts";
+export * from "./join-secrets.ts";
+export * from "./join-token.ts";
+export * from "./node-deliveries.ts";
+export * from "./node-permissions.ts";
+export * from "./node-reports.ts";
+export * from "./password-store.ts";
+export * from "./start-controller.ts";
+export * from "./stored-fleet.ts";
+export * from "./watch-fleet-file.ts";
 export * from "./write-file-atomic.ts";

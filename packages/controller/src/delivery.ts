@@ -1,0 +1,56 @@
+// What one node receives: the part of the plan it takes part in and, sealed to its own key, the
+// password of every consumer it runs or provides for. The agent derives every file from this.
+import type { Plan, PlanEntry, PlanInstance } from "@mesh/manifest";
+
+/** The key the controller writes a node's delivery under, in the node's own bucket. */
+export const DELIVERY_KEY = "delivery";
+
+/** A module a node runs, and where its manifest is. */
+export interface DeliveredModule {
+  readonly name: string;
+  /** Absolute path of its module.json (the same checkout on every node). */
+  readonly manifest: string;
+}
+
+/** One node's delivery, written to `nodeDeliveriesBucket(node)` under `DELIVERY_KEY`. */
+export interface Delivery {
+  readonly node: string;
+  /** Increases with every change the controller publishes for this node. */
+  readonly generation: number;
+  /** Absolute path of mesh.yaml. */
+  readonly fleetFile: string;
+  /** The modules this node runs, by name. */
+  readonly modules: readonly DeliveredModule[];
+  /** Only the instances and consumer entries this node takes part in, as provider or consumer. */
+  readonly plan: Plan;
+  /** `secretKey(consumer, interface)` -> the password sealed (bus `seal`) to this node's key. */
+  readonly secrets: Readonly<Record<string, string>>;
+}
+
+/** The key of a consumer's password in `Delivery.secrets` and in the sealed-passwords bucket. */
+export function secretKey(consumer: string, iface: string): string {
+  return `${consumer}/${iface}`;
+}
+
+/**
+ * The part of `plan` that `node` takes part in: every instance it provides (with all of its
+ * consumers, since the provider makes them all), and of every other instance only the consumers
+ * that run on `node` (they need the provider's endpoint).
+ */
+export function nodePlan(plan: Plan, node: string): Plan {
+  const instances: PlanInstance[] = [];
+  for (const instance of plan.instances) {
+    if (instance.node === node) {
+      instances.push(instance);
+      continue;
+    }
+    const consumers = instance.consumers.filter((c) => c.consumerNode === node);
+    if (consumers.length > 0) instances.push({ ...instance, consumers });
+  }
+  return { instances };
+}
+
+/** Every consumer entry of `plan`, in the plan's order. */
+export function planEntries(plan: Plan): PlanEntry[] {
+  return plan.instances.flatMap((i) => i.consumers);
+}

@@ -1,0 +1,74 @@
+// The nodes' reports, as the controller last heard them: what `mesh status` shows. Reports are
+// trusted only as far as the bus vouches: the node is read from the subject (which the server lets
+// only that node publish to), never from the body.
+import { isValidNodeName, MESH_SUBJECT_PREFIX } from "@mesh/bus";
+
+/** How a module of a node is doing, as its agent reports it. */
+export interface ModuleReport {
+  readonly name: string;
+  readonly state: "starting" | "running" | "crashing" | "stopped";
+  readonly pid?: number;
+  readonly restarts: number;
+  readonly lastExit?: unknown;
+  /** The module's log file on its node. */
+  readonly log: string;
+}
+
+/** The last report of one node, and when the controller received it. */
+export interface NodeReport {
+  readonly node: string;
+  readonly generation: number;
+  /** ISO 8601, the controller's clock: when the report arrived. */
+  readonly receivedAt: string;
+  readonly modules: readonly ModuleReport[];
+  readonly files?: { readonly written: number; readonly unchanged: number };
+}
+
+const STATES = new Set(["starting", "running", "crashing", "stopped"]);
+
+/** The node a report subject (`mesh.report.<node>`) is from, or undefined for any other subject. */
+export function reportingNode(subject: string): string | undefined {
+  const parts = subject.split(".");
+  if (parts.length !== 3 || parts[0] !== MESH_SUBJECT_PREFIX || parts[1] !== "report") return undefined;
+  return isValidNodeName(parts[2]) ? parts[2] : undefined;
+}
+
+/**
+ * Reads a report's body for `node`, keeping only well-formed module entries; undefined when the
+ * body is not a report at all.
+ */
+export function parseReport(node: string, data: Uint8Array, receivedAt: Date): NodeReport | undefined {
+  let body: unknown;
+  try {
+    body = JSON.parse(new TextDecoder().decode(data));
+  } catch {
+    return undefined;
+  }
+  const b = body as { generation?: unknown; modules?: unknown; files?: unknown } | null;
+  if (b === null || typeof b !== "object" || !Array.isArray(b.modules)) return undefined;
+  const modules: ModuleReport[] = [];
+  for (const m of b.modules as unknown[]) {
+    const e = m as Partial<Record<keyof ModuleReport, unknown>> | null;
+    if (typeof e?.name !== "string" || typeof e.state !== "string" || !STATES.has(e.state)) continue;
+    modules.push({
+      name: e.name,
+      state: e.state as ModuleReport["state"],
+      ...(typeof e.pid === "number" ? { pid: e.pid } : {}),
+      restarts: typeof e.restarts === "number" ? e.restarts : 0,
+      ...(e.lastExit !== undefined ? { lastExit: e.lastExit } : {}),
+      log: typeof e.log === "string" ? e.log : "",
+    });
+  }
+  const f = b.files as { written?: unknown; unchanged?: unknown } | undefined;
+  const files =
+    typeof f?.written === "number" && typeof f.unchanged === "number"
+      ? { written: f.written, unchanged: f.unchanged }
+      : undefined;
+  return {
+    node,
+    generation: typeof b.generation === "number" ? b.generation : 0,
+    receivedAt: receivedAt.toISOString(),
+    modules,
+    ...(files !== undefined ? { files } : {}),
+  };
+}

@@ -1,0 +1,149 @@
+// One password per (consumer, interface), minted once and kept only sealed to the controller's own
+// key in the bus (so it survives a controller restart and can be sealed again for a node that
+// enrolls later). The plaintext lives in this process's memory, the nodes' secret files and the
+// backends; never in the bus, a file of the controller's, a log line or an error.
+import { randomUUID } from "node:crypto";
+import {
+  mintPassword,
+  openState,
+  seal,
+  SEALED_PASSWORDS_BUCKET,
+  unseal,
+  type BusLogger,
+  type BusState,
+  type NodeKeys,
+} from "@mesh/bus";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { secretKey } from "./delivery.ts";
+
+/** A kept password and the version it was minted as (a new version at every rotation). */
+export interface KeptPassword {
+  readonly password: string;
+  /** Random, never derived from the password: what a delivery's fingerprint is made of. */
+  readonly version: string;
+}
+
+/** A password as the bus keeps it: sealed to the controller's key. */
+export interface SealedPassword {
+  readonly v: 1;
+  readonly sealed: string;
+  readonly version: string;
+  /** ISO 8601. */
+  readonly mintedAt: string;
+}
+
+const parseSealed = (value: unknown): SealedPassword => {
+  const v = value as Partial<SealedPassword> | null;
+  if (v?.v !== 1 || typeof v.sealed !== "string" || typeof v.version !== "string") {
+    throw new Error("not a sealed password record");
+  }
+  return { v: 1, sealed: v.sealed, version: v.version, mintedAt: String(v.mintedAt) };
+};
+
+// Loading a large fleet's passwords one at a time would be slow; all at once would flood the bus.
+const LOAD_CONCURRENCY = 32;
+
+/** The controller's passwords: minted on first need, kept sealed, rotated on request. */
+export class PasswordStore {
+  readonly #state: BusState<SealedPassword>;
+  readonly #keys: NodeKeys;
+  readonly #log: BusLogger;
+  readonly #kept = new Map<string, KeptPassword>();
+  #minted = 0;
+
+  private constructor(state: BusState<SealedPassword>, keys: NodeKeys, log: BusLogger) {
+    this.#state = state;
+    this.#keys = keys;
+    this.#log = log;
+  }
+
+  /**
+   * Opens (creating when needed) the sealed-passwords bucket, sealing to and opening with `keys`.
+   * @throws StateOpenError when the bucket cannot be opened.
+   */
+  static async open(nc: NatsConnection, keys: NodeKeys, log: BusLogger): Promise<PasswordStore> {
+    const state = await openState<SealedPassword>(nc, SEALED_PASSWORDS_BUCKET, { parse: parseSealed });
+    return new PasswordStore(state, keys, log);
+  }
+
+  /** How many passwords this process has minted (first mints, rotations, and replacements). */
+  get minted(): number {
+    return this.#minted;
+  }
+
+  /**
+   * Reads every password the bus keeps for `wanted` (`secretKey` values) into memory, at most a
+   * few at a time, so the first delivery after a restart does not wait on one read per consumer.
+   */
+  async load(wanted: readonly string[]): Promise<void> {
+    const missing = wanted.filter((key) => !this.#kept.has(key));
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      while (next < missing.length) {
+        const key = missing[next++];
+        if (key !== undefined) await this.#read(key);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(LOAD_CONCURRENCY, missing.length) }, worker));
+  }
+
+  /**
+   * The password of `consumer` for `iface`: the kept one, else a newly minted one (kept sealed in
+   * the bus before it is returned, so it is never handed out and then forgotten).
+   * @throws the bus's error when the bucket cannot be read or written.
+   */
+  async ensure(consumer: string, iface: string): Promise<KeptPassword> {
+    const key = secretKey(consumer, iface);
+    const kept = this.#kept.get(key) ?? (await this.#read(key));
+    return kept ?? this.#mint(key, "first needed");
+  }
+
+  /**
+   * Replaces the password of `consumer` for `iface` with a new one, kept sealed before it is
+   * returned. The provider applies it when the nodes have it.
+   * @throws the bus's error when the bucket cannot be written.
+   */
+  async rotate(consumer: string, iface: string): Promise<KeptPassword> {
+    return this.#mint(secretKey(consumer, iface), "rotated on request");
+  }
+
+  async #read(key: string): Promise<KeptPassword | undefined> {
+    let record: SealedPassword | undefined;
+    try {
+      record = await this.#state.get(key);
+    } catch (err) {
+      // A damaged record holds nothing usable: say so and mint a new one (a rotation, no data lost).
+      this.#log.warn(`${(err as Error).message}; a new password is minted for ${key}`);
+      return undefined;
+    }
+    if (record === undefined) return undefined;
+    let password: string;
+    try {
+      password = await unseal(record.sealed, this.#keys);
+    } catch {
+      this.#log.warn(
+        `the kept password of ${key} cannot be opened with this controller's key (its key file was ` +
+          `replaced or lost): a new password is minted, and the provider applies it (no data is lost)`,
+      );
+      return undefined;
+    }
+    const kept = { password, version: record.version };
+    this.#kept.set(key, kept);
+    return kept;
+  }
+
+  async #mint(key: string, why: string): Promise<KeptPassword> {
+    const kept: KeptPassword = { password: mintPassword(), version: randomUUID() };
+    await this.#state.put(key, {
+      v: 1,
+      sealed: await seal(kept.password, this.#keys.publicKey),
+      version: kept.version,
+      mintedAt: new Date().toISOString(),
+    });
+    this.#kept.set(key, kept);
+    this.#minted++;
+    // A fleet's first start mints one per consumer: only the unusual mints are worth a line each.
+    if (why !== "first needed") this.#log.info(`minted a new password for ${key} (${why})`);
+    return kept;
+  }
+}

@@ -1,0 +1,414 @@
+// The controller: reads the fleet, keeps one password per consumer, enrolls nodes, and publishes to
+// each node exactly what it takes part in. Every change it makes (a reload, a rotation, an
+// enrollment) runs one at a time, so two of them never publish interleaved halves.
+import { mkdir } from "node:fs/promises";
+import { resolve } from "node:path";
+import {
+  allReportsSubject,
+  closeBus,
+  connectBus,
+  credsFor,
+  DESIRED_STATE_BUCKET,
+  enrollSubject,
+  inboxPrefix,
+  NODES_BUCKET,
+  openState,
+  type BusAuthority,
+  type BusLogger,
+  type BusState,
+} from "@mesh/bus";
+import { formatProblem, type Problem } from "@mesh/manifest";
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { loadOrCreateControllerKeys } from "./controller-keys.ts";
+import { controllerStatus, type ControllerStatus } from "./controller-status.ts";
+import { planEntries, secretKey } from "./delivery.ts";
+import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
+import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
+import { JoinSecrets } from "./join-secrets.ts";
+import { NodeDeliveries, type Published } from "./node-deliveries.ts";
+import { controllerPermissions, ROTATE_SUBJECT, STATUS_SUBJECT } from "./node-permissions.ts";
+import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
+import { PasswordStore } from "./password-store.ts";
+import { parseStoredFleet, STORED_FLEET_KEY } from "./stored-fleet.ts";
+import { watchFleetFile, type FleetFileWatch } from "./watch-fleet-file.ts";
+
+/** How to start the controller. */
+export interface ControllerOptions {
+  /** The controller's state directory (`<meshState>/controller`): its key file lives here. */
+  readonly stateDir: string;
+  /** The fleet file (mesh.yaml). */
+  readonly fleetFile: string;
+  /** The bus's URLs. */
+  readonly servers: readonly string[];
+  /** The mesh's bus authority (see `loadOrCreateAuthority`): the controller issues every credential with it. */
+  readonly authority: BusAuthority;
+  /** Where the controller says what it does. It is never given a password or a join secret. */
+  readonly logger: BusLogger;
+  /** The bus's URLs as other nodes reach them, written into join tokens; `servers` when absent. */
+  readonly joinServers?: readonly string[];
+  /** Watch the fleet file and reload when it changes (default true). */
+  readonly watch?: boolean;
+}
+
+/** What a reload did. */
+export interface ReloadOutcome {
+  /** The nodes whose delivery changed (and their new generation). */
+  readonly published: readonly Published[];
+  /** Passwords minted for consumers the fleet names for the first time. */
+  readonly minted: number;
+}
+
+/** A running controller. */
+export interface Controller {
+  /** Absolute path of the fleet file. */
+  readonly fleetFile: string;
+  /** The fleet being served: the last one that was read whole and held together. */
+  current(): FleetPlan;
+  /**
+   * Reads the fleet file again and publishes what changed.
+   * @throws FleetRefusedError listing every problem; the last good fleet keeps being served.
+   */
+  reload(): Promise<ReloadOutcome>;
+  /**
+   * Mints a new password for `consumer`'s `iface` and publishes it to the nodes that need it.
+   * @throws UnknownConsumerError when the fleet being served has no such consumer.
+   */
+  rotate(consumer: string, iface: string): Promise<void>;
+  /**
+   * `node`'s join token (the same one each time until renewed). It holds a secret: show it only
+   * to the person adding the node.
+   * @throws UnknownNodeError when the fleet being served has no such node.
+   */
+  joinToken(node: string): Promise<string>;
+  /**
+   * A new join token for `node`; the old one is no longer accepted.
+   * @throws UnknownNodeError when the fleet being served has no such node.
+   */
+  renewJoinToken(node: string): Promise<string>;
+  /** What `mesh status` shows. */
+  status(): ControllerStatus;
+  /** Stops watching, answering and publishing, and closes the bus connection. Idempotent. */
+  stop(): Promise<void>;
+}
+
+/** A rotation asked for a consumer the fleet does not have. */
+export class UnknownConsumerError extends Error {
+  override name = "UnknownConsumerError";
+  constructor(
+    readonly consumer: string,
+    readonly iface: string,
+  ) {
+    super(
+      `${consumer} has no ${iface} in the fleet being served: nothing was rotated; ` +
+        `mesh status lists each consumer and its interface`,
+    );
+  }
+}
+
+/** A join token asked for a node the fleet does not have. */
+export class UnknownNodeError extends Error {
+  override name = "UnknownNodeError";
+  constructor(readonly node: string) {
+    super(
+      `${JSON.stringify(node)} is not a node of the fleet being served: add it under nodes: in mesh.yaml first`,
+    );
+  }
+}
+
+const QUEUE = "mesh-controller";
+
+/**
+ * Starts the controller: connects to the bus with a credential it issues itself, opens its state
+ * buckets, reads the fleet, mints what is missing, publishes each enrolled node's delivery, and
+ * answers enrollments, status and rotation requests; it also watches the fleet file.
+ * @throws FleetRefusedError when the fleet file is refused and no last good fleet for it is kept;
+ * BusCredentialsRefusedError / BusUnreachableError when the bus refuses or does not answer;
+ * ControllerKeysError when its key file is damaged.
+ */
+export async function startController(options: ControllerOptions): Promise<Controller> {
+  const log = options.logger;
+  const fleetFile = resolve(options.fleetFile);
+  await mkdir(options.stateDir, { recursive: true, mode: 0o700 });
+  const keys = await loadOrCreateControllerKeys(options.stateDir);
+  const jwt = await options.authority.issueUser({
+    name: "controller",
+    publicKey: keys.nats.publicKey,
+    permissions: controllerPermissions(),
+  });
+  const nc = await connectBus({
+    servers: options.servers,
+    creds: credsFor(jwt, keys.nats.seed),
+    name: "controller",
+    inboxPrefix: inboxPrefix("controller"),
+    log,
+  });
+  try {
+    return await run(nc, fleetFile, keys.seal, options);
+  } catch (err) {
+    await closeBus(nc);
+    throw err;
+  }
+}
+
+async function run(
+  nc: NatsConnection,
+  fleetFile: string,
+  sealKeys: Awaited<ReturnType<typeof loadOrCreateControllerKeys>>["seal"],
+  options: ControllerOptions,
+): Promise<Controller> {
+  const log = options.logger;
+  const desired = await openState<unknown>(nc, DESIRED_STATE_BUCKET);
+  const nodesState: BusState<EnrolledNode> = await openState(nc, NODES_BUCKET, { parse: parseEnrolledNode });
+  const passwords = await PasswordStore.open(nc, sealKeys, log);
+  const deliveries = new NodeDeliveries(nc, desired, passwords);
+  const joinSecrets = new JoinSecrets(
+    desired,
+    sealKeys,
+    options.authority,
+    options.joinServers ?? options.servers,
+    log,
+  );
+
+  const enrolled = new Map<string, EnrolledNode>();
+  for (const node of await nodesState.keys()) {
+    try {
+      const record = await nodesState.get(node);
+      if (record !== undefined) enrolled.set(node, record);
+    } catch (err) {
+      log.warn(`${(err as Error).message}; node ${node} must enroll again`);
+    }
+  }
+
+  let current: FleetPlan;
+  let refused: readonly string[] | null = null;
+  try {
+    current = await loadFleetPlan(fleetFile);
+  } catch (err) {
+    const problems = problemsOf(err);
+    const stored = parseStoredFleet(await desired.get(STORED_FLEET_KEY).catch(() => undefined));
+    if (stored === undefined || stored.fleetFile !== fleetFile) {
+      throw new FleetRefusedError(
+        fleetFile,
+        problems,
+        "no fleet was served from it before, so nothing is served",
+        {
+          cause: err,
+        },
+      );
+    }
+    current = stored;
+    refused = linesOf(err, problems);
+    log.error(
+      new FleetRefusedError(
+        fleetFile,
+        problems,
+        `the mesh keeps serving the last good fleet (read at ${stored.readAt})`,
+        { cause: err },
+      ).message,
+    );
+  }
+
+  // One change at a time: a reload, a rotation and an enrollment each see the others whole.
+  let queue: Promise<unknown> = Promise.resolve();
+  const exclusive = <T>(fn: () => Promise<T>): Promise<T> => {
+    const next = queue.then(fn);
+    queue = next.catch(() => undefined);
+    return next;
+  };
+
+  const publishAll = async (): Promise<ReloadOutcome> => {
+    const before = passwords.minted;
+    const entries = planEntries(current.plan);
+    await passwords.load(entries.map((e) => secretKey(e.consumer, e.interface)));
+    for (const e of entries) await passwords.ensure(e.consumer, e.interface);
+    const minted = passwords.minted - before;
+    if (minted > 0) log.info(`minted ${minted} password(s) for consumers new to the fleet, kept sealed`);
+    const published: Published[] = [];
+    for (const node of [...new Set([...current.nodes, ...enrolled.keys()])].sort()) {
+      const result = await deliveries.publish(node, current, enrolled.get(node));
+      if (result.changed) {
+        published.push(result);
+        log.info(`published generation ${result.generation} of node ${node}'s delivery`);
+      }
+    }
+    return { published, minted };
+  };
+
+  const reload = (): Promise<ReloadOutcome> =>
+    exclusive(async () => {
+      let next: FleetPlan;
+      try {
+        next = await loadFleetPlan(fleetFile);
+      } catch (err) {
+        const problems = problemsOf(err);
+        refused = linesOf(err, problems);
+        throw new FleetRefusedError(
+          fleetFile,
+          problems,
+          `the mesh keeps serving the last good fleet (read at ${current.readAt})`,
+          { cause: err },
+        );
+      }
+      current = next;
+      refused = null;
+      await desired.put(STORED_FLEET_KEY, next);
+      return publishAll();
+    });
+
+  const hasConsumer = (consumer: string, iface: string): boolean =>
+    planEntries(current.plan).some((e) => e.consumer === consumer && e.interface === iface);
+
+  const rotate = (consumer: string, iface: string): Promise<void> =>
+    exclusive(async () => {
+      if (!hasConsumer(consumer, iface)) throw new UnknownConsumerError(consumer, iface);
+      await passwords.rotate(consumer, iface);
+      await publishAll();
+    });
+
+  const knownNode = (node: string): void => {
+    if (!current.nodes.includes(node) && !enrolled.has(node)) throw new UnknownNodeError(node);
+  };
+
+  const reports = new Map<string, NodeReport>();
+  const status = (): ControllerStatus =>
+    controllerStatus({
+      plan: current.plan,
+      fleetFile,
+      readAt: current.readAt,
+      refused,
+      fleetNodes: current.nodes,
+      enrolled: new Set(enrolled.keys()),
+      reports,
+    });
+
+  // The first reading is published before anything is answered, so an enrolling node finds a
+  // complete delivery.
+  await desired.put(STORED_FLEET_KEY, current);
+  await exclusive(publishAll);
+
+  const subscriptions: Subscription[] = [];
+  const loops: Promise<void>[] = [];
+  const serve = (
+    subject: string,
+    queued: boolean,
+    handle: (data: Uint8Array, subject: string) => Promise<unknown>,
+  ): void => {
+    const sub = nc.subscribe(subject, queued ? { queue: QUEUE } : {});
+    subscriptions.push(sub);
+    loops.push(
+      (async () => {
+        for await (const msg of sub) {
+          try {
+            const answer = await handle(msg.data, msg.subject);
+            if (answer !== undefined && msg.reply !== undefined && msg.reply !== "")
+              msg.respond(JSON.stringify(answer));
+          } catch (err) {
+            log.error(`the controller could not answer on ${msg.subject}: ${(err as Error).message}`);
+          }
+        }
+      })(),
+    );
+  };
+
+  serve(enrollSubject(), true, async (data) => {
+    const reply = await answerEnrollment(
+      {
+        joinSecrets,
+        authority: options.authority,
+        enroll: (record) =>
+          exclusive(async () => {
+            await nodesState.put(record.node, record);
+            enrolled.set(record.node, record);
+            log.info(`node ${record.node} enrolled (NATS key ${record.natsPublicKey})`);
+            const result = await deliveries.publish(record.node, current, record);
+            if (result.changed)
+              log.info(`published generation ${result.generation} of node ${record.node}'s delivery`);
+          }),
+      },
+      data,
+    );
+    if (!reply.ok) log.warn(`an enrollment was refused: ${reply.error}`);
+    return reply;
+  });
+  serve(STATUS_SUBJECT, true, () => Promise.resolve(status()));
+  serve(ROTATE_SUBJECT, true, async (data) => {
+    let body: { consumer?: unknown; interface?: unknown };
+    try {
+      body = JSON.parse(new TextDecoder().decode(data)) as typeof body;
+    } catch {
+      return { ok: false, error: "the rotation request is not JSON: send {consumer, interface}" };
+    }
+    if (typeof body?.consumer !== "string" || typeof body.interface !== "string") {
+      return {
+        ok: false,
+        error: "the rotation request names no consumer and interface: send {consumer, interface}",
+      };
+    }
+    try {
+      await rotate(body.consumer, body.interface);
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, error: (err as Error).message };
+    }
+  });
+  serve(allReportsSubject(), false, (data, subject) => {
+    const node = reportingNode(subject);
+    const report = node !== undefined ? parseReport(node, data, new Date()) : undefined;
+    if (node !== undefined && report !== undefined) reports.set(node, report);
+    return Promise.resolve(undefined);
+  });
+
+  let watcher: FleetFileWatch | undefined;
+  if (options.watch !== false) {
+    watcher = watchFleetFile(
+      fleetFile,
+      () => {
+        reload().then(
+          (outcome) =>
+            log.info(
+              `read the fleet file ${fleetFile} again: ${outcome.published.length} node(s) got a new delivery` +
+                (outcome.minted > 0 ? `, ${outcome.minted} password(s) minted` : ""),
+            ),
+          (err: unknown) => log.error((err as Error).message),
+        );
+      },
+      log,
+    );
+  }
+
+  let stopped: Promise<void> | undefined;
+  return {
+    fleetFile,
+    current: () => current,
+    reload,
+    rotate,
+    async joinToken(node) {
+      knownNode(node);
+      return exclusive(() => joinSecrets.tokenFor(node));
+    },
+    async renewJoinToken(node) {
+      knownNode(node);
+      return exclusive(() => joinSecrets.renew(node));
+    },
+    status,
+    stop() {
+      stopped ??= (async () => {
+        watcher?.close();
+        await queue;
+        for (const sub of subscriptions) sub.unsubscribe();
+        await Promise.all(loops);
+        await closeBus(nc);
+      })();
+      return stopped;
+    },
+  };
+}
+
+function problemsOf(err: unknown): readonly Problem[] {
+  const problems = (err as { problems?: unknown }).problems;
+  return Array.isArray(problems) ? (problems as Problem[]) : [];
+}
+
+function linesOf(err: unknown, problems: readonly Problem[]): string[] {
+  return problems.length > 0 ? problems.map(formatProblem) : [(err as Error).message];
+}

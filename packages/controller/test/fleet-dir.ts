@@ -1,0 +1,81 @@
+// A fleet on disk for the controller's tests: two nodes, a Postgres-like provider on one and a
+// Redis-like provider on the other, and consumers spread over both.
+import { mkdir, mkdtemp, rename, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const POSTGRES = {
+  name: "postgres",
+  provides: {
+    "postgres-database": {
+      receives: "/run/mesh/postgres-database.json",
+      spec: { name: { type: "string", pattern: "^[a-z][a-z0-9_]{0,31}$", default: "{login}" } },
+      endpoint: { scheme: "postgresql", port: 5432, path: "/{name}" },
+    },
+  },
+};
+
+const REDIS = {
+  name: "redis",
+  provides: {
+    "redis-namespace": {
+      receives: "/run/mesh/redis-namespace.json",
+      spec: {},
+      derives: { prefix: "{login}:" },
+      endpoint: { scheme: "redis", port: 6379 },
+    },
+  },
+};
+
+const consumer = (name: string, ifaces: readonly string[]): object => ({
+  name,
+  needs: Object.fromEntries(ifaces.map((i) => [i, { values: {} }])),
+});
+
+/** The fleet file's text: node-a runs postgres and app1; node-b runs redis, app2 and app3. */
+export const FLEET_YAML = `nodes:
+  node-a: {}
+  node-b: {}
+modules:
+  postgres: { manifest: ./postgres/module.json, node: node-a }
+  redis: { manifest: ./redis/module.json, node: node-b }
+  app1: { manifest: ./app1/module.json, node: node-a }
+  app2: { manifest: ./app2/module.json, node: node-b }
+  app3: { manifest: ./app3/module.json, node: node-b }
+`;
+
+/** A fleet directory on disk. */
+export interface FleetDir {
+  readonly dir: string;
+  readonly fleetFile: string;
+  /** Replaces the fleet file atomically (as an editor that renames over it does). */
+  writeFleet(text: string): Promise<void>;
+}
+
+/**
+ * Writes the test fleet under a new temp dir: app1 needs Postgres (same node), app2 needs Postgres
+ * (from node-b) and Redis, app3 needs Redis, app4 (not in the fleet yet) needs Postgres.
+ */
+export async function makeFleetDir(): Promise<FleetDir> {
+  const dir = await mkdtemp(join(tmpdir(), "mesh-controller-fleet-"));
+  const manifests: Record<string, object> = {
+    postgres: POSTGRES,
+    redis: REDIS,
+    app1: consumer("app1", ["postgres-database"]),
+    app2: consumer("app2", ["postgres-database", "redis-namespace"]),
+    app3: consumer("app3", ["redis-namespace"]),
+    app4: consumer("app4", ["postgres-database"]),
+  };
+  for (const [name, manifest] of Object.entries(manifests)) {
+    await mkdir(join(dir, name));
+    await writeFile(join(dir, name, "module.json"), JSON.stringify(manifest, null, 2));
+  }
+  const fleetFile = join(dir, "mesh.yaml");
+  const writeFleet = async (text: string): Promise<void> => {
+    const temp = `${fleetFile}.tmp`;
+    await writeFile(temp, text);
+    await rename(temp, fleetFile);
+  };
+  await writeFleet(FLEET_YAML);
+  return { dir, fleetFile, writeFleet };
+}
