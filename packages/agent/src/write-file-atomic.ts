@@ -1,0 +1,76 @@
+// Every file the agent writes is written whole or not at all (temp file, fsync, rename), so a
+// provider or consumer reading it at any moment sees the old contents or the new, never half of
+// each; and a file already holding the same bytes is left alone, so a restarted agent touches nothing.
+import { randomBytes } from "node:crypto";
+import { mkdir, open, readFile, rename, rm, stat } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+
+/** What `writeFileAtomic` did: wrote the file, or found it already as asked. */
+export type WriteOutcome = "written" | "unchanged";
+
+/** A file the agent could not write; the old file, when there was one, is left as it was. */
+export class FileWriteError extends Error {
+  override name = "FileWriteError";
+  constructor(
+    readonly path: string,
+    options?: { cause?: unknown },
+  ) {
+    const code = (options?.cause as NodeJS.ErrnoException | undefined)?.code;
+    super(
+      `could not write ${path}${code === undefined ? "" : ` (${code})`}: the previous file, if any, is ` +
+        `unchanged; check that the state directory is writable and the disk not full`,
+      options,
+    );
+  }
+}
+
+/**
+ * Writes `data` to `path` atomically with `mode` (the parent directories are made 0700), unless
+ * the file already holds exactly `data` with exactly `mode`.
+ * @throws FileWriteError when the file cannot be written.
+ */
+export async function writeFileAtomic(path: string, data: string, mode: number): Promise<WriteOutcome> {
+  const bytes = Buffer.from(data, "utf8");
+  if (await holds(path, bytes, mode)) return "unchanged";
+  const temp = join(dirname(path), `.${basename(path)}.${randomBytes(6).toString("hex")}.tmp`);
+  try {
+    await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+    const handle = await open(temp, "wx", mode);
+    try {
+      await handle.writeFile(bytes);
+      // The umask may have narrowed the mode open() was given, and a wider one must never stay.
+      await handle.chmod(mode);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temp, path);
+    await syncDir(dirname(path));
+  } catch (err) {
+    await rm(temp, { force: true });
+    throw new FileWriteError(path, { cause: err });
+  }
+  return "written";
+}
+
+async function holds(path: string, bytes: Buffer, mode: number): Promise<boolean> {
+  try {
+    const st = await stat(path);
+    if (!st.isFile() || (st.mode & 0o777) !== mode || st.size !== bytes.length) return false;
+    return (await readFile(path)).equals(bytes);
+  } catch {
+    return false;
+  }
+}
+
+// The rename is durable only once the directory entry is on disk too.
+async function syncDir(dir: string): Promise<void> {
+  const handle = await open(dir, "r");
+  try {
+    await handle.sync();
+  } catch {
+    // Some filesystems refuse fsync on a directory; the rename itself has happened.
+  } finally {
+    await handle.close();
+  }
+}
