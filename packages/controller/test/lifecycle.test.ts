@@ -1,0 +1,147 @@
+import assert from "node:assert/strict";
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import {
+  CONTROLLER_KEYS_FILE,
+  FleetRefusedError,
+  UnknownConsumerError,
+  type Controller,
+} from "@mesh/controller";
+import { FLEET_YAML, makeFleetDir, type FleetDir } from "./fleet-dir.ts";
+import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
+
+/** Waits (generously: the machine is shared) until `check` holds. */
+async function eventually(check: () => Promise<boolean>, what: string, withinMs = 30_000): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const WITH_APP4 = `${FLEET_YAML}  app4: { manifest: ./app4/module.json, node: node-a }\n`;
+
+void describe("the controller across restarts, rotations and bad fleet files", () => {
+  let mesh: TestMesh;
+  let fleet: FleetDir;
+  let controller: Controller;
+  let a: TestNode;
+  let b: TestNode;
+  before(async () => {
+    mesh = await startTestMesh();
+    fleet = await makeFleetDir();
+    controller = await mesh.startController(fleet.fleetFile);
+    a = await enrollNode(await controller.joinToken("node-a"));
+    b = await enrollNode(await controller.joinToken("node-b"));
+  });
+  after(async () => {
+    await mesh.stop();
+    await rm(fleet.dir, { recursive: true, force: true });
+  });
+
+  void it("re-mints nothing and republishes nothing when restarted", async () => {
+    const before = {
+      a: await a.delivery(),
+      b: await b.delivery(),
+      pa: await a.passwords(),
+      pb: await b.passwords(),
+    };
+    const token = await controller.joinToken("node-a");
+    await controller.stop();
+    controller = await mesh.startController(fleet.fleetFile);
+    assert.equal((await a.delivery())?.generation, before.a?.generation);
+    assert.equal((await b.delivery())?.generation, before.b?.generation);
+    assert.deepEqual(await a.passwords(), before.pa);
+    assert.deepEqual(await b.passwords(), before.pb);
+    assert.equal(await controller.joinToken("node-a"), token, "the same join token after a restart");
+    const outcome = await controller.reload();
+    assert.equal(outcome.minted, 0);
+    assert.deepEqual(outcome.published, []);
+  });
+
+  void it("rotates exactly one password and republishes it to both nodes that hold it", async () => {
+    const pa = await a.passwords();
+    const pb = await b.passwords();
+    const ga = (await a.delivery())?.generation ?? 0;
+    await controller.rotate("app2", "postgres-database");
+    const na = await a.passwords();
+    const nb = await b.passwords();
+    assert.notEqual(na["app2/postgres-database"], pa["app2/postgres-database"]);
+    assert.equal(na["app2/postgres-database"], nb["app2/postgres-database"]);
+    assert.deepEqual({ ...na, "app2/postgres-database": "x" }, { ...pa, "app2/postgres-database": "x" });
+    assert.deepEqual({ ...nb, "app2/postgres-database": "x" }, { ...pb, "app2/postgres-database": "x" });
+    assert.equal((await a.delivery())?.generation, ga + 1);
+    await assert.rejects(controller.rotate("app9", "postgres-database"), UnknownConsumerError);
+  });
+
+  void it("refuses a bad fleet file with every problem listed, and keeps serving the last good one", async () => {
+    const before = { a: await a.delivery(), b: await b.delivery() };
+    const broken = FLEET_YAML.replace(
+      "app3: { manifest: ./app3/module.json, node: node-b }",
+      "app3: { manifest: ./app3/module.json, node: node-z }",
+    ).replace("redis: { manifest: ./redis/module.json, node: node-b }", "");
+    await fleet.writeFleet(broken);
+    await assert.rejects(controller.reload(), (err: unknown) => {
+      assert.ok(err instanceof FleetRefusedError);
+      assert.match(err.message, /keeps serving the last good fleet/);
+      assert.match(err.message, /node-z/);
+      assert.match(err.message, /no module of this fleet provides it/);
+      assert.ok(err.problems.length >= 2);
+      return true;
+    });
+    assert.deepEqual(await a.delivery(), before.a);
+    assert.deepEqual(await b.delivery(), before.b);
+    assert.ok((controller.status().fleet.refused ?? []).some((line) => line.includes("node-z")));
+
+    await fleet.writeFleet("nodes: [\n");
+    await assert.rejects(controller.reload(), /is not valid YAML/);
+    await fleet.writeFleet(FLEET_YAML.replace("./app1/module.json", "./nowhere/module.json"));
+    await assert.rejects(controller.reload(), FleetRefusedError);
+    assert.deepEqual(await b.delivery(), before.b);
+  });
+
+  void it("keeps serving the last good fleet when restarted while the fleet file is bad", async () => {
+    const before = await a.delivery();
+    await fleet.writeFleet("modules: {}\n");
+    await controller.stop();
+    controller = await mesh.startController(fleet.fleetFile);
+    assert.deepEqual(await a.delivery(), before);
+    assert.ok(controller.status().fleet.refused !== null);
+    assert.ok(
+      mesh.log.lines.some((l) => l.startsWith("error:") && l.includes("keeps serving the last good fleet")),
+    );
+  });
+
+  void it("reads the fleet file again when it changes, and a fixed file is served", async () => {
+    await controller.stop();
+    await fleet.writeFleet(FLEET_YAML);
+    controller = await mesh.startController(fleet.fleetFile, { watch: true });
+    const generation = (await a.delivery())?.generation ?? 0;
+    await fleet.writeFleet("nodes: [\n");
+    await eventually(
+      () => Promise.resolve(controller.status().fleet.refused !== null),
+      "the broken fleet file to be refused",
+    );
+    assert.equal((await a.delivery())?.generation, generation);
+    await fleet.writeFleet(WITH_APP4);
+    await eventually(
+      async () => Object.hasOwn((await a.delivery())?.secrets ?? {}, "app4/postgres-database"),
+      "app4 to reach node-a",
+    );
+    assert.equal(controller.status().fleet.refused, null);
+    // node-b neither runs app4 nor provides for it.
+    assert.ok(!Object.hasOwn((await b.delivery())?.secrets ?? {}, "app4/postgres-database"));
+  });
+
+  void it("mints new passwords when its own key is lost, and loses nothing else", async () => {
+    const before = await a.passwords();
+    await controller.stop();
+    await rm(join(mesh.stateDir, CONTROLLER_KEYS_FILE));
+    controller = await mesh.startController(fleet.fleetFile);
+    const after = await a.passwords();
+    assert.deepEqual(Object.keys(after).sort(), Object.keys(before).sort());
+    for (const key of Object.keys(before)) assert.notEqual(after[key], before[key]);
+    assert.ok(mesh.log.lines.some((l) => l.includes("cannot be opened with this controller's key")));
+  });
+});
