@@ -6,6 +6,7 @@ import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
 import { addProviderCommand } from "./provider-command.ts";
 import { addToolCommand } from "./tool-command.ts";
+import { addUpCommands } from "./up-command.ts";
 
 /** The `mesh` program with every command, writing through `io`. Commander never exits the process. */
 export function buildProgram(io: CliIo = processIo): Command {
@@ -17,6 +18,8 @@ export function buildProgram(io: CliIo = processIo): Command {
       "after",
       `
 Examples:
+  $ mesh up examples/fleet/mesh.yaml
+  $ mesh status
   $ mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock
   $ mesh tool --control /run/mesh/postgres.sock status
 
@@ -28,6 +31,7 @@ Exit codes:
     );
   addProviderCommand(program, io);
   addToolCommand(program, io);
+  addUpCommands(program, io);
   return program;
 }
 

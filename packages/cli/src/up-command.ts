@@ -1,0 +1,210 @@
+// `mesh up [mesh.yaml]`: the embedded default on one machine — a local nats-server, the controller,
+// an agent for each node of the fleet (or those named), and through them the fleet's modules.
+// `mesh status` asks the running controller what it knows.
+import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import type { Command } from "commander";
+import { closeBus, connectBus, credsFor, inboxPrefix, newUserKeys, type BusLogger } from "@mesh/bus";
+import type { Agent } from "@mesh/agent";
+import type { Controller } from "@mesh/controller";
+import { untilStopSignal } from "@mesh/sdk";
+import { startEmbeddedBus, type EmbeddedBus } from "./embedded-bus.ts";
+import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
+import type { CliIo } from "./io.ts";
+
+const EXIT_CODES = `
+Exit codes:
+  0  stopped cleanly by Ctrl-C or SIGTERM (mesh up), or answered (mesh status)
+  1  the fleet was refused, or a part could not start
+  2  usage error
+  3  no mesh answers (mesh status)`;
+
+/** Where the embedded mesh keeps its state: --state, else $MESH_STATE_DIR, else ./.mesh-state. */
+function stateDirOf(flag: string | undefined, io: CliIo): string {
+  return resolve(flag ?? io.env.MESH_STATE_DIR ?? ".mesh-state");
+}
+
+function prefixed(io: CliIo, who: string): BusLogger {
+  const line = (level: string) => (m: string) => io.err(`${who.padEnd(12)}│ ${level}${m}\n`);
+  return { info: line(""), warn: line("warning: "), error: line("error: ") };
+}
+
+async function writePrivate(path: string, data: string | Uint8Array): Promise<void> {
+  await writeFile(`${path}.tmp`, data, { mode: 0o600 });
+  await rename(`${path}.tmp`, path);
+}
+
+/** Adds `mesh up` and `mesh status` to `program`. */
+export function addUpCommands(program: Command, io: CliIo): void {
+  program
+    .command("up")
+    .description(
+      "run the mesh on this machine: nats-server, the controller, the agents and the fleet's modules",
+    )
+    .argument("[fleet]", "the fleet file", "mesh.yaml")
+    .option("--state <dir>", "where the mesh keeps its state (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option("--node <name...>", "run agents only for these nodes of the fleet (default: every node)")
+    .addHelpText(
+      "after",
+      `\nExample:\n  $ mesh up examples/fleet/mesh.yaml\n  then, from another shell: mesh status\n${EXIT_CODES}`,
+    )
+    .action(async (fleet: string, flags: { state?: string; node?: string[] }) => {
+      await up(resolve(fleet), stateDirOf(flags.state, io), flags.node, io);
+    });
+
+  program
+    .command("status")
+    .description("what the running mesh knows: nodes, their modules, and every consumer")
+    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option("--json", "print the raw answer, for scripts")
+    .addHelpText("after", `\nExample:\n  $ mesh status --json\n${EXIT_CODES}`)
+    .action(async (flags: { state?: string; json?: boolean }) => {
+      await status(stateDirOf(flags.state, io), flags.json === true, io);
+    });
+}
+
+async function up(fleetFile: string, state: string, only: string[] | undefined, io: CliIo): Promise<void> {
+  const { loadOrCreateAuthority, startController, operatorPermissions, OPERATOR_IDENTITY } =
+    await import("@mesh/controller");
+  const { startAgent } = await import("@mesh/agent");
+  const say = (m: string) => io.err(`${"mesh up".padEnd(12)}│ ${m}\n`);
+  await mkdir(state, { recursive: true, mode: 0o700 });
+  // Listening from the start: a Ctrl-C while starting still stops what has started.
+  const signalled = untilStopSignal({ info: say, warn: say, error: say });
+  const stopping: (() => Promise<void>)[] = [];
+  const stopAll = async () => {
+    for (const stop of stopping.reverse()) await stop().catch(() => {});
+  };
+  try {
+    say(`1/4 the bus: starting nats-server (state in ${join(state, "bus")})`);
+    const authority = await loadOrCreateAuthority(join(state, "controller"));
+    let bus: EmbeddedBus;
+    try {
+      bus = await startEmbeddedBus(join(state, "bus"), authority);
+    } catch (err) {
+      throw new CliExit(EXIT_REFUSED, (err as Error).message);
+    }
+    stopping.push(() => bus.stop());
+    say(`    nats-server answers on ${bus.url}; a connection without credentials is refused`);
+
+    // The operator's own credentials, for `mesh status` from another shell.
+    const keys = newUserKeys();
+    const jwt = await authority.issueUser({
+      name: OPERATOR_IDENTITY,
+      publicKey: keys.publicKey,
+      permissions: operatorPermissions(),
+    });
+    await writePrivate(join(state, "operator.creds"), credsFor(jwt, keys.seed));
+    await writePrivate(join(state, "bus.json"), JSON.stringify({ servers: [bus.url] }));
+
+    say(`2/4 the controller: reading ${fleetFile}`);
+    let controller: Controller;
+    try {
+      controller = await startController({
+        stateDir: join(state, "controller"),
+        fleetFile,
+        servers: [bus.url],
+        authority,
+        logger: prefixed(io, "controller"),
+      });
+    } catch (err) {
+      throw new CliExit(EXIT_REFUSED, (err as Error).message);
+    }
+    stopping.push(() => controller.stop());
+    const fleet = controller.current();
+    const consumers = fleet.plan.instances.reduce((n, i) => n + i.consumers.length, 0);
+    say(`    ${fleet.nodes.length} node(s), ${fleet.modules.length} module(s), ${consumers} consumer(s)`);
+
+    const nodes = only ?? fleet.nodes;
+    for (const node of nodes) {
+      if (!fleet.nodes.includes(node)) throw new CliExit(EXIT_USAGE, `node ${node} is not in ${fleetFile}`);
+    }
+    say(`3/4 the agents: ${nodes.join(", ")}`);
+    const agents: Agent[] = [];
+    for (const node of nodes) {
+      const agent = await startAgent({
+        node,
+        stateDir: join(state, "nodes", node),
+        joinToken: await controller.joinToken(node),
+        logger: prefixed(io, node),
+      });
+      agents.push(agent);
+      stopping.push(() => agent.stop());
+    }
+    say(
+      `4/4 the modules start on their nodes; \`mesh status --state ${state}\` shows them. Ctrl-C stops everything.`,
+    );
+    const signal = await signalled;
+    say(`${signal}: stopping the agents (and their modules), the controller and the bus`);
+  } finally {
+    await stopAll();
+  }
+  say("stopped");
+}
+
+async function status(state: string, json: boolean, io: CliIo): Promise<void> {
+  const { STATUS_SUBJECT, OPERATOR_IDENTITY } = await import("@mesh/controller");
+  let servers: string[];
+  let creds: Uint8Array;
+  try {
+    servers = (JSON.parse(await readFile(join(state, "bus.json"), "utf8")) as { servers: string[] }).servers;
+    creds = await readFile(join(state, "operator.creds"));
+  } catch {
+    throw new CliExit(EXIT_UNREACHABLE, `no mesh has run with state in ${state}; start one with \`mesh up\``);
+  }
+  let nc;
+  try {
+    nc = await connectBus({
+      servers,
+      creds,
+      name: "mesh status",
+      inboxPrefix: inboxPrefix(OPERATOR_IDENTITY),
+    });
+  } catch (err) {
+    throw new CliExit(EXIT_UNREACHABLE, `the mesh in ${state} does not answer: ${(err as Error).message}`);
+  }
+  try {
+    const reply = await nc.request(STATUS_SUBJECT, "{}", { timeout: 10_000 }).catch((err: unknown) => {
+      throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
+    });
+    const answer = reply.json<StatusAnswer>();
+    if (json) {
+      io.out(`${JSON.stringify(answer, null, 2)}\n`);
+      return;
+    }
+    io.out(formatStatus(answer));
+  } finally {
+    await closeBus(nc);
+  }
+}
+
+interface StatusAnswer {
+  nodes?: {
+    name: string;
+    enrolled?: boolean;
+    lastReportAt?: string | null;
+    modules?: { name: string; state: string; restarts?: number }[];
+  }[];
+  consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
+  fleet?: { file: string; readAt: string; refused: string[] | null };
+}
+
+function formatStatus(s: StatusAnswer): string {
+  const lines: string[] = [];
+  if (s.fleet) lines.push(`fleet ${s.fleet.file}, read ${s.fleet.readAt}`);
+  for (const problem of s.fleet?.refused ?? [])
+    lines.push(`  REFUSED (the last good fleet is served): ${problem}`);
+  lines.push("", "NODE / MODULE            STATE       RESTARTS");
+  for (const n of s.nodes ?? []) {
+    lines.push(
+      `${n.name.padEnd(24)} ${n.enrolled ? "enrolled" : "not enrolled"}${n.lastReportAt ? `, reported ${n.lastReportAt}` : ""}`,
+    );
+    for (const m of n.modules ?? [])
+      lines.push(`  ${m.name.padEnd(22)} ${m.state.padEnd(11)} ${m.restarts ?? 0}`);
+  }
+  lines.push("", "CONSUMER         INTERFACE            LOGIN                PROVIDER");
+  for (const c of s.consumers ?? []) {
+    lines.push(`${c.consumer.padEnd(16)} ${c.interface.padEnd(20)} ${c.login.padEnd(20)} ${c.provider}`);
+  }
+  return `${lines.join("\n")}\n`;
+}
