@@ -199,6 +199,29 @@ describe("the notes app", () => {
   });
 });
 
+describe("the notes app, when Postgres goes away", () => {
+  it("says it lost the connection, retries every second and goes on storing notes when Postgres is back", async () => {
+    assert.ok(postgres && pgAdapter);
+    const { entry } = planned("notes", "postgres-database");
+    const password = newPassword();
+    await pgAdapter.create(
+      { as: entry.login, values: entry.values, derived: entry.derived, password },
+      signal,
+    );
+    await deliver("notes", "postgres-database", postgres.port, password);
+    const app = startApp("notes", "postgres-database");
+    await waitFor(app, /stored note #\d+/);
+
+    await postgres.halt();
+    const lostAt = (await waitFor(app, /lost the connection|cannot connect to/)).index;
+    await postgres.resume();
+    await waitFor(app, /connected to [^\n]*\n(?:.*\n)*?.*stored note #\d+/, lostAt);
+
+    assert.equal(await stop(app), 0, app.output);
+    assert.ok(!app.output.includes(password), app.output);
+  });
+});
+
 describe("the counter app", () => {
   it("waits for its credential and its login, then counts visits under its prefix, takes a new password, never prints one, and exits 0 on SIGTERM", async () => {
     assert.ok(redis && redisAdapter);
