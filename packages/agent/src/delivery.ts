@@ -1,0 +1,118 @@
+// What the controller delivers to one node, checked before anything is written from it: a value
+// in the node's bucket is data from the bus, and a wrong shape must stop the agent from writing,
+// not make it write something half-right.
+import { isAbsolute } from "node:path";
+import { isInterfaceName, isModuleName, LOGIN_PATTERN, type Plan } from "@mesh/manifest";
+
+/** One module a node runs: its name and its manifest's absolute path. */
+export interface DeliveredModule {
+  readonly name: string;
+  readonly manifest: string;
+}
+
+/** Everything the controller publishes for one node, under the key `delivery` of its own bucket. */
+export interface Delivery {
+  readonly node: string;
+  /** Increases with every change the controller publishes for this node. */
+  readonly generation: number;
+  /** The fleet file's absolute path. */
+  readonly fleetFile: string;
+  readonly modules: readonly DeliveredModule[];
+  /** Only the instances and consumers this node takes part in. */
+  readonly plan: Plan;
+  /** `${consumer}/${interface}` → the password sealed to this node's seal key. */
+  readonly secrets: Readonly<Record<string, string>>;
+}
+
+/** The key a node's delivery is kept under in its bucket. */
+export const DELIVERY_KEY = "delivery";
+
+/** A delivery that is not what the controller writes, or not for this node; nothing of it is applied. */
+export class InvalidDeliveryError extends Error {
+  override name = "InvalidDeliveryError";
+  constructor(
+    readonly node: string,
+    readonly field: string,
+    why: string,
+  ) {
+    super(
+      `the delivery for node ${node} is refused: ${field} ${why}; nothing of it was applied and the ` +
+        `node keeps its last good files (the controller must publish a good delivery)`,
+    );
+  }
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Checks that `value` is a delivery for `node` and returns it typed.
+ * @throws InvalidDeliveryError naming the first field that is wrong.
+ */
+export function parseDelivery(value: unknown, node: string): Delivery {
+  const bad = (field: string, why: string): never => {
+    throw new InvalidDeliveryError(node, field, why);
+  };
+  if (!isObject(value)) return bad("the value", "is not an object");
+  if (value["node"] !== node) bad("node", `is ${JSON.stringify(value["node"])}, not ${node}`);
+  const generation = value["generation"];
+  if (typeof generation !== "number" || !Number.isSafeInteger(generation) || generation < 0) {
+    bad("generation", "is not a whole number");
+  }
+  const fleetFile = value["fleetFile"];
+  if (typeof fleetFile !== "string") bad("fleetFile", "is not a path");
+
+  const modules = value["modules"];
+  if (!Array.isArray(modules)) return bad("modules", "is not a list");
+  const names = new Set<string>();
+  modules.forEach((m: unknown, i) => {
+    if (!isObject(m) || !isModuleName(m["name"])) return bad(`modules[${i}].name`, "is not a module name");
+    if (typeof m["manifest"] !== "string" || !isAbsolute(m["manifest"])) {
+      bad(`modules[${i}].manifest`, "is not an absolute path");
+    }
+    if (names.has(m["name"])) bad(`modules[${i}].name`, `repeats ${m["name"]}`);
+    names.add(m["name"]);
+  });
+
+  const plan = value["plan"];
+  if (!isObject(plan) || !Array.isArray(plan["instances"])) return bad("plan.instances", "is not a list");
+  plan["instances"].forEach((inst: unknown, i) => {
+    const at = `plan.instances[${i}]`;
+    if (!isObject(inst)) return bad(at, "is not an object");
+    if (!isModuleName(inst["provider"])) bad(`${at}.provider`, "is not a module name");
+    if (!isInterfaceName(inst["interface"])) bad(`${at}.interface`, "is not an interface name");
+    if (typeof inst["node"] !== "string") bad(`${at}.node`, "is not a node name");
+    if (inst["endpoint"] !== undefined && !isObject(inst["endpoint"]))
+      bad(`${at}.endpoint`, "is not an object");
+    if (isObject(inst["endpoint"]) && !isObject(inst["endpoint"]["query"])) {
+      bad(`${at}.endpoint.query`, "is not an object");
+    }
+    const consumers = inst["consumers"];
+    if (!Array.isArray(consumers)) return bad(`${at}.consumers`, "is not a list");
+    consumers.forEach((c: unknown, j) => {
+      const cat = `${at}.consumers[${j}]`;
+      if (!isObject(c)) return bad(cat, "is not an object");
+      if (!isModuleName(c["consumer"])) bad(`${cat}.consumer`, "is not a module name");
+      if (!isInterfaceName(c["interface"])) bad(`${cat}.interface`, "is not an interface name");
+      if (typeof c["login"] !== "string" || !LOGIN_PATTERN.test(c["login"])) {
+        bad(`${cat}.login`, "is not a valid login");
+      }
+      for (const key of ["consumerNode", "provider", "providerNode"]) {
+        if (typeof c[key] !== "string") bad(`${cat}.${key}`, "is not a name");
+      }
+      if (!isObject(c["values"])) bad(`${cat}.values`, "is not an object");
+      if (!isObject(c["derived"])) bad(`${cat}.derived`, "is not an object");
+    });
+  });
+
+  const secrets = value["secrets"];
+  if (!isObject(secrets)) return bad("secrets", "is not an object");
+  for (const [key, box] of Object.entries(secrets)) {
+    const [consumer, iface, extra] = key.split("/");
+    if (!isModuleName(consumer) || !isInterfaceName(iface) || extra !== undefined) {
+      bad(`secrets[${JSON.stringify(key)}]`, "is not keyed <consumer>/<interface>");
+    }
+    if (typeof box !== "string") bad(`secrets[${JSON.stringify(key)}]`, "is not a sealed box");
+  }
+  return value as unknown as Delivery;
+}
