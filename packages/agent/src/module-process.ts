@@ -1,0 +1,264 @@
+// One module's process, kept running: started with its environment, its output appended to its
+// log, restarted after each exit with a delay that doubles (so a module that cannot start does not
+// spin), said clearly when it keeps crashing, and stopped politely then firmly.
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, mkdirSync, openSync, writeSync } from "node:fs";
+import { dirname } from "node:path";
+import type { BusLogger } from "@mesh/bus";
+
+/** How a module is started: everything that, when it changes, calls for a restart. */
+export interface ModuleLaunch {
+  readonly name: string;
+  readonly command: string;
+  readonly args: readonly string[];
+  /** The manifest's directory. */
+  readonly cwd: string;
+  readonly env: Readonly<Record<string, string>>;
+  /** `<state>/modules/<name>/log`: stdout and stderr, appended. */
+  readonly logFile: string;
+}
+
+/** A module's lifecycle as reported: `crashing` once it exits too often, whatever it does right now. */
+export type ModuleState = "starting" | "running" | "crashing" | "stopped";
+
+/** How a module's last process ended. */
+export interface ModuleExit {
+  readonly code: number | null;
+  readonly signal: string | null;
+  /** ISO 8601. */
+  readonly at: string;
+}
+
+/** One module as the agent reports it. */
+export interface ModuleStatus {
+  readonly name: string;
+  readonly state: ModuleState;
+  readonly pid?: number;
+  /** Restarts after an exit, since the agent started the module. */
+  readonly restarts: number;
+  readonly lastExit?: ModuleExit;
+  readonly log: string;
+}
+
+/** The delays and limits of supervision. */
+export interface SupervisionTimings {
+  /** The delay before the first restart; it doubles after each exit. */
+  readonly restartFirstMs: number;
+  readonly restartMaxMs: number;
+  /** How long a module has after SIGTERM before SIGKILL. */
+  readonly stopGraceMs: number;
+  /** A module that exits `crashExits` times within `crashWindowMs` keeps crashing. */
+  readonly crashWindowMs: number;
+  readonly crashExits: number;
+}
+
+/** Supervision as the contract sets it: 1 s doubling to 1 min, 10 s to stop, 5 exits in 2 min. */
+export const DEFAULT_SUPERVISION: SupervisionTimings = {
+  restartFirstMs: 1_000,
+  restartMaxMs: 60_000,
+  stopGraceMs: 10_000,
+  crashWindowMs: 120_000,
+  crashExits: 5,
+};
+
+/** A supervised module process. Made by the supervisor; `start()` once, `stop()` at the end. */
+export class ModuleProcess {
+  readonly launch: ModuleLaunch;
+  readonly #logger: BusLogger;
+  readonly #timings: SupervisionTimings;
+  readonly #onChange: () => void;
+  #child: ChildProcess | undefined;
+  #running = false;
+  #startedAt = 0;
+  #failures = 0;
+  #restarts = 0;
+  #exits: number[] = [];
+  #lastExit: ModuleExit | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #stopping: Promise<void> | undefined;
+  #saidCrashing = false;
+
+  constructor(launch: ModuleLaunch, logger: BusLogger, timings: SupervisionTimings, onChange: () => void) {
+    this.launch = launch;
+    this.#logger = logger;
+    this.#timings = timings;
+    this.#onChange = onChange;
+  }
+
+  /** Starts the module's process. */
+  start(): void {
+    this.#spawn();
+  }
+
+  /** The module as reported now. */
+  status(): ModuleStatus {
+    return {
+      name: this.launch.name,
+      state: this.#state(),
+      ...(this.#running && this.#child?.pid !== undefined ? { pid: this.#child.pid } : {}),
+      restarts: this.#restarts,
+      ...(this.#lastExit === undefined ? {} : { lastExit: this.#lastExit }),
+      log: this.launch.logFile,
+    };
+  }
+
+  /** Says when a module that kept crashing has stopped doing so; called on the report tick. */
+  refresh(): void {
+    if (this.#saidCrashing && this.#state() === "running") {
+      this.#saidCrashing = false;
+      this.#logger.info(
+        `${this.launch.name} has run without exiting for a while: it no longer keeps crashing`,
+      );
+      this.#onChange();
+    }
+  }
+
+  /**
+   * Stops the process and any restart to come: SIGTERM to its process group, SIGKILL after the
+   * grace period. Resolves once it has exited. Safe to call twice.
+   */
+  stop(): Promise<void> {
+    this.#stopping ??= new Promise<void>((resolve) => {
+      clearTimeout(this.#timer);
+      const child = this.#child;
+      if (child === undefined) {
+        this.#onChange();
+        resolve();
+        return;
+      }
+      const kill = setTimeout(() => {
+        this.#logger.warn(
+          `${this.launch.name} did not stop within ${this.#timings.stopGraceMs / 1000} s of SIGTERM: killing it`,
+        );
+        signalGroup(child, "SIGKILL");
+      }, this.#timings.stopGraceMs);
+      child.once("exit", () => {
+        clearTimeout(kill);
+        resolve();
+      });
+      // A process that never ran sends no exit.
+      child.once("error", () => {
+        if (child.pid === undefined) {
+          clearTimeout(kill);
+          resolve();
+        }
+      });
+      signalGroup(child, "SIGTERM");
+    });
+    return this.#stopping;
+  }
+
+  #state(): ModuleState {
+    if (this.#stopping !== undefined) return "stopped";
+    if (this.#recentExits() >= this.#timings.crashExits) return "crashing";
+    return this.#running ? "running" : "starting";
+  }
+
+  #recentExits(): number {
+    const since = Date.now() - this.#timings.crashWindowMs;
+    this.#exits = this.#exits.filter((t) => t >= since);
+    return this.#exits.length;
+  }
+
+  #spawn(): void {
+    const { name, command, args, cwd, env, logFile } = this.launch;
+    let log: number;
+    try {
+      mkdirSync(dirname(logFile), { recursive: true, mode: 0o700 });
+      log = openSync(logFile, "a", 0o600);
+      writeSync(
+        log,
+        `--- ${new Date().toISOString()} mesh agent starts ${name}: ${command} ${args.join(" ")}\n`,
+      );
+    } catch (err) {
+      this.#exited(null, null, `its log ${logFile} cannot be opened (${(err as Error).message})`);
+      return;
+    }
+    let child: ChildProcess;
+    try {
+      // Its own process group, so stopping it reaches whatever it started too.
+      child = spawn(command, [...args], { cwd, env, stdio: ["ignore", log, log], detached: true });
+    } catch (err) {
+      closeSync(log);
+      this.#exited(null, null, `it cannot be started (${(err as Error).message})`);
+      return;
+    }
+    closeSync(log);
+    this.#child = child;
+    this.#startedAt = Date.now();
+    let ended = false;
+    child.once("spawn", () => {
+      this.#running = true;
+      this.#logger.info(`${name} started (pid ${child.pid}); its log: ${logFile}`);
+      this.#onChange();
+    });
+    child.once("error", (err) => {
+      // An error without a pid is a process that never ran (command not found): no exit follows.
+      if (child.pid !== undefined || ended) return;
+      ended = true;
+      this.#exited(null, null, `${command} cannot be started (${err.message})`);
+    });
+    child.once("exit", (code, signal) => {
+      if (ended) return;
+      ended = true;
+      this.#exited(code, signal);
+    });
+    this.#onChange();
+  }
+
+  #exited(code: number | null, signal: NodeJS.Signals | null, why?: string): void {
+    this.#running = false;
+    this.#child = undefined;
+    this.#lastExit = { code, signal, at: new Date().toISOString() };
+    if (this.#stopping !== undefined) {
+      this.#logger.info(`${this.launch.name} stopped`);
+      this.#onChange();
+      return;
+    }
+    const ranMs = this.#startedAt === 0 ? 0 : Date.now() - this.#startedAt;
+    // A run longer than the longest delay was a working module that failed once, not a crash loop.
+    this.#failures = ranMs >= this.#timings.restartMaxMs ? 1 : this.#failures + 1;
+    this.#exits.push(Date.now());
+    const delay = Math.min(
+      this.#timings.restartFirstMs * 2 ** (this.#failures - 1),
+      this.#timings.restartMaxMs,
+    );
+    const how = why ?? (signal !== null ? `was killed by ${signal}` : `exited with code ${code}`);
+    const recent = this.#recentExits();
+    if (recent >= this.#timings.crashExits && !this.#saidCrashing) {
+      this.#saidCrashing = true;
+      this.#logger.error(
+        `${this.launch.name} keeps crashing: ${recent} exits in ${formatMs(this.#timings.crashWindowMs)}, ` +
+          `last ${lastExitWords(code, signal, why)}; its log: ${this.launch.logFile}`,
+      );
+    } else {
+      this.#logger.warn(
+        `${this.launch.name} ${how}; restarting it in ${formatMs(delay)}; its log: ${this.launch.logFile}`,
+      );
+    }
+    this.#timer = setTimeout(() => {
+      this.#restarts++;
+      this.#spawn();
+    }, delay);
+    this.#onChange();
+  }
+}
+
+function lastExitWords(code: number | null, signal: string | null, why: string | undefined): string {
+  if (why !== undefined) return `failure: ${why}`;
+  return signal !== null ? `killed by ${signal}` : `exit code ${code}`;
+}
+
+function formatMs(ms: number): string {
+  if (ms >= 60_000 && ms % 60_000 === 0) return `${ms / 60_000} min`;
+  return ms >= 1_000 ? `${Math.round(ms / 100) / 10} s` : `${ms} ms`;
+}
+
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  try {
+    if (child.pid !== undefined) process.kill(-child.pid, signal);
+  } catch {
+    // The group is gone (it exited meanwhile), or the child is not a group leader: signal it alone.
+    child.kill(signal);
+  }
+}
