@@ -1,0 +1,13 @@
+import type { ModuleStatus } from "./module-process.ts";
+
+/** What an agent publishes on `reportSubject(node)`, on every change and every 10 s. */
+export interface AgentReport {
+  readonly node: string;
+  /** The generation of the last delivery applied; 0 before the first. */
+  readonly generation: number;
+  /** ISO 8601. */
+  readonly at: string;
+  readonly modules: readonly ModuleStatus[];
+  /** What applying the last delivery did to the files. */
+  readonly files: { readonly written: number; readonly unchanged: number };
+}

@@ -1,0 +1,31 @@
+/**
+ * @mesh/agent: the machine's agent. It enrolls its node with its own key pairs, follows the node's
+ * own deliveries, unseals its secrets into 0600 files, writes each provider module's contributions
+ * and each consumer module's credential files (atomically, only where they changed), supervises the
+ * node's modules, and reports how they are doing.
+ *
+ * ```ts
+ * import { startAgent } from "@mesh/agent";
+ *
+ * const agent = await startAgent({
+ *   node: "node-1",
+ *   stateDir: "/var/lib/mesh/nodes/node-1",
+ *   joinToken: process.env.MESH_JOIN_TOKEN, // needed only until the node has enrolled
+ *   logger: { info: console.log, warn: console.warn, error: console.error },
+ * });
+ * console.log(agent.status().modules);
+ * await agent.stop(); // stops every module
+ * ```
+ */
+export * from "./agent-report.ts";
+export * from "./apply-delivery.ts";
+export * from "./delivery.ts";
+export * from "./enroll-node.ts";
+export * from "./join-token.ts";
+export * from "./module-launch.ts";
+export * from "./module-process.ts";
+export * from "./module-supervisor.ts";
+export * from "./node-agent.ts";
+export * from "./node-identity.ts";
+export * from "./start-agent.ts";
+export * from "./write-file-atomic.ts";

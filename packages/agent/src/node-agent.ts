@@ -1,0 +1,244 @@
+// The running agent of one node: follows the node's own deliveries bucket, applies each delivery
+// (files, then modules) one at a time, and reports. A watch can miss a change while the bus is away,
+// so the agent also reads the delivery again after each reconnect and on every report tick: it
+// converges on what the controller published, however the bus came and went.
+import {
+  closeBus,
+  nodeDeliveriesBucket,
+  openState,
+  reportSubject,
+  type BusLogger,
+  type BusState,
+  type StateChange,
+  type StateWatch,
+} from "@mesh/bus";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { AgentReport } from "./agent-report.ts";
+import { applyDelivery } from "./apply-delivery.ts";
+import { DELIVERY_KEY, parseDelivery, type Delivery } from "./delivery.ts";
+import { decideLaunch, moduleLogPath } from "./module-launch.ts";
+import type { SupervisionTimings } from "./module-process.ts";
+import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
+import type { NodeIdentity } from "./node-identity.ts";
+
+/** Every delay the agent keeps; tests shorten them. */
+export interface AgentTimings extends SupervisionTimings {
+  /** How often the agent reports (and reads its delivery again) when nothing changes. */
+  readonly reportEveryMs: number;
+  /** How long enrollment keeps asking a controller that does not answer. */
+  readonly enrollWithinMs: number;
+  /** The pause before trying again what failed for want of the bus. */
+  readonly retryMs: number;
+}
+
+/** What the agent says about itself: its last report, and whether it has the bus now. */
+export interface AgentStatus extends AgentReport {
+  readonly connected: boolean;
+}
+
+/** What a `NodeAgent` is made from: a node already enrolled and connected. */
+export interface NodeAgentOptions {
+  readonly node: string;
+  readonly stateDir: string;
+  readonly nc: NatsConnection;
+  readonly identity: NodeIdentity;
+  readonly logger: BusLogger;
+  readonly baseEnv: Readonly<Record<string, string | undefined>>;
+  readonly timings: AgentTimings;
+}
+
+/** One node's agent at work. Made by `startAgent`. */
+export class NodeAgent {
+  readonly #o: NodeAgentOptions;
+  readonly #supervisor: ModuleSupervisor;
+  #state: BusState<unknown> | undefined;
+  #watch: StateWatch<unknown> | undefined;
+  #queue: Promise<void> = Promise.resolve();
+  #lastApplied: string | undefined;
+  #lastRefused: string | undefined;
+  #generation = 0;
+  #files = { written: 0, unchanged: 0 };
+  #connected = true;
+  #stopped = false;
+  #ticker: NodeJS.Timeout | undefined;
+  #reportSoon: NodeJS.Timeout | undefined;
+  #wake: (() => void) | undefined;
+  #following: Promise<void> = Promise.resolve();
+  #saidWaiting = "";
+  readonly #saidStale = new Set<string>();
+
+  constructor(options: NodeAgentOptions) {
+    this.#o = options;
+    this.#supervisor = new ModuleSupervisor(options.logger, options.timings, () => this.#changed());
+  }
+
+  /** Starts following deliveries, watching the connection and reporting. */
+  run(): void {
+    this.#following = this.#follow();
+    void this.#followConnection();
+    this.#ticker = setInterval(() => this.#tick(), this.#o.timings.reportEveryMs);
+    this.#changed();
+  }
+
+  /** The agent's report as of now, and whether it has the bus. */
+  status(): AgentStatus {
+    return { ...this.#report(), connected: this.#connected };
+  }
+
+  /** Stops following, stops every module, sends a last report and closes the bus connection. */
+  async stop(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    clearInterval(this.#ticker);
+    clearTimeout(this.#reportSoon);
+    this.#watch?.stop();
+    this.#wake?.();
+    await this.#following;
+    await this.#queue;
+    await this.#supervisor.stopAll();
+    this.#publish();
+    await closeBus(this.#o.nc);
+    this.#o.logger.info(`the agent of node ${this.#o.node} stopped`);
+  }
+
+  async #follow(): Promise<void> {
+    const bucket = nodeDeliveriesBucket(this.#o.node);
+    while (!this.#stopped) {
+      try {
+        this.#state ??= await openState<unknown>(this.#o.nc, bucket, { create: false });
+        const watch = await this.#state.watch({ key: DELIVERY_KEY });
+        this.#watch = watch;
+        if (this.#stopped) watch.stop();
+        this.#saidWaiting = "";
+        for await (const change of watch) this.#take(change);
+      } catch (err) {
+        const why = err instanceof Error ? err.message : String(err);
+        if (why !== this.#saidWaiting) {
+          this.#o.logger.warn(`node ${this.#o.node} waits for its deliveries (${why}); trying again`);
+        }
+        this.#saidWaiting = why;
+      }
+      await this.#sleep(this.#o.timings.retryMs);
+    }
+  }
+
+  async #followConnection(): Promise<void> {
+    for await (const status of this.#o.nc.status()) {
+      if (status.type === "disconnect") this.#connected = false;
+      if (status.type === "reconnect") {
+        this.#connected = true;
+        this.#resync();
+      }
+    }
+  }
+
+  #take(change: StateChange<unknown>): void {
+    const node = this.#o.node;
+    if (change.operation === "put") this.#enqueue(change.value);
+    else if (change.operation === "delete") {
+      this.#o.logger.warn(
+        `the delivery for node ${node} was deleted: the node keeps its files and modules as they are`,
+      );
+    } else this.#o.logger.error(`the delivery for node ${node} cannot be read: ${change.error.message}`);
+  }
+
+  #enqueue(value: unknown): void {
+    this.#queue = this.#queue
+      .then(() => this.#apply(value))
+      .catch((err: unknown) => {
+        this.#o.logger.error(err instanceof Error ? err.message : String(err));
+      });
+  }
+
+  async #apply(value: unknown): Promise<void> {
+    const text = JSON.stringify(value);
+    if (this.#stopped || text === this.#lastApplied || text === this.#lastRefused) return;
+    let delivery: Delivery;
+    try {
+      delivery = parseDelivery(value, this.#o.node);
+    } catch (err) {
+      // Said once: the same bad delivery is read again on every tick until the controller replaces it.
+      this.#lastRefused = text;
+      throw err;
+    }
+    const { node, stateDir, logger } = this.#o;
+    const sealKeys = this.#o.identity.seal;
+    const result = await applyDelivery(delivery, { node, stateDir, sealKeys, logger, said: this.#saidStale });
+    this.#files = { written: result.written, unchanged: result.unchanged };
+    this.#generation = delivery.generation;
+    this.#lastApplied = text;
+    logger.info(
+      `node ${node} applied delivery ${delivery.generation}: ${result.written} files written, ` +
+        `${result.unchanged} unchanged` +
+        (result.rejected.length > 0 ? `, ${result.rejected.length} secrets refused` : ""),
+    );
+    if (!this.#stopped) await this.#supervisor.reconcile(await this.#assigned(delivery));
+    this.#changed();
+  }
+
+  #assigned(delivery: Delivery): Promise<AssignedModule[]> {
+    const ctx = { node: this.#o.node, stateDir: this.#o.stateDir, baseEnv: this.#o.baseEnv };
+    return Promise.all(
+      delivery.modules.map(async (m) => ({
+        name: m.name,
+        logFile: moduleLogPath(this.#o.stateDir, m.name),
+        decision: await decideLaunch(m, delivery, ctx),
+      })),
+    );
+  }
+
+  // Reads the delivery as it is now, for what a watch may have missed while the bus was away.
+  #resync(): void {
+    const state = this.#state;
+    if (state === undefined || this.#stopped) return;
+    state.get(DELIVERY_KEY).then(
+      (value) => {
+        if (value !== undefined) this.#enqueue(value);
+      },
+      () => undefined, // the bus is not back yet; the next tick tries again
+    );
+  }
+
+  #tick(): void {
+    this.#supervisor.refresh();
+    this.#resync();
+    this.#publish();
+  }
+
+  #changed(): void {
+    if (this.#stopped || this.#reportSoon !== undefined) return;
+    // Changes come in bursts (a delivery starts several modules): one report says them all.
+    this.#reportSoon = setTimeout(() => {
+      this.#reportSoon = undefined;
+      this.#publish();
+    }, 50);
+  }
+
+  #report(): AgentReport {
+    return {
+      node: this.#o.node,
+      generation: this.#generation,
+      at: new Date().toISOString(),
+      modules: this.#supervisor.statuses(),
+      files: { ...this.#files },
+    };
+  }
+
+  #publish(): void {
+    try {
+      this.#o.nc.publish(reportSubject(this.#o.node), JSON.stringify(this.#report()));
+    } catch {
+      // A closed connection: there is no one to report to.
+    }
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+}
