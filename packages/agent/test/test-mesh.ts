@@ -1,0 +1,168 @@
+// A real nats-server under the mesh's authentication, and a small stand-in for the controller's
+// part of the contract: it makes join tokens, answers enrollment with the node's exact permissions,
+// seals passwords to the enrolled node's key and publishes deliveries into the node's own bucket.
+import { randomBytes } from "node:crypto";
+import { startNats, type NatsServer } from "@mesh/testkit";
+import {
+  allReportsSubject,
+  closeBus,
+  connectBus,
+  createAuthority,
+  credsFor,
+  enrollSubject,
+  inboxSubjects,
+  kvReadSubjects,
+  newUserKeys,
+  nodeDeliveriesBucket,
+  openState,
+  reportSubject,
+  seal,
+  type BusAuthority,
+  type BusLogger,
+} from "@mesh/bus";
+import type { Plan } from "@mesh/manifest";
+import type { AgentReport, DeliveredModule, Delivery } from "../src/index.ts";
+
+/** What the stand-in controller learnt from a node's enrollment. */
+export interface Enrolled {
+  readonly natsPublicKey: string;
+  readonly sealPublicKey: string;
+}
+
+/** What a test publishes for a node; passwords are sealed to the node by `publish`. */
+export interface DeliveryDraft {
+  readonly generation: number;
+  readonly modules: readonly DeliveredModule[];
+  readonly plan: Plan;
+  /** `${consumer}/${interface}` → password in the clear, or a box given as is (`{ box }`). */
+  readonly secrets: Readonly<Record<string, string | { box: string }>>;
+}
+
+export interface TestMesh {
+  readonly server: NatsServer;
+  readonly authority: BusAuthority;
+  readonly enrolled: Map<string, Enrolled>;
+  readonly reports: AgentReport[];
+  /** A join token for `node` (the secret is checked at enrollment). */
+  joinToken(node: string, options?: { secret?: string }): Promise<string>;
+  /** Seals `draft`'s passwords to `node`'s key and puts the delivery in its bucket. */
+  publish(node: string, draft: DeliveryDraft): Promise<Delivery>;
+  stop(): Promise<void>;
+}
+
+export async function startTestMesh(): Promise<TestMesh> {
+  const authority = await createAuthority();
+  const server = await startNats({ config: authority.serverConfig() });
+  const keys = newUserKeys();
+  const jwt = await authority.issueUser({
+    name: "controller",
+    publicKey: keys.publicKey,
+    permissions: { pub: { allow: [">"] }, sub: { allow: [">"] }, allowResponses: true },
+  });
+  const nc = await connectBus({ servers: server.url, creds: credsFor(jwt, keys.seed), name: "controller" });
+  const secrets = new Map<string, string>();
+  const enrolled = new Map<string, Enrolled>();
+  const reports: AgentReport[] = [];
+
+  nc.subscribe(allReportsSubject(), {
+    callback: (_err, msg) => {
+      reports.push(msg.json<AgentReport>());
+    },
+  });
+  nc.subscribe(enrollSubject(), {
+    callback: (_err, msg) => {
+      void (async () => {
+        const req = msg.json<{
+          node: string;
+          secret: string;
+          natsPublicKey: string;
+          sealPublicKey: string;
+        }>();
+        if (secrets.get(req.node) !== req.secret) {
+          msg.respond(JSON.stringify({ ok: false, error: `node ${req.node}'s join secret is not right` }));
+          return;
+        }
+        const bucket = nodeDeliveriesBucket(req.node);
+        await openState(nc, bucket);
+        const issued = await authority.issueUser({
+          name: req.node,
+          publicKey: req.natsPublicKey,
+          permissions: {
+            pub: { allow: [...kvReadSubjects(bucket), reportSubject(req.node)] },
+            sub: { allow: [inboxSubjects(req.node)] },
+          },
+        });
+        enrolled.set(req.node, { natsPublicKey: req.natsPublicKey, sealPublicKey: req.sealPublicKey });
+        msg.respond(JSON.stringify({ ok: true, jwt: issued }));
+      })();
+    },
+  });
+  await nc.flush();
+
+  return {
+    server,
+    authority,
+    enrolled,
+    reports,
+    async joinToken(node, options = {}) {
+      const enrollKeys = newUserKeys();
+      const enrollJwt = await authority.issueUser({
+        name: `${node}-enroll`,
+        publicKey: enrollKeys.publicKey,
+        permissions: { pub: { allow: [enrollSubject()] }, sub: { allow: [inboxSubjects(node)] } },
+      });
+      const secret = randomBytes(18).toString("base64url");
+      secrets.set(node, secret);
+      const creds = new TextDecoder().decode(credsFor(enrollJwt, enrollKeys.seed));
+      const token = { v: 1, node, servers: [server.url], creds, secret: options.secret ?? secret };
+      return Buffer.from(JSON.stringify(token)).toString("base64url");
+    },
+    async publish(node, draft) {
+      const sealKey = enrolled.get(node)?.sealPublicKey;
+      if (sealKey === undefined) throw new Error(`${node} has not enrolled`);
+      const sealed: Record<string, string> = {};
+      for (const [key, value] of Object.entries(draft.secrets)) {
+        sealed[key] = typeof value === "string" ? await seal(value, sealKey) : value.box;
+      }
+      const delivery: Delivery = {
+        node,
+        generation: draft.generation,
+        fleetFile: "/srv/mesh/mesh.yaml",
+        modules: draft.modules,
+        plan: draft.plan,
+        secrets: sealed,
+      };
+      const state = await openState<Delivery>(nc, nodeDeliveriesBucket(node));
+      await state.put("delivery", delivery);
+      return delivery;
+    },
+    async stop() {
+      await closeBus(nc);
+      await server.stop();
+    },
+  };
+}
+
+/** A logger that remembers what it was told. */
+export function recordingLogger(): BusLogger & { lines: string[] } {
+  const lines: string[] = [];
+  return {
+    lines,
+    info: (m) => lines.push(`info: ${m}`),
+    warn: (m) => lines.push(`warn: ${m}`),
+    error: (m) => lines.push(`error: ${m}`),
+  };
+}
+
+/** Waits (generously: the machine is shared and slow) until `check` holds. */
+export async function eventually(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  withinMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
