@@ -41,6 +41,8 @@ export interface FleetModule {
   readonly manifest: string;
   readonly node: string;
   readonly needs: ReadonlyMap<string, FleetNeed>;
+  /** Where this module's server really listens, when not where its manifest's endpoint says. */
+  readonly endpoint?: { readonly host?: string | undefined; readonly port?: number | undefined } | undefined;
   readonly line?: number | undefined;
 }
 
@@ -96,6 +98,13 @@ const moduleSchema = strict(
       `an interface name: ${INTERFACE_RULE}`,
       needSchema,
       "an object of interfaces",
+    ).optional(),
+    endpoint: strict(
+      {
+        host: text("a host name or IP address consumers reach this provider's server at").optional(),
+        port: z.number({ error: "must be a port number (1–65535)" }).int().min(1).max(65_535).optional(),
+      },
+      "an object like { host: 10.0.0.2, port: 5433 }",
     ).optional(),
   },
   "an object like { manifest: ./notes/module.json, node: node-1 }",
@@ -220,6 +229,7 @@ export function parseFleet(text: string, file: string): Fleet {
       manifest: isAbsolute(m.manifest) ? m.manifest : join(dir, m.manifest),
       node: m.node,
       needs,
+      endpoint: m.endpoint,
       line: positions.lineOf(["modules", name]),
     });
   }

@@ -75,8 +75,12 @@ export function derivePlan(fleet: Fleet, manifests: ReadonlyMap<string, Manifest
       const template = provided.endpoint;
       const endpoint: Endpoint | undefined = template && {
         scheme: template.scheme,
-        host: template.host ?? fleet.nodes.get(module.node)?.address ?? DEFAULT_ENDPOINT_HOST,
-        port: template.port,
+        host:
+          module.endpoint?.host ??
+          template.host ??
+          fleet.nodes.get(module.node)?.address ??
+          DEFAULT_ENDPOINT_HOST,
+        port: module.endpoint?.port ?? template.port,
         path: template.path,
         query: Object.fromEntries(template.query),
       };

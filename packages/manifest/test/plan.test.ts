@@ -275,3 +275,31 @@ describe("credentialFor", () => {
     );
   });
 });
+
+describe("a provider's endpoint in the fleet file", () => {
+  it("overrides the manifest's host and port, so consumers reach the server where it really listens", () => {
+    const { fleet, manifests } = fleetOf(
+      `nodes:
+  db: {}
+modules:
+  postgres: { manifest: ./p.json, node: db, endpoint: { host: 10.0.0.7, port: 5433 } }
+  notes: { manifest: ./n.json, node: db, needs: { postgres-database: { values: { name: notes } } } }
+`,
+      { postgres: POSTGRES, notes: consumer("notes", { "postgres-database": {} }) },
+    );
+    const instance = derivePlan(fleet, manifests).instances.find((i) => i.provider === "postgres");
+    assert.equal(instance?.endpoint?.host, "10.0.0.7");
+    assert.equal(instance?.endpoint?.port, 5433);
+  });
+
+  it("refuses a port that is not one", () => {
+    assert.throws(
+      () =>
+        fleetOf(
+          `nodes:\n  db: {}\nmodules:\n  postgres: { manifest: ./p.json, node: db, endpoint: { port: 70000 } }\n`,
+          { postgres: POSTGRES },
+        ),
+      /endpoint/,
+    );
+  });
+});
