@@ -26,7 +26,7 @@ function step(title, cmd, cmdArgs) {
 
 function testFiles() {
   const found = [];
-  for (const top of ["packages", "providers", "test"]) {
+  for (const top of ["packages", "providers", "examples", "test"]) {
     const dir = join(root, top);
     if (!existsSync(dir)) continue;
     for (const entry of readdirSync(dir, { recursive: true })) {

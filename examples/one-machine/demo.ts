@@ -1,0 +1,196 @@
+// `npm start`: a whole mesh on one machine, narrated for a person watching. It starts a private
+// PostgreSQL and Redis for the providers to manage (or uses MESH_POSTGRES_URL / MESH_REDIS_URL), runs
+// `mesh up` on the example fleet — nats-server, the controller, an agent, and four modules: the
+// Postgres and Redis providers and two small apps that use what the mesh gives them — then takes one
+// app out of the fleet and shows its database retired, not deleted.
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "@mesh/testkit";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const mesh = join(root, "packages", "cli", "bin", "mesh.js");
+const fleetDir = join(root, "examples", "fleet");
+const tty = process.stdout.isTTY === true;
+const bold = (s: string): string => (tty ? `\x1b[1m${s}\x1b[0m` : s);
+const dim = (s: string): string => (tty ? `\x1b[2m${s}\x1b[0m` : s);
+
+let stepNo = 0;
+const step = (title: string): void => console.log(`\n${bold(`${++stepNo}. ${title}`)}`);
+const say = (text: string): void => console.log(`   ${text}`);
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 120): Promise<T> {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const value = await probe().catch(() => undefined);
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
+    await pause(300);
+  }
+}
+
+/** Runs a `mesh` command and shows what it prints. */
+async function show(args: string[]): Promise<string> {
+  const child = spawn(process.execPath, [mesh, ...args], { stdio: "pipe" });
+  let out = "";
+  child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+  await new Promise((resolve) => child.on("close", resolve));
+  console.log(dim(`   $ mesh ${args.join(" ")}`));
+  for (const line of out.trimEnd().split("\n")) console.log(`     ${line}`);
+  return out;
+}
+
+interface Served {
+  readonly host: string;
+  readonly port: number;
+}
+
+function fleetYaml(withNotes: boolean, pg: Served, redis: Served): string {
+  const m = (name: string, manifest: string, at?: Served) =>
+    `  ${name}:\n    manifest: ${JSON.stringify(manifest)}\n    node: node-1\n` +
+    (at ? `    endpoint: { host: ${at.host}, port: ${at.port} }\n` : "");
+  return [
+    "nodes:\n  node-1: {}\nmodules:\n",
+    m("postgres", join(root, "providers", "postgres", "module.json"), pg),
+    m("redis", join(root, "providers", "redis", "module.json"), redis),
+    withNotes ? m("notes", join(fleetDir, "notes", "module.json")) : "",
+    m("counter", join(fleetDir, "counter", "module.json")),
+  ].join("");
+}
+
+/** Where the server behind an admin URL listens. */
+function servedAt(url: string): Served {
+  const u = new URL(url);
+  return { host: u.hostname, port: Number(u.port) };
+}
+
+async function writeAtomic(path: string, text: string): Promise<void> {
+  await writeFile(`${path}.tmp`, text);
+  await rename(`${path}.tmp`, path);
+}
+
+async function lastLine(path: string, pattern: RegExp): Promise<string | undefined> {
+  const text = await readFile(path, "utf8");
+  return text
+    .split("\n")
+    .filter((l) => pattern.test(l))
+    .at(-1);
+}
+
+async function main(): Promise<void> {
+  console.log(bold("Mesh — a whole mesh on one machine"));
+  say("A fleet file says which modules run where; the mesh derives each consumer's login, mints its");
+  say("password, seals it to the machines that need it, and the providers make exactly that.");
+
+  const dir = await mkdtemp(join(tmpdir(), "mesh-start-"));
+  const state = join(dir, "state");
+  const fleet = join(dir, "mesh.yaml");
+  let postgres: PostgresServer | undefined;
+  let redis: RedisServer | undefined;
+  let up: ChildProcess | undefined;
+  try {
+    step("Backends for the providers to manage");
+    let postgresUrl = process.env.MESH_POSTGRES_URL;
+    if (!postgresUrl) {
+      postgres = await startPostgres();
+      postgresUrl = await postgres.createAdmin("mesh_admin");
+      say(
+        `a private PostgreSQL on ${postgres.host}:${postgres.port} (admin with CREATEROLE and CREATEDB only)`,
+      );
+    } else say("PostgreSQL: MESH_POSTGRES_URL");
+    let redisUrl = process.env.MESH_REDIS_URL;
+    if (!redisUrl) {
+      redis = await startRedis();
+      redisUrl = redis.adminUrl;
+      say(`a private Redis on ${redis.host}:${redis.port} (ACLs on)`);
+    } else say("Redis: MESH_REDIS_URL");
+
+    step("The fleet file");
+    const served = [servedAt(postgresUrl), servedAt(redisUrl)] as const;
+    await writeAtomic(fleet, fleetYaml(true, ...served));
+    say(`${fleet}: one node, two providers (postgres, redis) and two apps:`);
+    say("notes needs a postgres-database; counter needs a redis-namespace.");
+
+    step("mesh up");
+    say(dim("(the providers pass every second for this demonstration; the default is 5 s)"));
+    up = spawn(process.execPath, [mesh, "up", fleet, "--state", state], {
+      env: { ...process.env, MESH_POSTGRES_URL: postgresUrl, MESH_REDIS_URL: redisUrl, MESH_EVERY: "1s" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const echo = (d: Buffer) => {
+      for (const line of d.toString().trimEnd().split("\n")) console.log(dim(`   ${line}`));
+    };
+    up.stdout?.on("data", echo);
+    up.stderr?.on("data", echo);
+    const notesLog = join(state, "nodes", "node-1", "modules", "notes", "log");
+    const counterLog = join(state, "nodes", "node-1", "modules", "counter", "log");
+    const stored = await until("the notes app storing a note", () => lastLine(notesLog, /stored note/));
+    const counted = await until("the counter app counting", () => lastLine(counterLog, /visit|count/i));
+
+    step("The apps use what the mesh gave them");
+    say(`notes   │ ${stored}`);
+    say(`counter │ ${counted}`);
+    const credential = join(
+      state,
+      "nodes",
+      "node-1",
+      "modules",
+      "notes",
+      "credentials",
+      "postgres-database.json",
+    );
+    const cred = JSON.parse(await readFile(credential, "utf8")) as {
+      login: string;
+      passwordFile: string;
+      url?: string;
+    };
+    say(`notes' credential file: login ${cred.login}, url ${cred.url ?? "(none)"}`);
+    const mode = ((await stat(cred.passwordFile)).mode & 0o777).toString(8);
+    say(`its password is only in ${cred.passwordFile} (mode ${mode}), never in the credential or any log.`);
+    await show(["status", "--state", state]);
+
+    step("Take notes out of the fleet");
+    await writeAtomic(fleet, fleetYaml(false, ...served));
+    say(
+      "The controller re-reads the fleet at once; the Postgres provider stops being asked for notes_postgres.",
+    );
+    say("It waits for 5 consecutive passes that agree before retiring anything, and never deletes.");
+    const control = join(state, "nodes", "node-1", "modules", "postgres", "control.sock");
+    await until("notes_postgres retired", async () => {
+      const s = await new Promise<string>((resolve) => {
+        const c = spawn(process.execPath, [mesh, "tool", "--control", control, "status", "--json"], {
+          stdio: "pipe",
+        });
+        let out = "";
+        c.stdout.on("data", (d: Buffer) => (out += d.toString()));
+        c.on("close", () => resolve(out));
+      });
+      return s.includes('"retired"') ? true : undefined;
+    });
+    await show(["tool", "--control", control, "status"]);
+    if (postgres) {
+      const rows = await postgres.query<{ n: number }>("SELECT count(*)::int AS n FROM notes", [], "notes");
+      say(`notes' database still holds its ${rows[0]?.n ?? 0} notes; the role can no longer log in.`);
+    }
+    say("Only a person deletes it: `mesh tool --control ... cleanup delete notes_postgres`.");
+  } finally {
+    step("Ctrl-C: mesh stops everything");
+    if (up && up.exitCode === null) {
+      up.kill("SIGINT");
+      await new Promise((resolve) => up?.once("close", resolve));
+    }
+    await postgres?.stop();
+    await redis?.stop();
+    await rm(dir, { recursive: true, force: true });
+    say("Done. `npm test` runs the whole suite against real servers.");
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(`\nthe demonstration failed: ${(err as Error).message}`);
+  process.exit(1);
+});
