@@ -45,6 +45,9 @@ export class NodeDeliveries {
   readonly #passwords: PasswordStore;
   readonly #buckets = new Map<string, BusState<Delivery>>();
   readonly #delivered = new Map<string, DeliveredRecord>();
+  // The boxes last sealed for each node, by secret key: a password whose version and node key are
+  // unchanged keeps its box, so a change reseals only what changed (sealing is most of the cost).
+  readonly #boxes = new Map<string, Map<string, { version: string; sealPublicKey: string; box: string }>>();
 
   constructor(nc: NatsConnection, desired: BusState<unknown>, passwords: PasswordStore) {
     this.#nc = nc;
@@ -103,12 +106,23 @@ export class NodeDeliveries {
       return { node, generation: last.record.generation, changed: false };
     }
     const generation = Math.max(last.record?.generation ?? 0, last.inBucket ?? 0) + 1;
+    const before = this.#boxes.get(node);
+    const boxes = new Map<string, { version: string; sealPublicKey: string; box: string }>();
     const secrets: Record<string, string> = {};
-    for (const p of passwords) secrets[p.key] = await seal(p.password, enrolled.sealPublicKey);
+    for (const p of passwords) {
+      const old = before?.get(p.key);
+      const box =
+        old !== undefined && old.version === p.version && old.sealPublicKey === enrolled.sealPublicKey
+          ? old.box
+          : await seal(p.password, enrolled.sealPublicKey);
+      boxes.set(p.key, { version: p.version, sealPublicKey: enrolled.sealPublicKey, box });
+      secrets[p.key] = box;
+    }
     await bucket.put(DELIVERY_KEY, { node, generation, fleetFile: fleet.fleetFile, modules, plan, secrets });
     const record: DeliveredRecord = { v: 1, generation, fingerprint };
     await this.#desired.put(deliveredKey(node), record);
     this.#delivered.set(node, record);
+    this.#boxes.set(node, boxes);
     return { node, generation, changed: true };
   }
 

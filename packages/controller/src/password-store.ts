@@ -40,8 +40,9 @@ const parseSealed = (value: unknown): SealedPassword => {
   return { v: 1, sealed: v.sealed, version: v.version, mintedAt: String(v.mintedAt) };
 };
 
-// Loading a large fleet's passwords one at a time would be slow; all at once would flood the bus.
-const LOAD_CONCURRENCY = 32;
+// Reading or minting a large fleet's passwords one at a time would be slow; all at once would
+// flood the bus.
+const CONCURRENCY = 32;
 
 /** The controller's passwords: minted on first need, kept sealed, rotated on request. */
 export class PasswordStore {
@@ -72,19 +73,23 @@ export class PasswordStore {
   }
 
   /**
-   * Reads every password the bus keeps for `wanted` (`secretKey` values) into memory, at most a
-   * few at a time, so the first delivery after a restart does not wait on one read per consumer.
+   * Makes sure every (consumer, interface) of `wanted` has a password: each kept one is read into
+   * memory, each missing one minted and kept. A few at a time, so that a large fleet's first start
+   * or a restart does not wait on one bus round trip after another, nor floods the bus.
+   * @throws the bus's error when the bucket cannot be read or written.
    */
-  async load(wanted: readonly string[]): Promise<void> {
-    const missing = wanted.filter((key) => !this.#kept.has(key));
+  async ensureAll(
+    wanted: readonly { readonly consumer: string; readonly interface: string }[],
+  ): Promise<void> {
+    const missing = wanted.filter((w) => !this.#kept.has(secretKey(w.consumer, w.interface)));
     let next = 0;
     const worker = async (): Promise<void> => {
       while (next < missing.length) {
-        const key = missing[next++];
-        if (key !== undefined) await this.#read(key);
+        const w = missing[next++];
+        if (w !== undefined) await this.ensure(w.consumer, w.interface);
       }
     };
-    await Promise.all(Array.from({ length: Math.min(LOAD_CONCURRENCY, missing.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(CONCURRENCY, missing.length) }, worker));
   }
 
   /**

@@ -21,7 +21,7 @@ import { formatProblem, type Problem } from "@mesh/manifest";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { loadOrCreateControllerKeys } from "./controller-keys.ts";
 import { controllerStatus, type ControllerStatus } from "./controller-status.ts";
-import { planEntries, secretKey } from "./delivery.ts";
+import { planEntries } from "./delivery.ts";
 import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";
@@ -218,9 +218,7 @@ async function run(
 
   const publishAll = async (): Promise<ReloadOutcome> => {
     const before = passwords.minted;
-    const entries = planEntries(current.plan);
-    await passwords.load(entries.map((e) => secretKey(e.consumer, e.interface)));
-    for (const e of entries) await passwords.ensure(e.consumer, e.interface);
+    await passwords.ensureAll(planEntries(current.plan));
     const minted = passwords.minted - before;
     if (minted > 0) log.info(`minted ${minted} password(s) for consumers new to the fleet, kept sealed`);
     const published: Published[] = [];

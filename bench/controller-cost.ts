@@ -1,0 +1,306 @@
+// What the controller costs with a fleet of N consumers across M nodes (1,000 across 10 by
+// default), against a real nats-server under the mesh's authentication, with M enrolled nodes
+// reading their deliveries with their own credentials:
+//   - a full derivation and delivery: the fleet file goes from nodes only to every module, and
+//     `reload()` reads it, derives the plan, mints one password per consumer, seals each to the
+//     nodes that need it and writes each node's delivery;
+//   - a reload with nothing changed, a restart (every kept password read back and opened), one
+//     rotation;
+//   - memory: the process's heap and RSS before and after the full delivery (after a GC each).
+// Baselines in the same run: the derivation alone (read, check, plan; no bus), and the same
+// delivery documents put plainly into one bucket (no minting, no sealing).
+//
+//   node --import tsx bench/controller-cost.ts   (MESH_BENCH_CONSUMERS=1000, MESH_BENCH_NODES=10)
+
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+import {
+  closeBus,
+  connectBus,
+  createAuthority,
+  credsFor,
+  enrollSubject,
+  inboxPrefix,
+  newNodeKeys,
+  newUserKeys,
+  nodeDeliveriesBucket,
+  openState,
+  unseal,
+  type NodeKeys,
+} from "@mesh/bus";
+import {
+  decodeJoinToken,
+  DELIVERY_KEY,
+  loadFleetPlan,
+  startController,
+  type Controller,
+  type Delivery,
+  type EnrollReply,
+} from "@mesh/controller";
+import { startNats } from "@mesh/testkit";
+import type { NatsConnection } from "@nats-io/transport-node";
+import {
+  envInt,
+  fmtMs,
+  median,
+  now,
+  onCleanup,
+  printResult,
+  quietLogger,
+  runBench,
+  say,
+  table,
+  tempDir,
+} from "./lib.ts";
+
+const CONSUMERS = envInt("MESH_BENCH_CONSUMERS", 1_000);
+const NODES = envInt("MESH_BENCH_NODES", 10);
+const REPEAT = 5;
+
+// A full GC before each memory reading, so the figures are what is kept, not what is not collected yet.
+setFlagsFromString("--expose-gc");
+const gc = runInNewContext("gc") as () => void;
+const memory = (): { heap: number; rss: number } => {
+  gc();
+  const m = process.memoryUsage();
+  return { heap: m.heapUsed, rss: m.rss };
+};
+const mb = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+const kb = (bytes: number): string => `${(bytes / 1024).toFixed(0)} KB`;
+
+const nodeName = (i: number): string => `node-${i}`;
+const consumerName = (i: number): string => `c${String(i).padStart(5, "0")}`;
+
+/**
+ * Writes a fleet: a Postgres-like provider on every node, a Redis-like one on node-0; consumer i on
+ * node i mod M, needing the Postgres of its own node, and every fourth also Redis (from node-0, so
+ * a quarter of the secrets go to two nodes). One manifest file per consumer, as a real fleet has.
+ */
+async function writeFleet(dir: string): Promise<{ nodesOnly: string; full: string; secrets: number }> {
+  const write = async (name: string, manifest: object): Promise<void> => {
+    await mkdir(join(dir, name), { recursive: true });
+    await writeFile(join(dir, name, "module.json"), JSON.stringify(manifest));
+  };
+  await write("postgres", {
+    name: "postgres",
+    provides: {
+      "postgres-database": {
+        receives: "/run/mesh/postgres-database.json",
+        spec: { name: { type: "string", pattern: "^[a-z][a-z0-9_]{0,31}$", default: "{login}" } },
+        endpoint: { scheme: "postgresql", port: 5432, path: "/{name}" },
+      },
+    },
+  });
+  await write("redis", {
+    name: "redis",
+    provides: {
+      "redis-namespace": {
+        receives: "/run/mesh/redis-namespace.json",
+        derives: { prefix: "{login}:" },
+        endpoint: { scheme: "redis", port: 6379 },
+      },
+    },
+  });
+  const nodes = Array.from({ length: NODES }, (_, i) => `  ${nodeName(i)}: {}`).join("\n");
+  const modules: string[] = [`  redis: { manifest: ./redis/module.json, node: ${nodeName(0)} }`];
+  for (let n = 0; n < NODES; n++)
+    modules.push(`  pg-${n}: { manifest: ./postgres/module.json, node: ${nodeName(n)} }`);
+  let secrets = 0;
+  for (let i = 0; i < CONSUMERS; i++) {
+    const name = consumerName(i);
+    const needs: Record<string, object> = { "postgres-database": { values: {} } };
+    if (i % 4 === 0) needs["redis-namespace"] = { values: {} };
+    await write(name, { name, needs });
+    modules.push(`  ${name}: { manifest: ./${name}/module.json, node: ${nodeName(i % NODES)} }`);
+    // Postgres is on the consumer's own node: one box. Redis is on node-0: two boxes unless it is node-0.
+    secrets += 1 + (i % 4 === 0 ? (i % NODES === 0 ? 1 : 2) : 0);
+  }
+  const nodesOnly = join(dir, "nodes-only.yaml");
+  const full = join(dir, "full.yaml");
+  await writeFile(nodesOnly, `nodes:\n${nodes}\nmodules: {}\n`);
+  await writeFile(full, `nodes:\n${nodes}\nmodules:\n${modules.join("\n")}\n`);
+  return { nodesOnly, full, secrets };
+}
+
+interface BenchNode {
+  readonly node: string;
+  readonly nc: NatsConnection;
+  readonly seal: NodeKeys;
+}
+
+async function enroll(token: string): Promise<BenchNode> {
+  const t = decodeJoinToken(token);
+  const natsKeys = newUserKeys();
+  const seal = await newNodeKeys();
+  const enrollConn = await connectBus({
+    servers: t.servers,
+    creds: new TextEncoder().encode(t.creds),
+    name: t.node,
+    inboxPrefix: inboxPrefix(t.node),
+  });
+  let reply: EnrollReply;
+  try {
+    const msg = await enrollConn.request(
+      enrollSubject(),
+      JSON.stringify({
+        node: t.node,
+        secret: t.secret,
+        natsPublicKey: natsKeys.publicKey,
+        sealPublicKey: seal.publicKey,
+      }),
+      { timeout: 60_000 },
+    );
+    reply = msg.json<EnrollReply>();
+  } finally {
+    await closeBus(enrollConn);
+  }
+  if (!reply.ok) throw new Error(`${t.node} was not enrolled: ${reply.error}`);
+  const nc = await connectBus({
+    servers: t.servers,
+    creds: credsFor(reply.jwt, natsKeys.seed),
+    name: t.node,
+    inboxPrefix: inboxPrefix(t.node),
+  });
+  onCleanup(() => closeBus(nc));
+  return { node: t.node, nc, seal };
+}
+
+async function readDelivery(node: BenchNode): Promise<Delivery | undefined> {
+  const bucket = await openState<Delivery>(node.nc, nodeDeliveriesBucket(node.node), { create: false });
+  return bucket.get(DELIVERY_KEY);
+}
+
+runBench("controller-cost", async () => {
+  const dir = await tempDir("controller-cost");
+  say(`writing a fleet of ${CONSUMERS} consumers across ${NODES} nodes`);
+  const files = await writeFleet(dir);
+  const fleetFile = join(dir, "mesh.yaml");
+  await writeFile(fleetFile, await readFile(files.nodesOnly, "utf8"));
+
+  say("baseline: the derivation alone (read the fleet file and every manifest, check, plan)");
+  const derivation: number[] = [];
+  for (let i = 0; i < REPEAT; i++) {
+    const t = now();
+    await loadFleetPlan(files.full);
+    derivation.push(now() - t);
+  }
+
+  const authority = await createAuthority();
+  const nats = await startNats({ config: authority.serverConfig() });
+  onCleanup(() => nats.stop());
+  const log = quietLogger();
+  const stateDir = join(dir, "controller");
+  const start = (): Promise<Controller> =>
+    startController({ stateDir, fleetFile, servers: [nats.url], authority, logger: log, watch: false });
+
+  let controller = await start();
+  onCleanup(() => controller.stop());
+  say(`enrolling ${NODES} nodes`);
+  const nodes: BenchNode[] = [];
+  for (let n = 0; n < NODES; n++) nodes.push(await enroll(await controller.joinToken(nodeName(n))));
+
+  say("full derivation and delivery: reload() from nodes only to the whole fleet");
+  const memBefore = memory();
+  await writeFile(fleetFile, await readFile(files.full, "utf8"));
+  let t = now();
+  const full = await controller.reload();
+  const fullMs = now() - t;
+  const memAfter = memory();
+  if (full.minted !== CONSUMERS + Math.ceil(CONSUMERS / 4)) {
+    throw new Error(`expected ${CONSUMERS + Math.ceil(CONSUMERS / 4)} passwords minted, got ${full.minted}`);
+  }
+
+  say("checking every node's delivery with its own credentials and keys");
+  const deliveries: Delivery[] = [];
+  let boxes = 0;
+  for (const node of nodes) {
+    const delivery = await readDelivery(node);
+    if (delivery === undefined) throw new Error(`${node.node} has no delivery`);
+    for (const box of Object.values(delivery.secrets)) await unseal(box, node.seal);
+    boxes += Object.keys(delivery.secrets).length;
+    deliveries.push(delivery);
+  }
+  if (boxes !== files.secrets)
+    throw new Error(`expected ${files.secrets} sealed secrets across the nodes, found ${boxes}`);
+  const sizes = deliveries.map((d) => Buffer.byteLength(JSON.stringify(d)));
+
+  say("a reload with nothing changed");
+  const unchanged: number[] = [];
+  for (let i = 0; i < REPEAT; i++) {
+    t = now();
+    const outcome = await controller.reload();
+    unchanged.push(now() - t);
+    if (outcome.published.length > 0) throw new Error("an unchanged reload republished");
+  }
+
+  say("a restart: every kept password read back and opened, nothing republished");
+  await controller.stop();
+  t = now();
+  controller = await start();
+  const restartMs = now() - t;
+  for (const [i, node] of nodes.entries()) {
+    if ((await readDelivery(node))?.generation !== deliveries[i]?.generation) {
+      throw new Error(`${node.node}'s delivery changed across a restart`);
+    }
+  }
+
+  say("one rotation");
+  t = now();
+  await controller.rotate(consumerName(0), "redis-namespace");
+  const rotateMs = now() - t;
+
+  say("baseline: the same delivery documents put plainly into one bucket");
+  const benchKeys = newUserKeys();
+  const benchJwt = await authority.issueUser({
+    name: "bench",
+    publicKey: benchKeys.publicKey,
+    permissions: { pub: { allow: [">"] }, sub: { allow: [">"] } },
+  });
+  const ncPlain = await connectBus({
+    servers: nats.url,
+    creds: credsFor(benchJwt, benchKeys.seed),
+    name: "bench",
+  });
+  onCleanup(() => closeBus(ncPlain));
+  const scratch = await openState<Delivery>(ncPlain, "bench-plain");
+  t = now();
+  for (const [i, d] of deliveries.entries()) await scratch.put(`n${i}`, d);
+  const plainMs = now() - t;
+
+  const rows: (string | number)[][] = [
+    ["full derivation and delivery (reload)", fmtMs(fullMs), fmtMs(fullMs / CONSUMERS)],
+    [
+      "  baseline: derivation alone, median",
+      fmtMs(median(derivation)),
+      fmtMs(median(derivation) / CONSUMERS),
+    ],
+    [`  baseline: the ${NODES} documents put plainly`, fmtMs(plainMs), ""],
+    ["reload, nothing changed, median", fmtMs(median(unchanged)), fmtMs(median(unchanged) / CONSUMERS)],
+    ["restart (read and open every password)", fmtMs(restartMs), fmtMs(restartMs / CONSUMERS)],
+    ["one rotation (two nodes republished)", fmtMs(rotateMs), ""],
+  ];
+  printResult(
+    "controller-cost",
+    [
+      `${CONSUMERS} consumers across ${NODES} nodes; ${full.minted} passwords minted (one per consumer and interface); ${boxes} sealed secrets ` +
+        `delivered (a quarter of the consumers need a provider on another node)`,
+      "",
+      table(["what", "wall time", "per consumer"], rows),
+      "",
+      table(
+        ["memory (after a full GC)", "heap", "rss"],
+        [
+          ["before the full delivery", mb(memBefore.heap), mb(memBefore.rss)],
+          ["after", mb(memAfter.heap), mb(memAfter.rss)],
+          ["kept for the fleet", mb(memAfter.heap - memBefore.heap), mb(memAfter.rss - memBefore.rss)],
+        ],
+      ),
+      "",
+      `delivery size per node: min ${kb(Math.min(...sizes))}, max ${kb(Math.max(...sizes))} ` +
+        `(NATS's default max payload is 1 MB)`,
+      `warnings: ${log.warnings.length}, errors: ${log.errors.length}`,
+    ].join("\n"),
+  );
+});
