@@ -1,0 +1,137 @@
+// Two nodes on one machine: `mesh up` runs one nats-server, the controller and two agents with their
+// own state directories and keys. The Postgres provider runs on node-a; the notes app on node-b, and a
+// second app (blog) on node-a. node-b never receives blog's secret; node-a's provider lists both.
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { startPostgres, type PostgresServer } from "@mesh/testkit";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const MESH = join(root, "packages", "cli", "bin", "mesh.js");
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 120): Promise<T> {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const value = await probe().catch(() => undefined);
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function filesUnder(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);
+  return entries.filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name));
+}
+
+describe("two agents as two nodes over one nats-server", { timeout: 300_000 }, () => {
+  let server: PostgresServer;
+  let dir: string;
+  let up: ChildProcess;
+  let output = "";
+  const state = () => join(dir, "state");
+
+  before(async () => {
+    server = await startPostgres();
+    const adminUrl = await server.createAdmin("mesh_admin");
+    dir = await mkdtemp(join(tmpdir(), "mesh-two-nodes-"));
+    const notes = JSON.stringify(join(root, "examples", "fleet", "notes", "module.json"));
+    await writeFile(
+      join(dir, "mesh.yaml"),
+      `nodes:
+  node-a: {}
+  node-b: {}
+modules:
+  postgres:
+    manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
+    node: node-a
+    endpoint: { host: 127.0.0.1, port: ${server.port} }
+  notes: { manifest: ${notes}, node: node-b }
+  blog:
+    manifest: ${notes}
+    node: node-a
+    needs: { postgres-database: { values: { name: blog } } }
+`,
+    );
+    up = spawn(process.execPath, [MESH, "up", join(dir, "mesh.yaml"), "--state", state()], {
+      env: { ...process.env, MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    up.stdout?.on("data", (d: Buffer) => (output += d.toString()));
+    up.stderr?.on("data", (d: Buffer) => (output += d.toString()));
+  });
+
+  after(async () => {
+    if (up && up.exitCode === null) {
+      up.kill("SIGINT");
+      await new Promise((resolve) => up.once("close", resolve));
+    }
+    await server?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it("the consumer on node-b uses the database its provider on node-a made", async () => {
+    const log = join(state(), "nodes", "node-b", "modules", "notes", "log");
+    await until("notes on node-b storing a note", async () =>
+      /stored note/.test(await readFile(log, "utf8")) ? true : undefined,
+    );
+    const rows = await server.query<{ n: number }>("SELECT count(*)::int AS n FROM notes", [], "notes");
+    assert.ok((rows[0]?.n ?? 0) >= 1, "notes were stored in the database on node-a's server");
+  });
+
+  it("node-a's provider lists both consumers in its contributions", async () => {
+    const file = join(
+      state(),
+      "nodes",
+      "node-a",
+      "modules",
+      "postgres",
+      "receives",
+      "postgres-database.json",
+    );
+    const doc = JSON.parse(await readFile(file, "utf8")) as {
+      requirement: string;
+      given: { as: string; node: string }[];
+    };
+    assert.equal(doc.requirement, "postgres-database");
+    assert.deepEqual(doc.given.map((g) => `${g.as}@${g.node}`).sort(), [
+      "blog_postgres@node-a",
+      "notes_postgres@node-b",
+    ]);
+  });
+
+  it("node-b receives notes' secret and never blog's; every secret file is 0600", async () => {
+    const bFiles = await filesUnder(join(state(), "nodes", "node-b", "secrets"));
+    assert.deepEqual(
+      bFiles.map((f) => f.slice(join(state(), "nodes", "node-b", "secrets").length + 1)),
+      ["notes/postgres-database"],
+      "node-b holds only its own consumer's secret",
+    );
+    const aFiles = await filesUnder(join(state(), "nodes", "node-a", "secrets"));
+    assert.equal(aFiles.length, 2, "node-a, the provider's node, holds both");
+    for (const f of [...aFiles, ...bFiles]) assert.equal((await stat(f)).mode & 0o777, 0o600, `${f} is 0600`);
+    const blog = await readFile(
+      join(state(), "nodes", "node-a", "secrets", "blog", "postgres-database"),
+      "utf8",
+    );
+    const everythingOnB = await Promise.all(
+      (await filesUnder(join(state(), "nodes", "node-b"))).map((f) => readFile(f, "utf8").catch(() => "")),
+    );
+    assert.ok(
+      !everythingOnB.some((text) => text.includes(blog.trim())),
+      "blog's password is nowhere on node-b",
+    );
+    assert.ok(!output.includes(blog.trim()), "nor in anything mesh up printed");
+  });
+
+  it("each node has its own keys", async () => {
+    const a = await readFile(join(state(), "nodes", "node-a", "keys.json"), "utf8");
+    const b = await readFile(join(state(), "nodes", "node-b", "keys.json"), "utf8");
+    assert.notEqual(a, b);
+    assert.equal((await stat(join(state(), "nodes", "node-b", "keys.json"))).mode & 0o777, 0o600);
+  });
+});
