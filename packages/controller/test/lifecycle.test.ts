@@ -144,4 +144,11 @@ void describe("the controller across restarts, rotations and bad fleet files", (
     for (const key of Object.keys(before)) assert.notEqual(after[key], before[key]);
     assert.ok(mesh.log.lines.some((l) => l.includes("cannot be opened with this controller's key")));
   });
+
+  void it("says no password in its log through restarts, rotations, refusals and a lost key", async () => {
+    const passwords = [...Object.values(await a.passwords()), ...Object.values(await b.passwords())];
+    assert.ok(passwords.length > 0);
+    const text = mesh.log.lines.join("\n");
+    for (const password of passwords) assert.ok(!text.includes(password), "a password appeared in the log");
+  });
 });
