@@ -65,16 +65,21 @@ function accepts(port: number): Promise<boolean> {
 
 /**
  * Starts nats-server for the mesh whose state is in `dir` (`<state>/bus`), configured by `authority`
- * (decentralized auth: a connection without credentials is refused by the server itself).
+ * (decentralized auth: a connection without credentials is refused by the server itself), listening
+ * on `listen` (loopback unless other machines' agents must reach it).
  * @throws NatsServerMissingError; an Error naming the log when the server does not come up.
  */
-export async function startEmbeddedBus(dir: string, authority: BusAuthority): Promise<EmbeddedBus> {
+export async function startEmbeddedBus(
+  dir: string,
+  authority: BusAuthority,
+  listen = "127.0.0.1",
+): Promise<EmbeddedBus> {
   const binary = findNatsServer();
   await mkdir(join(dir, "jetstream"), { recursive: true, mode: 0o700 });
   const portFile = join(dir, "port");
   const port = await choosePort(portFile);
   const config = join(dir, "nats.conf");
-  const text = authority.serverConfig({ port, host: "127.0.0.1", storeDir: join(dir, "jetstream") });
+  const text = authority.serverConfig({ port, host: listen, storeDir: join(dir, "jetstream") });
   await writeFile(`${config}.tmp`, text, { mode: 0o600 });
   await rename(`${config}.tmp`, config);
   await writeFile(portFile, `${port}\n`);

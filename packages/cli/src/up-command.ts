@@ -44,12 +44,52 @@ export function addUpCommands(program: Command, io: CliIo): void {
     .argument("[fleet]", "the fleet file", "mesh.yaml")
     .option("--state <dir>", "where the mesh keeps its state (default: $MESH_STATE_DIR, else ./.mesh-state)")
     .option("--node <name...>", "run agents only for these nodes of the fleet (default: every node)")
+    .option(
+      "--listen <host>",
+      "the address nats-server listens on; other machines' agents reach it there (default: 127.0.0.1)",
+    )
     .addHelpText(
       "after",
       `\nExample:\n  $ mesh up examples/fleet/mesh.yaml\n  then, from another shell: mesh status\n${EXIT_CODES}`,
     )
-    .action(async (fleet: string, flags: { state?: string; node?: string[] }) => {
-      await up(resolve(fleet), stateDirOf(flags.state, io), flags.node, io);
+    .action(async (fleet: string, flags: { state?: string; node?: string[]; listen?: string }) => {
+      await up(resolve(fleet), stateDirOf(flags.state, io), flags.node, flags.listen, io);
+    });
+
+  program
+    .command("agent")
+    .description("run one node's agent on this machine (a node of a fleet whose controller runs elsewhere)")
+    .requiredOption("--node <name>", "the node's name, as in the fleet file")
+    .option("--join <file>", "the join token file `mesh up` wrote for this node (needed only the first time)")
+    .option("--state <dir>", "the node's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .addHelpText(
+      "after",
+      `\nExample (on the new machine, with the token file copied from <state>/join/node-2.token):\n` +
+        `  $ mesh agent --node node-2 --join node-2.token --state /var/lib/mesh\n${EXIT_CODES}`,
+    )
+    .action(async (flags: { node: string; join?: string; state?: string }) => {
+      await agent(flags.node, flags.join, stateDirOf(flags.state, io), io);
+    });
+
+  program
+    .command("rotate")
+    .description(
+      "mint a new password for one consumer's interface; the provider applies it, the consumer reads it",
+    )
+    .argument("<consumer>", "the consumer module")
+    .argument("<interface>", "the interface it needs, e.g. postgres-database")
+    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .addHelpText("after", `\nExample:\n  $ mesh rotate notes postgres-database\n${EXIT_CODES}`)
+    .action(async (consumer: string, iface: string, flags: { state?: string }) => {
+      const answer = await ask<{ ok: boolean; error?: string }>(
+        stateDirOf(flags.state, io),
+        "rotate",
+        JSON.stringify({ consumer, interface: iface }),
+      );
+      if (!answer.ok) throw new CliExit(EXIT_REFUSED, answer.error ?? "the controller refused the rotation");
+      io.out(
+        `rotated: ${consumer}'s ${iface} has a new password; its provider applies it and ${consumer} reads it\n`,
+      );
     });
 
   program
@@ -63,7 +103,13 @@ export function addUpCommands(program: Command, io: CliIo): void {
     });
 }
 
-async function up(fleetFile: string, state: string, only: string[] | undefined, io: CliIo): Promise<void> {
+async function up(
+  fleetFile: string,
+  state: string,
+  only: string[] | undefined,
+  listen: string | undefined,
+  io: CliIo,
+): Promise<void> {
   const { loadOrCreateAuthority, startController, operatorPermissions, OPERATOR_IDENTITY } =
     await import("@mesh/controller");
   const { startAgent } = await import("@mesh/agent");
@@ -80,7 +126,7 @@ async function up(fleetFile: string, state: string, only: string[] | undefined, 
     const authority = await loadOrCreateAuthority(join(state, "controller"));
     let bus: EmbeddedBus;
     try {
-      bus = await startEmbeddedBus(join(state, "bus"), authority);
+      bus = await startEmbeddedBus(join(state, "bus"), authority, listen);
     } catch (err) {
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
     }
@@ -142,8 +188,30 @@ async function up(fleetFile: string, state: string, only: string[] | undefined, 
   say("stopped");
 }
 
-async function status(state: string, json: boolean, io: CliIo): Promise<void> {
-  const { STATUS_SUBJECT, OPERATOR_IDENTITY } = await import("@mesh/controller");
+async function agent(node: string, joinFile: string | undefined, state: string, io: CliIo): Promise<void> {
+  const { startAgent } = await import("@mesh/agent");
+  const say = (m: string) => io.err(`${node.padEnd(12)}│ ${m}\n`);
+  const signalled = untilStopSignal({ info: say, warn: say, error: say });
+  let joinToken: string | undefined;
+  if (joinFile !== undefined) {
+    joinToken = (
+      await readFile(joinFile, "utf8").catch(() => {
+        throw new CliExit(EXIT_USAGE, `cannot read the join token file ${joinFile}`);
+      })
+    ).trim();
+  }
+  const running = await startAgent({ node, stateDir: state, joinToken, logger: prefixed(io, node) }).catch(
+    (err: unknown) => {
+      throw new CliExit(EXIT_REFUSED, (err as Error).message);
+    },
+  );
+  await signalled;
+  await running.stop();
+}
+
+/** Asks the running controller `what` (status or rotate) with the operator's credentials. */
+async function ask<T>(state: string, what: "status" | "rotate", body: string): Promise<T> {
+  const { STATUS_SUBJECT, ROTATE_SUBJECT, OPERATOR_IDENTITY } = await import("@mesh/controller");
   let servers: string[];
   let creds: Uint8Array;
   try {
@@ -164,18 +232,19 @@ async function status(state: string, json: boolean, io: CliIo): Promise<void> {
     throw new CliExit(EXIT_UNREACHABLE, `the mesh in ${state} does not answer: ${(err as Error).message}`);
   }
   try {
-    const reply = await nc.request(STATUS_SUBJECT, "{}", { timeout: 10_000 }).catch((err: unknown) => {
+    const subject = what === "status" ? STATUS_SUBJECT : ROTATE_SUBJECT;
+    const reply = await nc.request(subject, body, { timeout: 30_000 }).catch((err: unknown) => {
       throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
     });
-    const answer = reply.json<StatusAnswer>();
-    if (json) {
-      io.out(`${JSON.stringify(answer, null, 2)}\n`);
-      return;
-    }
-    io.out(formatStatus(answer));
+    return reply.json<T>();
   } finally {
     await closeBus(nc);
   }
+}
+
+async function status(state: string, json: boolean, io: CliIo): Promise<void> {
+  const answer = await ask<StatusAnswer>(state, "status", "{}");
+  io.out(json ? `${JSON.stringify(answer, null, 2)}\n` : formatStatus(answer));
 }
 
 interface StatusAnswer {
