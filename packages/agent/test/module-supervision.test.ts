@@ -166,8 +166,10 @@ void describe("an agent supervises its node's modules", () => {
     for (const pid of pids) assert.equal(alive(pid), false, `pid ${pid} is gone`);
     assert.ok(logger.lines.some((l) => /stubborn did not stop within 1.5 s of SIGTERM: killing it/.test(l)));
     assert.ok(agent?.status().modules.every((m) => m.state === "stopped"));
-    assert.ok(
-      mesh.reports.some((r) => r.modules.length > 0 && r.modules.every((m) => m.state === "stopped")),
+    // The last report is on the wire when stop() returns; the stand-in controller reads it a moment later.
+    await eventually(
+      () => mesh.reports.some((r) => r.modules.length > 0 && r.modules.every((m) => m.state === "stopped")),
+      "a last report with every module stopped",
     );
   });
 });

@@ -8,10 +8,10 @@ import type { DeliveredModule } from "../src/index.ts";
 /** A script that records its environment beside its control socket, then keeps running. */
 const STAY = `import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+if (process.argv.includes("--ignore-sigterm")) process.on("SIGTERM", () => console.log("SIGTERM ignored"));
 const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith("MESH_") || k === "AGENT_TEST"));
 writeFileSync(join(dirname(process.env.MESH_CONTROL), "env.json"), JSON.stringify({ pid: process.pid, cwd: process.cwd(), env }));
 console.log("up and running");
-if (process.argv.includes("--ignore-sigterm")) process.on("SIGTERM", () => console.log("SIGTERM ignored"));
 setInterval(() => {}, 1000);
 `;
 
