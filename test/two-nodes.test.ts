@@ -128,6 +128,53 @@ modules:
     assert.ok(!output.includes(blog.trim()), "nor in anything mesh up printed");
   });
 
+  it("mesh status names both nodes and every consumer; mesh rotate gives notes a new password that works", async () => {
+    const run = (...args: string[]) =>
+      new Promise<{ code: number | null; out: string }>((resolve) => {
+        const c = spawn(process.execPath, [MESH, ...args, "--state", state()], { stdio: "pipe" });
+        let out = "";
+        c.stdout.on("data", (d: Buffer) => (out += d.toString()));
+        c.stderr.on("data", (d: Buffer) => (out += d.toString()));
+        c.on("close", (code) => resolve({ code, out }));
+      });
+    const status = await run("status", "--json");
+    assert.equal(status.code, 0, status.out);
+    const answer = JSON.parse(status.out) as { nodes: { name: string }[]; consumers: { login: string }[] };
+    assert.deepEqual(answer.nodes.map((n) => n.name).sort(), ["node-a", "node-b"]);
+    assert.deepEqual(answer.consumers.map((c) => c.login).sort(), ["blog_postgres", "notes_postgres"]);
+
+    const secret = join(state(), "nodes", "node-b", "secrets", "notes", "postgres-database");
+    const before = await readFile(secret, "utf8");
+    const rotated = await run("rotate", "notes", "postgres-database");
+    assert.equal(rotated.code, 0, rotated.out);
+    const after = await until("the new password on node-b", async () => {
+      const now = await readFile(secret, "utf8");
+      return now !== before ? now : undefined;
+    });
+    const { default: pg } = await import("pg");
+    await until("the provider applied it", async () => {
+      const client = new pg.Client({
+        host: server.host,
+        port: server.port,
+        user: "notes_postgres",
+        password: after.trim(),
+        database: "notes",
+      });
+      try {
+        await client.connect();
+        return true;
+      } finally {
+        await client.end().catch(() => {});
+      }
+    });
+    const unknown = await run("rotate", "nobody", "postgres-database");
+    assert.equal(unknown.code, 1, "an unknown consumer is refused");
+    assert.ok(
+      !output.includes(after.trim()) && !status.out.includes(after.trim()),
+      "the new password is printed nowhere",
+    );
+  });
+
   it("each node has its own keys", async () => {
     const a = await readFile(join(state(), "nodes", "node-a", "keys.json"), "utf8");
     const b = await readFile(join(state(), "nodes", "node-b", "keys.json"), "utf8");
