@@ -120,6 +120,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     assert.deepEqual(agent.status().files, { written: 0, unchanged: 5 });
     assert.deepEqual(await Promise.all(paths.map(async (p) => (await stat(p)).mtimeMs)), before);
     assert.equal(await readFile(join(stateDir, "keys.json"), "utf8"), keys);
+    assert.equal(mesh.enrollments(), 1, "no second enrollment");
   });
 
   void it("refuses a tampered or wrongly addressed secret, naming the consumer, and never writes it", async () => {

@@ -42,6 +42,8 @@ export interface TestMesh {
   readonly server: NatsServer;
   readonly authority: BusAuthority;
   readonly enrolled: Map<string, Enrolled>;
+  /** How many enrollments were accepted, all nodes together. */
+  enrollments(): number;
   readonly reports: AgentReport[];
   /** A join token for `node` (the secret is checked at enrollment). */
   joinToken(node: string, options?: { secret?: string }): Promise<string>;
@@ -63,6 +65,7 @@ export async function startTestMesh(): Promise<TestMesh> {
   const secrets = new Map<string, string>();
   const enrolled = new Map<string, Enrolled>();
   const reports: AgentReport[] = [];
+  let enrollments = 0;
 
   nc.subscribe(allReportsSubject(), {
     callback: (_err, msg) => {
@@ -92,6 +95,7 @@ export async function startTestMesh(): Promise<TestMesh> {
             sub: { allow: [inboxSubjects(req.node)] },
           },
         });
+        enrollments++;
         enrolled.set(req.node, { natsPublicKey: req.natsPublicKey, sealPublicKey: req.sealPublicKey });
         msg.respond(JSON.stringify({ ok: true, jwt: issued }));
       })();
@@ -104,6 +108,7 @@ export async function startTestMesh(): Promise<TestMesh> {
     authority,
     enrolled,
     reports,
+    enrollments: () => enrollments,
     async joinToken(node, options = {}) {
       const enrollKeys = newUserKeys();
       const enrollJwt = await authority.issueUser({
