@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { unseal, type BusLogger, type NodeKeys } from "@mesh/bus";
 import { contributionsFor, credentialsFor, secretPath } from "@mesh/manifest";
 import type { Delivery } from "./delivery.ts";
-import { writeFileAtomic, type WriteOutcome } from "./write-file-atomic.ts";
+import { writeFileAtomic, type WriteOutcome } from "@mesh/bus";
 
 /** What applying a delivery did. */
 export interface ApplyResult {

@@ -28,4 +28,3 @@ export * from "./module-supervisor.ts";
 export * from "./node-agent.ts";
 export * from "./node-identity.ts";
 export * from "./start-agent.ts";
-export * from "./write-file-atomic.ts";

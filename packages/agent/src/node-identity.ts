@@ -4,7 +4,7 @@
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { credsFor, newNodeKeys, newUserKeys, type NodeKeys, type UserKeys } from "@mesh/bus";
-import { writeFileAtomic } from "./write-file-atomic.ts";
+import { writeFileAtomic } from "@mesh/bus";
 
 /** The node's own keys: `nats` signs its bus logins, `seal` opens the secrets sealed to it. */
 export interface NodeIdentity {

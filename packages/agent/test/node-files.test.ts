@@ -10,8 +10,8 @@ import {
   parseDelivery,
   parseJoinToken,
   startAgent,
-  writeFileAtomic,
 } from "../src/index.ts";
+import { writeFileAtomic } from "@mesh/bus";
 import { recordingLogger } from "./test-mesh.ts";
 
 const token = (fields: Record<string, unknown>): string =>

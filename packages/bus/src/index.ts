@@ -30,3 +30,4 @@ export * from "./kv-permissions.ts";
 export * from "./sealing.ts";
 export * from "./state.ts";
 export * from "./subjects.ts";
+export * from "./write-file-atomic.ts";

@@ -4,7 +4,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createAuthority, loadAuthority, type AuthoritySeeds, type BusAuthority } from "@mesh/bus";
-import { writeFileAtomic } from "./write-file-atomic.ts";
+import { writeFileAtomic } from "@mesh/bus";
 
 /** The name of the authority file in the controller's state directory. */
 export const AUTHORITY_FILE = "authority.json";

@@ -6,7 +6,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { newNodeKeys, newUserKeys, type NodeKeys, type UserKeys } from "@mesh/bus";
-import { writeFileAtomic } from "./write-file-atomic.ts";
+import { writeFileAtomic } from "@mesh/bus";
 
 /** The name of the controller's key file in its state directory. */
 export const CONTROLLER_KEYS_FILE = "controller-keys.json";

@@ -32,4 +32,3 @@ export * from "./password-store.ts";
 export * from "./start-controller.ts";
 export * from "./stored-fleet.ts";
 export * from "./watch-fleet-file.ts";
-export * from "./write-file-atomic.ts";

@@ -1,6 +1,7 @@
-// Every file the agent writes is written whole or not at all (temp file, fsync, rename), so a
-// provider or consumer reading it at any moment sees the old contents or the new, never half of
-// each; and a file already holding the same bytes is left alone, so a restarted agent touches nothing.
+// Every file the mesh writes (the controller's keys, a node's secrets, contributions and credential
+// files) is written whole or not at all (temp file, fsync, rename), so whoever reads it at any moment
+// sees the old contents or the new, never half of each; and a file already holding the same bytes is
+// left alone, so a restarted agent touches nothing.
 import { randomBytes } from "node:crypto";
 import { mkdir, open, readFile, rename, rm, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
@@ -8,7 +9,7 @@ import { basename, dirname, join } from "node:path";
 /** What `writeFileAtomic` did: wrote the file, or found it already as asked. */
 export type WriteOutcome = "written" | "unchanged";
 
-/** A file the agent could not write; the old file, when there was one, is left as it was. */
+/** A file the mesh could not write; the old file, when there was one, is left as it was. */
 export class FileWriteError extends Error {
   override name = "FileWriteError";
   constructor(
@@ -25,11 +26,12 @@ export class FileWriteError extends Error {
 }
 
 /**
- * Writes `data` to `path` atomically with `mode` (the parent directories are made 0700), unless
+ * Writes `data` to `path` atomically with `mode` (0600 unless told: most of what the mesh keeps is
+ * secret; the parent directories are made 0700), unless
  * the file already holds exactly `data` with exactly `mode`.
  * @throws FileWriteError when the file cannot be written.
  */
-export async function writeFileAtomic(path: string, data: string, mode: number): Promise<WriteOutcome> {
+export async function writeFileAtomic(path: string, data: string, mode = 0o600): Promise<WriteOutcome> {
   const bytes = Buffer.from(data, "utf8");
   if (await holds(path, bytes, mode)) return "unchanged";
   const temp = join(dirname(path), `.${basename(path)}.${randomBytes(6).toString("hex")}.tmp`);
