@@ -29,9 +29,9 @@ import {
   openState,
   unseal,
   type NodeKeys,
+  decodeJoinToken,
 } from "@mesh/bus";
 import {
-  decodeJoinToken,
   DELIVERY_KEY,
   loadFleetPlan,
   startController,

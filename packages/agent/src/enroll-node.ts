@@ -9,7 +9,7 @@ import {
   type BusLogger,
 } from "@mesh/bus";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { JoinToken } from "./join-token.ts";
+import type { JoinToken } from "@mesh/bus";
 import type { NodeIdentity } from "./node-identity.ts";
 
 /** The node could not enroll: the controller refused it, or did not answer in time. */

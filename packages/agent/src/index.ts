@@ -21,7 +21,6 @@ export * from "./agent-report.ts";
 export * from "./apply-delivery.ts";
 export * from "./delivery.ts";
 export * from "./enroll-node.ts";
-export * from "./join-token.ts";
 export * from "./module-launch.ts";
 export * from "./module-process.ts";
 export * from "./module-supervisor.ts";

@@ -15,7 +15,7 @@ import {
 import { StateDirError } from "@mesh/manifest";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { enrollNode, ENROLL_WITHIN_MS } from "./enroll-node.ts";
-import { parseJoinToken } from "./join-token.ts";
+import { parseJoinToken } from "@mesh/bus";
 import { DEFAULT_SUPERVISION } from "./module-process.ts";
 import { NodeAgent, type AgentStatus, type AgentTimings } from "./node-agent.ts";
 import {

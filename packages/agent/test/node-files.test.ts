@@ -3,15 +3,8 @@ import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import {
-  InvalidDeliveryError,
-  JoinTokenError,
-  KeysFileError,
-  parseDelivery,
-  parseJoinToken,
-  startAgent,
-} from "../src/index.ts";
-import { writeFileAtomic } from "@mesh/bus";
+import { InvalidDeliveryError, KeysFileError, parseDelivery, startAgent } from "../src/index.ts";
+import { JoinTokenError, parseJoinToken, writeFileAtomic } from "@mesh/bus";
 import { recordingLogger } from "./test-mesh.ts";
 
 const token = (fields: Record<string, unknown>): string =>

@@ -31,3 +31,4 @@ export * from "./sealing.ts";
 export * from "./state.ts";
 export * from "./subjects.ts";
 export * from "./write-file-atomic.ts";
+export * from "./join-token.ts";

@@ -24,7 +24,6 @@ export * from "./delivery.ts";
 export * from "./enrollment.ts";
 export * from "./fleet-plan.ts";
 export * from "./join-secrets.ts";
-export * from "./join-token.ts";
 export * from "./node-deliveries.ts";
 export * from "./node-permissions.ts";
 export * from "./node-reports.ts";

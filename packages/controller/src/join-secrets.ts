@@ -14,7 +14,7 @@ import {
   type BusState,
   type NodeKeys,
 } from "@mesh/bus";
-import { encodeJoinToken } from "./join-token.ts";
+import { encodeJoinToken } from "@mesh/bus";
 import { enrollPermissions } from "./node-permissions.ts";
 
 /** A node's join token as the controller keeps it. */

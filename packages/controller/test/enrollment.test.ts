@@ -11,11 +11,11 @@ import {
   openState,
   reportSubject,
   SEALED_PASSWORDS_BUCKET,
+  decodeJoinToken,
+  JoinTokenError,
 } from "@mesh/bus";
 import {
-  decodeJoinToken,
   DELIVERY_KEY,
-  InvalidJoinTokenError,
   OPERATOR_IDENTITY,
   operatorPermissions,
   ROTATE_SUBJECT,
@@ -71,7 +71,7 @@ void describe("enrollment and what each credential may do", () => {
 
   void it("refuses a join token for a node the fleet does not have, and a damaged token", async () => {
     await assert.rejects(controller.joinToken("node-z"), UnknownNodeError);
-    assert.throws(() => decodeJoinToken("bm90IGEgdG9rZW4"), InvalidJoinTokenError);
+    assert.throws(() => decodeJoinToken("bm90IGEgdG9rZW4"), JoinTokenError);
   });
 
   void it("refuses a connection that brings no credentials", async () => {

@@ -19,9 +19,9 @@ import {
   type BusLogger,
   type NodeKeys,
   type UserKeys,
+  decodeJoinToken,
 } from "@mesh/bus";
 import {
-  decodeJoinToken,
   DELIVERY_KEY,
   startController,
   type Controller,

@@ -1,6 +1,6 @@
 // A join token is what an operator carries from the controller to a new node: the node's name,
 // where the bus is, credentials that allow nothing but asking to enroll, and a one-node secret.
-import { isValidNodeName } from "@mesh/bus";
+import { isValidNodeName } from "./subjects.ts";
 
 /** A join token's contents (`base64url(JSON)`), as the controller makes it for one node. */
 export interface JoinToken {
@@ -25,12 +25,30 @@ export class JoinTokenError extends Error {
   }
 }
 
+/** The token's text, as the controller hands it out: base64url of its JSON. It holds a secret: never log it. */
+export function encodeJoinToken(token: JoinToken): string {
+  return Buffer.from(JSON.stringify(token), "utf8").toString("base64url");
+}
+
 /**
  * Reads the join token `token` meant for `node`. Nothing of the token is quoted in an error: it
  * holds a secret.
  * @throws JoinTokenError when it is not a join token, or is for another node.
  */
 export function parseJoinToken(token: string, node: string): JoinToken {
+  return readJoinToken(token, node);
+}
+
+/**
+ * Reads a join token without knowing which node it is for (the controller's own checks, tools).
+ * @throws JoinTokenError when it is not a join token.
+ */
+export function decodeJoinToken(token: string): JoinToken {
+  return readJoinToken(token, undefined);
+}
+
+function readJoinToken(token: string, expected: string | undefined): JoinToken {
+  const node = expected ?? "(any)";
   let parsed: unknown;
   try {
     parsed = JSON.parse(Buffer.from(token.trim(), "base64url").toString("utf8"));
@@ -41,7 +59,8 @@ export function parseJoinToken(token: string, node: string): JoinToken {
   if (typeof t !== "object" || t === null) throw new JoinTokenError(node, "is not a join token");
   if (t.v !== 1) throw new JoinTokenError(node, `is of version ${JSON.stringify(t.v)}, not 1`);
   if (!isValidNodeName(t.node)) throw new JoinTokenError(node, "names no valid node");
-  if (t.node !== node) throw new JoinTokenError(node, `was made for node ${t.node}`);
+  if (expected !== undefined && t.node !== expected)
+    throw new JoinTokenError(node, `was made for node ${t.node}`);
   const servers = t.servers;
   if (
     !Array.isArray(servers) ||
