@@ -31,14 +31,8 @@ import {
   type NodeKeys,
   decodeJoinToken,
 } from "@mesh/bus";
-import {
-  DELIVERY_KEY,
-  loadFleetPlan,
-  startController,
-  type Controller,
-  type Delivery,
-  type EnrollReply,
-} from "@mesh/controller";
+import { loadFleetPlan, startController, type Controller, type EnrollReply } from "@mesh/controller";
+import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
 import { startNats } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {

@@ -6,7 +6,7 @@ import { readdir, rm, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import { unseal, type BusLogger, type NodeKeys } from "@mesh/bus";
 import { contributionsFor, credentialsFor, secretPath } from "@mesh/manifest";
-import type { Delivery } from "./delivery.ts";
+import type { Delivery } from "@mesh/manifest";
 import { writeFileAtomic, type WriteOutcome } from "@mesh/bus";
 
 /** What applying a delivery did. */

@@ -2,30 +2,7 @@
 // in the node's bucket is data from the bus, and a wrong shape must stop the agent from writing,
 // not make it write something half-right.
 import { isAbsolute } from "node:path";
-import { isInterfaceName, isModuleName, LOGIN_PATTERN, type Plan } from "@mesh/manifest";
-
-/** One module a node runs: its name and its manifest's absolute path. */
-export interface DeliveredModule {
-  readonly name: string;
-  readonly manifest: string;
-}
-
-/** Everything the controller publishes for one node, under the key `delivery` of its own bucket. */
-export interface Delivery {
-  readonly node: string;
-  /** Increases with every change the controller publishes for this node. */
-  readonly generation: number;
-  /** The fleet file's absolute path. */
-  readonly fleetFile: string;
-  readonly modules: readonly DeliveredModule[];
-  /** Only the instances and consumers this node takes part in. */
-  readonly plan: Plan;
-  /** `${consumer}/${interface}` → the password sealed to this node's seal key. */
-  readonly secrets: Readonly<Record<string, string>>;
-}
-
-/** The key a node's delivery is kept under in its bucket. */
-export const DELIVERY_KEY = "delivery";
+import { isInterfaceName, isModuleName, LOGIN_PATTERN, type Delivery } from "@mesh/manifest";
 
 /** A delivery that is not what the controller writes, or not for this node; nothing of it is applied. */
 export class InvalidDeliveryError extends Error {

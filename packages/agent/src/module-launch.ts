@@ -2,7 +2,7 @@
 // environment is the contract between the agent and every module, so it is built in one place.
 import { dirname, join } from "node:path";
 import { credentialPath, loadManifest, receivesPath } from "@mesh/manifest";
-import type { DeliveredModule, Delivery } from "./delivery.ts";
+import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import type { ModuleLaunch } from "./module-process.ts";
 
 /** What the agent knows of itself when it starts a module. */

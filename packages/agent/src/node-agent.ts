@@ -15,7 +15,8 @@ import {
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
-import { DELIVERY_KEY, parseDelivery, type Delivery } from "./delivery.ts";
+import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
+import { parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";

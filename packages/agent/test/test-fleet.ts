@@ -2,8 +2,7 @@
 // tiny node scripts as their programs, planned by @mesh/manifest exactly as the controller plans.
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { derivePlan, loadFleet, loadFleetManifests, type Plan } from "@mesh/manifest";
-import type { DeliveredModule } from "../src/index.ts";
+import { derivePlan, loadFleet, loadFleetManifests, type DeliveredModule, type Plan } from "@mesh/manifest";
 
 /** A script that records its environment beside its control socket, then keeps running. */
 const STAY = `import { writeFileSync } from "node:fs";

@@ -20,8 +20,8 @@ import {
   type BusAuthority,
   type BusLogger,
 } from "@mesh/bus";
-import type { Plan } from "@mesh/manifest";
-import type { AgentReport, DeliveredModule, Delivery } from "../src/index.ts";
+import type { DeliveredModule, Delivery, Plan } from "@mesh/manifest";
+import type { AgentReport } from "../src/index.ts";
 
 /** What the stand-in controller learnt from a node's enrollment. */
 export interface Enrolled {

@@ -10,7 +10,7 @@ import {
   type Plan,
   type Problem,
 } from "@mesh/manifest";
-import type { DeliveredModule } from "./delivery.ts";
+import type { DeliveredModule } from "@mesh/manifest";
 
 /** A fleet that was read whole and holds together: what the controller serves. */
 export interface FleetPlan {

@@ -20,7 +20,6 @@
 export * from "./authority-file.ts";
 export * from "./controller-keys.ts";
 export * from "./controller-status.ts";
-export * from "./delivery.ts";
 export * from "./enrollment.ts";
 export * from "./fleet-plan.ts";
 export * from "./join-secrets.ts";
@@ -31,3 +30,12 @@ export * from "./password-store.ts";
 export * from "./start-controller.ts";
 export * from "./stored-fleet.ts";
 export * from "./watch-fleet-file.ts";
+// What the controller publishes is defined once, in @mesh/manifest, for both it and the agent.
+export {
+  DELIVERY_KEY,
+  nodePlan,
+  planEntries,
+  secretKey,
+  type DeliveredModule,
+  type Delivery,
+} from "@mesh/manifest";

@@ -12,7 +12,7 @@ import {
   type BusState,
 } from "@mesh/bus";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { DELIVERY_KEY, nodePlan, planEntries, secretKey, type Delivery } from "./delivery.ts";
+import { DELIVERY_KEY, nodePlan, planEntries, secretKey, type Delivery } from "@mesh/manifest";
 import type { EnrolledNode } from "./enrollment.ts";
 import type { FleetPlan } from "./fleet-plan.ts";
 import type { PasswordStore } from "./password-store.ts";

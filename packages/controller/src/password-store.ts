@@ -14,7 +14,7 @@ import {
   type NodeKeys,
 } from "@mesh/bus";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { secretKey } from "./delivery.ts";
+import { secretKey } from "@mesh/manifest";
 
 /** A kept password and the version it was minted as (a new version at every rotation). */
 export interface KeptPassword {

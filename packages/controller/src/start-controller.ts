@@ -21,7 +21,7 @@ import { formatProblem, type Problem } from "@mesh/manifest";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { loadOrCreateControllerKeys } from "./controller-keys.ts";
 import { controllerStatus, type ControllerStatus } from "./controller-status.ts";
-import { planEntries } from "./delivery.ts";
+import { planEntries } from "@mesh/manifest";
 import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";

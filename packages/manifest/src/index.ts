@@ -28,3 +28,4 @@ export * from "./plan.ts";
 export * from "./state-paths.ts";
 export * from "./contributions.ts";
 export * from "./credential.ts";
+export * from "./delivery.ts";

@@ -1,6 +1,7 @@
 // What one node receives: the part of the plan it takes part in and, sealed to its own key, the
-// password of every consumer it runs or provides for. The agent derives every file from this.
-import type { Plan, PlanEntry, PlanInstance } from "@mesh/manifest";
+// password of every consumer it runs or provides for. The controller writes it, the agent derives
+// every file from it: one definition for both sides.
+import type { Plan, PlanEntry, PlanInstance } from "./plan.ts";
 
 /** The key the controller writes a node's delivery under, in the node's own bucket. */
 export const DELIVERY_KEY = "delivery";
