@@ -29,3 +29,5 @@ export * from "./state-paths.ts";
 export * from "./contributions.ts";
 export * from "./credential.ts";
 export * from "./delivery.ts";
+export * from "./events.ts";
+export * from "./check-code.ts";
