@@ -2,6 +2,7 @@
 
 import { Command, CommanderError } from "commander";
 import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import { addExplainCommand } from "./explain-command.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
 import { addProviderCommand } from "./provider-command.ts";
@@ -32,6 +33,7 @@ Exit codes:
   addProviderCommand(program, io);
   addToolCommand(program, io);
   addUpCommands(program, io);
+  addExplainCommand(program, io);
   return program;
 }
 
