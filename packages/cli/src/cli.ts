@@ -1,6 +1,7 @@
 // The `mesh` command line: its commands, and how every way of ending maps to an exit code.
 
 import { Command, CommanderError } from "commander";
+import { addCheckCommand } from "./check-command.ts";
 import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { addExplainCommand } from "./explain-command.ts";
 import type { CliIo } from "./io.ts";
@@ -34,6 +35,7 @@ Exit codes:
   addToolCommand(program, io);
   addUpCommands(program, io);
   addExplainCommand(program, io);
+  addCheckCommand(program, io);
   return program;
 }
 

@@ -1,0 +1,94 @@
+// `mesh check [DIR...]`: lints modules' manifests against their code and against each other, for
+// a person at a terminal (one line per finding) and for CI (the exit code, or --json).
+import { readdir } from "node:fs/promises";
+import { dirname, join, relative } from "node:path";
+import type { Command } from "commander";
+import { checkModules, FleetError, formatFinding, loadFleet, type CheckTarget } from "@mesh/manifest";
+import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import type { CliIo } from "./io.ts";
+
+/** The modules `mesh check` looks at when none are named: the subdirectories of `dir` with a module.json. */
+async function moduleDirsUnder(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true });
+  const found: string[] = [];
+  for (const e of entries.sort((a, b) => a.name.localeCompare(b.name))) {
+    if (!e.isDirectory() || e.name === "node_modules" || e.name.startsWith(".")) continue;
+    const inner = await readdir(join(dir, e.name)).catch(() => [] as string[]);
+    if (inner.includes("module.json")) found.push(join(dir, e.name));
+  }
+  return found;
+}
+
+/** The fleet's modules, each under its fleet name, which is what the mesh derives subjects from. */
+async function fleetTargets(file: string): Promise<CheckTarget[]> {
+  try {
+    const fleet = await loadFleet(file);
+    return [...fleet.modules.values()].map((m) => ({
+      dir: dirname(m.manifest),
+      manifest: m.manifest,
+      name: m.name,
+    }));
+  } catch (err) {
+    if (err instanceof FleetError) throw new CliExit(EXIT_USAGE, err.message);
+    throw err;
+  }
+}
+
+/** Adds `mesh check` to `program`. */
+export function addCheckCommand(program: Command, io: CliIo): void {
+  program
+    .command("check")
+    .description(
+      "check modules' events: manifests against their code, and subscriptions against what is emitted",
+    )
+    .argument(
+      "[dir...]",
+      "module directories (default: the fleet's modules, else ./*/ holding a module.json)",
+    )
+    .option("--fleet <file>", "check every module of this fleet file, each under its fleet name")
+    .option("--json", "print the findings as JSON, for scripts")
+    .addHelpText(
+      "after",
+      `
+Examples:
+  $ mesh check --fleet examples/fleet/mesh.yaml
+  $ mesh check examples/fleet/notes examples/fleet/counter --json
+
+Exit codes:
+  0  no errors (warnings may have been printed)
+  1  at least one error
+  2  usage error: a bad flag, an unreadable fleet file, or no modules to check`,
+    )
+    .action(async (dirs: string[], flags: { fleet?: string; json?: boolean }) => {
+      if (flags.fleet !== undefined && dirs.length > 0) {
+        throw new CliExit(EXIT_USAGE, "give either --fleet or module directories, not both");
+      }
+      const targets: (string | CheckTarget)[] =
+        flags.fleet !== undefined
+          ? await fleetTargets(flags.fleet)
+          : dirs.length > 0
+            ? dirs
+            : await moduleDirsUnder(process.cwd()).then((found) =>
+                found.map((d) => relative(process.cwd(), d)),
+              );
+      if (targets.length === 0) {
+        throw new CliExit(
+          EXIT_USAGE,
+          "no modules to check: name module directories, give --fleet mesh.yaml, or run it in a directory whose subdirectories hold module.json files",
+        );
+      }
+      const findings = await checkModules(targets);
+      const errors = findings.filter((f) => f.severity === "error").length;
+      const warnings = findings.length - errors;
+      if (flags.json === true) {
+        io.out(`${JSON.stringify({ modules: targets.length, errors, warnings, findings }, null, 2)}\n`);
+      } else {
+        for (const f of findings) io.out(`${formatFinding(f)}\n`);
+        const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? "" : "s"}`;
+        io.out(
+          `${plural(targets.length, "module")} checked: ${plural(errors, "error")}, ${plural(warnings, "warning")}\n`,
+        );
+      }
+      if (errors > 0) throw new CliExit(EXIT_REFUSED, "");
+    });
+}
