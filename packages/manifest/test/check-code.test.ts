@@ -28,6 +28,12 @@ describe("checkModules", () => {
   }
 
   it("finds each of the five kinds of mistake in the fixture set exactly once", async () => {
+    // A dependency's code under node_modules is never scanned. Made here, not committed: the
+    // repository keeps no node_modules.
+    const dependency = join(fixtures, "mistakes", "shop", "node_modules");
+    await mkdir(join(dependency, "dep"), { recursive: true });
+    await writeFile(join(dependency, "dep", "index.js"), 'emit("dependency.event");\n');
+    temps.push(dependency);
     const findings = await checkModules([
       join(fixtures, "mistakes", "shop"),
       join(fixtures, "mistakes", "billing"),
