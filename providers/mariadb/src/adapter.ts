@@ -17,6 +17,8 @@ import {
   type Logger,
   type Provision,
   type Retired,
+  errorCodes,
+  isNetworkError,
 } from "@mesh/sdk";
 import {
   MARKS_SCHEMA,
@@ -148,28 +150,8 @@ function errnoOf(err: unknown): number | undefined {
   return typeof err === "object" && err !== null && typeof errno === "number" ? errno : undefined;
 }
 
-function codesOf(err: unknown, depth = 0): string[] {
-  if (typeof err !== "object" || err === null || depth > 3) return [];
-  const e = err as MysqlishError;
-  const found = typeof e.code === "string" ? [e.code] : [];
-  if (Array.isArray(e.errors)) for (const inner of e.errors) found.push(...codesOf(inner, depth + 1));
-  if (e.cause !== undefined) found.push(...codesOf(e.cause, depth + 1));
-  return found;
-}
-
-const UNREACHABLE_CODES = new Set([
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "ETIMEDOUT",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EPIPE",
-  "PROTOCOL_CONNECTION_LOST",
-  "PROTOCOL_SEQUENCE_TIMEOUT",
-  "POOL_CLOSED",
-]);
+// mysql2's own words for a connection that went away; the operating system's are the sdk's.
+const UNREACHABLE_CODES = new Set(["PROTOCOL_CONNECTION_LOST", "PROTOCOL_SEQUENCE_TIMEOUT", "POOL_CLOSED"]);
 // Wrong admin password, no password, account locked.
 const CREDENTIALS_ERRNOS = new Set([1045, 1698, 4151]);
 // Server shutting down, connection killed, too many connections.
@@ -685,7 +667,8 @@ export class MariadbAdapter implements Adapter {
       if (UNREACHABLE_ERRNOS.has(errno)) return "unreachable";
       if (REFUSED_ERRNOS.has(errno)) return "refused";
     }
-    if (codesOf(err).some((code) => UNREACHABLE_CODES.has(code))) return "unreachable";
+    if (isNetworkError(err) || errorCodes(err).some((code) => UNREACHABLE_CODES.has(code)))
+      return "unreachable";
     return undefined;
   }
 

@@ -16,6 +16,7 @@ import {
   type Logger,
   type Provision,
   type Retired,
+  NETWORK_ERROR_CODES,
 } from "@mesh/sdk";
 import { resolvePostgresConfig, type PostgresAdapterConfig, type ResolvedPostgresConfig } from "./config.ts";
 import { scramVerifier, verifierMatches } from "./scram.ts";
@@ -693,30 +694,16 @@ export class PostgresAdapter implements Adapter {
   }
 }
 
-const UNREACHABLE_CODES = new Set([
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "ETIMEDOUT",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-  "EPIPE",
-  "57P01",
-  "57P02",
-  "57P03",
-  "08000",
-  "08001",
-  "08003",
-  "08006",
-]);
+// The server's own codes for "going away" or "cannot connect"; the operating system's are the sdk's.
+const UNREACHABLE_CODES = new Set(["57P01", "57P02", "57P03", "08000", "08001", "08003", "08006"]);
 
 /** The failure class of an error from `pg` or the network, or undefined when it is neither. */
 export function classifyPostgresError(err: unknown, depth = 0): FailureClass | undefined {
   if (err === null || typeof err !== "object" || depth > 4) return undefined;
   const code = codeOf(err);
   if (code === "28P01" || code === "28000") return "credentials-rejected";
-  if (code !== undefined && UNREACHABLE_CODES.has(code)) return "unreachable";
+  if (code !== undefined && (UNREACHABLE_CODES.has(code) || NETWORK_ERROR_CODES.has(code)))
+    return "unreachable";
   const message = err instanceof Error ? err.message : "";
   if (
     /Connection terminated|timeout expired|connection timeout|Client has encountered a connection error/i.test(

@@ -22,6 +22,7 @@ import {
   type Logger,
   type Provision,
   type Retired,
+  isNetworkError,
 } from "@mesh/sdk";
 import {
   CONSUMER_COMMAND_RULES,
@@ -556,20 +557,8 @@ export function classifyRedisError(err: unknown): FailureClass | undefined {
   return undefined;
 }
 
-const NETWORK_CODES = new Set([
-  "ECONNREFUSED",
-  "ETIMEDOUT",
-  "ECONNRESET",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ENOTFOUND",
-  "EPIPE",
-  "EAI_AGAIN",
-]);
-
 function isConnectionError(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === "string" && NETWORK_CODES.has(code)) return true;
+  if (isNetworkError(err)) return true;
   return /Connection is closed|Stream isn't writeable|Command timed out|max retries per request|connect ETIMEDOUT|ECONNREFUSED|ECONNRESET/i.test(
     messageOf(err),
   );
