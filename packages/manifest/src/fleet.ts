@@ -1,4 +1,3 @@
-import { readFile } from "node:fs/promises";
 import { dirname, isAbsolute, join } from "node:path";
 import { z } from "zod";
 import { LineCounter, parseDocument } from "yaml";
@@ -11,7 +10,7 @@ import {
   NODE_NAME_PATTERN,
   NODE_NAME_RULE,
 } from "./names.ts";
-import { fieldPath, ownObject, ProblemsError, type Problem } from "./problem.ts";
+import { fieldPath, ownObject, ProblemsError, readBounded, type Problem } from "./problem.ts";
 import { SourcePositions } from "./source-positions.ts";
 import { keyed, mustBe, strict, text, zodProblems } from "./zod-problems.ts";
 
@@ -241,37 +240,13 @@ export function parseFleet(text: string, file: string): Fleet {
  * @throws FleetError when it cannot be read or does not validate.
  */
 export async function loadFleet(path: string): Promise<Fleet> {
-  let text: string;
-  try {
-    const bytes = await readFile(path);
-    if (bytes.length > FLEET_MAX_BYTES) {
-      throw new FleetError([
-        {
-          code: "unreadable",
-          file: path,
-          field: "(file)",
-          message: `is ${bytes.length} bytes, more than a fleet file's ${FLEET_MAX_BYTES}`,
-          fix: "point at the fleet's mesh.yaml",
-        },
-      ]);
-    }
-    text = bytes.toString("utf8");
-  } catch (err) {
-    if (err instanceof FleetError) throw err;
-    const code = (err as NodeJS.ErrnoException).code;
-    throw new FleetError(
-      [
-        {
-          code: "unreadable",
-          file: path,
-          field: "(file)",
-          message: code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(err)})`,
-          fix: `check the path, or write a fleet file like:\n${EXAMPLE}`,
-        },
-      ],
-      { cause: err },
-    );
-  }
+  const text = await readBounded(path, {
+    what: "a fleet file",
+    maxBytes: FLEET_MAX_BYTES,
+    tooLargeFix: "point at the fleet's mesh.yaml",
+    unreadableFix: `check the path, or write a fleet file like:\n${EXAMPLE}`,
+    fail: (problems, cause) => new FleetError(problems, cause === undefined ? undefined : { cause }),
+  });
   return parseFleet(text, path);
 }
 

@@ -1,4 +1,3 @@
-import { readFile } from "node:fs/promises";
 import { z } from "zod";
 import {
   eventNameProblem,
@@ -10,7 +9,7 @@ import {
   subscriptionProblem,
   TOOL_PATTERN,
 } from "./names.ts";
-import { describeValue, fieldPath, ownObject, ProblemsError, type Problem } from "./problem.ts";
+import { describeValue, fieldPath, ownObject, ProblemsError, readBounded, type Problem } from "./problem.ts";
 import { SourcePositions } from "./source-positions.ts";
 import type { SpecField, SpecType } from "./spec.ts";
 import { templateKeys, templateProblem } from "./template.ts";
@@ -537,36 +536,12 @@ export function parseManifest(text: string, file: string): Manifest {
  * @throws ManifestError when the file cannot be read (too large, missing) or does not validate.
  */
 export async function loadManifest(path: string): Promise<Manifest> {
-  let text: string;
-  try {
-    const bytes = await readFile(path);
-    if (bytes.length > MANIFEST_MAX_BYTES) {
-      throw new ManifestError([
-        {
-          code: "unreadable",
-          file: path,
-          field: "(file)",
-          message: `is ${bytes.length} bytes, more than a manifest's ${MANIFEST_MAX_BYTES}`,
-          fix: "point at the module's module.json",
-        },
-      ]);
-    }
-    text = bytes.toString("utf8");
-  } catch (err) {
-    if (err instanceof ManifestError) throw err;
-    const code = (err as NodeJS.ErrnoException).code;
-    throw new ManifestError(
-      [
-        {
-          code: "unreadable",
-          file: path,
-          field: "(file)",
-          message: code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(err)})`,
-          fix: "check the path (a fleet file's manifest paths are relative to the fleet file)",
-        },
-      ],
-      { cause: err },
-    );
-  }
+  const text = await readBounded(path, {
+    what: "a manifest",
+    maxBytes: MANIFEST_MAX_BYTES,
+    tooLargeFix: "point at the module's module.json",
+    unreadableFix: "check the path (a fleet file's manifest paths are relative to the fleet file)",
+    fail: (problems, cause) => new ManifestError(problems, cause === undefined ? undefined : { cause }),
+  });
   return parseManifest(text, path);
 }

@@ -1,3 +1,5 @@
+import { readFile } from "node:fs/promises";
+
 /** What kind of problem a manifest, a fleet file, or a fleet checked against its manifests has. */
 export type ProblemCode =
   | "unreadable"
@@ -93,4 +95,41 @@ export function ownObject(from: unknown, key: string): Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value)
     ? (value as Record<string, unknown>)
     : {};
+}
+
+/** How `readBounded` names a file it could not read. */
+export interface BoundedFile {
+  /** What it is, for the size message ("a fleet file", "a manifest"). */
+  readonly what: string;
+  readonly maxBytes: number;
+  /** The fix for a file that is too large. */
+  readonly tooLargeFix: string;
+  /** The fix for a file that is missing or unreadable. */
+  readonly unreadableFix: string;
+  /** Wraps the problem in the caller's own error class. */
+  readonly fail: (problems: Problem[], cause?: unknown) => Error;
+}
+
+/**
+ * Reads the text of `path`, refusing one larger than `spec.maxBytes` (a stray path must not make the
+ * mesh read a whole disk image).
+ * @throws what `spec.fail` makes, naming the file and the fix.
+ */
+export async function readBounded(path: string, spec: BoundedFile): Promise<string> {
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const message = code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(err)})`;
+    throw spec.fail(
+      [{ code: "unreadable", file: path, field: "(file)", message, fix: spec.unreadableFix }],
+      err,
+    );
+  }
+  if (bytes.length > spec.maxBytes) {
+    const message = `is ${bytes.length} bytes, more than ${spec.what}'s ${spec.maxBytes}`;
+    throw spec.fail([{ code: "unreadable", file: path, field: "(file)", message, fix: spec.tooLargeFix }]);
+  }
+  return bytes.toString("utf8");
 }
