@@ -76,3 +76,16 @@ async function syncDir(dir: string): Promise<void> {
     await handle.close();
   }
 }
+
+/**
+ * The text of `path`, or undefined when there is no such file yet (the first start of whoever keeps it).
+ * @throws the file system's error for anything but a missing file.
+ */
+export async function readFileIfExists(path: string): Promise<string | undefined> {
+  try {
+    return await readFile(path, "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw err;
+  }
+}

@@ -1,10 +1,15 @@
 // The bus authority's seeds live in one 0600 file in the controller's state directory, made once:
 // with them a restarted controller issues credentials the running nats-server still trusts, so no
 // node has to enroll again.
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { createAuthority, loadAuthority, type AuthoritySeeds, type BusAuthority } from "@mesh/bus";
-import { writeFileAtomic } from "@mesh/bus";
+import {
+  createAuthority,
+  loadAuthority,
+  readFileIfExists,
+  writeFileAtomic,
+  type AuthoritySeeds,
+  type BusAuthority,
+} from "@mesh/bus";
 
 /** The name of the authority file in the controller's state directory. */
 export const AUTHORITY_FILE = "authority.json";
@@ -40,12 +45,7 @@ export class AuthorityFileError extends Error {
  */
 export async function loadOrCreateAuthority(stateDir: string): Promise<BusAuthority> {
   const path = join(stateDir, AUTHORITY_FILE);
-  let text: string | undefined;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-  }
+  const text = await readFileIfExists(path);
   if (text === undefined) {
     const authority = await createAuthority();
     await saveAuthority(stateDir, authority);

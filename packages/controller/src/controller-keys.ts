@@ -3,10 +3,15 @@
 // the NATS user key it connects with. Losing this file costs a rotation of every password (the
 // sealed copies can no longer be opened, so new ones are minted and the providers apply them),
 // never a consumer's data.
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { newNodeKeys, newUserKeys, type NodeKeys, type UserKeys } from "@mesh/bus";
-import { writeFileAtomic } from "@mesh/bus";
+import {
+  newNodeKeys,
+  newUserKeys,
+  readFileIfExists,
+  writeFileAtomic,
+  type NodeKeys,
+  type UserKeys,
+} from "@mesh/bus";
 
 /** The name of the controller's key file in its state directory. */
 export const CONTROLLER_KEYS_FILE = "controller-keys.json";
@@ -43,12 +48,7 @@ export class ControllerKeysError extends Error {
  */
 export async function loadOrCreateControllerKeys(stateDir: string): Promise<ControllerKeys> {
   const path = join(stateDir, CONTROLLER_KEYS_FILE);
-  let text: string | undefined;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-  }
+  const text = await readFileIfExists(path);
   if (text === undefined) {
     const keys: ControllerKeys = { seal: await newNodeKeys(), nats: newUserKeys() };
     await writeFileAtomic(path, `${JSON.stringify({ v: 1, ...keys }, null, 2)}\n`);
