@@ -32,3 +32,4 @@ export * from "./state.ts";
 export * from "./subjects.ts";
 export * from "./write-file-atomic.ts";
 export * from "./join-token.ts";
+export * from "./nats-server-binary.ts";

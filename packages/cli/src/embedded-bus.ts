@@ -1,34 +1,17 @@
 // The embedded default's bus: one local nats-server with JetStream, its state and configuration in
 // the mesh's state directory, on a loopback port that is free (the one it had before, when it still is).
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, openSync, closeSync } from "node:fs";
+import { openSync, closeSync } from "node:fs";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { connect, createServer } from "node:net";
-import { delimiter, join } from "node:path";
-import type { BusAuthority } from "@mesh/bus";
-
-/** nats-server is not installed where `mesh up` looks. */
-export class NatsServerMissingError extends Error {
-  override name = "NatsServerMissingError";
-  constructor() {
-    super("nats-server not found on PATH or in /usr/sbin; install the Debian package nats-server");
-  }
-}
+import { join } from "node:path";
+import { findNatsServer, type BusAuthority } from "@mesh/bus";
 
 /** A running embedded bus. */
 export interface EmbeddedBus {
   readonly url: string;
   readonly logFile: string;
   stop(): Promise<void>;
-}
-
-function findNatsServer(): string {
-  const dirs = [...(process.env.PATH ?? "").split(delimiter), "/usr/sbin", "/usr/local/sbin"];
-  for (const dir of dirs) {
-    const candidate = join(dir, "nats-server");
-    if (dir !== "" && existsSync(candidate)) return candidate;
-  }
-  throw new NatsServerMissingError();
 }
 
 function isFree(port: number): Promise<boolean> {
@@ -67,14 +50,14 @@ function accepts(port: number): Promise<boolean> {
  * Starts nats-server for the mesh whose state is in `dir` (`<state>/bus`), configured by `authority`
  * (decentralized auth: a connection without credentials is refused by the server itself), listening
  * on `listen` (loopback unless other machines' agents must reach it).
- * @throws NatsServerMissingError; an Error naming the log when the server does not come up.
+ * @throws NatsNotFoundError (naming the Debian package); an Error naming the log when the server does not come up.
  */
 export async function startEmbeddedBus(
   dir: string,
   authority: BusAuthority,
   listen = "127.0.0.1",
 ): Promise<EmbeddedBus> {
-  const binary = findNatsServer();
+  const binary = await findNatsServer();
   await mkdir(join(dir, "jetstream"), { recursive: true, mode: 0o700 });
   const portFile = join(dir, "port");
   const port = await choosePort(portFile);

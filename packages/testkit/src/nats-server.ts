@@ -3,11 +3,11 @@
 // The configuration text comes from the caller (the bus package generates the mesh's), so this
 // launcher knows nothing about accounts or credentials and testkit needs no dependency on the bus.
 import { spawn, type ChildProcess } from "node:child_process";
-import { constants } from "node:fs";
-import { access, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
-import { delimiter, join } from "node:path";
+import { join } from "node:path";
+import { findNatsServer } from "@mesh/bus";
 import { freePort } from "./free-port.ts";
 
 /** Where the server will listen and keep its JetStream store, for a config that needs to say so. */
@@ -60,14 +60,6 @@ export interface NatsServer {
   reload(config: string | ((place: NatsPlace) => string)): Promise<void>;
 }
 
-/** nats-server is not installed where the launcher looks for it. */
-export class NatsNotFoundError extends Error {
-  override name = "NatsNotFoundError";
-  constructor(readonly searched: string) {
-    super("nats-server not found on PATH; install the Debian package nats-server");
-  }
-}
-
 /** nats-server did not start or did not accept connections in time; the message carries its log's tail. */
 export class NatsStartError extends Error {
   override name = "NatsStartError";
@@ -83,8 +75,6 @@ export class NatsStartError extends Error {
 const HOST = "127.0.0.1";
 const READY_WITHIN_MS = 30_000;
 const STOP_WITHIN_MS = 15_000;
-// Debian installs nats-server in /usr/sbin, which a non-root PATH often lacks.
-const EXTRA_DIRS = ["/usr/sbin", "/usr/local/sbin"];
 
 // Servers still running when the process exits are killed, so a crashed or forgetful test run
 // does not leave nats-servers behind on a shared machine.
@@ -160,26 +150,6 @@ export async function startNats(options: StartNatsOptions): Promise<NatsServer> 
     await rm(dir, { recursive: true, force: true });
     throw err;
   }
-}
-
-/**
- * The path of the nats-server binary: the first in `dirs` (by default PATH, then Debian's /usr/sbin).
- * @throws NatsNotFoundError when there is none.
- */
-export async function findNatsServer(
-  dirs: readonly string[] = [...(process.env["PATH"] ?? "").split(delimiter), ...EXTRA_DIRS],
-): Promise<string> {
-  for (const dir of dirs) {
-    if (dir === "") continue;
-    const candidate = join(dir, "nats-server");
-    try {
-      await access(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // not in this directory
-    }
-  }
-  throw new NatsNotFoundError(dirs.join(delimiter));
 }
 
 /**

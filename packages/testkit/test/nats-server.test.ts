@@ -5,7 +5,8 @@ import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
-import { findNatsServer, NatsNotFoundError, startNats, type NatsServer } from "@mesh/testkit";
+import { findNatsServer, NatsNotFoundError } from "@mesh/bus";
+import { startNats, type NatsServer } from "@mesh/testkit";
 
 // testkit does not depend on a NATS client, so these tests speak the text protocol directly.
 
