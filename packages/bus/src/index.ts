@@ -33,3 +33,4 @@ export * from "./subjects.ts";
 export * from "./write-file-atomic.ts";
 export * from "./join-token.ts";
 export * from "./nats-server-binary.ts";
+export * from "./ledger-subjects.ts";

@@ -1,0 +1,68 @@
+// Where each module's ledger lives on the bus, named in one place for the controller that creates
+// it, the agent that writes it on the module's own ledger connection, and the permissions that
+// confine that connection to it.
+//
+//   history    JetStream stream LEDGER_<module>, subjects mesh.ledger.<module>.<kind>
+//   snapshots  KV bucket mesh-ledger-<module>
+//   replies    the ledger connection's own inbox, _LEDGER_INBOX.<module>
+import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
+
+/** Where every module's ledger history is published: `mesh.ledger.<module>.<kind>`. */
+export const LEDGER_SUBJECT_PREFIX = "mesh.ledger";
+
+/** The kinds of ledger history entries, each its own subject token. */
+export type LedgerKind = "action" | "tool";
+
+/** A name that cannot name a module's ledger (it would widen or break a subject or stream name). */
+export class InvalidLedgerModuleError extends Error {
+  override name = "InvalidLedgerModuleError";
+  constructor(readonly module: string) {
+    super(`${JSON.stringify(module)} cannot name a module's ledger: a module name is ${MODULE_NAME_RULE}`);
+  }
+}
+
+function assertLedgerModule(module: string): string {
+  if (!isModuleName(module)) throw new InvalidLedgerModuleError(String(module));
+  return module;
+}
+
+/**
+ * The JetStream stream holding `module`'s history (`LEDGER_<module>`).
+ * @throws InvalidLedgerModuleError for a name that is not a module name.
+ */
+export function ledgerStreamName(module: string): string {
+  return `LEDGER_${assertLedgerModule(module)}`;
+}
+
+/**
+ * The subject of one `kind` of `module`'s history (`mesh.ledger.<module>.<kind>`).
+ * @throws InvalidLedgerModuleError for a name that is not a module name.
+ */
+export function ledgerSubject(module: string, kind: LedgerKind): string {
+  return `${LEDGER_SUBJECT_PREFIX}.${assertLedgerModule(module)}.${kind}`;
+}
+
+/**
+ * Every subject of `module`'s history (`mesh.ledger.<module>.>`): the stream's subjects.
+ * @throws InvalidLedgerModuleError for a name that is not a module name.
+ */
+export function ledgerSubjects(module: string): string {
+  return `${LEDGER_SUBJECT_PREFIX}.${assertLedgerModule(module)}.>`;
+}
+
+/**
+ * The KV bucket holding `module`'s snapshots (`mesh-ledger-<module>`).
+ * @throws InvalidLedgerModuleError for a name that is not a module name.
+ */
+export function ledgerSnapshotBucket(module: string): string {
+  return `mesh-ledger-${assertLedgerModule(module)}`;
+}
+
+/**
+ * The inbox prefix of `module`'s ledger connection (`_LEDGER_INBOX.<module>`): apart from every
+ * node's and person's inbox, so a ledger credential reads no one else's replies.
+ * @throws InvalidLedgerModuleError for a name that is not a module name.
+ */
+export function ledgerInboxPrefix(module: string): string {
+  return `_LEDGER_INBOX.${assertLedgerModule(module)}`;
+}
