@@ -7,6 +7,7 @@ import {
   kvReadSubjects,
   nodeDeliveriesBucket,
   reportSubject,
+  toolSubject,
   type BusPermissions,
 } from "@mesh/bus";
 
@@ -16,19 +17,27 @@ export const STATUS_SUBJECT = "mesh.status";
 /** Where the controller answers rotation requests `{consumer, interface}` (operator credentials only). */
 export const ROTATE_SUBJECT = "mesh.rotate";
 
+/** Where the controller relays a tool call `{module, tool, args, who}` to the module's node (operator credentials only). */
+export const TOOL_REQUEST_SUBJECT = "mesh.tool";
+
+/** Where the controller answers `mesh ledger` requests `{module, limit}` (operator credentials only). */
+export const LEDGER_READ_SUBJECT = "mesh.ledger.read";
+
 /** The identity (and inbox) of a person's CLI talking to the controller. */
 export const OPERATOR_IDENTITY = "operator";
 
 /**
- * An enrolled node's permissions: read its own deliveries bucket, publish its reports, and receive
- * replies in its own inbox (`inboxPrefix(node)`). Nothing else: not another node's bucket, not
- * another node's reports, not the controller's state.
+ * An enrolled node's permissions: read its own deliveries bucket, publish its reports, receive
+ * replies in its own inbox (`inboxPrefix(node)`), and answer the tool calls the controller relays
+ * to it (`toolSubject(node)`). Nothing else: not another node's bucket, not another node's reports
+ * or tools, not the controller's state.
  * @throws InvalidNodeNameError for an invalid node name.
  */
 export function nodePermissions(node: string): BusPermissions {
   return {
     pub: { allow: [...kvReadSubjects(nodeDeliveriesBucket(node)), reportSubject(node)] },
-    sub: { allow: [inboxSubjects(node)] },
+    sub: { allow: [inboxSubjects(node), toolSubject(node)] },
+    allowResponses: true,
   };
 }
 
@@ -50,12 +59,13 @@ export function controllerPermissions(): BusPermissions {
 }
 
 /**
- * A person's CLI (`mesh status`, `mesh rotate`): ask the controller, and get the answer in the
- * operator's own inbox (`inboxPrefix(OPERATOR_IDENTITY)`). Also may watch the nodes' reports.
+ * A person's CLI (`mesh status`, `mesh rotate`, `mesh tool`, `mesh ledger`): ask the controller,
+ * and get the answer in the operator's own inbox (`inboxPrefix(OPERATOR_IDENTITY)`). Also may watch
+ * the nodes' reports. Only this credential may ask for a tool.
  */
 export function operatorPermissions(): BusPermissions {
   return {
-    pub: { allow: [STATUS_SUBJECT, ROTATE_SUBJECT] },
+    pub: { allow: [STATUS_SUBJECT, ROTATE_SUBJECT, TOOL_REQUEST_SUBJECT, LEDGER_READ_SUBJECT] },
     sub: { allow: [inboxSubjects(OPERATOR_IDENTITY), allReportsSubject()] },
   };
 }
