@@ -1,5 +1,6 @@
 // What `npm test` and `npm start` need before they can run: the npm dependencies and, for the real
-// servers the tests start, Debian's postgresql, redis-server, mariadb-server and nats-server.
+// servers the tests start, Debian's postgresql, redis-server, mariadb-server and nats-server, and
+// Debian's chromium for the dashboard's browser tests.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
@@ -26,6 +27,7 @@ export function missingPackages() {
   if (!onPath("redis-server")) missing.push("redis-server");
   if (!onPath("mariadbd") && !existsSync("/usr/sbin/mariadbd")) missing.push("mariadb-server");
   if (!onPath("nats-server") && !existsSync("/usr/sbin/nats-server")) missing.push("nats-server");
+  if (!existsSync("/usr/bin/chromium")) missing.push("chromium");
   return missing;
 }
 
