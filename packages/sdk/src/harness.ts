@@ -14,6 +14,7 @@ import {
 import { forEachLimited, Mutex, TimeoutError, withTimeout } from "./concurrency.ts";
 import { readContributions, type Contribution } from "./contributions-file.ts";
 import { InvalidLoginError, isValidLogin } from "./login.ts";
+import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
 import { RetirementCounter } from "./retirement.ts";
 import { classOf, describeError } from "./scrub.ts";
 import { readSecret } from "./secret-file.ts";
@@ -67,6 +68,8 @@ export interface ProvisionerOptions {
   readonly logger?: Logger;
   readonly announcer?: Announcer;
   readonly actions?: ActionLog;
+  /** Told of passes, creates, failures, verifications, retirements and deletions, to count them. */
+  readonly metrics?: ProvisionerObserver;
 }
 
 /** A running provisioner: its tools, a way to run a pass now, and `stop()`. */
@@ -149,6 +152,7 @@ class Provisioner implements ProvisionerHandle {
   readonly #clock: Clock;
   readonly #log: Logger;
   readonly #actions: ActionLog;
+  readonly #metrics: ProvisionerObserver;
   readonly #lock = new Mutex();
   readonly #retirement: RetirementCounter;
   readonly #standings: Standings;
@@ -190,6 +194,7 @@ class Provisioner implements ProvisionerHandle {
       `${iface}${this.#s.instance === "default" ? "" : `/${this.#s.instance}`}`,
     );
     this.#actions = options.actions ?? discardActions;
+    this.#metrics = options.metrics ?? silentObserver;
     this.#retirement = new RetirementCounter(this.#s);
     this.#standings = new Standings(
       { iface, instance: this.#s.instance, node: options.node },
@@ -233,12 +238,14 @@ class Provisioner implements ProvisionerHandle {
   #runPass(kind: "periodic" | "watch"): Promise<void> {
     return this.#lock.run(async () => {
       if (this.#stopped) return;
+      const started = performance.now();
       try {
         await this.#pass(kind);
       } catch (err) {
         // A pass that throws is a bug, not a reason to stop serving every consumer.
         this.#log.error(`pass failed unexpectedly, will try again: ${describeError(err, this.#passwords())}`);
       }
+      this.#metrics.passed(kind, (performance.now() - started) / 1000);
     });
   }
 
@@ -284,6 +291,7 @@ class Provisioner implements ProvisionerHandle {
     const checks: { p: Provision; digest: string }[] = [];
     await forEachLimited(read.given, 64, async (g) => {
       if (!isValidLogin(g.as)) {
+        this.#metrics.failed("validate", "refused");
         this.#standings.failed(g.as, g.node, "refused", new InvalidLoginError(g.as).message);
         return;
       }
@@ -407,6 +415,7 @@ class Provisioner implements ProvisionerHandle {
       // each) would not answer a thousand within one.
       for (let at = 0; at < checks.length; at += this.#s.verifyBatch) {
         const batch = checks.slice(at, at + this.#s.verifyBatch).map((c) => c.p);
+        this.#metrics.roundTrip(batch.length);
         const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "verifying", (signal) =>
           many(batch, signal),
         );
@@ -424,6 +433,7 @@ class Provisioner implements ProvisionerHandle {
       let timedOut = false;
       await forEachLimited(checks, this.#s.concurrency, async (c) => {
         if (timedOut) return;
+        this.#metrics.roundTrip(1);
         const holds = this.adapter.holds.bind(this.adapter);
         const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, `checking ${c.p.as}`, (signal) =>
           holds(c.p, signal),
@@ -444,9 +454,13 @@ class Provisioner implements ProvisionerHandle {
       if (answer instanceof Error) {
         // Unable to ask is not evidence of loss: nothing is re-applied on it.
         const text = describeError(answer, [c.p.password]);
-        this.#standings.failed(c.p.as, c.p.node, this.#classify(answer, text), `could not check: ${text}`);
+        const cls = this.#classify(answer, text);
+        this.#metrics.verified("unknown");
+        this.#metrics.failed("verify", cls);
+        this.#standings.failed(c.p.as, c.p.node, cls, `could not check: ${text}`);
         continue;
       }
+      this.#metrics.verified(answer ? "held" : "not-held");
       if (answer) {
         this.#brakes.delete(c.p.as);
         this.#standings.succeeded(c.p.as);
@@ -494,9 +508,12 @@ class Provisioner implements ProvisionerHandle {
       if (failure.times === 1 || failure.times % SAY_AGAIN_ATTEMPTS === 0) {
         this.#log.warn(`${p.as}: create failed, will retry: ${text}`);
       }
-      this.#standings.failed(p.as, p.node, this.#classify(err, text), text);
+      const cls = this.#classify(err, text);
+      this.#metrics.failed("create", cls);
+      this.#standings.failed(p.as, p.node, cls, text);
       return;
     }
+    this.#metrics.created(job.action ?? "re-asserted");
     const known = this.#known.get(p.as);
     this.#known.set(p.as, { state: "active", derived: known?.derived ?? p.derived });
     this.#applied.set(p.as, job.digest);
@@ -560,6 +577,7 @@ class Provisioner implements ProvisionerHandle {
       this.#standings.clear(login, "retired");
       this.#log.info(`${login}: retired (access disabled, data kept, marked to delete): ${why}`);
       this.#record({ action: "retired", login, who, why });
+      this.#metrics.retired(who === "provisioner" ? "provisioner" : "approval");
       done.push(login);
     });
     this.#retirement.reset();
@@ -597,6 +615,7 @@ class Provisioner implements ProvisionerHandle {
         );
       }
     }
+    this.#metrics.failed("read-secret", "secret-unreadable");
     this.#standings.failed(g.as, g.node, "secret-unreadable", text);
   }
 
@@ -863,6 +882,7 @@ class Provisioner implements ProvisionerHandle {
       this.#known.delete(login);
       this.#log.info(`${login}: deleted by ${who}, login and data (${freedBytes} bytes freed)`);
       this.#record({ action: "deleted", login, who, why: `cleanup delete by ${who}`, freedBytes });
+      this.#metrics.deleted();
       this.#snapshot = this.#buildSnapshot();
       return { login, freedBytes };
     });

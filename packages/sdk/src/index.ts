@@ -23,3 +23,4 @@ export * from "./duration.ts";
 export * from "./redact.ts";
 export * from "./control-socket.ts";
 export * from "./provider-process.ts";
+export * from "./metrics.ts";
