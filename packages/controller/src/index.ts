@@ -28,6 +28,7 @@ export * from "./node-permissions.ts";
 export * from "./node-reports.ts";
 export * from "./password-store.ts";
 export * from "./start-controller.ts";
+export * from "./standings-book.ts";
 export * from "./stored-fleet.ts";
 export * from "./watch-fleet-file.ts";
 // What the controller publishes is defined once, in @mesh/manifest, for both it and the agent.

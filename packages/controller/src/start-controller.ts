@@ -29,6 +29,7 @@ import { NodeDeliveries, type Published } from "./node-deliveries.ts";
 import { controllerPermissions, ROTATE_SUBJECT, STATUS_SUBJECT } from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import { PasswordStore } from "./password-store.ts";
+import { StandingsBook, STANDINGS_SUBJECT } from "./standings-book.ts";
 import { parseStoredFleet, STORED_FLEET_KEY } from "./stored-fleet.ts";
 import { watchFleetFile, type FleetFileWatch } from "./watch-fleet-file.ts";
 
@@ -249,6 +250,8 @@ async function run(
       }
       current = next;
       refused = null;
+      // Standings of consumers the fleet no longer has would name failures nobody can fix.
+      standings.retainPlan(next.plan);
       await desired.put(STORED_FLEET_KEY, next);
       return publishAll();
     });
@@ -268,6 +271,7 @@ async function run(
   };
 
   const reports = new Map<string, NodeReport>();
+  const standings = new StandingsBook({ logger: log });
   const status = (): ControllerStatus =>
     controllerStatus({
       plan: current.plan,
@@ -277,6 +281,7 @@ async function run(
       fleetNodes: current.nodes,
       enrolled: new Set(enrolled.keys()),
       reports,
+      failing: standings.failing(),
     });
 
   // The first reading is published before anything is answered, so an enrolling node finds a
@@ -353,6 +358,12 @@ async function run(
     const node = reportingNode(subject);
     const report = node !== undefined ? parseReport(node, data, new Date()) : undefined;
     if (node !== undefined && report !== undefined) reports.set(node, report);
+    return Promise.resolve(undefined);
+  });
+
+  // Not queued: every controller keeps its own book of what the providers say.
+  serve(STANDINGS_SUBJECT, false, (data, subject) => {
+    standings.take(subject, data);
     return Promise.resolve(undefined);
   });
 
