@@ -34,3 +34,4 @@ export * from "./write-file-atomic.ts";
 export * from "./join-token.ts";
 export * from "./nats-server-binary.ts";
 export * from "./ledger-subjects.ts";
+export * from "./ledger.ts";

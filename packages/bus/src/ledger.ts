@@ -1,0 +1,380 @@
+// Each module's ledger: its history, an append-only JetStream stream of JSON entries, and its
+// snapshots, a KV bucket. The controller (which may do anything) creates both and reads the
+// history for `mesh ledger`; everything a module's ledger holds is written on that module's own
+// ledger connection, whose credential allows nothing else, so one module cannot write another's.
+import {
+  DeliverPolicy,
+  DiscardPolicy,
+  jetstream,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type JsMsg,
+} from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { closeBus } from "./connect-bus.ts";
+import {
+  ledgerSnapshotBucket,
+  ledgerStreamName,
+  ledgerSubject,
+  ledgerSubjects,
+  LEDGER_SUBJECT_PREFIX,
+  type LedgerKind,
+} from "./ledger-subjects.ts";
+import { openState, type BusState } from "./state.ts";
+
+/** One entry of a module's history as it was stored. */
+export interface LedgerRecord {
+  /** Its place in the module's history (the stream's sequence), growing by one per entry. */
+  readonly seq: number;
+  /** The subject it was published to (`mesh.ledger.<module>.<kind>`). */
+  readonly subject: string;
+  /** When the bus stored it (ISO 8601). */
+  readonly at: string;
+  /** The entry as appended; `kind` says which kind it is. */
+  readonly entry: Readonly<Record<string, unknown>>;
+}
+
+/**
+ * How long the history remembers an entry's id (see `AppendOptions.id`), so that appending the
+ * same entry again after a crash (between the append and the record of how far it got) stores it
+ * once. A day covers any restart a person would wait for.
+ */
+export const LEDGER_DUPLICATE_WINDOW_MS = 24 * 60 * 60_000;
+
+/** How long an append waits for the bus to say it stored the entry. */
+const APPEND_TIMEOUT_MS = 10_000;
+
+/**
+ * Creates `module`'s ledger when it is not there: the history stream (file storage, nothing ever
+ * deleted or purged) and the snapshots bucket. Safe to call again, and by several at once.
+ * @throws InvalidLedgerModuleError for a name that is not a module name; the bus's own error when
+ * the connection may not create streams.
+ */
+export async function ensureLedger(nc: NatsConnection, module: string): Promise<void> {
+  const name = ledgerStreamName(module);
+  const jsm = await jetstreamManager(nc);
+  try {
+    await jsm.streams.info(name);
+  } catch (err) {
+    if (!isStreamNotFound(err)) throw err;
+    try {
+      await jsm.streams.add({
+        name,
+        subjects: [ledgerSubjects(module)],
+        storage: StorageType.File,
+        retention: RetentionPolicy.Limits,
+        discard: DiscardPolicy.New,
+        deny_delete: true,
+        deny_purge: true,
+        duplicate_window: LEDGER_DUPLICATE_WINDOW_MS * 1_000_000,
+      });
+    } catch (addErr) {
+      // Someone else created it in between: that is the ledger asked for.
+      if (!(await streamExists(jsm, name))) throw addErr;
+    }
+  }
+  await openState(nc, ledgerSnapshotBucket(module));
+}
+
+/** An entry the ledger will not take: it is not JSON, names another kind, or holds something secret. */
+export class LedgerEntryError extends Error {
+  override name = "LedgerEntryError";
+  constructor(
+    readonly module: string,
+    readonly kind: string,
+    why: string,
+  ) {
+    super(`${module}'s ledger refused a ${kind} entry: ${why}; nothing was appended`);
+  }
+}
+
+/** The ledger could not be written or read on the module's ledger connection. */
+export class LedgerWriteError extends Error {
+  override name = "LedgerWriteError";
+  constructor(
+    readonly module: string,
+    what: string,
+    options?: { cause?: unknown },
+  ) {
+    const cause = options?.cause instanceof Error ? ` (${options.cause.message})` : "";
+    super(
+      `${module}'s ledger could not ${what}${cause}: check that the bus is up, that the controller ` +
+        `created ${module}'s ledger (it does so before it issues the ledger credential), and that ` +
+        `the connection uses ${module}'s own ledger credential`,
+      options,
+    );
+  }
+}
+
+/** How to append one entry. */
+export interface AppendOptions {
+  /**
+   * An id unique to this entry: appending an entry whose id the history already holds (within
+   * `LEDGER_DUPLICATE_WINDOW_MS`) stores nothing and answers the first one's sequence.
+   */
+  readonly id?: string;
+}
+
+/**
+ * A module's ledger, written over that module's own ledger connection (see `ledgerPermissions`):
+ * append to its history, write and read its snapshots. Owns the connection: `close()` closes it.
+ */
+export class ModuleLedger {
+  readonly #js;
+  #snapshots: Promise<BusState<unknown>> | undefined;
+
+  /**
+   * @param nc the module's ledger connection (inbox prefix `ledgerInboxPrefix(module)`).
+   * @throws InvalidLedgerModuleError for a name that is not a module name.
+   */
+  constructor(
+    readonly nc: NatsConnection,
+    readonly module: string,
+  ) {
+    ledgerStreamName(module);
+    this.#js = jetstream(nc, { timeout: APPEND_TIMEOUT_MS });
+  }
+
+  /** Whether its connection has been closed (by `close()`, or for good by the bus). */
+  get isClosed(): boolean {
+    return this.nc.isClosed();
+  }
+
+  /**
+   * Appends `entry` to the module's history under `kind` and answers its sequence. The entry is
+   * stored with `kind` first (`{kind, ...entry}`).
+   * @throws LedgerEntryError when the entry is not a JSON object, names another kind, or has a
+   * password-like field or value; LedgerWriteError when the bus does not store it.
+   */
+  async append(
+    kind: LedgerKind,
+    entry: Readonly<Record<string, unknown>>,
+    options: AppendOptions = {},
+  ): Promise<number> {
+    const refuse = (why: string): LedgerEntryError => new LedgerEntryError(this.module, kind, why);
+    if (entry === null || typeof entry !== "object" || Array.isArray(entry)) {
+      throw refuse("an entry is a JSON object");
+    }
+    if (entry["kind"] !== undefined && entry["kind"] !== kind) {
+      throw refuse(`it says it is of kind ${JSON.stringify(entry["kind"])}`);
+    }
+    const problem = secretOrNotJson(entry, "entry");
+    if (problem !== undefined) throw refuse(problem);
+    const data = JSON.stringify({ kind, ...entry });
+    const most = this.nc.info?.max_payload;
+    if (most !== undefined && data.length > most) {
+      throw refuse(`it is ${data.length} bytes, more than the bus takes in one message (${most})`);
+    }
+    try {
+      const ack = await this.#js.publish(ledgerSubject(this.module, kind), data, {
+        expect: { streamName: ledgerStreamName(this.module) },
+        ...(options.id !== undefined ? { msgID: options.id } : {}),
+      });
+      return ack.seq;
+    } catch (err) {
+      throw new LedgerWriteError(this.module, `append ${kind === "action" ? "an" : "a"} ${kind} entry`, {
+        cause: err,
+      });
+    }
+  }
+
+  /**
+   * Stores `value` as the module's snapshot `key` (the latest value only) and answers its revision.
+   * @throws LedgerEntryError when the value is not JSON or has a password-like field or value;
+   * InvalidStateKeyError for a key KV cannot store; LedgerWriteError when the bus does not store it.
+   */
+  async snapshot(key: string, value: unknown): Promise<number> {
+    const problem = secretOrNotJson(value, "snapshot");
+    if (problem !== undefined) throw new LedgerEntryError(this.module, `snapshot ${key}`, problem);
+    const state = await this.#openSnapshots();
+    try {
+      return await state.put(key, value);
+    } catch (err) {
+      if (err instanceof Error && err.name === "InvalidStateKeyError") throw err;
+      throw new LedgerWriteError(this.module, `store snapshot ${key}`, { cause: err });
+    }
+  }
+
+  /**
+   * The module's snapshot `key`, or undefined when there is none.
+   * @throws StateValueError when what is stored is not JSON; LedgerWriteError when it cannot be read.
+   */
+  async readSnapshot<T = unknown>(key: string): Promise<T | undefined> {
+    const state = await this.#openSnapshots();
+    try {
+      return (await state.get(key)) as T | undefined;
+    } catch (err) {
+      if (err instanceof Error && /^(InvalidStateKeyError|StateValueError)$/.test(err.name)) throw err;
+      throw new LedgerWriteError(this.module, `read snapshot ${key}`, { cause: err });
+    }
+  }
+
+  /** Closes the ledger connection after what it has buffered is delivered. Idempotent. */
+  close(): Promise<void> {
+    return closeBus(this.nc);
+  }
+
+  #openSnapshots(): Promise<BusState<unknown>> {
+    const opening = (this.#snapshots ??= openState<unknown>(this.nc, ledgerSnapshotBucket(this.module), {
+      create: false,
+    }));
+    // A failed open is tried again next time: the bucket may simply not have been created yet.
+    opening.catch(() => {
+      if (this.#snapshots === opening) this.#snapshots = undefined;
+    });
+    return opening.catch((err: unknown) => {
+      throw new LedgerWriteError(this.module, "open its snapshots", { cause: err });
+    });
+  }
+}
+
+/** What `readLedger` reads. */
+export interface ReadLedgerOptions {
+  /** How many of the newest entries (at least 1). */
+  readonly limit: number;
+  /** Only entries of this kind. */
+  readonly kind?: LedgerKind;
+}
+
+/**
+ * The newest `limit` entries of `module`'s history (of `kind` only, when given), oldest first; none
+ * when the module has no ledger yet. For the controller, whose connection may read every stream.
+ * @throws InvalidLedgerModuleError for a name that is not a module name; RangeError for a limit
+ * below 1; the bus's error when the history cannot be read.
+ */
+export async function readLedger(
+  nc: NatsConnection,
+  module: string,
+  options: ReadLedgerOptions,
+): Promise<LedgerRecord[]> {
+  const stream = ledgerStreamName(module);
+  const limit = Math.floor(options.limit);
+  if (!(limit >= 1)) throw new RangeError(`a ledger read asks for at least 1 entry, not ${options.limit}`);
+  const filter = options.kind !== undefined ? ledgerSubject(module, options.kind) : ledgerSubjects(module);
+  const jsm = await jetstreamManager(nc);
+  let first: number;
+  let last: number;
+  let matching: number;
+  try {
+    const info = await jsm.streams.info(
+      stream,
+      options.kind !== undefined ? { subjects_filter: filter } : {},
+    );
+    first = info.state.first_seq;
+    last = info.state.last_seq;
+    matching = options.kind !== undefined ? (info.state.subjects?.[filter] ?? 0) : info.state.messages;
+  } catch (err) {
+    if (isStreamNotFound(err)) return [];
+    throw err;
+  }
+  if (matching === 0) return [];
+  // Every entry of the history is kept, so the newest `limit` of all kinds start at a known
+  // sequence; the newest of one kind are found by reading that kind through.
+  const start = options.kind === undefined ? Math.max(first, last - limit + 1) : first;
+  const consumer = await jetstream(nc).consumers.get(stream, {
+    filter_subjects: filter,
+    deliver_policy: DeliverPolicy.StartSequence,
+    opt_start_seq: start,
+  });
+  const newest: LedgerRecord[] = [];
+  const messages = await consumer.consume({ max_messages: Math.min(1_000, Math.max(limit, 64)) });
+  try {
+    for await (const msg of messages) {
+      if (msg.seq > last) break;
+      newest.push(toRecord(msg));
+      if (newest.length > limit) newest.shift();
+      if (msg.seq === last || msg.info.pending === 0) break;
+    }
+  } finally {
+    await messages.close();
+  }
+  return newest;
+}
+
+function toRecord(msg: JsMsg): LedgerRecord {
+  let entry: Record<string, unknown>;
+  try {
+    const parsed = msg.json<unknown>();
+    entry =
+      parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)
+        ? (parsed as Record<string, unknown>)
+        : { kind: kindOf(msg.subject), value: parsed };
+  } catch {
+    // Only a module's own ledger connection writes here, and it refuses anything but JSON; an
+    // entry that is not JSON anyway is shown as such rather than hiding the rest of the history.
+    entry = { kind: kindOf(msg.subject), unreadable: "this entry is not JSON" };
+  }
+  return { seq: msg.seq, subject: msg.subject, at: msg.time.toISOString(), entry };
+}
+
+function kindOf(subject: string): string {
+  return subject.slice(LEDGER_SUBJECT_PREFIX.length + 1).split(".")[1] ?? "unknown";
+}
+
+function isStreamNotFound(err: unknown): boolean {
+  return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound;
+}
+
+async function streamExists(
+  jsm: Awaited<ReturnType<typeof jetstreamManager>>,
+  name: string,
+): Promise<boolean> {
+  try {
+    await jsm.streams.info(name);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// A field name that is, or ends in, a word for a secret: `password`, `adminPassword`, `seed`, `jwt`.
+const SECRET_FIELD =
+  /(password|passwd|passphrase|pwd|secret|seed|token|jwt|creds|credentials?|privatekey|apikey|secretkey)$/;
+// A NATS seed (`SU…`, `SA…`, `SO…`), or a URL with a password in it (a masked one, `***`, is fine).
+const SECRET_VALUE = [
+  /\bS[UAON][A-Z2-7]{50,}\b/,
+  /\b[a-z][a-z0-9+.-]*:\/\/[^\s/@:]*:(?!(?:\*|%2A)+@)[^\s/@]+@/i,
+];
+
+/**
+ * Why `value` cannot go into the ledger: a value JSON does not carry as it is (a function, a
+ * non-finite number, a class instance, a cycle), or a field or value that looks like a secret. The
+ * message names the path of the offending field, never its value.
+ */
+function secretOrNotJson(value: unknown, path: string, seen: Set<object> = new Set()): string | undefined {
+  switch (typeof value) {
+    case "string":
+      return SECRET_VALUE.some((pattern) => pattern.test(value))
+        ? `${path} holds what looks like a password or a NATS seed, which never goes into a ledger`
+        : undefined;
+    case "boolean":
+      return undefined;
+    case "number":
+      return Number.isFinite(value) ? undefined : `${path} is ${String(value)}, which JSON cannot hold`;
+    case "object": {
+      if (value === null) return undefined;
+      if (seen.has(value)) return `${path} refers back to itself, which JSON cannot hold`;
+      const proto = Object.getPrototypeOf(value) as unknown;
+      if (!Array.isArray(value) && proto !== Object.prototype && proto !== null) {
+        return `${path} is not plain JSON (a ${value.constructor?.name ?? "class instance"})`;
+      }
+      seen.add(value);
+      for (const [key, inner] of Object.entries(value)) {
+        const at = Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`;
+        if (!Array.isArray(value) && SECRET_FIELD.test(key.toLowerCase().replace(/[^a-z]/g, ""))) {
+          return `${at} is a password-like field, which never goes into a ledger (leave it out)`;
+        }
+        if (inner === undefined && !Array.isArray(value)) continue;
+        const problem = secretOrNotJson(inner, at, seen);
+        if (problem !== undefined) return problem;
+      }
+      seen.delete(value);
+      return undefined;
+    }
+    default:
+      return `${path} is ${typeof value === "undefined" ? "undefined" : `a ${typeof value}`}, which JSON cannot hold`;
+  }
+}

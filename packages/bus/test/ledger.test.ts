@@ -1,0 +1,151 @@
+// A module's ledger against a real nats-server: created by a connection that may do anything,
+// written only on the module's own confined ledger connection, read back newest last.
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import type { NatsConnection } from "@nats-io/transport-node";
+import {
+  ensureLedger,
+  kvWriteSubjects,
+  ledgerInboxPrefix,
+  ledgerSnapshotBucket,
+  ledgerSubjects,
+  LedgerEntryError,
+  LedgerWriteError,
+  ModuleLedger,
+  readLedger,
+  type BusPermissions,
+} from "@mesh/bus";
+import { EVERYTHING, startBusServer, type BusServer } from "./bus-server.ts";
+
+// What a module's ledger credential allows: publish its own history subjects, use its own
+// snapshots bucket, and get replies in its own ledger inbox.
+function ledgerOnly(module: string): BusPermissions {
+  return {
+    pub: { allow: [ledgerSubjects(module), ...kvWriteSubjects(ledgerSnapshotBucket(module))] },
+    sub: { allow: [`${ledgerInboxPrefix(module)}.>`] },
+  };
+}
+
+describe("a module's ledger", () => {
+  let bus: BusServer;
+  let controller: NatsConnection;
+  const ledgers: ModuleLedger[] = [];
+
+  const ledgerOf = async (module: string, as = module): Promise<ModuleLedger> => {
+    const nc = await bus.connectAs(`${as}-ledger`, ledgerOnly(as), { inboxPrefix: ledgerInboxPrefix(as) });
+    const ledger = new ModuleLedger(nc, module);
+    ledgers.push(ledger);
+    return ledger;
+  };
+
+  before(async () => {
+    bus = await startBusServer();
+    controller = await bus.connectAs("controller", EVERYTHING);
+    await ensureLedger(controller, "audit");
+    await ensureLedger(controller, "notes");
+  });
+  after(async () => {
+    await Promise.all(ledgers.map((l) => l.close()));
+    await bus.stop();
+  });
+
+  it("is created once however many times, and at once, it is ensured", async () => {
+    await Promise.all([ensureLedger(controller, "twice"), ensureLedger(controller, "twice")]);
+    await ensureLedger(controller, "twice");
+    const ledger = await ledgerOf("twice");
+    assert.equal(await ledger.append("action", { action: "created", who: "provisioner" }), 1);
+  });
+
+  it("appends entries on the module's own connection and reads the newest back, oldest first", async () => {
+    const ledger = await ledgerOf("audit");
+    const seqs: number[] = [];
+    for (let i = 1; i <= 5; i++) seqs.push(await ledger.append("action", { action: "created", n: i }));
+    seqs.push(await ledger.append("tool", { tool: "status", args: [], ok: true }));
+    assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6]);
+
+    const newest = await readLedger(controller, "audit", { limit: 3 });
+    assert.deepEqual(
+      newest.map((r) => [r.seq, r.subject, r.entry["kind"], r.entry["n"]]),
+      [
+        [4, "mesh.ledger.audit.action", "action", 4],
+        [5, "mesh.ledger.audit.action", "action", 5],
+        [6, "mesh.ledger.audit.tool", "tool", undefined],
+      ],
+    );
+    assert.ok(!Number.isNaN(Date.parse(newest[0]?.at ?? "")));
+
+    const actions = await readLedger(controller, "audit", { limit: 2, kind: "action" });
+    assert.deepEqual(
+      actions.map((r) => r.entry["n"]),
+      [4, 5],
+    );
+    const everything = await readLedger(controller, "audit", { limit: 100 });
+    assert.equal(everything.length, 6);
+    assert.deepEqual(
+      await readLedger(controller, "audit", { limit: 5, kind: "tool" }).then((r) => r.length),
+      1,
+    );
+  });
+
+  it("reads nothing for a module that has no ledger yet, and refuses a limit below one", async () => {
+    assert.deepEqual(await readLedger(controller, "nobody", { limit: 10 }), []);
+    await ensureLedger(controller, "empty");
+    assert.deepEqual(await readLedger(controller, "empty", { limit: 10, kind: "tool" }), []);
+    await assert.rejects(readLedger(controller, "audit", { limit: 0 }), RangeError);
+  });
+
+  it("refuses a password-like field or value, or an entry that is not JSON, and appends nothing", async () => {
+    const ledger = await ledgerOf("notes");
+    const before = (await readLedger(controller, "notes", { limit: 100 })).length;
+    const refused: Record<string, unknown>[] = [
+      { action: "created", password: "hunter2" },
+      { tool: "x", answer: { nested: { adminPassword: "x" } } },
+      { tool: "x", args: ["SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4"] },
+      { why: "postgres://mesh_admin:s3cret@db:5432/postgres" },
+      { n: Number.NaN },
+      { when: new Date() },
+      { run: () => 1 },
+      { kind: "tool", tool: "claims another kind" },
+    ];
+    for (const entry of refused) {
+      await assert.rejects(ledger.append("action", entry), (err: unknown) => {
+        assert.ok(err instanceof LedgerEntryError, String(err));
+        assert.doesNotMatch(err.message, /hunter2|s3cret|SUAIBD/);
+        assert.match(err.message, /notes's ledger refused/);
+        return true;
+      });
+    }
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic["self"] = cyclic;
+    await assert.rejects(ledger.append("action", cyclic), LedgerEntryError);
+    // A masked password is what the mesh says about URLs, and is fine.
+    await ledger.append("tool", { answer: "through postgres://mesh_admin:***@db:5432/postgres" });
+    assert.equal((await readLedger(controller, "notes", { limit: 100 })).length, before + 1);
+  });
+
+  it("stores an entry appended twice under one id once, and answers the first sequence", async () => {
+    const ledger = await ledgerOf("notes");
+    const first = await ledger.append("action", { action: "retired" }, { id: "journal.n1.7.0" });
+    const again = await ledger.append("action", { action: "retired" }, { id: "journal.n1.7.0" });
+    assert.equal(again, first);
+    const tail = await readLedger(controller, "notes", { limit: 2 });
+    assert.equal(tail.filter((r) => r.entry["action"] === "retired").length, 1);
+  });
+
+  it("keeps snapshots, latest value only, readable on the same connection", async () => {
+    const ledger = await ledgerOf("notes");
+    assert.equal(await ledger.readSnapshot("journal"), undefined);
+    await ledger.snapshot("journal", { offset: 10 });
+    await ledger.snapshot("journal", { offset: 42 });
+    assert.deepEqual(await ledger.readSnapshot("journal"), { offset: 42 });
+    await assert.rejects(ledger.snapshot("journal", { seed: "x" }), LedgerEntryError);
+  });
+
+  it("cannot be written on another module's ledger connection", async () => {
+    const intruder = await ledgerOf("notes", "audit");
+    await assert.rejects(intruder.append("action", { action: "created" }), LedgerWriteError);
+    await assert.rejects(intruder.snapshot("journal", { offset: 0 }), LedgerWriteError);
+    const notes = await readLedger(controller, "notes", { limit: 100 });
+    assert.ok(notes.every((r) => r.entry["action"] !== "created"));
+  });
+});
