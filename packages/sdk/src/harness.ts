@@ -15,7 +15,7 @@ import { forEachLimited, Mutex, TimeoutError, withTimeout } from "./concurrency.
 import { readContributions, type Contribution } from "./contributions-file.ts";
 import { InvalidLoginError, isValidLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
-import { RetirementCounter } from "./retirement.ts";
+import { DEFAULT_RETIREMENT_LIMITS, RetirementCounter } from "./retirement.ts";
 import { classOf, describeError } from "./scrub.ts";
 import { readSecret } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
@@ -107,9 +107,7 @@ const DEFAULTS = {
   createTimeout: 60_000,
   failingAfter: 5 * 60_000,
   sayAgainEvery: 15 * 60_000,
-  stablePasses: 5,
-  retireAtOnce: 3,
-  retireFraction: 0.5,
+  ...DEFAULT_RETIREMENT_LIMITS,
   maxBrake: 60 * 60_000,
   concurrency: 8,
   verifyBatch: 100,

@@ -12,6 +12,13 @@ export interface RetirementBound {
   readonly every: number;
 }
 
+/** The bound a provider keeps when it is not told otherwise: 5 passes, more than 3 or more than half waits. */
+export const DEFAULT_RETIREMENT_LIMITS = {
+  stablePasses: 5,
+  retireAtOnce: 3,
+  retireFraction: 0.5,
+} as const satisfies Omit<RetirementBound, "every">;
+
 /** A set that has been stable long enough but is past the bound, waiting for `retire approve`. */
 export interface WaitingSet {
   readonly id: string;
@@ -36,8 +43,24 @@ export function setId(logins: readonly string[]): string {
  * Whether retiring `count` of `held` at once needs a person. Strictly larger than the bound waits:
  * 1 of 2 retires on its own, 2 of 3 waits, any 4 wait.
  */
-export function needsApproval(count: number, held: number, bound: RetirementBound): boolean {
+export function needsApproval(
+  count: number,
+  held: number,
+  bound: Pick<RetirementBound, "retireAtOnce" | "retireFraction">,
+): boolean {
   return count > bound.retireAtOnce || (held > 1 && count > held * bound.retireFraction);
+}
+
+/** Why retiring `count` of `held` at once waits for a person, or undefined when it does not. */
+export function approvalReason(
+  count: number,
+  held: number,
+  bound: Pick<RetirementBound, "retireAtOnce" | "retireFraction">,
+): string | undefined {
+  if (!needsApproval(count, held, bound)) return undefined;
+  return count > bound.retireAtOnce
+    ? `${count} at once is more than ${bound.retireAtOnce}`
+    : `${count} of ${held} held is more than ${Math.round(bound.retireFraction * 100)}% of them`;
 }
 
 /**
@@ -96,10 +119,7 @@ export class RetirementCounter {
       id: setId(logins),
       logins,
       held,
-      reason:
-        logins.length > this.bound.retireAtOnce
-          ? `${logins.length} at once is more than ${this.bound.retireAtOnce}`
-          : `${logins.length} of ${held} held is more than ${Math.round(this.bound.retireFraction * 100)}% of them`,
+      reason: approvalReason(logins.length, held, this.bound) ?? "",
     };
     return { kind: "wait", waiting: this.#waiting, isNew };
   }
