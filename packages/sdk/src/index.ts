@@ -23,4 +23,5 @@ export * from "./duration.ts";
 export * from "./redact.ts";
 export * from "./control-socket.ts";
 export * from "./provider-process.ts";
+export * from "./module-bus.ts";
 export * from "./metrics.ts";
