@@ -149,24 +149,22 @@ export class ModuleLedger {
    * @throws LedgerEntryError when the entry is not a JSON object, names another kind, or has a
    * password-like field or value; LedgerWriteError when the bus does not store it.
    */
-  async append(
-    kind: LedgerKind,
-    entry: Readonly<Record<string, unknown>>,
-    options: AppendOptions = {},
-  ): Promise<number> {
+  async append(kind: LedgerKind, entry: object, options: AppendOptions = {}): Promise<number> {
     const refuse = (why: string): LedgerEntryError => new LedgerEntryError(this.module, kind, why);
     if (entry === null || typeof entry !== "object" || Array.isArray(entry)) {
       throw refuse("an entry is a JSON object");
     }
-    if (entry["kind"] !== undefined && entry["kind"] !== kind) {
-      throw refuse(`it says it is of kind ${JSON.stringify(entry["kind"])}`);
+    const claimed = (entry as { kind?: unknown }).kind;
+    if (claimed !== undefined && claimed !== kind) {
+      throw refuse(`it says it is of kind ${JSON.stringify(claimed)}`);
     }
     const problem = secretOrNotJson(entry, "entry");
     if (problem !== undefined) throw refuse(problem);
     const data = JSON.stringify({ kind, ...entry });
     const most = this.nc.info?.max_payload;
-    if (most !== undefined && data.length > most) {
-      throw refuse(`it is ${data.length} bytes, more than the bus takes in one message (${most})`);
+    const size = Buffer.byteLength(data);
+    if (most !== undefined && size > most) {
+      throw refuse(`it is ${size} bytes, more than the bus takes in one message (${most})`);
     }
     try {
       const ack = await this.#js.publish(ledgerSubject(this.module, kind), data, {

@@ -1,0 +1,94 @@
+// A real nats-server under the mesh's authority, with what the controller does for ledgers: it
+// creates a module's ledger, issues the module's ledger credential, and reads the history back.
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  closeBus,
+  connectBus,
+  createAuthority,
+  credsFor,
+  ensureLedger,
+  kvWriteSubjects,
+  ledgerInboxPrefix,
+  ledgerSnapshotBucket,
+  ledgerSubjects,
+  newUserKeys,
+  readLedger,
+  writeFileAtomic,
+  type BusAuthority,
+  type BusPermissions,
+  type LedgerRecord,
+} from "@mesh/bus";
+import { startNats, type NatsServer } from "@mesh/testkit";
+import type { NatsConnection } from "@nats-io/transport-node";
+
+/** A module's ledger credential as the `ledgers` secret holds it. */
+export interface LedgerCredential {
+  readonly jwt: string;
+  readonly seed: string;
+}
+
+export interface LedgerMesh {
+  readonly server: NatsServer;
+  readonly authority: BusAuthority;
+  /** A directory for the test's files, removed by `stop()`. */
+  readonly dir: string;
+  /** Creates `module`'s ledger and issues a credential confined to it. */
+  credentialFor(module: string): Promise<LedgerCredential>;
+  /** Writes the `ledgers` secret at `file` atomically, as the agent does. */
+  writeLedgers(file: string, ledgers: Readonly<Record<string, LedgerCredential>> | string): Promise<void>;
+  /** The newest entries of `module`'s history, read as the controller reads them. */
+  history(module: string, limit?: number): Promise<LedgerRecord[]>;
+  stop(): Promise<void>;
+}
+
+// What a module's ledger credential allows: its own history subjects, its own snapshots bucket,
+// replies in its own ledger inbox.
+function ledgerOnly(module: string): BusPermissions {
+  return {
+    pub: { allow: [ledgerSubjects(module), ...kvWriteSubjects(ledgerSnapshotBucket(module))] },
+    sub: { allow: [`${ledgerInboxPrefix(module)}.>`] },
+  };
+}
+
+export async function startLedgerMesh(): Promise<LedgerMesh> {
+  const authority = await createAuthority();
+  const server = await startNats({ config: authority.serverConfig() });
+  const dir = await mkdtemp(join(tmpdir(), "mesh-agent-ledger-"));
+  const keys = newUserKeys();
+  const jwt = await authority.issueUser({
+    name: "controller",
+    publicKey: keys.publicKey,
+    permissions: { pub: { allow: [">"] }, sub: { allow: [">"] }, allowResponses: true },
+  });
+  const controller: NatsConnection = await connectBus({
+    servers: server.url,
+    creds: credsFor(jwt, keys.seed),
+    name: "controller",
+  });
+  return {
+    server,
+    authority,
+    dir,
+    async credentialFor(module) {
+      await ensureLedger(controller, module);
+      const user = newUserKeys();
+      const issued = await authority.issueUser({
+        name: `${module}-ledger`,
+        publicKey: user.publicKey,
+        permissions: ledgerOnly(module),
+      });
+      return { jwt: issued, seed: user.seed };
+    },
+    async writeLedgers(file, ledgers) {
+      await writeFileAtomic(file, typeof ledgers === "string" ? ledgers : JSON.stringify(ledgers));
+    },
+    history: (module, limit = 1_000) => readLedger(controller, module, { limit }),
+    async stop() {
+      await closeBus(controller);
+      await server.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
