@@ -11,6 +11,7 @@ import { untilStopSignal } from "@mesh/sdk";
 import { startEmbeddedBus, type EmbeddedBus } from "./embedded-bus.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
+import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.ts";
 
 const EXIT_CODES = `
 Exit codes:
@@ -94,7 +95,9 @@ export function addUpCommands(program: Command, io: CliIo): void {
 
   program
     .command("status")
-    .description("what the running mesh knows: nodes, their modules, and every consumer")
+    .description(
+      "what the running mesh knows: nodes, their modules, every consumer, and the failing ones with why",
+    )
     .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
     .option("--json", "print the raw answer, for scripts")
     .addHelpText("after", `\nExample:\n  $ mesh status --json\n${EXIT_CODES}`)
@@ -243,37 +246,6 @@ async function ask<T>(state: string, what: "status" | "rotate", body: string): P
 }
 
 async function status(state: string, json: boolean, io: CliIo): Promise<void> {
-  const answer = await ask<StatusAnswer>(state, "status", "{}");
+  const answer = maskedAnswer(await ask<StatusAnswer>(state, "status", "{}"));
   io.out(json ? `${JSON.stringify(answer, null, 2)}\n` : formatStatus(answer));
-}
-
-interface StatusAnswer {
-  nodes?: {
-    name: string;
-    enrolled?: boolean;
-    lastReportAt?: string | null;
-    modules?: { name: string; state: string; restarts?: number }[];
-  }[];
-  consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
-  fleet?: { file: string; readAt: string; refused: string[] | null };
-}
-
-function formatStatus(s: StatusAnswer): string {
-  const lines: string[] = [];
-  if (s.fleet) lines.push(`fleet ${s.fleet.file}, read ${s.fleet.readAt}`);
-  for (const problem of s.fleet?.refused ?? [])
-    lines.push(`  REFUSED (the last good fleet is served): ${problem}`);
-  lines.push("", "NODE / MODULE            STATE       RESTARTS");
-  for (const n of s.nodes ?? []) {
-    lines.push(
-      `${n.name.padEnd(24)} ${n.enrolled ? "enrolled" : "not enrolled"}${n.lastReportAt ? `, reported ${n.lastReportAt}` : ""}`,
-    );
-    for (const m of n.modules ?? [])
-      lines.push(`  ${m.name.padEnd(22)} ${m.state.padEnd(11)} ${m.restarts ?? 0}`);
-  }
-  lines.push("", "CONSUMER         INTERFACE            LOGIN                PROVIDER");
-  for (const c of s.consumers ?? []) {
-    lines.push(`${c.consumer.padEnd(16)} ${c.interface.padEnd(20)} ${c.login.padEnd(20)} ${c.provider}`);
-  }
-  return `${lines.join("\n")}\n`;
 }

@@ -1,0 +1,80 @@
+// What `mesh status` prints about failing consumers, from a controller's answer.
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { formatStatus, maskedAnswer, maskUrls, type StatusAnswer } from "../src/status-command.ts";
+
+const NOW = Date.parse("2026-03-01T12:30:45Z");
+
+const answer = (failing?: StatusAnswer["failing"]): StatusAnswer => ({
+  nodes: [{ name: "node-a", enrolled: true, lastReportAt: null, modules: [] }],
+  consumers: [
+    {
+      consumer: "notes",
+      interface: "postgres-database",
+      login: "notes_postgres",
+      provider: "postgres",
+      node: "node-b",
+    },
+  ],
+  ...(failing === undefined ? {} : { failing }),
+  fleet: { file: "/x/mesh.yaml", readAt: "2026-03-01T12:00:00.000Z", refused: null },
+});
+
+describe("mesh status's failing consumers", () => {
+  it("names each failing consumer with its class, since when and how long, attempts and last error", () => {
+    const text = formatStatus(
+      answer([
+        {
+          provider: "postgres",
+          interface: "postgres-database",
+          consumer: "notes",
+          login: "notes_postgres",
+          node: "node-b",
+          class: "credentials-rejected",
+          since: "2026-03-01T12:18:15.250Z",
+          attempts: 151,
+          error: 'password authentication failed for user "mesh_admin"',
+          at: "2026-03-01T12:30:40.000Z",
+        },
+      ]),
+      NOW,
+    );
+    assert.match(text, /FAILING: 1 consumer\(s\)/);
+    assert.match(text, /notes \(login notes_postgres, on node-b\): postgres-database from postgres/);
+    assert.match(
+      text,
+      /credentials-rejected since 2026-03-01T12:18:15Z \(12m29s ago\), 151 attempt\(s\), last said 2026-03-01T12:30:40Z/,
+    );
+    assert.match(text, /last error: password authentication failed for user "mesh_admin"/);
+    assert.match(
+      text,
+      /CONSUMER +INTERFACE +LOGIN +PROVIDER\nnotes +postgres-database +notes_postgres +postgres/,
+    );
+  });
+
+  it("never prints the password of a URL inside an error, in text or JSON", () => {
+    const failing = [
+      {
+        provider: "postgres",
+        interface: "postgres-database",
+        consumer: "notes",
+        class: "unreachable",
+        since: "2026-03-01T12:00:00Z",
+        attempts: 3,
+        error: "connect to postgres://mesh_admin:hunter2@db:5432/postgres failed (redis://:s3cret@r:6379)",
+      },
+    ];
+    const text = formatStatus(answer(failing), NOW);
+    const json = JSON.stringify(maskedAnswer(answer(failing)));
+    for (const shown of [text, json]) {
+      assert.ok(!shown.includes("hunter2") && !shown.includes("s3cret"), shown);
+      assert.ok(shown.includes("postgres://mesh_admin:***@db:5432/postgres"), shown);
+    }
+    assert.equal(maskUrls("no url here"), "no url here");
+  });
+
+  it("says none are announced, and says nothing of them to an answer without the field", () => {
+    assert.match(formatStatus(answer([]), NOW), /FAILING: none announced/);
+    assert.doesNotMatch(formatStatus(answer(), NOW), /FAILING/);
+  });
+});
