@@ -22,6 +22,7 @@ interface ProviderCommandFlags {
   readonly instance?: string;
   readonly every?: string;
   readonly verifyEvery?: string;
+  readonly metrics?: string;
 }
 
 /** Adds `mesh provider` to `program`. Its action resolves once the provider has stopped cleanly. */
@@ -46,6 +47,10 @@ export function addProviderCommand(program: Command, io: CliIo): void {
       "--verify-every <duration>",
       "how often it verifies each consumer (default: $MESH_VERIFY_EVERY, else 60s)",
     )
+    .option(
+      "--metrics <host:port>",
+      "serve Prometheus metrics on http://HOST:PORT/metrics; a bare port means 127.0.0.1 (default: $MESH_METRICS, else none)",
+    )
     .addHelpText(
       "after",
       `
@@ -53,8 +58,10 @@ Durations are written with a unit: 250ms, 5s, 1m, 1h30m.
 
 Example:
   $ MESH_POSTGRES_URL=postgres://mesh_admin:PASSWORD@127.0.0.1:5432/postgres \\
-      mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock
+      mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock \\
+      --metrics 127.0.0.1:9464
   then, from another shell: mesh tool --control /run/mesh/postgres.sock status
+  and Prometheus scrapes http://127.0.0.1:9464/metrics
 
 Exit codes:
   0  stopped cleanly by Ctrl-C or SIGTERM

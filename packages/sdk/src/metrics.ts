@@ -244,6 +244,29 @@ export class ListenAddressError extends Error {
   }
 }
 
+/** A server could not listen where it was told (the port is taken, the address is not this machine's). */
+export class ListenError extends Error {
+  override name = "ListenError";
+  constructor(
+    readonly what: string,
+    readonly host: string,
+    readonly port: number,
+    cause: NodeJS.ErrnoException,
+  ) {
+    const why =
+      cause.code === "EADDRINUSE"
+        ? "the port is taken"
+        : cause.code === "EADDRNOTAVAIL"
+          ? "the address is not one of this machine's"
+          : cause.code === "EACCES"
+            ? "a port below 1024 needs privileges"
+            : cause.message;
+    super(`cannot serve ${what} on ${host}:${port}: ${why}; give another address (port 0 for any free one)`, {
+      cause,
+    });
+  }
+}
+
 /** Where to listen: a host (an IP address or localhost) and a port (0: any free one). */
 export interface ListenAddress {
   readonly host: string;
@@ -288,8 +311,7 @@ export interface MetricsServer {
  * Serves `registry` on `http://<listen>/metrics` (GET and HEAD; 405 for another method, 404 for
  * another path). `listen` is HOST:PORT, default 127.0.0.1 and a free port. Metrics carry counts and
  * names, never a login's password, so another host may be given for a scraper elsewhere.
- * @throws ListenAddressError for an address that is not HOST:PORT; the listen error (EADDRINUSE...)
- *   with the address named.
+ * @throws ListenAddressError for an address that is not HOST:PORT; ListenError when it cannot listen there.
  */
 export async function serveMetrics(registry: Registry, listen = "127.0.0.1:0"): Promise<MetricsServer> {
   const { host, port } = parseListenAddress(listen);
@@ -297,15 +319,7 @@ export async function serveMetrics(registry: Registry, listen = "127.0.0.1:0"): 
     void answerMetrics(registry, req, res);
   });
   await new Promise<void>((resolve, reject) => {
-    server.once("error", (err: NodeJS.ErrnoException) =>
-      reject(
-        new Error(
-          `cannot serve metrics on ${host}:${port}: ${err.code === "EADDRINUSE" ? "the port is taken" : err.message}; ` +
-            "give another address (or port 0 for any free one)",
-          { cause: err },
-        ),
-      ),
-    );
+    server.once("error", (err) => reject(new ListenError("metrics", host, port, err)));
     server.listen(port, host, resolve);
   });
   const address = server.address();

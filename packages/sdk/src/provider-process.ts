@@ -6,6 +6,7 @@ import { consoleLogger } from "./collaborators.ts";
 import type { ControlServer } from "./control-socket.ts";
 import { serveControl } from "./control-socket.ts";
 import { InvalidDurationError, formatDuration, parseDuration } from "./duration.ts";
+import { ProviderMetrics, parseListenAddress, serveMetrics, type MetricsServer } from "./metrics.ts";
 import type { ProvisionerHandle } from "./harness.ts";
 import { runProvisioner } from "./harness.ts";
 import type { ProviderModule } from "./provider.ts";
@@ -35,6 +36,8 @@ export interface ProviderProcessOptions {
   readonly node?: string | undefined;
   /** Where it says what it does (default: standard error). Every line is scrubbed of the admin password. */
   readonly logger?: Logger | undefined;
+  /** HOST:PORT to serve Prometheus metrics on (`/metrics`); none when not given. */
+  readonly metrics?: string | undefined;
 }
 
 /** A running provider process. */
@@ -42,6 +45,8 @@ export interface ProviderProcess {
   readonly handle: ProvisionerHandle;
   /** The control socket it serves, or null when it was given no path. */
   readonly control: ControlServer | null;
+  /** The /metrics server, or null when it was given no address. */
+  readonly metrics: MetricsServer | null;
   /** Closes the control socket, then stops the harness (which closes the adapter). Idempotent. */
   stop(): Promise<void>;
 }
@@ -95,6 +100,16 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
   } else {
     logger.info("no control socket: pass --control PATH or set MESH_CONTROL to ask this provider's tools");
   }
+  // Before the backend is touched, like the control socket: a taken port refuses the start.
+  const metrics = options.metrics === undefined ? undefined : new ProviderMetrics();
+  let metricsServer: MetricsServer | null = null;
+  if (metrics !== undefined) {
+    metricsServer = await serveMetrics(metrics.registry, options.metrics).catch(async (err: unknown) => {
+      await server?.close();
+      throw err;
+    });
+    logger.info(`metrics: ${metricsServer.url} (Prometheus text format)`);
+  }
 
   try {
     const adapter = provider.createAdapter({ adminUrl, instance, logger });
@@ -106,6 +121,7 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
         verifyEvery,
         logger,
         ...(options.node === undefined ? {} : { node: options.node }),
+        ...(metrics === undefined ? {} : { metrics: metrics.observer(provider.interface, instance) }),
       });
     } catch (err) {
       await adapter.close?.().catch(() => {});
@@ -113,12 +129,14 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
     }
   } catch (err) {
     await server?.close();
+    await metricsServer?.close();
     throw new ProviderStartError(
       provider.name,
       `the ${provider.name} provider did not start: ${scrubbed(err)}`,
     );
   }
   const running = handle;
+  metrics?.follow(running);
   running.ready.then(
     () => logger.info(`${provider.name}: first pass done`),
     (err: unknown) => logger.error(`${provider.name}: the first pass did not finish: ${scrubbed(err)}`),
@@ -128,9 +146,11 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
   return {
     handle: running,
     control: server,
+    metrics: metricsServer,
     stop() {
       stopping ??= (async () => {
         await server?.close();
+        await metricsServer?.close();
         await running.stop();
       })();
       return stopping;
@@ -163,6 +183,7 @@ export interface ProviderFlags {
   readonly instance?: string | undefined;
   readonly every?: string | undefined;
   readonly verifyEvery?: string | undefined;
+  readonly metrics?: string | undefined;
 }
 
 /** A provider's settings, read and checked. */
@@ -173,6 +194,8 @@ export interface ProviderSettings {
   readonly instance: string;
   readonly every: number;
   readonly verifyEvery: number;
+  /** HOST:PORT for /metrics; none when absent. */
+  readonly metrics?: string | undefined;
 }
 
 /** What a provider process is given is missing or wrong; `problems` lists each, with its fix. */
@@ -188,7 +211,8 @@ export class ProviderSettingsError extends Error {
 
 /**
  * Reads a provider's settings from `flags` (when run as `mesh provider`) and `env`: MESH_RECEIVES,
- * the provider's admin URL variable, MESH_CONTROL, MESH_INSTANCE, MESH_EVERY, MESH_VERIFY_EVERY.
+ * the provider's admin URL variable, MESH_CONTROL, MESH_INSTANCE, MESH_EVERY, MESH_VERIFY_EVERY,
+ * MESH_METRICS.
  * A flag beats its variable; an empty variable counts as unset. Messages name the flag only when
  * `flags` is given.
  * @throws ProviderSettingsError naming every missing or bad setting and how to give it.
@@ -250,6 +274,15 @@ export function resolveProviderSettings(
     DEFAULT_VERIFY_EVERY_MS,
   );
 
+  const metrics = pick(flags?.metrics, "MESH_METRICS");
+  if (metrics !== undefined) {
+    try {
+      parseListenAddress(metrics);
+    } catch (err) {
+      problems.push(`${flags?.metrics ? "--metrics" : "MESH_METRICS"}: ${(err as Error).message}`);
+    }
+  }
+
   if (problems.length > 0 || receives === undefined || adminUrl === undefined) {
     throw new ProviderSettingsError(provider.name, problems);
   }
@@ -260,6 +293,7 @@ export function resolveProviderSettings(
     instance: pick(flags?.instance, "MESH_INSTANCE") ?? provider.name,
     every,
     verifyEvery,
+    ...(metrics === undefined ? {} : { metrics }),
   };
 }
 

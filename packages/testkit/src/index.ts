@@ -16,3 +16,4 @@ export * from "./mariadb-server.ts";
 export * from "./redis-server.ts";
 export * from "./memory-adapter.ts";
 export * from "./nats-server.ts";
+export * from "./prometheus-scrape.ts";
