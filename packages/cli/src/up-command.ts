@@ -4,12 +4,13 @@
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { closeBus, connectBus, credsFor, inboxPrefix, newUserKeys, type BusLogger } from "@mesh/bus";
+import { credsFor, newUserKeys, type BusLogger } from "@mesh/bus";
 import type { Agent } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
 import { untilStopSignal } from "@mesh/sdk";
+import { askController, stateDirOf } from "./controller-request.ts";
 import { startEmbeddedBus, type EmbeddedBus } from "./embedded-bus.ts";
-import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
+import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
 import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.ts";
 
@@ -19,11 +20,6 @@ Exit codes:
   1  the fleet was refused, or a part could not start
   2  usage error
   3  no mesh answers (mesh status)`;
-
-/** Where the embedded mesh keeps its state: --state, else $MESH_STATE_DIR, else ./.mesh-state. */
-function stateDirOf(flag: string | undefined, io: CliIo): string {
-  return resolve(flag ?? io.env.MESH_STATE_DIR ?? ".mesh-state");
-}
 
 function prefixed(io: CliIo, who: string): BusLogger {
   const line = (level: string) => (m: string) => io.err(`${who.padEnd(12)}│ ${level}${m}\n`);
@@ -214,35 +210,9 @@ async function agent(node: string, joinFile: string | undefined, state: string, 
 
 /** Asks the running controller `what` (status or rotate) with the operator's credentials. */
 async function ask<T>(state: string, what: "status" | "rotate", body: string): Promise<T> {
-  const { STATUS_SUBJECT, ROTATE_SUBJECT, OPERATOR_IDENTITY } = await import("@mesh/controller");
-  let servers: string[];
-  let creds: Uint8Array;
-  try {
-    servers = (JSON.parse(await readFile(join(state, "bus.json"), "utf8")) as { servers: string[] }).servers;
-    creds = await readFile(join(state, "operator.creds"));
-  } catch {
-    throw new CliExit(EXIT_UNREACHABLE, `no mesh has run with state in ${state}; start one with \`mesh up\``);
-  }
-  let nc;
-  try {
-    nc = await connectBus({
-      servers,
-      creds,
-      name: "mesh status",
-      inboxPrefix: inboxPrefix(OPERATOR_IDENTITY),
-    });
-  } catch (err) {
-    throw new CliExit(EXIT_UNREACHABLE, `the mesh in ${state} does not answer: ${(err as Error).message}`);
-  }
-  try {
-    const subject = what === "status" ? STATUS_SUBJECT : ROTATE_SUBJECT;
-    const reply = await nc.request(subject, body, { timeout: 30_000 }).catch((err: unknown) => {
-      throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
-    });
-    return reply.json<T>();
-  } finally {
-    await closeBus(nc);
-  }
+  const { STATUS_SUBJECT, ROTATE_SUBJECT } = await import("@mesh/controller");
+  const subject = what === "status" ? STATUS_SUBJECT : ROTATE_SUBJECT;
+  return askController<T>(state, subject, body, { name: `mesh ${what}` });
 }
 
 async function status(state: string, json: boolean, io: CliIo): Promise<void> {

@@ -298,28 +298,46 @@ function clip(message: string): string {
   return message.length > MAX_MESSAGE_CHARS ? `${message.slice(0, MAX_MESSAGE_CHARS)}…` : message;
 }
 
-/** A request that failed validation, answered `bad-request`. */
-class BadRequest extends Error {}
+/** A tool request that is not one a control socket answers; the socket answers it `bad-request`. */
+export class BadControlRequestError extends Error {
+  override name = "BadControlRequestError";
+}
 
 function parseRequest(text: string): { tool: ControlTool; args: string[]; who: string } {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
   } catch {
-    throw new BadRequest('a request is one line of JSON like {"tool":"status","args":[],"who":"alice"}');
+    throw new BadControlRequestError(
+      'a request is one line of JSON like {"tool":"status","args":[],"who":"alice"}',
+    );
   }
+  return checkControlRequest(raw);
+}
+
+/**
+ * The tool, arguments and asker of a request already read from JSON, checked exactly as a control
+ * socket checks them (known tool, its number of arguments, a valid login for `cleanup delete`, a
+ * printable `who`), so whoever relays a request can refuse a bad one before it travels.
+ * @throws BadControlRequestError naming what is wrong and what a request looks like.
+ */
+export function checkControlRequest(raw: unknown): { tool: ControlTool; args: string[]; who: string } {
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
-    throw new BadRequest('a request is a JSON object like {"tool":"status","args":[],"who":"alice"}');
+    throw new BadControlRequestError(
+      'a request is a JSON object like {"tool":"status","args":[],"who":"alice"}',
+    );
   }
   const { tool, args = [], who = "unknown" } = raw as Record<string, unknown>;
   if (typeof tool !== "string" || !(CONTROL_TOOLS as readonly string[]).includes(tool)) {
-    throw new BadRequest(`unknown tool ${JSON.stringify(tool)}: the tools are ${CONTROL_TOOLS.join(", ")}`);
+    throw new BadControlRequestError(
+      `unknown tool ${JSON.stringify(tool)}: the tools are ${CONTROL_TOOLS.join(", ")}`,
+    );
   }
   if (!Array.isArray(args) || !args.every((a): a is string => typeof a === "string")) {
-    throw new BadRequest(`"args" must be a list of strings`);
+    throw new BadControlRequestError(`"args" must be a list of strings`);
   }
   if (typeof who !== "string" || !WHO_PATTERN.test(who)) {
-    throw new BadRequest(`"who" must be a name of 1 to 128 printable characters`);
+    throw new BadControlRequestError(`"who" must be a name of 1 to 128 printable characters`);
   }
   const arity: Record<ControlTool, [number, number, string]> = {
     status: [0, 0, "status"],
@@ -330,12 +348,12 @@ function parseRequest(text: string): { tool: ControlTool; args: string[]; who: s
   };
   const [least, most, usage] = arity[tool as ControlTool];
   if (args.length < least || args.length > most) {
-    throw new BadRequest(
+    throw new BadControlRequestError(
       `${tool} takes ${least === most ? least : `${least} to ${most}`} argument(s): ${usage}`,
     );
   }
   if (tool === "cleanup delete" && !isValidLogin(args[0])) {
-    throw new BadRequest(
+    throw new BadControlRequestError(
       `${JSON.stringify(args[0])} is not a login: a login is 1–32 characters of a-z, 0-9 and _, starting with a letter`,
     );
   }

@@ -1,0 +1,66 @@
+// Asking the running controller from a person's shell (`mesh status`, `mesh rotate`, `mesh tool`):
+// where the bus is and the operator's credentials come from the mesh's state directory, written by
+// `mesh up`; one request, its JSON answer.
+import { readFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { closeBus, connectBus, inboxPrefix } from "@mesh/bus";
+import { CliExit, EXIT_UNREACHABLE } from "./exit-codes.ts";
+import type { CliIo } from "./io.ts";
+
+/** Where the embedded mesh keeps its state: --state, else $MESH_STATE_DIR, else ./.mesh-state. */
+export function stateDirOf(flag: string | undefined, io: CliIo): string {
+  return resolve(flag ?? io.env["MESH_STATE_DIR"] ?? ".mesh-state");
+}
+
+/** How to ask. */
+export interface AskOptions {
+  /** How long to wait for the answer (default 30 s). */
+  readonly timeoutMs?: number;
+  /** Names the connection in the server's logs (`mesh status`). */
+  readonly name?: string;
+}
+
+/**
+ * Sends `body` on `subject` to the controller of the mesh whose state is in `state`, with the
+ * operator's credentials (`<state>/operator.creds`, the bus's address from `<state>/bus.json`), and
+ * returns its JSON answer.
+ * @throws CliExit (EXIT_UNREACHABLE) when no mesh ran there, the bus refuses or does not answer, or
+ * the controller does not answer in time.
+ */
+export async function askController<T>(
+  state: string,
+  subject: string,
+  body: string,
+  options: AskOptions = {},
+): Promise<T> {
+  const { OPERATOR_IDENTITY } = await import("@mesh/controller");
+  let servers: string[];
+  let creds: Uint8Array;
+  try {
+    servers = (JSON.parse(await readFile(join(state, "bus.json"), "utf8")) as { servers: string[] }).servers;
+    creds = await readFile(join(state, "operator.creds"));
+  } catch {
+    throw new CliExit(EXIT_UNREACHABLE, `no mesh has run with state in ${state}; start one with \`mesh up\``);
+  }
+  let nc;
+  try {
+    nc = await connectBus({
+      servers,
+      creds,
+      name: options.name ?? "mesh",
+      inboxPrefix: inboxPrefix(OPERATOR_IDENTITY),
+    });
+  } catch (err) {
+    throw new CliExit(EXIT_UNREACHABLE, `the mesh in ${state} does not answer: ${(err as Error).message}`);
+  }
+  try {
+    const reply = await nc
+      .request(subject, body, { timeout: options.timeoutMs ?? 30_000 })
+      .catch((err: unknown) => {
+        throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
+      });
+    return reply.json<T>();
+  } finally {
+    await closeBus(nc);
+  }
+}
