@@ -27,6 +27,7 @@ export * from "./node-deliveries.ts";
 export * from "./node-permissions.ts";
 export * from "./node-reports.ts";
 export * from "./password-store.ts";
+export * from "./plan-diff.ts";
 export * from "./start-controller.ts";
 export * from "./standings-book.ts";
 export * from "./stored-fleet.ts";
