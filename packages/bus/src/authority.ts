@@ -194,9 +194,11 @@ export class BusAuthority {
   }
 
   /**
-   * Revokes every JWT issued to `publicKey` up to now, in a new account JWT. It takes effect when
-   * the server has the new `serverConfig()` (a reload, no restart): connections using those JWTs
-   * are closed and refused. A credential that replaces a revoked one needs a new key pair.
+   * Revokes every JWT issued to `publicKey` up to now, in a new account JWT. It takes effect on a
+   * running server when that JWT reaches it: `pushAccountClaims` (no restart, no reload), or the new
+   * `serverConfig()` and a reload. Connections using those JWTs are then closed and refused. Keep
+   * `revocations` with the seeds, so a restarted server's config refuses them too. A credential
+   * that replaces a revoked one needs a new key pair.
    * @throws InvalidUserKeyError when the key is not a user key.
    */
   async revokeUser(publicKey: string): Promise<void> {
@@ -263,24 +265,40 @@ export class BusAuthority {
    * permission that is not a subject.
    */
   async issueUser(request: UserRequest): Promise<string> {
-    assertUserKey(request.publicKey);
-    const { pub, sub, allowResponses } = request.permissions;
-    const user: Partial<User> = {
-      pub: rules(pub, request.name),
-      sub: rules(sub, request.name),
-      // A user's own limits default to zero too.
-      subs: -1,
-      data: -1,
-      payload: -1,
-    };
-    if (allowResponses === true) user.resp = { max: 1, ttl: 0 };
-    const opts =
-      request.expiresAt !== undefined ? { exp: Math.floor(request.expiresAt.getTime() / 1000) } : {};
-    return encodeUser(request.name, request.publicKey, this.#account, user, {
-      algorithm: Algorithms.v2,
-      ...opts,
-    });
+    return encodeMeshUser(request, this.#account);
   }
+
+  /**
+   * A user JWT of the system account (signed by the system account's key), for the one connection
+   * that talks to the server itself, such as `pushAccountClaims` (give it
+   * `accountUpdaterPermissions`). A system user sees none of the mesh account's subjects, and the
+   * mesh account's users see none of its own.
+   * @throws InvalidUserKeyError when the public key is not a user key; InvalidPermissionError for a
+   * permission that is not a subject.
+   */
+  async issueSystemUser(request: UserRequest): Promise<string> {
+    return encodeMeshUser(request, this.#system);
+  }
+}
+
+/** A user JWT carrying exactly `request.permissions`, signed by `account` (the mesh's or the system's). */
+async function encodeMeshUser(request: UserRequest, account: KeyPair): Promise<string> {
+  assertUserKey(request.publicKey);
+  const { pub, sub, allowResponses } = request.permissions;
+  const user: Partial<User> = {
+    pub: rules(pub, request.name),
+    sub: rules(sub, request.name),
+    // A user's own limits default to zero too.
+    subs: -1,
+    data: -1,
+    payload: -1,
+  };
+  if (allowResponses === true) user.resp = { max: 1, ttl: 0 };
+  const opts = request.expiresAt !== undefined ? { exp: Math.floor(request.expiresAt.getTime() / 1000) } : {};
+  return encodeUser(request.name, request.publicKey, account, user, {
+    algorithm: Algorithms.v2,
+    ...opts,
+  });
 }
 
 /** Creates a new operator, mesh account and system account, each with a fresh key pair. */

@@ -34,4 +34,5 @@ export * from "./write-file-atomic.ts";
 export * from "./join-token.ts";
 export * from "./nats-server-binary.ts";
 export * from "./ledger-subjects.ts";
+export * from "./account-updates.ts";
 export * from "./ledger.ts";
