@@ -23,6 +23,12 @@ export const TOOL_REQUEST_SUBJECT = "mesh.tool";
 /** Where the controller answers `mesh ledger` requests `{module, limit}` (operator credentials only). */
 export const LEDGER_READ_SUBJECT = "mesh.ledger.read";
 
+/**
+ * Where the controller answers `mesh plan` with the fleet it serves and the `secretKey` of every
+ * password it keeps, `{ok, fleet, keptPasswords}` (operator credentials only; it changes nothing).
+ */
+export const SERVED_FLEET_SUBJECT = "mesh.fleet.served";
+
 /** The identity (and inbox) of a person's CLI talking to the controller. */
 export const OPERATOR_IDENTITY = "operator";
 
@@ -65,7 +71,15 @@ export function controllerPermissions(): BusPermissions {
  */
 export function operatorPermissions(): BusPermissions {
   return {
-    pub: { allow: [STATUS_SUBJECT, ROTATE_SUBJECT, TOOL_REQUEST_SUBJECT, LEDGER_READ_SUBJECT] },
+    pub: {
+      allow: [
+        STATUS_SUBJECT,
+        ROTATE_SUBJECT,
+        TOOL_REQUEST_SUBJECT,
+        LEDGER_READ_SUBJECT,
+        SERVED_FLEET_SUBJECT,
+      ],
+    },
     sub: { allow: [inboxSubjects(OPERATOR_IDENTITY), allReportsSubject()] },
   };
 }

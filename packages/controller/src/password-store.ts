@@ -73,6 +73,14 @@ export class PasswordStore {
   }
 
   /**
+   * The `secretKey` of every password kept, for consumers the fleet names now or named before.
+   * @throws the bus's error when the bucket cannot be read.
+   */
+  keys(): Promise<string[]> {
+    return this.#state.keys();
+  }
+
+  /**
    * Makes sure every (consumer, interface) of `wanted` has a password: each kept one is read into
    * memory, each missing one minted and kept. A few at a time, so that a large fleet's first start
    * or a restart does not wait on one bus round trip after another, nor floods the bus.

@@ -26,7 +26,12 @@ import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enroll
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";
 import { NodeDeliveries, type Published } from "./node-deliveries.ts";
-import { controllerPermissions, ROTATE_SUBJECT, STATUS_SUBJECT } from "./node-permissions.ts";
+import {
+  controllerPermissions,
+  ROTATE_SUBJECT,
+  SERVED_FLEET_SUBJECT,
+  STATUS_SUBJECT,
+} from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import { PasswordStore } from "./password-store.ts";
 import { StandingsBook, STANDINGS_SUBJECT } from "./standings-book.ts";
@@ -334,6 +339,12 @@ async function run(
     return reply;
   });
   serve(STATUS_SUBJECT, true, () => Promise.resolve(status()));
+  // `mesh plan` compares a fleet file with what is served; it reads, never changes.
+  serve(SERVED_FLEET_SUBJECT, true, async () => ({
+    ok: true,
+    fleet: current,
+    keptPasswords: await passwords.keys(),
+  }));
   serve(ROTATE_SUBJECT, true, async (data) => {
     let body: { consumer?: unknown; interface?: unknown };
     try {
