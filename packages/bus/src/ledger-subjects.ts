@@ -6,6 +6,8 @@
 //   snapshots  KV bucket mesh-ledger-<module>
 //   replies    the ledger connection's own inbox, _LEDGER_INBOX.<module>
 import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
+import type { BusPermissions } from "./authority.ts";
+import { kvWriteSubjects } from "./kv-permissions.ts";
 
 /** Where every module's ledger history is published: `mesh.ledger.<module>.<kind>`. */
 export const LEDGER_SUBJECT_PREFIX = "mesh.ledger";
@@ -65,4 +67,26 @@ export function ledgerSnapshotBucket(module: string): string {
  */
 export function ledgerInboxPrefix(module: string): string {
   return `_LEDGER_INBOX.${assertLedgerModule(module)}`;
+}
+
+/**
+ * What `module`'s ledger connection (inbox prefix `ledgerInboxPrefix(module)`) may do, and nothing
+ * more: append to its own history (a JetStream publish to `ledgerSubjects(module)`, acknowledged in
+ * its inbox), ask for its own stream's info, and put, get and watch the keys of its own snapshots
+ * bucket. Not another module's ledger, not any event or control subject, and no other JetStream
+ * call: it cannot create, delete or purge a stream (the controller creates the ledger beforehand).
+ * Verified against nats-server 2.9 in test/ledger-permissions.test.ts.
+ * @throws InvalidLedgerModuleError for a name that is not a module name.
+ */
+export function ledgerPermissions(module: string): BusPermissions {
+  return {
+    pub: {
+      allow: [
+        ledgerSubjects(module),
+        `$JS.API.STREAM.INFO.${ledgerStreamName(module)}`,
+        ...kvWriteSubjects(ledgerSnapshotBucket(module)),
+      ],
+    },
+    sub: { allow: [`${ledgerInboxPrefix(module)}.>`] },
+  };
 }
