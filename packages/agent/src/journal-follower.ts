@@ -1,0 +1,282 @@
+// From a provider's action journal to its module's ledger. A provider run by the agent appends each
+// action (created, re-applied, retired, approved, deleted) as one JSON line to
+// `<state>/modules/<module>/actions.jsonl`; the agent appends each new complete line to the
+// module's ledger on the module's own ledger connection, and keeps how far it got in the module's
+// snapshots, so a restarted agent neither appends a line twice nor skips one.
+import { open, stat } from "node:fs/promises";
+import { LedgerEntryError, type BusLogger, type ModuleLedger } from "@mesh/bus";
+import { actionJournalPath, FileWatcher } from "@mesh/sdk";
+
+/** The snapshot key under which a module's ledger keeps how far its journal was appended. */
+export const JOURNAL_SNAPSHOT_KEY = "journal";
+
+/** How far a journal has been appended: which file (node and inode) and the byte offset after the last line. */
+export interface JournalPosition {
+  readonly node: string;
+  readonly inode: number;
+  readonly offset: number;
+  /** When it was written (ISO 8601). */
+  readonly at: string;
+}
+
+/** Where a follower gets a module's ledger: `LedgerCredentials.writer`. */
+export interface LedgerWriters {
+  writer(module: string): Promise<ModuleLedger>;
+}
+
+/** What one follower follows. */
+export interface JournalFollowerOptions {
+  readonly node: string;
+  readonly module: string;
+  /** The journal (see `actionJournalPath`). */
+  readonly file: string;
+  readonly ledgers: LedgerWriters;
+  readonly logger: BusLogger;
+  /** How often it looks again without a change being seen, and retries what failed (5 s). */
+  readonly retryMs?: number;
+}
+
+/** The most of a journal read in one go; the rest is read by the next pass. */
+const READ_AT_MOST = 1 << 20;
+
+/**
+ * Follows one module's action journal into its ledger. `start()` begins; each change of the file,
+ * and every `retryMs`, appends what is new. A line the ledger cannot take for want of a credential
+ * or of the bus is kept and tried again; a line that is not an action entry is said and skipped.
+ */
+export class JournalFollower {
+  readonly #o: JournalFollowerOptions;
+  readonly #watcher: FileWatcher;
+  #timer: NodeJS.Timeout | undefined;
+  #position: JournalPosition | undefined;
+  #savedOffset: number | undefined;
+  #running: Promise<void> = Promise.resolve();
+  #queued = false;
+  #said: string | undefined;
+  #stopped = false;
+  #appended = 0;
+
+  constructor(options: JournalFollowerOptions) {
+    this.#o = options;
+    this.#watcher = new FileWatcher(() => void this.catchUp());
+  }
+
+  /** How many lines this follower has appended to the ledger since it started. */
+  get appended(): number {
+    return this.#appended;
+  }
+
+  /** Starts following: a pass now, then on each change of the file and every `retryMs`. */
+  start(): void {
+    if (this.#stopped || this.#timer !== undefined) return;
+    this.#watcher.watchFiles([this.#o.file]);
+    this.#timer = setInterval(() => {
+      // The module's directory may have been made since: watch it now if it was not there.
+      this.#watcher.watchFiles([this.#o.file]);
+      void this.catchUp();
+    }, this.#o.retryMs ?? 5_000);
+    this.#timer.unref();
+    void this.catchUp();
+  }
+
+  /**
+   * Appends what the journal holds beyond the last line appended; resolves when done (or when
+   * the ledger cannot be written now: that is said and retried later). Never rejects.
+   */
+  catchUp(): Promise<void> {
+    // One pass at a time; a change during a pass asks for one more after it, not one each.
+    if (this.#queued) return this.#running;
+    this.#queued = true;
+    this.#running = this.#running.then(() => {
+      this.#queued = false;
+      return this.#pass().catch((err: unknown) => this.#say(err));
+    });
+    return this.#running;
+  }
+
+  /** Stops following; a pass under way finishes first. Idempotent. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearInterval(this.#timer);
+    this.#watcher.close();
+    await this.#running;
+  }
+
+  async #pass(): Promise<void> {
+    if (this.#stopped) return;
+    const { module, node, file } = this.#o;
+    let size: number;
+    let inode: number;
+    try {
+      const st = await stat(file);
+      size = st.size;
+      inode = st.ino;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return; // nothing journalled yet
+      throw err;
+    }
+    const ledger = await this.#o.ledgers.writer(module);
+    if (this.#position === undefined) {
+      const stored = positionOf(await ledger.readSnapshot(JOURNAL_SNAPSHOT_KEY));
+      this.#position = stored ?? { node, inode, offset: 0, at: new Date().toISOString() };
+      this.#savedOffset = stored?.offset;
+    }
+    let position = this.#position;
+    // Another node's journal, or a new file here, or one cut short: its lines were never appended.
+    if (position.node !== node || position.inode !== inode || position.offset > size) {
+      position = { node, inode, offset: 0, at: new Date().toISOString() };
+    }
+    this.#position = position;
+    if (this.#savedOffset !== position.offset) await this.#save(ledger, position);
+
+    while (!this.#stopped && position.offset < size) {
+      const chunk = await readSome(file, position.offset, Math.min(size - position.offset, READ_AT_MOST));
+      const end = chunk.lastIndexOf(0x0a);
+      if (end < 0) {
+        if (chunk.length < READ_AT_MOST) return; // a line still being written
+        // A line longer than anything an action makes: not one of the provider's.
+        this.#o.logger.warn(
+          `${module}'s action journal ${file} has a line of more than ${READ_AT_MOST} bytes at offset ` +
+            `${position.offset}: it is not an action and is skipped`,
+        );
+        position = await this.#advance(ledger, position, position.offset + chunk.length);
+        continue;
+      }
+      let start = 0;
+      while (start <= end && !this.#stopped) {
+        const stop = chunk.indexOf(0x0a, start);
+        const lineAt = position.offset;
+        const text = chunk.subarray(start, stop).toString("utf8").trim();
+        if (text !== "") await this.#appendLine(ledger, text, lineAt);
+        position = await this.#advance(ledger, position, lineAt + (stop + 1 - start));
+        start = stop + 1;
+      }
+    }
+    if (this.#said !== undefined) {
+      this.#o.logger.info(`${module}'s action journal is appended to its ledger again`);
+      this.#said = undefined;
+    }
+  }
+
+  async #appendLine(ledger: ModuleLedger, text: string, at: number): Promise<void> {
+    const { module, node, file, logger } = this.#o;
+    let entry: unknown;
+    try {
+      entry = JSON.parse(text);
+    } catch {
+      entry = undefined;
+    }
+    if (entry === null || typeof entry !== "object" || Array.isArray(entry)) {
+      logger.warn(
+        `${module}'s action journal ${file} has a line at offset ${at} that is not an action: skipped`,
+      );
+      return;
+    }
+    try {
+      // The id names this very line, so appending it again after a crash stores it once.
+      await ledger.append("action", entry, { id: `journal.${node}.${this.#position?.inode ?? 0}.${at}` });
+      this.#appended++;
+    } catch (err) {
+      if (!(err instanceof LedgerEntryError)) throw err;
+      logger.warn(`${module}'s action journal ${file}, line at offset ${at}: ${err.message}; skipped`);
+    }
+  }
+
+  async #advance(ledger: ModuleLedger, from: JournalPosition, offset: number): Promise<JournalPosition> {
+    const position = { ...from, offset, at: new Date().toISOString() };
+    this.#position = position;
+    await this.#save(ledger, position);
+    return position;
+  }
+
+  async #save(ledger: ModuleLedger, position: JournalPosition): Promise<void> {
+    await ledger.snapshot(JOURNAL_SNAPSHOT_KEY, position);
+    this.#savedOffset = position.offset;
+  }
+
+  #say(err: unknown): void {
+    const why = err instanceof Error ? err.message : String(err);
+    if (why === this.#said) return;
+    this.#said = why;
+    this.#o.logger.warn(
+      `${this.#o.module}'s actions are not appended to its ledger for now (${why}); ` +
+        `they stay in ${this.#o.file} and are appended once it can be written`,
+    );
+  }
+}
+
+/** What a set of followers needs. */
+export interface JournalFollowersOptions {
+  readonly node: string;
+  /** The node's state directory: each module's journal is `actionJournalPath(stateDir, module)`. */
+  readonly stateDir: string;
+  readonly ledgers: LedgerWriters;
+  readonly logger: BusLogger;
+  readonly retryMs?: number;
+}
+
+/** One `JournalFollower` for each module the node runs, started and stopped as that set changes. */
+export class JournalFollowers {
+  readonly #o: JournalFollowersOptions;
+  readonly #followers = new Map<string, JournalFollower>();
+  #stopped = false;
+
+  constructor(options: JournalFollowersOptions) {
+    this.#o = options;
+  }
+
+  /** Follows exactly these modules' journals from now on. A name that is not a module name is ignored. */
+  follow(modules: Iterable<string>): void {
+    if (this.#stopped) return;
+    const wanted = new Set(modules);
+    for (const [module, follower] of this.#followers) {
+      if (wanted.has(module)) continue;
+      this.#followers.delete(module);
+      void follower.stop();
+    }
+    for (const module of wanted) {
+      if (this.#followers.has(module)) continue;
+      let file: string;
+      try {
+        file = actionJournalPath(this.#o.stateDir, module);
+      } catch {
+        continue;
+      }
+      const follower = new JournalFollower({ ...this.#o, module, file });
+      this.#followers.set(module, follower);
+      follower.start();
+    }
+  }
+
+  /** The modules followed now. */
+  modules(): string[] {
+    return [...this.#followers.keys()].sort();
+  }
+
+  /** Stops every follower. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    const followers = [...this.#followers.values()];
+    this.#followers.clear();
+    await Promise.all(followers.map((f) => f.stop()));
+  }
+}
+
+async function readSome(file: string, offset: number, length: number): Promise<Buffer> {
+  const handle = await open(file, "r");
+  try {
+    const buffer = Buffer.alloc(length);
+    const { bytesRead } = await handle.read(buffer, 0, length, offset);
+    return buffer.subarray(0, bytesRead);
+  } finally {
+    await handle.close();
+  }
+}
+
+function positionOf(value: unknown): JournalPosition | undefined {
+  if (value === null || typeof value !== "object") return undefined;
+  const { node, inode, offset, at } = value as Record<string, unknown>;
+  if (typeof node !== "string" || typeof inode !== "number" || typeof offset !== "number") return undefined;
+  if (!Number.isInteger(offset) || offset < 0) return undefined;
+  return { node, inode, offset, at: typeof at === "string" ? at : "" };
+}

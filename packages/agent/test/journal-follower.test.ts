@@ -1,0 +1,273 @@
+// A provider's actions, from its harness through its journal to its module's ledger, against a real
+// nats-server, with the agent stopped and started again in between.
+import assert from "node:assert/strict";
+import { mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { connectBus, credsFor, ledgerInboxPrefix, ModuleLedger } from "@mesh/bus";
+import {
+  ActionJournal,
+  actionJournalPath,
+  FakeClock,
+  runProvisioner,
+  type ActionEntry,
+  type ProvisionerHandle,
+} from "@mesh/sdk";
+import { MemoryAdapter } from "@mesh/testkit";
+import { JOURNAL_SNAPSHOT_KEY, JournalFollowers } from "../src/journal-follower.ts";
+import { followLedgerCredentials, type LedgerCredentials } from "../src/ledger-credentials.ts";
+import { startLedgerMesh, type LedgerCredential, type LedgerMesh } from "./ledger-mesh.ts";
+import { eventually, recordingLogger } from "./test-mesh.ts";
+
+type RecordingLogger = ReturnType<typeof recordingLogger>;
+
+const IFACE = "postgres-database";
+
+/** The agent's part: its ledger credentials and a journal follower for each module. */
+interface AgentLedgers {
+  readonly credentials: LedgerCredentials;
+  readonly journals: JournalFollowers;
+  readonly logger: RecordingLogger;
+  stop(): Promise<void>;
+}
+
+void describe("a provider's actions reach its module's ledger through the action journal", () => {
+  let mesh: LedgerMesh;
+  let stateDir: string;
+  let ledgersFile: string;
+  let postgres: LedgerCredential;
+  const running: AgentLedgers[] = [];
+
+  const startAgentLedgers = async (modules: string[]): Promise<AgentLedgers> => {
+    const logger = recordingLogger();
+    const credentials = await followLedgerCredentials({
+      file: ledgersFile,
+      servers: [mesh.server.url],
+      logger,
+    });
+    const journals = new JournalFollowers({
+      node: "n1",
+      stateDir,
+      ledgers: credentials,
+      logger,
+      retryMs: 100,
+    });
+    journals.follow(modules);
+    const agent = {
+      credentials,
+      journals,
+      logger,
+      async stop() {
+        await journals.stop();
+        await credentials.stop();
+      },
+    };
+    running.push(agent);
+    return agent;
+  };
+
+  const actionsIn = async (module: string) =>
+    (await mesh.history(module)).filter((r) => r.entry["kind"] === "action").map((r) => r.entry);
+
+  before(async () => {
+    mesh = await startLedgerMesh();
+    stateDir = await mkdtemp(join(tmpdir(), "mesh-agent-journal-"));
+    ledgersFile = join(stateDir, "ledgers");
+    postgres = await mesh.credentialFor("postgres");
+    await mesh.writeLedgers(ledgersFile, { postgres });
+  });
+  after(async () => {
+    await Promise.all(running.map((a) => a.stop()));
+    await mesh.stop();
+    await rm(stateDir, { recursive: true, force: true });
+  });
+
+  it("appends each harness action once, across an agent restart and a crash before it noted how far it got", async () => {
+    const providerLog = recordingLogger();
+    const journal = new ActionJournal(actionJournalPath(stateDir, "postgres"), providerLog);
+    const dir = await mkdtemp(join(tmpdir(), "mesh-agent-provider-"));
+    const receives = join(dir, "contributions.json");
+    const ask = async (logins: string[]): Promise<void> => {
+      for (const login of logins)
+        await writeFile(join(dir, login), "pw-not-in-any-ledger\n", { mode: 0o600 });
+      const given = logins.map((as) => ({ as, secret: join(dir, as), node: "n1", values: {} }));
+      await writeFile(`${receives}.tmp`, JSON.stringify({ requirement: IFACE, given }));
+      await rename(`${receives}.tmp`, receives);
+    };
+    await ask([]);
+    const handle: ProvisionerHandle = runProvisioner(IFACE, new MemoryAdapter(), {
+      receives,
+      watch: false,
+      clock: new FakeClock(),
+      logger: providerLog,
+      actions: journal,
+    });
+    try {
+      await handle.ready;
+      const agent = await startAgentLedgers(["postgres"]);
+
+      await ask(["app_db"]);
+      await handle.pass("watch");
+      await journal.flush();
+      await eventually(() => agent.journals.modules().length === 1, "the follower");
+      let actions: Record<string, unknown>[] = [];
+      await eventually(() => {
+        void actionsIn("postgres").then((a) => (actions = a));
+        return actions.length === 1;
+      }, "the first action in the ledger");
+      assert.deepEqual(
+        { kind: actions[0]?.["kind"], action: actions[0]?.["action"], login: actions[0]?.["login"] },
+        { kind: "action", action: "created", login: "app_db" },
+      );
+      assert.equal(actions[0]?.["who"], "provisioner");
+      assert.equal(actions[0]?.["interface"], IFACE);
+
+      // The agent stops; the provider goes on, and its journal keeps what it does.
+      await agent.stop();
+      await ask(["app_db", "blog_db"]);
+      await handle.pass("watch");
+      await journal.flush();
+      const lines = (await readFile(journal.path, "utf8")).trim().split("\n");
+      assert.equal(lines.length, 2);
+      assert.equal((await stat(journal.path)).mode & 0o777, 0o600);
+      assert.equal((await actionsIn("postgres")).length, 1);
+
+      const again = await startAgentLedgers(["postgres"]);
+      await eventually(() => {
+        void actionsIn("postgres").then((a) => (actions = a));
+        return actions.length >= 2;
+      }, "the second action in the ledger");
+      await again.stop();
+      assert.deepEqual(
+        actions.map((a) => a["login"]),
+        ["app_db", "blog_db"],
+      );
+
+      // A crash between an append and noting how far it got: the position is found behind.
+      const ledger = new ModuleLedger(
+        await connectBus({
+          servers: mesh.server.url,
+          creds: credsFor(postgres.jwt, postgres.seed),
+          name: "postgres ledger",
+          inboxPrefix: ledgerInboxPrefix("postgres"),
+        }),
+        "postgres",
+      );
+      const position = await ledger.readSnapshot<{ offset: number }>(JOURNAL_SNAPSHOT_KEY);
+      assert.equal(position?.offset, Buffer.byteLength(await readFile(journal.path)));
+      await ledger.snapshot(JOURNAL_SNAPSHOT_KEY, { ...position, offset: 0 });
+      await ledger.close();
+      const third = await startAgentLedgers(["postgres"]);
+      let offset = 0;
+      await eventually(() => {
+        void third.credentials
+          .writer("postgres")
+          .then((l) => l.readSnapshot<{ offset: number }>(JOURNAL_SNAPSHOT_KEY))
+          .then((p) => (offset = p?.offset ?? 0));
+        return offset === position?.offset;
+      }, "the journal read through again");
+      assert.deepEqual(
+        (await actionsIn("postgres")).map((a) => a["login"]),
+        ["app_db", "blog_db"],
+      );
+      const entries = await mesh.history("postgres");
+      assert.ok(entries.every((r) => !JSON.stringify(r.entry).includes("pw-not-in-any-ledger")));
+    } finally {
+      await handle.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("keeps an action while the module has no ledger credential, and appends it once one arrives", async () => {
+    const file = actionJournalPath(stateDir, "redis");
+    const journal = new ActionJournal(file, recordingLogger());
+    journal.append(action("created", "cache_a"));
+    await journal.flush();
+    const agent = await startAgentLedgers(["redis"]);
+    await eventually(
+      () => agent.logger.lines.some((l) => l.includes("redis's ledger credential is missing")),
+      "the missing credential said",
+    );
+    const redis = await mesh.credentialFor("redis");
+    assert.deepEqual(await actionsIn("redis"), []);
+    await mesh.writeLedgers(ledgersFile, { postgres, redis });
+    let actions: Record<string, unknown>[] = [];
+    await eventually(() => {
+      void actionsIn("redis").then((a) => (actions = a));
+      return actions.length === 1;
+    }, "the kept action in the ledger");
+    assert.equal(actions[0]?.["login"], "cache_a");
+    assert.equal(
+      agent.logger.lines.filter((l) => l.includes("redis's ledger credential is missing")).length,
+      1,
+    );
+    await agent.stop();
+  });
+
+  it("skips a line that is not an action, and reads a journal made anew from its start", async () => {
+    const redis = await mesh.credentialFor("mariadb");
+    await mesh.writeLedgers(ledgersFile, { postgres, mariadb: redis });
+    const file = actionJournalPath(stateDir, "mariadb");
+    await mkdir(join(stateDir, "modules", "mariadb"), { recursive: true });
+    await writeFile(file, `not json\n${JSON.stringify(action("created", "shop_db"))}\n{"partial":`, {
+      mode: 0o600,
+    });
+    const agent = await startAgentLedgers(["mariadb"]);
+    let actions: Record<string, unknown>[] = [];
+    await eventually(() => {
+      void actionsIn("mariadb").then((a) => (actions = a));
+      return actions.length === 1;
+    }, "the good line in the ledger");
+    assert.ok(agent.logger.lines.some((l) => /offset 0 that is not an action/.test(l)));
+
+    // The provider's journal is removed and begun again: a new file, read from its start.
+    await rm(file);
+    const journal = new ActionJournal(file, recordingLogger());
+    journal.append(action("retired", "shop_db"));
+    await journal.flush();
+    await eventually(() => {
+      void actionsIn("mariadb").then((a) => (actions = a));
+      return actions.length === 2;
+    }, "the new journal's line in the ledger");
+    assert.deepEqual(
+      actions.map((a) => a["action"]),
+      ["created", "retired"],
+    );
+    await agent.stop();
+  });
+
+  it("says a journal it cannot write once, never throws into the loop, and writes again once it can", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-agent-journal-bad-"));
+    const path = join(dir, "actions.jsonl");
+    await mkdir(path); // a directory where the file should be: every write fails, whoever runs this
+    const logger = recordingLogger();
+    const journal = new ActionJournal(path, logger);
+    journal.append(action("created", "a"));
+    journal.append(action("created", "b"));
+    await journal.flush();
+    assert.equal(logger.lines.filter((l) => l.includes("could not be written")).length, 1);
+    await rm(path, { recursive: true });
+    journal.append(action("created", "c"));
+    await journal.flush();
+    const lines = (await readFile(path, "utf8")).trim().split("\n");
+    assert.deepEqual(
+      lines.map((l) => (JSON.parse(l) as ActionEntry).login),
+      ["c"],
+    );
+    assert.equal((await stat(path)).mode & 0o777, 0o600);
+    assert.ok(logger.lines.some((l) => l.includes("is written again")));
+    await rm(dir, { recursive: true, force: true });
+  });
+});
+
+function action(kind: ActionEntry["action"], login: string): ActionEntry {
+  return {
+    action: kind,
+    login,
+    interface: IFACE,
+    who: "provisioner",
+    at: new Date().toISOString(),
+    why: "test",
+  };
+}
