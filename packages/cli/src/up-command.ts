@@ -7,7 +7,7 @@ import type { Command } from "commander";
 import { credsFor, newUserKeys, type BusLogger } from "@mesh/bus";
 import type { Agent } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
-import { untilStopSignal } from "@mesh/sdk";
+import { ListenError, untilStopSignal } from "@mesh/sdk";
 import { askController, stateDirOf } from "./controller-request.ts";
 import { startEmbeddedBus, type EmbeddedBus } from "./embedded-bus.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
@@ -45,13 +45,19 @@ export function addUpCommands(program: Command, io: CliIo): void {
       "--listen <host>",
       "the address nats-server listens on; other machines' agents reach it there (default: 127.0.0.1)",
     )
+    .option(
+      "--http <host:port>",
+      "where the controller serves /metrics (and the dashboard); loopback only (default: 127.0.0.1, a free port)",
+    )
     .addHelpText(
       "after",
-      `\nExample:\n  $ mesh up examples/fleet/mesh.yaml\n  then, from another shell: mesh status\n${EXIT_CODES}`,
+      `\nExample:\n  $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470\n  then, from another shell: mesh status\n${EXIT_CODES}`,
     )
-    .action(async (fleet: string, flags: { state?: string; node?: string[]; listen?: string }) => {
-      await up(resolve(fleet), stateDirOf(flags.state, io), flags.node, flags.listen, io);
-    });
+    .action(
+      async (fleet: string, flags: { state?: string; node?: string[]; listen?: string; http?: string }) => {
+        await up(resolve(fleet), stateDirOf(flags.state, io), flags.node, flags.listen, io, flags.http);
+      },
+    );
 
   program
     .command("agent")
@@ -108,9 +114,17 @@ async function up(
   only: string[] | undefined,
   listen: string | undefined,
   io: CliIo,
+  http?: string,
 ): Promise<void> {
-  const { loadOrCreateAuthority, startController, operatorPermissions, OPERATOR_IDENTITY } =
-    await import("@mesh/controller");
+  const {
+    loadOrCreateAuthority,
+    startController,
+    operatorPermissions,
+    OPERATOR_IDENTITY,
+    ControllerMetrics,
+    metricsRoute,
+    startControllerHttp,
+  } = await import("@mesh/controller");
   const { startAgent } = await import("@mesh/agent");
   const say = (m: string) => io.err(`${"mesh up".padEnd(12)}│ ${m}\n`);
   await mkdir(state, { recursive: true, mode: 0o700 });
@@ -121,6 +135,21 @@ async function up(
     for (const stop of stopping.reverse()) await stop().catch(() => {});
   };
   try {
+    // First: an address it must not listen on is refused before anything starts. TODO(dashboard): an
+    // operator token (startControllerHttp's operatorToken) lets it listen elsewhere.
+    const metrics = new ControllerMetrics();
+    const server = await startControllerHttp({
+      listen: http,
+      routes: [metricsRoute(metrics.registry)],
+      logger: prefixed(io, "controller"),
+    }).catch((err: unknown) => {
+      throw new CliExit(
+        err instanceof ListenError ? EXIT_REFUSED : EXIT_USAGE,
+        `--http: ${(err as Error).message}`,
+      );
+    });
+    stopping.push(() => server.close());
+    say(`the controller's HTTP server: ${server.url} (Prometheus metrics at ${server.url}/metrics)`);
     say(`1/4 the bus: starting nats-server (state in ${join(state, "bus")})`);
     const authority = await loadOrCreateAuthority(join(state, "controller"));
     let bus: EmbeddedBus;
@@ -151,11 +180,13 @@ async function up(
         servers: [bus.url],
         authority,
         logger: prefixed(io, "controller"),
+        observer: metrics.observer,
       });
     } catch (err) {
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
     }
     stopping.push(() => controller.stop());
+    metrics.follow(() => controller.status());
     const fleet = controller.current();
     const consumers = fleet.plan.instances.reduce((n, i) => n + i.consumers.length, 0);
     say(`    ${fleet.nodes.length} node(s), ${fleet.modules.length} module(s), ${consumers} consumer(s)`);

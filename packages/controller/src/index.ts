@@ -19,9 +19,11 @@
  */
 export * from "./authority-file.ts";
 export * from "./controller-keys.ts";
+export * from "./controller-metrics.ts";
 export * from "./controller-status.ts";
 export * from "./enrollment.ts";
 export * from "./fleet-plan.ts";
+export * from "./http-server.ts";
 export * from "./join-secrets.ts";
 export * from "./node-deliveries.ts";
 export * from "./node-permissions.ts";

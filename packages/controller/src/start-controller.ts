@@ -20,6 +20,7 @@ import {
 import { formatProblem, type Problem } from "@mesh/manifest";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { loadOrCreateControllerKeys } from "./controller-keys.ts";
+import { observeDeliveries, type ControllerObserver } from "./controller-metrics.ts";
 import { controllerStatus, type ControllerStatus } from "./controller-status.ts";
 import { planEntries } from "@mesh/manifest";
 import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
@@ -54,6 +55,8 @@ export interface ControllerOptions {
   readonly joinServers?: readonly string[];
   /** Watch the fleet file and reload when it changes (default true). */
   readonly watch?: boolean;
+  /** Told of reloads, deliveries published, passwords minted and rotations, to count them (metrics). */
+  readonly observer?: ControllerObserver;
 }
 
 /** What a reload did. */
@@ -166,7 +169,7 @@ async function run(
   const desired = await openState<unknown>(nc, DESIRED_STATE_BUCKET);
   const nodesState: BusState<EnrolledNode> = await openState(nc, NODES_BUCKET, { parse: parseEnrolledNode });
   const passwords = await PasswordStore.open(nc, sealKeys, log);
-  const deliveries = new NodeDeliveries(nc, desired, passwords);
+  const deliveries = observeDeliveries(new NodeDeliveries(nc, desired, passwords), options.observer);
   const joinSecrets = new JoinSecrets(
     desired,
     sealKeys,
@@ -227,6 +230,7 @@ async function run(
     await passwords.ensureAll(planEntries(current.plan));
     const minted = passwords.minted - before;
     if (minted > 0) log.info(`minted ${minted} password(s) for consumers new to the fleet, kept sealed`);
+    options.observer?.minted(minted);
     const published: Published[] = [];
     for (const node of [...new Set([...current.nodes, ...enrolled.keys()])].sort()) {
       const result = await deliveries.publish(node, current, enrolled.get(node));
@@ -246,6 +250,7 @@ async function run(
       } catch (err) {
         const problems = problemsOf(err);
         refused = linesOf(err, problems);
+        options.observer?.reloaded("refused");
         throw new FleetRefusedError(
           fleetFile,
           problems,
@@ -255,6 +260,7 @@ async function run(
       }
       current = next;
       refused = null;
+      options.observer?.reloaded("applied");
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       standings.retainPlan(next.plan);
       await desired.put(STORED_FLEET_KEY, next);
@@ -268,6 +274,7 @@ async function run(
     exclusive(async () => {
       if (!hasConsumer(consumer, iface)) throw new UnknownConsumerError(consumer, iface);
       await passwords.rotate(consumer, iface);
+      options.observer?.rotated();
       await publishAll();
     });
 

@@ -1,0 +1,325 @@
+// The controller's HTTP server over real HTTP: its route table, what it refuses, the operator token,
+// and the controller's metrics read as Prometheus reads them, first from a made-up status under a
+// fixed clock, then from a real controller on a real nats-server.
+import assert from "node:assert/strict";
+import { rm } from "node:fs/promises";
+import type { ServerResponse } from "node:http";
+import { after, before, describe, it } from "node:test";
+import {
+  ControllerMetrics,
+  HttpExposedError,
+  metricsRoute,
+  startControllerHttp,
+  startController,
+  type ControllerHttpServer,
+  type ControllerStatus,
+} from "@mesh/controller";
+import { ListenAddressError, ListenError } from "@mesh/sdk";
+import { scrapeProm } from "@mesh/testkit";
+import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
+import { enrollNode, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
+
+const ok = (text: string) => ({
+  method: "GET" as const,
+  handle: (_req: unknown, res: ServerResponse) => {
+    res.writeHead(200, { "content-type": "text/plain" }).end(text);
+  },
+});
+
+describe("the controller's HTTP server", () => {
+  let server: ControllerHttpServer;
+  const log = recordingLogger();
+  before(async () => {
+    server = await startControllerHttp({
+      routes: [
+        { path: "/hello", ...ok("hello") },
+        { path: "/ledger/*", ...ok("a ledger") },
+        {
+          method: "GET",
+          path: "/broken",
+          handle: () => {
+            throw new Error("the handler broke");
+          },
+        },
+      ],
+      logger: log,
+    });
+  });
+  after(() => server.close());
+
+  it("binds loopback on a free port by default", () => {
+    assert.equal(server.host, "127.0.0.1");
+    assert.ok(server.port > 0);
+    assert.equal(server.url, `http://127.0.0.1:${server.port}`);
+  });
+
+  it("answers a route, a prefix route, and 404 for any other path", async () => {
+    assert.equal(await (await fetch(`${server.url}/hello`)).text(), "hello");
+    assert.equal(await (await fetch(`${server.url}/ledger/postgres`)).text(), "a ledger");
+    for (const path of ["/", "/hello/", "/helloo", "/ledger", "/metrics"]) {
+      assert.equal((await fetch(`${server.url}${path}`)).status, 404, path);
+    }
+  });
+
+  it("answers only GET and HEAD on a GET route: 405 with Allow for the rest", async () => {
+    for (const method of ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"]) {
+      const res = await fetch(`${server.url}/hello`, { method });
+      assert.equal(res.status, 405, method);
+      assert.equal(res.headers.get("allow"), "GET, HEAD");
+    }
+    const head = await fetch(`${server.url}/hello`, { method: "HEAD" });
+    assert.equal(head.status, 200);
+    assert.equal(await head.text(), "");
+  });
+
+  it("takes routes added later, the latest for a path winning", async () => {
+    server.route({ path: "/later", ...ok("added later") });
+    server.route({ path: "/hello", ...ok("hello again") });
+    assert.equal(await (await fetch(`${server.url}/later`)).text(), "added later");
+    assert.equal(await (await fetch(`${server.url}/hello`)).text(), "hello again");
+  });
+
+  it("answers 500 when a handler throws, and says it on the log", async () => {
+    const res = await fetch(`${server.url}/broken`);
+    assert.equal(res.status, 500);
+    assert.doesNotMatch(await res.text(), /the handler broke/, "the error stays in the log");
+    assert.ok(log.lines.some((l) => l.includes("GET /broken") && l.includes("the handler broke")));
+  });
+
+  it("refuses an address other than loopback without an operator token, listening nowhere", async () => {
+    for (const listen of ["0.0.0.0:0", "[::]:0", "10.0.0.1:0"]) {
+      await assert.rejects(
+        startControllerHttp({ listen }),
+        (err: unknown) =>
+          err instanceof HttpExposedError &&
+          /operator token/.test(err.message) &&
+          /SSH tunnel/.test(err.message),
+        listen,
+      );
+    }
+    await assert.rejects(startControllerHttp({ listen: "nowhere:80" }), ListenAddressError);
+  });
+
+  it("refuses a taken port, naming it", async () => {
+    await assert.rejects(
+      startControllerHttp({ listen: `127.0.0.1:${server.port}` }),
+      (err: unknown) => err instanceof ListenError && err.message.includes(`127.0.0.1:${server.port}`),
+    );
+  });
+
+  it("with an operator token, answers only a request that carries it", async () => {
+    const token = "t0ken-for-the-test";
+    const guarded = await startControllerHttp({ operatorToken: token, routes: [{ path: "/x", ...ok("x") }] });
+    try {
+      const url = `${guarded.url}/x`;
+      const none = await fetch(url);
+      assert.equal(none.status, 401);
+      assert.match(none.headers.get("www-authenticate") ?? "", /^Bearer/);
+      assert.equal((await fetch(url, { headers: { authorization: "Bearer wrong" } })).status, 401);
+      assert.equal((await fetch(url, { headers: { authorization: `Bearer ${token}x` } })).status, 401);
+      assert.equal((await fetch(`${guarded.url}/nothing`)).status, 401, "not even whether a path exists");
+      const right = await fetch(url, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal(right.status, 200);
+    } finally {
+      await guarded.close();
+    }
+  });
+
+  it("with an operator token, may listen where other machines reach it", async () => {
+    const open = await startControllerHttp({ listen: "0.0.0.0:0", operatorToken: "x" });
+    try {
+      assert.equal(open.host, "0.0.0.0");
+      assert.equal((await fetch(`http://127.0.0.1:${open.port}/`)).status, 401);
+    } finally {
+      await open.close();
+    }
+  });
+});
+
+/** A status as the controller builds it, with only what the metrics read. */
+function statusOf(partial: Partial<ControllerStatus>): ControllerStatus {
+  return {
+    nodes: [],
+    consumers: [],
+    failing: [],
+    fleet: { file: "/f/mesh.yaml", readAt: new Date(0).toISOString(), refused: null },
+    ...partial,
+  };
+}
+
+describe("the controller's metrics", () => {
+  it("count nodes, modules, consumers and failing consumers from the status, at each scrape", async () => {
+    const now = Date.parse("2030-01-01T00:00:00Z");
+    const ago = (s: number) => new Date(now - s * 1000).toISOString();
+    const metrics = new ControllerMetrics({ processMetrics: false, now: () => now, silentAfterMs: 30_000 });
+    const module = (name: string, state: "running" | "crashing" | "starting" | "stopped") => ({
+      name,
+      state,
+      restarts: 0,
+      log: "/l",
+    });
+    let status = statusOf({
+      nodes: [
+        {
+          name: "a",
+          enrolled: true,
+          lastReportAt: ago(5),
+          generation: 1,
+          modules: [module("postgres", "running"), module("app1", "crashing")],
+        },
+        {
+          name: "b",
+          enrolled: true,
+          lastReportAt: ago(31),
+          generation: 1,
+          modules: [module("redis", "running")],
+        },
+        { name: "c", enrolled: false, lastReportAt: null, generation: null, modules: [] },
+      ],
+      consumers: [
+        {
+          consumer: "app1",
+          interface: "postgres-database",
+          login: "app1_postgres",
+          provider: "postgres",
+          node: "a",
+        },
+        {
+          consumer: "app2",
+          interface: "postgres-database",
+          login: "app2_postgres",
+          provider: "postgres",
+          node: "b",
+        },
+      ],
+      failing: [
+        {
+          provider: "postgres",
+          interface: "postgres-database",
+          consumer: "app2",
+          login: "app2_postgres",
+          node: "b",
+          class: "unreachable",
+          since: ago(60),
+          attempts: 3,
+          error: "connect ECONNREFUSED",
+          at: ago(1),
+        },
+      ],
+    });
+    metrics.follow(() => status);
+    const http = await startControllerHttp({ routes: [metricsRoute(metrics.registry)] });
+    try {
+      let s = await scrapeProm(`${http.url}/metrics`);
+      assert.equal(s.types.get("mesh_controller_nodes"), "gauge");
+      assert.equal(s.value("mesh_controller_nodes", { state: "enrolled" }), 2);
+      assert.equal(s.value("mesh_controller_nodes", { state: "not-enrolled" }), 1);
+      assert.equal(s.value("mesh_controller_nodes", { state: "reporting" }), 1);
+      assert.equal(s.value("mesh_controller_nodes", { state: "silent" }), 1, "b's last report is 31 s old");
+      assert.equal(s.value("mesh_controller_modules", { state: "running" }), 1);
+      assert.equal(s.value("mesh_controller_modules", { state: "crashing" }), 1);
+      assert.equal(s.value("mesh_controller_modules", { state: "unknown" }), 1, "a silent node's module");
+      assert.equal(s.value("mesh_controller_modules", { state: "stopped" }), 0);
+      assert.equal(s.value("mesh_controller_consumers"), 2);
+      assert.equal(s.value("mesh_controller_failing_consumers"), 1);
+      assert.equal(s.value("mesh_controller_fleet_refused"), 0);
+      assert.equal(s.value("mesh_controller_reloads_total", { result: "applied" }), 0);
+      assert.equal(s.value("process_cpu_user_seconds_total"), undefined);
+
+      status = statusOf({ fleet: { file: "/f/mesh.yaml", readAt: ago(1), refused: ["line 3: bad"] } });
+      metrics.observer.reloaded("refused");
+      metrics.observer.reloaded("applied");
+      metrics.observer.minted(3);
+      metrics.observer.minted(0);
+      metrics.observer.published();
+      metrics.observer.rotated();
+      s = await scrapeProm(`${http.url}/metrics`);
+      assert.equal(s.value("mesh_controller_nodes", { state: "enrolled" }), 0);
+      assert.equal(s.value("mesh_controller_consumers"), 0);
+      assert.equal(s.value("mesh_controller_failing_consumers"), 0);
+      assert.equal(s.value("mesh_controller_fleet_refused"), 1);
+      assert.equal(s.value("mesh_controller_reloads_total", { result: "refused" }), 1);
+      assert.equal(s.value("mesh_controller_reloads_total", { result: "applied" }), 1);
+      assert.equal(s.value("mesh_controller_passwords_minted_total"), 4, "three new, one rotation");
+      assert.equal(s.value("mesh_controller_deliveries_published_total"), 1);
+      assert.equal(s.value("mesh_controller_rotations_total"), 1);
+    } finally {
+      await http.close();
+    }
+  });
+
+  it("answer zeros before there is a controller to follow", async () => {
+    const metrics = new ControllerMetrics({ processMetrics: false });
+    const text = await metrics.text();
+    assert.match(text, /^mesh_controller_nodes\{state="enrolled"\} 0$/m);
+    assert.match(text, /^mesh_controller_consumers 0$/m);
+  });
+});
+
+describe("a real controller's metrics", { timeout: 120_000 }, () => {
+  let mesh: TestMesh;
+  let fleet: FleetDir;
+  before(async () => {
+    mesh = await startTestMesh();
+    fleet = await makeFleetDir();
+  });
+  after(async () => {
+    await mesh?.stop();
+    if (fleet) await rm(fleet.dir, { recursive: true, force: true });
+  });
+
+  it("count what it published and minted, reloads, rotations and enrolled nodes", async () => {
+    const metrics = new ControllerMetrics({ processMetrics: false });
+    const controller = await startController({
+      stateDir: `${mesh.stateDir}/observed`,
+      fleetFile: fleet.fleetFile,
+      servers: [mesh.nats.url],
+      authority: mesh.authority,
+      logger: recordingLogger(),
+      watch: false,
+      observer: metrics.observer,
+    });
+    metrics.follow(() => controller.status());
+    const http = await startControllerHttp({ routes: [metricsRoute(metrics.registry)] });
+    const scrape = () => scrapeProm(`${http.url}/metrics`);
+    try {
+      let s = await scrape();
+      const consumers = controller.status().consumers.length;
+      assert.ok(consumers > 0);
+      assert.equal(s.value("mesh_controller_consumers"), consumers);
+      assert.equal(s.value("mesh_controller_passwords_minted_total"), consumers, "one per consumer at start");
+      assert.equal(s.value("mesh_controller_deliveries_published_total"), 0, "no node enrolled yet");
+      assert.equal(s.value("mesh_controller_nodes", { state: "not-enrolled" }), 2);
+
+      await enrollNode(await controller.joinToken("node-a"));
+      s = await scrape();
+      assert.equal(s.value("mesh_controller_nodes", { state: "enrolled" }), 1);
+      assert.equal(s.value("mesh_controller_nodes", { state: "silent" }), 1, "enrolled, never reported");
+      assert.equal(s.value("mesh_controller_deliveries_published_total"), 1, "its first delivery");
+
+      await controller.rotate("app1", "postgres-database");
+      s = await scrape();
+      assert.equal(s.value("mesh_controller_rotations_total"), 1);
+      assert.equal(s.value("mesh_controller_passwords_minted_total"), consumers + 1);
+      assert.equal(s.value("mesh_controller_deliveries_published_total"), 2, "node-a's new password");
+
+      await controller.reload();
+      s = await scrape();
+      assert.equal(s.value("mesh_controller_reloads_total", { result: "applied" }), 1);
+      assert.equal(
+        s.value("mesh_controller_deliveries_published_total"),
+        2,
+        "nothing changed, nothing published",
+      );
+
+      await fleet.writeFleet("nodes: [this is not a fleet");
+      await assert.rejects(controller.reload());
+      s = await scrape();
+      assert.equal(s.value("mesh_controller_reloads_total", { result: "refused" }), 1);
+      assert.equal(s.value("mesh_controller_fleet_refused"), 1);
+    } finally {
+      await http.close();
+      await controller.stop();
+    }
+  });
+});
