@@ -1,7 +1,8 @@
 // Running one provider as a process: its settings from flags and environment, the adapter, the
 // harness, and the control socket, said plainly at start and never with the admin URL's password.
+// Run by the agent with a bus credential, it announces its standings on the bus, best effort.
 
-import type { Logger } from "./collaborators.ts";
+import type { Announcer, Logger, StandingEvent } from "./collaborators.ts";
 import { consoleLogger } from "./collaborators.ts";
 import type { ControlServer } from "./control-socket.ts";
 import { serveControl } from "./control-socket.ts";
@@ -9,6 +10,8 @@ import { InvalidDurationError, formatDuration, parseDuration } from "./duration.
 import { ProviderMetrics, parseListenAddress, serveMetrics, type MetricsServer } from "./metrics.ts";
 import type { ProvisionerHandle } from "./harness.ts";
 import { runProvisioner } from "./harness.ts";
+import { ActionJournal, actionJournalPath } from "./action-journal.ts";
+import { connectModuleBus } from "./module-bus.ts";
 import type { ProviderModule } from "./provider.ts";
 import type { ProvisionerTools } from "./tools.ts";
 import { ToolError } from "./tools.ts";
@@ -38,6 +41,19 @@ export interface ProviderProcessOptions {
   readonly logger?: Logger | undefined;
   /** HOST:PORT to serve Prometheus metrics on (`/metrics`); none when not given. */
   readonly metrics?: string | undefined;
+  /** The action journal the agent follows into the module's ledger (see `actionJournalPath`); none: actions are kept nowhere. */
+  readonly journal?: string | undefined;
+  /** How long a consumer fails without a success before it is announced failing (the harness's 5 min). */
+  readonly failingAfter?: number | undefined;
+  /** How often a lasting failure is announced again (the harness's 15 min). */
+  readonly sayAgainEvery?: number | undefined;
+  /**
+   * The module's bus, as the agent hands it (see `busEnvOf`): standings are announced on it, best
+   * effort. None: standings are not announced (unless `announcer` is given).
+   */
+  readonly bus?: Readonly<Record<string, string>> | undefined;
+  /** Where standings go, over `bus`; for tests and embedders. */
+  readonly announcer?: Announcer | undefined;
 }
 
 /** A running provider process. */
@@ -47,7 +63,7 @@ export interface ProviderProcess {
   readonly control: ControlServer | null;
   /** The /metrics server, or null when it was given no address. */
   readonly metrics: MetricsServer | null;
-  /** Closes the control socket, then stops the harness (which closes the adapter). Idempotent. */
+  /** Closes the control socket, then stops the harness (which closes the adapter), then the bus. Idempotent. */
   stop(): Promise<void>;
 }
 
@@ -111,6 +127,20 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
     logger.info(`metrics: ${metricsServer.url} (Prometheus text format)`);
   }
 
+  // Announcing is best effort: a bus that cannot be reached never stops the provisioning.
+  let busAnnouncer: BusAnnouncer | undefined;
+  if (options.announcer === undefined && options.bus !== undefined) {
+    const env = options.bus;
+    busAnnouncer = new BusAnnouncer({ connect: () => connectModuleBus({ env, logger }), logger });
+    logger.info(
+      `standings: announced on the bus as mesh.events.${env["MESH_MODULE"] ?? "<module>"}.provisioner.failing|recovered`,
+    );
+  }
+  const announcer = options.announcer ?? busAnnouncer;
+
+  const journal = options.journal === undefined ? undefined : new ActionJournal(options.journal, logger);
+  if (journal !== undefined) logger.info(`actions: journalled to ${journal.path} for the module's ledger`);
+
   try {
     const adapter = provider.createAdapter({ adminUrl, instance, logger });
     try {
@@ -121,6 +151,10 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
         verifyEvery,
         logger,
         ...(options.node === undefined ? {} : { node: options.node }),
+        ...(journal === undefined ? {} : { actions: journal }),
+        ...(options.failingAfter === undefined ? {} : { failingAfter: options.failingAfter }),
+        ...(options.sayAgainEvery === undefined ? {} : { sayAgainEvery: options.sayAgainEvery }),
+        ...(announcer === undefined ? {} : { announcer }),
         ...(metrics === undefined ? {} : { metrics: metrics.observer(provider.interface, instance) }),
       });
     } catch (err) {
@@ -130,6 +164,7 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
   } catch (err) {
     await server?.close();
     await metricsServer?.close();
+    await busAnnouncer?.close();
     throw new ProviderStartError(
       provider.name,
       `the ${provider.name} provider did not start: ${scrubbed(err)}`,
@@ -152,6 +187,9 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
         await server?.close();
         await metricsServer?.close();
         await running.stop();
+        await journal?.flush();
+        // After the harness: what it announced while stopping still goes out.
+        await busAnnouncer?.close();
       })();
       return stopping;
     },
@@ -196,6 +234,16 @@ export interface ProviderSettings {
   readonly verifyEvery: number;
   /** HOST:PORT for /metrics; none when absent. */
   readonly metrics?: string | undefined;
+  /** `<MESH_STATE_DIR>/modules/<MESH_MODULE>/actions.jsonl` when run by the agent; absent otherwise. */
+  readonly journal?: string | undefined;
+  /** The node it runs on (MESH_NODE), said in standings; absent when not set. */
+  readonly node?: string | undefined;
+  /** MESH_FAILING_AFTER; absent for the harness's 5 min. */
+  readonly failingAfter?: number | undefined;
+  /** MESH_SAY_AGAIN_EVERY; absent for the harness's 15 min. */
+  readonly sayAgainEvery?: number | undefined;
+  /** The module's bus variables when the agent gave it a bus credential (see `busEnvOf`). */
+  readonly bus?: Readonly<Record<string, string>> | undefined;
 }
 
 /** What a provider process is given is missing or wrong; `problems` lists each, with its fix. */
@@ -212,7 +260,8 @@ export class ProviderSettingsError extends Error {
 /**
  * Reads a provider's settings from `flags` (when run as `mesh provider`) and `env`: MESH_RECEIVES,
  * the provider's admin URL variable, MESH_CONTROL, MESH_INSTANCE, MESH_EVERY, MESH_VERIFY_EVERY,
- * MESH_METRICS.
+ * MESH_METRICS; and from `env` only: MESH_NODE, MESH_FAILING_AFTER, MESH_SAY_AGAIN_EVERY, and the
+ * bus variables the agent sets (see `busEnvOf`).
  * A flag beats its variable; an empty variable counts as unset. Messages name the flag only when
  * `flags` is given.
  * @throws ProviderSettingsError naming every missing or bad setting and how to give it.
@@ -274,12 +323,30 @@ export function resolveProviderSettings(
     DEFAULT_VERIFY_EVERY_MS,
   );
 
+  // Variables only: the harness's standings timing, shortened where a test or a demo needs it.
+  const durationIfSet = (variable: string): number | undefined =>
+    pick(undefined, variable) === undefined ? undefined : duration(variable, undefined, variable, 0);
+  const failingAfter = durationIfSet("MESH_FAILING_AFTER");
+  const sayAgainEvery = durationIfSet("MESH_SAY_AGAIN_EVERY");
+  const node = pick(undefined, "MESH_NODE");
+  const bus = busEnvOf(env);
+
   const metrics = pick(flags?.metrics, "MESH_METRICS");
   if (metrics !== undefined) {
     try {
       parseListenAddress(metrics);
     } catch (err) {
       problems.push(`${flags?.metrics ? "--metrics" : "MESH_METRICS"}: ${(err as Error).message}`);
+    }
+  }
+
+  let journal: string | undefined;
+  const [stateDir, module] = [env["MESH_STATE_DIR"], env["MESH_MODULE"]];
+  if (stateDir !== undefined && stateDir !== "" && module !== undefined && module !== "") {
+    try {
+      journal = actionJournalPath(stateDir, module);
+    } catch (err) {
+      problems.push(`MESH_STATE_DIR and MESH_MODULE (set by the agent): ${(err as Error).message}`);
     }
   }
 
@@ -294,7 +361,182 @@ export function resolveProviderSettings(
     every,
     verifyEvery,
     ...(metrics === undefined ? {} : { metrics }),
+    ...(node === undefined ? {} : { node }),
+    ...(failingAfter === undefined ? {} : { failingAfter }),
+    ...(sayAgainEvery === undefined ? {} : { sayAgainEvery }),
+    ...(bus === undefined ? {} : { bus }),
+    ...(journal === undefined ? {} : { journal }),
   };
+}
+
+/** The variables the agent hands every module for its bus. */
+const BUS_VARIABLES = [
+  "MESH_BUS_SERVERS",
+  "MESH_BUS_CREDS",
+  "MESH_MANIFEST",
+  "MESH_SEATS",
+  "MESH_MODULE",
+] as const;
+
+/**
+ * The bus variables of `env` (MESH_BUS_SERVERS, MESH_BUS_CREDS, MESH_MANIFEST, MESH_SEATS,
+ * MESH_MODULE, those that are set) when it holds a bus credential: MESH_BUS_CREDS and
+ * MESH_BUS_SERVERS both set and not empty. Undefined otherwise: the provider announces nothing.
+ */
+export function busEnvOf(
+  env: Readonly<Record<string, string | undefined>>,
+): Readonly<Record<string, string>> | undefined {
+  const set = (name: string): boolean => (env[name] ?? "").trim() !== "";
+  if (!set("MESH_BUS_CREDS") || !set("MESH_BUS_SERVERS")) return undefined;
+  const bus: Record<string, string> = {};
+  for (const name of BUS_VARIABLES) {
+    const value = env[name];
+    if (value !== undefined) bus[name] = value;
+  }
+  return bus;
+}
+
+/** The slice of a module bus (`ModuleBus`) the announcer uses. */
+export interface StandingsBus {
+  emit(localName: string, body: unknown): void;
+  close(): Promise<void>;
+}
+
+/** How a `BusAnnouncer` reaches its bus. */
+export interface BusAnnouncerOptions {
+  /** Opens the bus (`connectModuleBus`); called again after a failure, until it succeeds. */
+  readonly connect: () => Promise<StandingsBus>;
+  /** Where it says that the bus cannot be reached (once) and that it can again. */
+  readonly logger: Logger;
+  /** The first wait before trying again (30 s); it doubles up to `maxRetryEvery` (5 min). */
+  readonly retryEvery?: number;
+  readonly maxRetryEvery?: number;
+  /** How many consumers' standings it keeps while the bus is not there (10,000). */
+  readonly maxPending?: number;
+  /** The clock, ms since the epoch, for the `at` it stamps (Date.now). */
+  readonly now?: () => number;
+}
+
+/**
+ * Announces the harness's standings on the module's bus (`emit`), best effort: each one is
+ * stamped with when it was said (`at`), so the controller keeps the newest whatever order they
+ * arrive in. While the bus is not there, it keeps the newest standing of each consumer and sends
+ * them once it is; a failure to connect is said once (and the recovery once), and never reaches
+ * the harness.
+ */
+export class BusAnnouncer implements Announcer {
+  readonly #o: Required<Omit<BusAnnouncerOptions, "connect" | "logger">> & BusAnnouncerOptions;
+  readonly #pending = new Map<string, { event: StandingEvent; body: Record<string, unknown> }>();
+  #bus: StandingsBus | undefined;
+  #attempt: Promise<void> | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #wait: number;
+  #closed = false;
+  #down: string | undefined;
+  #said = new Set<string>();
+  #unnamed = 0;
+  #dropped = 0;
+  #sent = 0;
+
+  constructor(options: BusAnnouncerOptions) {
+    this.#o = {
+      retryEvery: 30_000,
+      maxRetryEvery: 5 * 60_000,
+      maxPending: 10_000,
+      now: Date.now,
+      ...options,
+    };
+    this.#wait = this.#o.retryEvery;
+    this.#connect();
+  }
+
+  announce(event: StandingEvent, body: Readonly<Record<string, unknown>>): void {
+    if (this.#closed) return;
+    const stamped = {
+      ...body,
+      at: typeof body["at"] === "string" ? body["at"] : new Date(this.#o.now()).toISOString(),
+    };
+    if (this.#bus !== undefined) {
+      this.#emit(this.#bus, event, stamped);
+      return;
+    }
+    // Only the newest word on each consumer matters to the controller.
+    const key = typeof body["consumer"] === "string" ? `c:${body["consumer"]}` : `n:${this.#unnamed++}`;
+    this.#pending.delete(key);
+    this.#pending.set(key, { event, body: stamped });
+    while (this.#pending.size > this.#o.maxPending) {
+      const [oldest] = this.#pending.keys();
+      if (oldest === undefined) break;
+      this.#pending.delete(oldest);
+      if (this.#dropped++ === 0) {
+        this.#o.logger.warn(
+          `standings: more than ${this.#o.maxPending} consumers' standings wait for the bus; the oldest are dropped (counted, not said again)`,
+        );
+      }
+    }
+  }
+
+  /** What it has done: standings sent, waiting for the bus, dropped while waiting. */
+  stats(): { readonly sent: number; readonly pending: number; readonly dropped: number } {
+    return { sent: this.#sent, pending: this.#pending.size, dropped: this.#dropped };
+  }
+
+  /** Stops trying, sends what the open bus holds, and closes it. Safe to call twice. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    await this.#attempt;
+    const bus = this.#bus;
+    this.#bus = undefined;
+    await bus?.close().catch(() => undefined);
+  }
+
+  #connect(): void {
+    this.#attempt = this.#o.connect().then(
+      (bus) => {
+        if (this.#closed) {
+          this.#bus = bus;
+          return;
+        }
+        this.#bus = bus;
+        this.#wait = this.#o.retryEvery;
+        if (this.#down !== undefined)
+          this.#o.logger.info("standings: the bus is reachable again; announcing");
+        this.#down = undefined;
+        const waiting = [...this.#pending.values()];
+        this.#pending.clear();
+        for (const { event, body } of waiting) this.#emit(bus, event, body);
+      },
+      (err: unknown) => {
+        const why = err instanceof Error ? err.message : String(err);
+        if (this.#down === undefined) {
+          this.#o.logger.warn(
+            `standings: cannot announce on the bus (${why}); the provider goes on provisioning, keeps each ` +
+              `consumer's newest standing and tries the bus again, first in ${formatDuration(this.#wait)}`,
+          );
+        }
+        this.#down = why;
+        if (this.#closed) return;
+        this.#timer = setTimeout(() => this.#connect(), this.#wait);
+        this.#timer.unref();
+        this.#wait = Math.min(this.#wait * 2, this.#o.maxRetryEvery);
+      },
+    );
+  }
+
+  #emit(bus: StandingsBus, event: StandingEvent, body: Record<string, unknown>): void {
+    try {
+      bus.emit(event, body);
+      this.#sent += 1;
+    } catch (err) {
+      const e = err instanceof Error ? err : new Error(String(err));
+      // Once per kind of failure: the same cause would fill the log at every announcement.
+      if (!this.#said.has(e.name)) {
+        this.#said.add(e.name);
+        this.#o.logger.warn(`standings: ${event} was not announced: ${e.message}`);
+      }
+    }
+  }
 }
 
 /**
