@@ -213,16 +213,24 @@ export interface JournalFollowersOptions {
   readonly ledgers: LedgerWriters;
   readonly logger: BusLogger;
   readonly retryMs?: number;
+  /** The modules the node runs now, asked every `retryMs` (else only `follow` says which). */
+  readonly modules?: () => Iterable<string>;
 }
 
 /** One `JournalFollower` for each module the node runs, started and stopped as that set changes. */
 export class JournalFollowers {
   readonly #o: JournalFollowersOptions;
   readonly #followers = new Map<string, JournalFollower>();
+  readonly #timer: NodeJS.Timeout | undefined;
   #stopped = false;
 
   constructor(options: JournalFollowersOptions) {
     this.#o = options;
+    const { modules } = options;
+    if (modules !== undefined) {
+      this.#timer = setInterval(() => this.follow(modules()), options.retryMs ?? 5_000);
+      this.#timer.unref();
+    }
   }
 
   /** Follows exactly these modules' journals from now on. A name that is not a module name is ignored. */
@@ -242,7 +250,15 @@ export class JournalFollowers {
       } catch {
         continue;
       }
-      const follower = new JournalFollower({ ...this.#o, module, file });
+      const { node, ledgers, logger, retryMs } = this.#o;
+      const follower = new JournalFollower({
+        node,
+        module,
+        file,
+        ledgers,
+        logger,
+        ...(retryMs ? { retryMs } : {}),
+      });
       this.#followers.set(module, follower);
       follower.start();
     }
@@ -256,6 +272,7 @@ export class JournalFollowers {
   /** Stops every follower. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    clearInterval(this.#timer);
     const followers = [...this.#followers.values()];
     this.#followers.clear();
     await Promise.all(followers.map((f) => f.stop()));

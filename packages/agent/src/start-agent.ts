@@ -16,6 +16,8 @@ import { StateDirError } from "@mesh/manifest";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { enrollNode, ENROLL_WITHIN_MS } from "./enroll-node.ts";
 import { parseJoinToken } from "@mesh/bus";
+import { JournalFollowers } from "./journal-follower.ts";
+import { followLedgerCredentials, ledgersFileOf } from "./ledger-credentials.ts";
 import { DEFAULT_SUPERVISION } from "./module-process.ts";
 import { NodeAgent, type AgentStatus, type AgentTimings } from "./node-agent.ts";
 import {
@@ -120,6 +122,9 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
     nc = await connectNode(node, servers, () => creds, logger, timings.retryMs);
   }
 
+  // Each module's ledger: written on its own connection, from the `ledgers` secret the agent keeps.
+  const ledgerFile = ledgersFileOf(stateDir, options.env ?? process.env);
+  const ledgers = await followLedgerCredentials({ file: ledgerFile, servers, logger });
   const agent = new NodeAgent({
     node,
     stateDir,
@@ -130,8 +135,15 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
     timings,
   });
   agent.run();
+  const modules = () => agent.status().modules.map((m) => m.name);
+  const journals = new JournalFollowers({ node, stateDir, ledgers, logger, modules });
   logger.info(`the agent of node ${node} is connected to the bus at ${servers.join(", ")}`);
-  return { stop: () => agent.stop(), status: () => agent.status() };
+  const stop = async (): Promise<void> => {
+    await agent.stop();
+    await journals.stop();
+    await ledgers.stop();
+  };
+  return { stop, status: () => agent.status() };
 }
 
 // The first connection waits for a bus that is not up yet, as a reconnect does; a refusal is final.
