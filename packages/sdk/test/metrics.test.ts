@@ -7,12 +7,16 @@ import {
   ListenAddressError,
   ListenError,
   ProviderMetrics,
+  ProviderSettingsError,
   isLoopbackHost,
   parseListenAddress,
+  resolveProviderSettings,
   serveMetrics,
+  startProviderProcess,
   type MetricsServer,
+  type ProviderModule,
 } from "@mesh/sdk";
-import { scrapeProm, type PromScrape } from "@mesh/testkit";
+import { MemoryAdapter, scrapeProm, type PromScrape } from "@mesh/testkit";
 import { IFACE, makeFixture, type Fixture } from "./harness-fixture.ts";
 
 const INSTANCE = "default";
@@ -294,6 +298,65 @@ describe("listen addresses", () => {
     }
     for (const h of ["0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "128.0.0.1"]) {
       assert.ok(!isLoopbackHost(h), h);
+    }
+  });
+});
+
+describe("a provider process's metrics", () => {
+  const provider = (adapter: MemoryAdapter, made = { count: 0 }): ProviderModule => ({
+    name: "memory",
+    interface: IFACE,
+    adminUrlEnv: "MESH_MEMORY_URL",
+    adminUrlExample: "memory://mesh_admin:<password>@127.0.0.1:1/store",
+    createAdapter: () => {
+      made.count += 1;
+      return adapter;
+    },
+  });
+  const env = { MESH_RECEIVES: "/r.json", MESH_MEMORY_URL: "memory://mesh_admin:pw@127.0.0.1:1/store" };
+
+  it("are served only when asked: MESH_METRICS asks, --metrics beats it", () => {
+    const p = provider(new MemoryAdapter());
+    assert.equal(resolveProviderSettings(p, env).metrics, undefined);
+    assert.equal(
+      resolveProviderSettings(p, { ...env, MESH_METRICS: "127.0.0.1:9464" }).metrics,
+      "127.0.0.1:9464",
+    );
+    assert.equal(
+      resolveProviderSettings(p, { ...env, MESH_METRICS: "127.0.0.1:9464" }, { metrics: "9465" }).metrics,
+      "9465",
+    );
+  });
+
+  it("refuse a bad address, naming the flag or the variable that gave it", () => {
+    const p = provider(new MemoryAdapter());
+    assert.throws(
+      () => resolveProviderSettings(p, env, { metrics: "example.com:80" }),
+      (err: unknown) => err instanceof ProviderSettingsError && /--metrics: .*HOST:PORT/.test(err.message),
+    );
+    assert.throws(
+      () => resolveProviderSettings(p, { ...env, MESH_METRICS: "x" }),
+      (err: unknown) => err instanceof ProviderSettingsError && /MESH_METRICS: /.test(err.message),
+    );
+  });
+
+  it("a taken port refuses the start before the backend is touched", async () => {
+    const taken = await serveMetrics(new ProviderMetrics({ processMetrics: false }).registry);
+    const made = { count: 0 };
+    try {
+      await assert.rejects(
+        startProviderProcess({
+          provider: provider(new MemoryAdapter(), made),
+          receives: "/nonexistent/contributions.json",
+          adminUrl: env.MESH_MEMORY_URL,
+          metrics: `127.0.0.1:${taken.port}`,
+          logger: { info: () => {}, warn: () => {}, error: () => {} },
+        }),
+        ListenError,
+      );
+      assert.equal(made.count, 0, "no adapter was made");
+    } finally {
+      await taken.close();
     }
   });
 });
