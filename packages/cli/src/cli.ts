@@ -6,6 +6,7 @@ import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { addExplainCommand } from "./explain-command.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
+import { addLedgerCommand } from "./ledger-command.ts";
 import { addProviderCommand } from "./provider-command.ts";
 import { addToolCommand } from "./tool-command.ts";
 import { addUpCommands } from "./up-command.ts";
@@ -36,6 +37,7 @@ Exit codes:
   addUpCommands(program, io);
   addExplainCommand(program, io);
   addCheckCommand(program, io);
+  addLedgerCommand(program, io);
   return program;
 }
 

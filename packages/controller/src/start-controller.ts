@@ -26,9 +26,11 @@ import { planEntries } from "@mesh/manifest";
 import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";
+import { answerLedgerRead } from "./ledger-reader.ts";
 import { NodeDeliveries, type Published } from "./node-deliveries.ts";
 import {
   controllerPermissions,
+  LEDGER_READ_SUBJECT,
   ROTATE_SUBJECT,
   SERVED_FLEET_SUBJECT,
   STATUS_SUBJECT,
@@ -346,6 +348,9 @@ async function run(
     return reply;
   });
   serve(STATUS_SUBJECT, true, () => Promise.resolve(status()));
+  serve(LEDGER_READ_SUBJECT, true, (data) =>
+    answerLedgerRead(nc, data, (module) => current.modules.some((m) => m.name === module)),
+  );
   // `mesh plan` compares a fleet file with what is served; it reads, never changes.
   serve(SERVED_FLEET_SUBJECT, true, async () => ({
     ok: true,

@@ -1,0 +1,109 @@
+// `mesh ledger <module>`: a module's history as a timeline — what its provider did to which
+// consumer and why, and which tools were called by whom with what result — asked of the running
+// controller with the operator's credentials, as `mesh status` asks.
+import type { Command } from "commander";
+import type { LedgerRecord } from "@mesh/bus";
+import { askController, stateDirOf } from "./controller-request.ts";
+import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import { formatBytes, formatTable, formatTime } from "./format.ts";
+import type { CliIo } from "./io.ts";
+
+const HELP = `
+The newest entries come last. Each line: when, the kind of entry (action: what the provider did to a
+consumer; tool: a tool called through the mesh), who asked, what was done, and why or with what result.
+
+Examples:
+  $ mesh ledger postgres
+  $ mesh ledger postgres --limit 200 --json | jq '.entries[].entry.action'
+
+Exit codes:
+  0  the ledger was shown (it may have no entries yet)
+  1  the controller refused: no such module, or its ledger cannot be read
+  2  usage error: a bad --limit
+  3  no mesh answers (start one with mesh up, or give --state)`;
+
+/** What the controller answers on the ledger read subject. */
+type LedgerAnswer =
+  | { readonly ok: true; readonly limit?: number; readonly entries: readonly LedgerRecord[] }
+  | { readonly ok: false; readonly error?: string };
+
+/** Adds `mesh ledger` to `program`. */
+export function addLedgerCommand(program: Command, io: CliIo): void {
+  program
+    .command("ledger")
+    .description(
+      "show a module's ledger: its provider's actions and the tools called on it, who, when and why",
+    )
+    .argument("<module>", "the module, as named in the fleet file")
+    .option("--limit <n>", "how many of the newest entries to show (at most 1000)", "50")
+    .option("--json", "print the controller's answer as JSON, for scripts")
+    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .addHelpText("after", HELP)
+    .action(async (module: string, flags: { limit: string; json?: boolean; state?: string }) => {
+      const limit = Number(flags.limit);
+      if (!/^\d+$/.test(flags.limit.trim()) || !Number.isInteger(limit) || limit < 1) {
+        throw new CliExit(EXIT_USAGE, `--limit ${flags.limit} is not a whole number of entries, 1 or more`);
+      }
+      const { LEDGER_READ_SUBJECT } = await import("@mesh/controller");
+      const answer = await askController<LedgerAnswer>(
+        stateDirOf(flags.state, io),
+        LEDGER_READ_SUBJECT,
+        JSON.stringify({ module, limit }),
+        { name: "mesh ledger" },
+      );
+      if (!answer.ok)
+        throw new CliExit(EXIT_REFUSED, answer.error ?? `the controller refused to read ${module}'s ledger`);
+      io.out(
+        flags.json === true ? `${JSON.stringify(answer, null, 2)}\n` : formatLedger(module, answer.entries),
+      );
+    });
+}
+
+/** A module's entries as a timeline for a person, oldest first. */
+export function formatLedger(module: string, entries: readonly LedgerRecord[]): string {
+  if (entries.length === 0) return `${module}'s ledger has no entries yet\n`;
+  const rows = entries.map((record) => {
+    const e = record.entry;
+    const at = typeof e["at"] === "string" ? e["at"] : record.at;
+    const kind = text(e["kind"]) || "?";
+    return [formatTime(at), kind, text(e["who"]) || "-", whatOf(kind, e), whyOf(kind, e)];
+  });
+  const shown = `${entries.length} entr${entries.length === 1 ? "y" : "ies"}`;
+  return `${module}'s ledger, the newest ${shown} (oldest first):\n${formatTable(
+    ["TIME", "KIND", "WHO", "WHAT", "WHY / RESULT"],
+    rows,
+  )}\n`;
+}
+
+function whatOf(kind: string, e: Readonly<Record<string, unknown>>): string {
+  if (kind === "action") {
+    const iface = text(e["interface"]);
+    const freed = typeof e["freedBytes"] === "number" ? `, freed ${formatBytes(e["freedBytes"])}` : "";
+    return `${text(e["action"])} ${text(e["login"])}${iface ? ` (${iface})` : ""}${freed}`;
+  }
+  if (kind === "tool") {
+    const args = Array.isArray(e["args"]) ? e["args"].map(text).join(" ") : "";
+    return `${text(e["tool"])}${args ? ` ${args}` : ""}`;
+  }
+  const { kind: _kind, at: _at, who: _who, ...rest } = e;
+  return clip(JSON.stringify(rest));
+}
+
+function whyOf(kind: string, e: Readonly<Record<string, unknown>>): string {
+  if (kind !== "tool") return text(e["why"]) || "-";
+  if (e["ok"] === false) {
+    const code = text(e["code"]);
+    return `refused: ${text(e["error"]) || "no reason given"}${code ? ` (${code})` : ""}`;
+  }
+  return e["answer"] === undefined ? "ok" : `ok: ${clip(JSON.stringify(e["answer"]))}`;
+}
+
+function text(value: unknown): string {
+  if (typeof value === "string") return value;
+  if (typeof value === "number" || typeof value === "boolean") return String(value);
+  return "";
+}
+
+function clip(value: string, most = 80): string {
+  return value.length <= most ? value : `${value.slice(0, most - 1)}…`;
+}
