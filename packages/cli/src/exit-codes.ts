@@ -9,6 +9,9 @@ export const EXIT_USAGE = 2;
 /** No provider answered at the control socket. */
 export const EXIT_UNREACHABLE = 3;
 
+/** `mesh plan --detailed-exitcode`: planned, and applying it would change something. */
+export const EXIT_PLAN_CHANGES = 4;
+
 /** Ends a command with an exit code and, unless empty, a message for standard error. */
 export class CliExit extends Error {
   override name = "CliExit";

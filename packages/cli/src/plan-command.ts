@@ -1,0 +1,299 @@
+// `mesh plan [mesh.yaml]`: what applying a fleet file will do — consumers created, changed and
+// retired (and which retirements wait for a person), passwords minted, modules started, stopped or
+// moved, nodes added or removed — compared with what the running mesh serves. It touches nothing.
+import { access } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import type { Command } from "commander";
+import type { ComparedFleet, FleetPlanDiff, ProviderPlan } from "@mesh/controller";
+import { formatProblem, ProblemsError } from "@mesh/manifest";
+import { askController, stateDirOf } from "./controller-request.ts";
+import { CliExit, EXIT_PLAN_CHANGES, EXIT_USAGE } from "./exit-codes.ts";
+import type { CliIo } from "./io.ts";
+
+const HELP = `
+A fleet file saved where the mesh reads it is applied at once: plan a copy, then move it into place.
+
+Example:
+  $ cp mesh.yaml mesh.next.yaml && $EDITOR mesh.next.yaml
+  $ mesh plan mesh.next.yaml
+  $ mv mesh.next.yaml mesh.yaml        # the controller applies it now
+
+Exit codes:
+  0  planned (with --detailed-exitcode: planned, and nothing would change)
+  1  the controller's answer could not be used
+  2  the fleet file is refused (its problems are printed), or a usage error
+  3  a mesh has run with this state directory but does not answer (--empty plans without it)
+  ${EXIT_PLAN_CHANGES}  with --detailed-exitcode: planned, and something would change`;
+
+/** What the plan was compared with. */
+export type PlanBaseline =
+  | {
+      readonly kind: "mesh";
+      /** The mesh's state directory. */
+      readonly state: string;
+      /** The fleet file the mesh serves, and when it read it. */
+      readonly fleetFile: string;
+      readonly readAt: string;
+    }
+  | { readonly kind: "empty"; readonly why: string };
+
+/** What `mesh plan --json` prints: the comparison, and what it compared. */
+export interface PlanReport extends FleetPlanDiff {
+  /** The fleet file planned. */
+  readonly fleetFile: string;
+  readonly against: PlanBaseline;
+}
+
+interface PlanFlags {
+  readonly state?: string;
+  readonly json?: boolean;
+  readonly detailedExitcode?: boolean;
+  readonly empty?: boolean;
+}
+
+/** Adds `mesh plan` to `program`. */
+export function addPlanCommand(program: Command, io: CliIo): void {
+  program
+    .command("plan")
+    .description(
+      "say what applying a fleet file will do — consumers created, changed, retired (and which wait for a person), modules moved — touching nothing",
+    )
+    .argument("[fleet]", "the fleet file to plan", "mesh.yaml")
+    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option("--json", "print the plan as JSON, for scripts")
+    .option(
+      "--detailed-exitcode",
+      `exit ${EXIT_PLAN_CHANGES} when something would change, 0 when nothing would (default: 0 either way)`,
+    )
+    .option("--empty", "plan against an empty mesh without asking a running one")
+    .addHelpText("after", HELP)
+    .action(async (fleet: string, flags: PlanFlags) => {
+      const report = await planFleet(resolve(fleet), stateDirOf(flags.state, io), flags, io);
+      io.out(flags.json === true ? `${JSON.stringify(report, null, 2)}\n` : formatPlan(report));
+      if (flags.detailedExitcode === true && report.changed) throw new CliExit(EXIT_PLAN_CHANGES, "");
+    });
+}
+
+async function planFleet(fleetFile: string, state: string, flags: PlanFlags, io: CliIo): Promise<PlanReport> {
+  const { diffFleetPlans, EMPTY_FLEET, loadFleetPlan } = await import("@mesh/controller");
+  let next: ComparedFleet;
+  try {
+    next = await loadFleetPlan(fleetFile);
+  } catch (err) {
+    if (!(err instanceof ProblemsError)) throw err;
+    if (flags.json === true) {
+      io.out(`${JSON.stringify({ fleetFile, refused: true, problems: err.problems }, null, 2)}\n`);
+    }
+    throw new CliExit(
+      EXIT_USAGE,
+      `the fleet file ${fleetFile} is refused, so applying it would change nothing (the mesh keeps ` +
+        `serving what it serves); fix these and plan again:\n${err.problems.map(formatProblem).join("\n")}`,
+    );
+  }
+  const served = flags.empty === true ? undefined : await askServed(state);
+  const against: PlanBaseline =
+    served !== undefined
+      ? { kind: "mesh", state, fleetFile: served.fleet.fleetFile, readAt: served.fleet.readAt }
+      : {
+          kind: "empty",
+          why:
+            flags.empty === true
+              ? "--empty was given"
+              : `no mesh has run with state in ${state} (start one with \`mesh up\`, or pass --state)`,
+        };
+  const diff = diffFleetPlans(served?.fleet ?? EMPTY_FLEET, next, {
+    keptPasswords: served?.keptPasswords ?? [],
+  });
+  return { fleetFile, against, ...diff };
+}
+
+interface Served {
+  readonly fleet: ComparedFleet & { readonly fleetFile: string; readonly readAt: string };
+  readonly keptPasswords: readonly string[];
+}
+
+/**
+ * What the mesh whose state is in `state` serves, or undefined when no mesh has run there.
+ * @throws CliExit (EXIT_UNREACHABLE) when one has but does not answer; (EXIT_REFUSED) when its
+ * answer cannot be used.
+ */
+async function askServed(state: string): Promise<Served | undefined> {
+  const hasRun = await access(join(state, "operator.creds")).then(
+    () => true,
+    () => false,
+  );
+  if (!hasRun) return undefined;
+  const { parseStoredFleet, SERVED_FLEET_SUBJECT } = await import("@mesh/controller");
+  let answer: { ok?: unknown; fleet?: unknown; keptPasswords?: unknown; error?: unknown };
+  try {
+    answer = await askController(state, SERVED_FLEET_SUBJECT, "{}", { name: "mesh plan", timeoutMs: 10_000 });
+  } catch (err) {
+    if (err instanceof CliExit) {
+      throw new CliExit(
+        err.code,
+        `${err.message}\nmesh plan compares with what the running mesh serves; pass --empty to plan against an empty mesh instead`,
+      );
+    }
+    throw err;
+  }
+  const fleet = parseStoredFleet(answer?.fleet);
+  const kept = answer?.keptPasswords;
+  if (answer?.ok !== true || fleet === undefined || !Array.isArray(kept)) {
+    throw new Error(
+      `the controller of the mesh in ${state} did not answer with the fleet it serves` +
+        `${typeof answer?.error === "string" ? ` (${answer.error})` : ""}: restart \`mesh up\` with this version of mesh`,
+    );
+  }
+  return { fleet, keptPasswords: kept.filter((k): k is string => typeof k === "string") };
+}
+
+const plural = (n: number, one: string, many = `${one}s`): string => `${n} ${n === 1 ? one : many}`;
+const shown = (value: unknown): string => (value === null ? "none" : JSON.stringify(value));
+
+function providerLines(p: ProviderPlan): string[] {
+  const where = p.change === "moved" ? `moves ${p.previousNode ?? "?"} → ${p.node}` : `on ${p.node}`;
+  const state =
+    p.change === "new"
+      ? "new: starts"
+      : p.change === "removed"
+        ? "leaves the fleet: stops"
+        : `serves ${plural(p.holds, "consumer")} now`;
+  const lines = [`${p.provider} (${p.interface}, ${where}): ${state}`];
+  const width = Math.max(
+    0,
+    ...[...p.creates, ...p.changes, ...p.retires, ...p.leftInBackend].map((c) => c.login.length),
+  );
+  const login = (s: string): string => s.padEnd(width);
+  if (p.endpoint !== null) {
+    lines.push(
+      `  ~ endpoint ${p.endpoint.from ?? "none"} → ${p.endpoint.to ?? "none"} (every consumer's credential file changes)`,
+    );
+  }
+  for (const c of p.creates) {
+    const password =
+      c.password === "mint" ? "a new password is minted" : "the password the mesh keeps for it comes back";
+    lines.push(`  + ${login(c.login)}  ${c.consumer} on ${c.node}: created; ${password}`);
+  }
+  for (const c of p.changes) {
+    const what = c.changes.map((f) =>
+      f.what === "node"
+        ? `runs on ${String(f.to)}, not ${String(f.from)} (its credential and password files move)`
+        : f.what === "provider-node"
+          ? `its provider runs on ${String(f.to)}, not ${String(f.from)}`
+          : f.what === "address"
+            ? `its node's address ${shown(f.from)} → ${shown(f.to)}`
+            : `${f.what} ${shown(f.from)} → ${shown(f.to)}`,
+    );
+    const backend = c.reapplied
+      ? "applied again in the backend, same password"
+      : "nothing changes in the backend";
+    lines.push(`  ~ ${login(c.login)}  ${c.consumer}: ${what.join("; ")}; ${backend}`);
+  }
+  const r = p.retirement;
+  for (const c of p.retires) {
+    const outcome =
+      r?.needsApproval === true
+        ? "no longer asked for; stays active until a person approves its retirement"
+        : `retired after ${r?.limits.stablePasses ?? "?"} passes unasked: access off, data kept, marked to delete`;
+    lines.push(`  - ${login(c.login)}  ${c.consumer} on ${c.node}: ${outcome}`);
+  }
+  if (r !== null) {
+    lines.push(
+      r.needsApproval
+        ? `    WAITS FOR APPROVAL: ${r.reason ?? "past the bound"}; \`retire list\` on ${p.provider} will show the set, \`retire approve\` retires it`
+        : `    retires on its own: ${r.logins.length} of ${r.held} held is within the bound (more than ${r.limits.retireAtOnce} at once, or more than ${Math.round(r.limits.retireFraction * 100)}% of those held, waits for a person)`,
+    );
+  }
+  for (const c of p.leftInBackend) {
+    lines.push(
+      `  ! ${login(c.login)}  ${c.consumer}: not retired — its provider stops, so its login and data stay in the backend as they are`,
+    );
+  }
+  return lines;
+}
+
+/** The one-line summary of a plan. */
+export function summarizePlan(diff: FleetPlanDiff): string {
+  const s = diff.summary;
+  if (!diff.changed) return "No changes.";
+  const parts = [
+    `${plural(s.create, "consumer")} to create (${plural(s.mint, "password")} to mint)`,
+    `${s.change} to change`,
+    `${s.retire} to retire${s.retire > 0 ? ` (${s.awaitingApproval} waiting for approval)` : ""}`,
+  ];
+  if (s.leftInBackend > 0) parts.push(`${s.leftInBackend} left in the backend`);
+  const modules = [
+    s.moduleStart > 0 ? `${s.moduleStart} to start` : "",
+    s.moduleStop > 0 ? `${s.moduleStop} to stop` : "",
+    s.moduleMove > 0 ? `${s.moduleMove} to move` : "",
+    s.moduleRestart > 0 ? `${s.moduleRestart} to restart` : "",
+  ].filter((m) => m !== "");
+  const nodes = [
+    s.nodesAdded > 0 ? `${s.nodesAdded} added` : "",
+    s.nodesRemoved > 0 ? `${s.nodesRemoved} removed` : "",
+  ].filter((m) => m !== "");
+  return (
+    `Plan: ${parts.join(", ")}; modules: ${modules.length > 0 ? modules.join(", ") : "no change"}; ` +
+    `nodes: ${nodes.length > 0 ? nodes.join(", ") : "no change"}.`
+  );
+}
+
+/** A plan as a person reads it: grouped by provider, then modules and nodes, then the summary. */
+export function formatPlan(report: PlanReport): string {
+  const lines: string[] = [];
+  const against = report.against;
+  lines.push(`Plan for ${report.fleetFile}`);
+  if (against.kind === "mesh") {
+    lines.push(
+      `compared with what the mesh in ${against.state} serves (${against.fleetFile}, read ${against.readAt})`,
+    );
+  } else {
+    lines.push(`compared with an empty mesh, so everything is new: ${against.why}`);
+  }
+  lines.push("Nothing has been changed.", "");
+  if (!report.changed) {
+    const same = against.kind === "mesh" && against.fleetFile === report.fleetFile;
+    lines.push(
+      same
+        ? "No changes: the mesh already serves this file (it applies it as soon as it is saved: plan a copy before saving it)."
+        : "No changes: applying this fleet file would change nothing.",
+    );
+    return `${lines.join("\n")}\n`;
+  }
+  for (const p of report.providers) lines.push(...providerLines(p), "");
+  if (report.modules.length > 0) {
+    lines.push("modules");
+    const width = Math.max(...report.modules.map((m) => m.module.length));
+    for (const m of report.modules) {
+      const name = m.module.padEnd(width);
+      lines.push(
+        m.change === "start"
+          ? `  + ${name}  starts on ${m.node}`
+          : m.change === "stop"
+            ? `  - ${name}  stops on ${m.node}`
+            : m.change === "move"
+              ? `  > ${name}  moves ${m.previousNode ?? "?"} → ${m.node} (stops on ${m.previousNode ?? "?"}, starts on ${m.node})`
+              : `  ~ ${name}  restarts on ${m.node} with ${m.manifest}`,
+      );
+    }
+    lines.push("");
+  }
+  if (report.nodes.length > 0) {
+    lines.push("nodes");
+    for (const n of report.nodes) {
+      lines.push(
+        n.change === "add"
+          ? `  + ${n.node}  added: its agent joins with the token \`mesh up\` writes for it`
+          : `  - ${n.node}  removed: its agent is given nothing to run and stops its modules`,
+      );
+    }
+    lines.push("");
+  }
+  if (against.kind === "mesh" && against.fleetFile !== report.fleetFile) {
+    lines.push(
+      `To apply it, move it over ${against.fleetFile}: the controller reads that file as soon as it changes.`,
+    );
+  }
+  lines.push(summarizePlan(report));
+  return `${lines.join("\n")}\n`;
+}
