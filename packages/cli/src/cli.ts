@@ -7,6 +7,7 @@ import { addExplainCommand } from "./explain-command.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
 import { addLedgerCommand } from "./ledger-command.ts";
+import { addPlanCommand } from "./plan-command.ts";
 import { addProviderCommand } from "./provider-command.ts";
 import { addToolCommand } from "./tool-command.ts";
 import { addUpCommands } from "./up-command.ts";
@@ -38,6 +39,7 @@ Exit codes:
   addExplainCommand(program, io);
   addCheckCommand(program, io);
   addLedgerCommand(program, io);
+  addPlanCommand(program, io);
   return program;
 }
 
