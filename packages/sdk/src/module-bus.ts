@@ -58,6 +58,8 @@ export interface ModuleBusOptions {
    * true). Off only to prove, in a test, that the server refuses by itself.
    */
   readonly checkLocally?: boolean;
+  /** Keep trying until a bus server answers, instead of failing at once when none does. */
+  readonly waitForServer?: boolean;
   /** Where the variables are read from; `process.env` when absent. */
   readonly env?: Readonly<Record<string, string | undefined>>;
 }
@@ -613,7 +615,8 @@ function readCreds(file: string): Uint8Array {
  * @throws ModuleBusNotConfiguredError naming a missing variable; ModuleBusCredentialsError when the
  *   credential file cannot be read; ManifestError for a manifest that cannot be used;
  *   SeatNotDeclaredError when a seat held is not in the manifest; BusCredentialsRefusedError /
- *   BusUnreachableError (from @mesh/bus) when the bus refuses the credential or does not answer.
+ *   BusUnreachableError (from @mesh/bus) when the bus refuses the credential or does not answer
+ *   (and `waitForServer` is not set).
  */
 export async function connectModuleBus(options: ModuleBusOptions = {}): Promise<ModuleBus> {
   const env = options.env ?? process.env;
@@ -657,7 +660,13 @@ export async function connectModuleBus(options: ModuleBusOptions = {}): Promise<
     },
     error: (m) => logger.error(m),
   };
-  const nc = await connectBus({ servers, creds, name: module, log: busLog });
+  const nc = await connectBus({
+    servers,
+    creds,
+    name: module,
+    log: busLog,
+    waitForServer: options.waitForServer === true,
+  });
   return new ModuleBus(nc, module, manifest, seats, {
     logger,
     maxEventBytes,
