@@ -1,7 +1,16 @@
 // The counter app: a consumer of `redis-namespace`. Every few seconds it counts a visit under its
-// own key prefix in the Redis namespace the mesh gave it, and says the count.
+// own key prefix in the Redis namespace the mesh gave it, and says the count. With a bus credential
+// it also counts the notes app's `note.created` events it hears.
 import { Redis } from "ioredis";
 import { main, type Credential, type Session } from "../../lib/consumer.ts";
+import { startEvents } from "../../lib/module-events.ts";
+
+const events = startEvents("counter");
+let notesHeard = 0;
+events.on("notes.note.created", (event) => {
+  notesHeard++;
+  console.log(`counter: heard notes.note.created #${notesHeard} ${JSON.stringify(event.body)}`);
+});
 
 async function connect(credential: Credential): Promise<Session> {
   // The provider derives the prefix (`<login>:`); the ACL confines this login to keys under it.
@@ -49,7 +58,8 @@ async function connect(credential: Credential): Promise<Session> {
     async step() {
       if (lost) throw lost;
       const visits = await client.incr(key);
-      return `counted visit #${visits} under ${key}`;
+      const heard = events.enabled ? `; heard ${notesHeard} new note${notesHeard === 1 ? "" : "s"}` : "";
+      return `counted visit #${visits} under ${key}${heard}`;
     },
     close,
   };

@@ -1,8 +1,12 @@
 // The notes app: a consumer of `postgres-database`. Every few seconds it stores a note in the
 // database the mesh gave it and says how many it holds, so a person watching `mesh up` sees a
-// consumer working under the login and password the mesh made for it.
+// consumer working under the login and password the mesh made for it. With a bus credential it
+// also emits `note.created` for every note it stores.
 import pg from "pg";
 import { main, type Credential, type Session } from "../../lib/consumer.ts";
+import { startEvents } from "../../lib/module-events.ts";
+
+const events = startEvents("notes");
 
 async function connect(credential: Credential): Promise<Session> {
   const database = decodeURIComponent(credential.path.replace(/^\//, ""));
@@ -50,6 +54,7 @@ async function connect(credential: Credential): Promise<Session> {
       const counted = await client.query<{ n: number }>("SELECT count(*)::int AS n FROM notes");
       const id = inserted.rows[0]?.id ?? "?";
       const n = counted.rows[0]?.n ?? 0;
+      events.emit("note.created", { id: Number(id), at });
       return `stored note #${id}, the database now holds ${n} note${n === 1 ? "" : "s"}`;
     },
     close,
