@@ -27,3 +27,4 @@ export * from "./module-supervisor.ts";
 export * from "./node-agent.ts";
 export * from "./node-identity.ts";
 export * from "./start-agent.ts";
+export * from "./tool-runner.ts";

@@ -28,6 +28,7 @@ import {
   writeBusServers,
   writeNodeCreds,
 } from "./node-identity.ts";
+import { serveTools } from "./tool-runner.ts";
 
 /** How to start a node's agent. */
 export interface StartAgentOptions {
@@ -137,8 +138,18 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
   agent.run();
   const modules = () => agent.status().modules.map((m) => m.name);
   const journals = new JournalFollowers({ node, stateDir, ledgers, logger, modules });
+  const tools = serveTools({
+    nc,
+    node,
+    stateDir,
+    modules,
+    ledger: (module) => ledgers.writer(module),
+    logger,
+    env: options.env ?? process.env,
+  });
   logger.info(`the agent of node ${node} is connected to the bus at ${servers.join(", ")}`);
   const stop = async (): Promise<void> => {
+    await tools.stop();
     await agent.stop();
     await journals.stop();
     await ledgers.stop();

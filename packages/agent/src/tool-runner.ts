@@ -1,0 +1,340 @@
+// The agent's half of tools through the mesh: it answers the calls the controller relays on
+// `toolSubject(node)` by asking the module's own control socket on this machine, and appends each
+// call and its result to the module's ledger on the module's own ledger connection. A ledger that
+// cannot be written never hides what the tool did: the answer says the entry is missing and why.
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { toolSubject, type BusLogger, type LedgerKind } from "@mesh/bus";
+import {
+  BadControlRequestError,
+  callControl,
+  checkControlRequest,
+  ControlUnreachableError,
+  isServerUrl,
+  NoProviderListeningError,
+  redactSecrets,
+  secretsOfUrl,
+  ToolError,
+  type ControlTool,
+} from "@mesh/sdk";
+import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
+import { moduleControlPath } from "./module-launch.ts";
+
+// A type, not an interface: a ledger takes any JSON object, which an interface is not known to be.
+/** What a tool call leaves in the module's ledger (never a password: every string is scrubbed). */
+export type ToolLedgerEntry = {
+  readonly kind: "tool";
+  readonly tool: ControlTool;
+  readonly args: readonly string[];
+  readonly who: string;
+  /** ISO 8601: when the call was asked. */
+  readonly at: string;
+  readonly ok: boolean;
+  /** The tool's answer when it ran; a summary when it is larger than `MAX_LEDGER_ANSWER_BYTES`. */
+  readonly answer?: unknown;
+  /** Why it did not run, or what the provider refused. */
+  readonly error?: string;
+  readonly code?: string;
+};
+
+/** A module's ledger as the tool runner writes it: one entry appended, its sequence number back. */
+export interface ToolLedger {
+  append(kind: LedgerKind, entry: ToolLedgerEntry): Promise<number>;
+}
+
+/**
+ * The answer the agent gives the controller. `ledger`, when present, says the ledger entry was not
+ * written and why.
+ */
+export type ToolRunReply =
+  | { readonly ok: true; readonly answer: unknown; readonly ledger?: string }
+  | { readonly ok: false; readonly error: string; readonly code?: string; readonly ledger?: string };
+
+/** Why the agent did not get an answer from the module (besides the provider's own refusal codes). */
+export type ToolRunnerCode =
+  "bad-request" | "module-not-here" | "provider-not-listening" | "provider-unreachable";
+
+/** The runner's codes that mean the provider did not answer (worth trying again), not that it refused. */
+export const RUNNER_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRunnerCode>([
+  "provider-not-listening",
+  "provider-unreachable",
+]);
+
+/** Answers larger than this (as JSON) are summarised in the ledger; the caller still gets them whole. */
+export const MAX_LEDGER_ANSWER_BYTES = 16 * 1024;
+
+/** How long the agent waits for a module's control socket by default (less than the relay waits). */
+export const DEFAULT_TOOL_TIMEOUT_MS = 100_000;
+
+/** How long the agent waits for a ledger append before answering without it. */
+export const LEDGER_APPEND_TIMEOUT_MS = 10_000;
+
+/** How to run tools for a node. */
+export interface ToolRunnerOptions {
+  /** The node's own connection (it may subscribe to `toolSubject(node)` and answer, nothing of another node's). */
+  readonly nc: NatsConnection;
+  readonly node: string;
+  /** The node's state directory: control sockets at `moduleControlPath(stateDir, module)`. */
+  readonly stateDir: string;
+  /** The modules this node runs now (its last delivery's). */
+  modules(): readonly string[];
+  /**
+   * The module's ledger, on its own ledger connection.
+   * @throws when the module has no ledger credential (the message says what is missing).
+   */
+  ledger(module: string): Promise<ToolLedger>;
+  readonly logger: BusLogger;
+  /**
+   * The secrets that must never leave the node in an answer or a ledger entry. Default: every
+   * password in the node's secret files, and the passwords in `env`'s URLs (a provider's admin URL).
+   */
+  secrets?(): Promise<readonly string[]>;
+  /** The environment the node's modules inherit, for `secrets`' default. */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  /** How long to wait for the control socket (default `DEFAULT_TOOL_TIMEOUT_MS`). */
+  readonly timeoutMs?: number;
+}
+
+/** A node's tool runner at work. */
+export interface ToolRunner {
+  /** Stops taking calls and waits (a few seconds at most) for those in flight to be answered. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Answers the tool calls relayed to `options.node`, several at once.
+ * @throws InvalidNodeNameError for an invalid node name.
+ */
+export function serveTools(options: ToolRunnerOptions): ToolRunner {
+  const { nc, logger } = options;
+  const sub: Subscription = nc.subscribe(toolSubject(options.node));
+  const inFlight = new Set<Promise<void>>();
+  const answer = async (msg: Msg): Promise<void> => {
+    const reply = await runToolCall(msg.data, options);
+    if (msg.reply === undefined || msg.reply === "") return;
+    let text = JSON.stringify(reply);
+    const most = nc.info?.max_payload;
+    if (most !== undefined && Buffer.byteLength(text) > most) {
+      text = JSON.stringify({
+        ok: false,
+        code: "answer-too-large",
+        error:
+          `the answer is ${Buffer.byteLength(text)} bytes, more than the bus carries in one message (${most}): ` +
+          `ask the module's control socket on node ${options.node} directly with \`mesh tool --control\``,
+        ...(reply.ledger === undefined ? {} : { ledger: reply.ledger }),
+      });
+    }
+    try {
+      msg.respond(text);
+    } catch (err) {
+      logger.warn(`node ${options.node} could not answer a tool call: ${(err as Error).message}`);
+    }
+  };
+  const loop = (async () => {
+    for await (const msg of sub) {
+      const done: Promise<void> = answer(msg)
+        .catch((err: unknown) =>
+          logger.error(`node ${options.node} failed a tool call: ${(err as Error).message}`),
+        )
+        .finally(() => inFlight.delete(done));
+      inFlight.add(done);
+    }
+  })();
+  let stopped: Promise<void> | undefined;
+  return {
+    stop() {
+      stopped ??= (async () => {
+        sub.unsubscribe();
+        await loop;
+        let timer: NodeJS.Timeout | undefined;
+        const bound = new Promise<void>((resolve) => (timer = setTimeout(resolve, 5_000)));
+        await Promise.race([Promise.all(inFlight), bound]);
+        clearTimeout(timer);
+      })();
+      return stopped;
+    },
+  };
+}
+
+/**
+ * Runs one relayed call (`{module, tool, args, who}` as JSON): checks it, asks the module's control
+ * socket, appends a `tool` entry to the module's ledger and returns the answer, scrubbed of every
+ * secret the node holds. Never throws: every problem is an `{ok: false}` reply that names it.
+ */
+export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions): Promise<ToolRunReply> {
+  const { node, logger } = options;
+  const at = new Date().toISOString();
+  let module: string;
+  let request: { tool: ControlTool; args: string[]; who: string };
+  try {
+    const raw = JSON.parse(new TextDecoder().decode(data)) as unknown;
+    request = checkControlRequest(raw);
+    const named = (raw as { module?: unknown }).module;
+    if (typeof named !== "string" || named === "")
+      throw new BadControlRequestError("the call names no module");
+    module = named;
+  } catch (err) {
+    const why = err instanceof BadControlRequestError ? err.message : "the call is not JSON";
+    logger.warn(`node ${node} refused a tool call: ${why}`);
+    return { ok: false, error: `node ${node} refused the tool call: ${why}`, code: "bad-request" };
+  }
+  const running = options.modules();
+  if (!running.includes(module)) {
+    return {
+      ok: false,
+      code: "module-not-here",
+      error:
+        `${module} does not run on node ${node} ` +
+        (running.length === 0
+          ? "(this node has applied no delivery yet)"
+          : `(it runs ${running.join(", ")})`) +
+        `: the node may not have applied its latest delivery yet; \`mesh status\` shows its generation`,
+    };
+  }
+
+  const { tool, args, who } = request;
+  const path = moduleControlPath(options.stateDir, module);
+  let outcome: { ok: true; answer: unknown } | { ok: false; error: string; code: string };
+  try {
+    const answer = await callControl(
+      path,
+      { tool, args, who },
+      { timeoutMs: options.timeoutMs ?? DEFAULT_TOOL_TIMEOUT_MS },
+    );
+    outcome = { ok: true, answer };
+  } catch (err) {
+    if (err instanceof ToolError) outcome = { ok: false, error: err.message, code: err.code };
+    else if (err instanceof NoProviderListeningError) {
+      outcome = {
+        ok: false,
+        code: "provider-not-listening",
+        error:
+          `${module} on node ${node} answers no tools: nothing listens at its control socket ${path}; ` +
+          `it is not a provider, or it is not running (\`mesh status\` shows its state, its log is beside the socket)`,
+      };
+    } else if (err instanceof ControlUnreachableError) {
+      outcome = {
+        ok: false,
+        code: "provider-unreachable",
+        error: `${module} on node ${node}: ${err.message}`,
+      };
+    } else
+      outcome = {
+        ok: false,
+        code: "provider-unreachable",
+        error: err instanceof Error ? err.message : String(err),
+      };
+  }
+
+  const secrets = await (options.secrets?.() ?? nodeSecrets(options.stateDir, options.env ?? {})).catch(
+    (): readonly string[] => [],
+  );
+  const scrubbed = scrubValue(outcome, secrets) as typeof outcome;
+  const entry: ToolLedgerEntry = {
+    kind: "tool",
+    tool,
+    args: scrubValue(args, secrets) as string[],
+    who,
+    at,
+    ...(scrubbed.ok
+      ? { ok: true, answer: forLedger(scrubbed.answer) }
+      : { ok: false, error: scrubbed.error, code: scrubbed.code }),
+  };
+  const ledgerProblem = await appendEntry(options, module, entry);
+  const said = `${who} asked ${[tool, ...args].join(" ")} of ${module} on node ${node}`;
+  if (scrubbed.ok) logger.info(`${said}: answered`);
+  else logger.warn(`${said}: ${scrubbed.code}: ${scrubbed.error}`);
+  if (ledgerProblem !== undefined) logger.warn(`${said}: ${ledgerProblem}`);
+  const ledger = ledgerProblem === undefined ? {} : { ledger: ledgerProblem };
+  return scrubbed.ok
+    ? { ok: true, answer: scrubbed.answer, ...ledger }
+    : { ok: false, error: scrubbed.error, code: scrubbed.code, ...ledger };
+}
+
+// Undefined when the entry was written; else why it was not, in words for the operator.
+async function appendEntry(
+  options: ToolRunnerOptions,
+  module: string,
+  entry: ToolLedgerEntry,
+): Promise<string | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(new Error(`the ledger did not take the entry within ${LEDGER_APPEND_TIMEOUT_MS / 1000} s`)),
+      LEDGER_APPEND_TIMEOUT_MS,
+    );
+  });
+  try {
+    const append = async (): Promise<void> => {
+      const ledger = await options.ledger(module);
+      try {
+        await ledger.append("tool", entry);
+      } catch (err) {
+        // The ledger refuses an answer holding something password-like; the call is kept without it.
+        if (!(err instanceof Error && err.name === "LedgerEntryError") || entry.answer === undefined)
+          throw err;
+        await ledger.append("tool", { ...entry, answer: { omitted: err.message } });
+      }
+    };
+    await Promise.race([append(), timeout]);
+    return undefined;
+  } catch (err) {
+    return `the ledger entry for this call was not written to ${module}'s ledger: ${err instanceof Error ? err.message : String(err)}`;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// The ledger keeps what a person reads back later; a very large answer (a status of thousands of
+// consumers) is summarised rather than refused, so the call itself is never lost.
+function forLedger(answer: unknown): unknown {
+  const bytes = Buffer.byteLength(JSON.stringify(answer) ?? "null");
+  if (bytes <= MAX_LEDGER_ANSWER_BYTES) return answer;
+  const count = Array.isArray(answer)
+    ? { entries: answer.length }
+    : Array.isArray((answer as { consumers?: unknown } | null)?.consumers)
+      ? { consumers: (answer as { consumers: unknown[] }).consumers.length }
+      : {};
+  return {
+    summarised: true,
+    bytes,
+    ...count,
+    note: `the answer was larger than the ${MAX_LEDGER_ANSWER_BYTES} bytes the ledger keeps`,
+  };
+}
+
+/** `value` with every string scrubbed of `secrets` (raw and escaped forms), however deep. */
+export function scrubValue(value: unknown, secrets: readonly string[]): unknown {
+  if (secrets.length === 0) return value;
+  if (typeof value === "string") return redactSecrets(value, secrets);
+  if (Array.isArray(value)) return value.map((v) => scrubValue(v, secrets));
+  if (typeof value === "object" && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, scrubValue(v, secrets)]));
+  }
+  return value;
+}
+
+/**
+ * Every secret this node holds: the passwords in its secret files (`<state>/secrets/<consumer>/<interface>`)
+ * and the passwords of the server URLs in `env` (a provider's admin URL). Unreadable files are skipped.
+ */
+export async function nodeSecrets(
+  stateDir: string,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<string[]> {
+  const found = new Set<string>();
+  for (const value of Object.values(env)) {
+    if (value !== undefined && isServerUrl(value)) for (const s of secretsOfUrl(value)) found.add(s);
+  }
+  const root = join(stateDir, "secrets");
+  const entries = await readdir(root, { recursive: true, withFileTypes: true }).catch(() => []);
+  for (const entry of entries) {
+    // Dot files are the atomic writer's temp files.
+    if (!entry.isFile() || entry.name.startsWith(".")) continue;
+    const text = await readFile(join(entry.parentPath, entry.name), "utf8").catch(() => "");
+    const password = text.replace(/\r?\n$/, "");
+    if (password !== "") found.add(password);
+  }
+  return [...found];
+}
