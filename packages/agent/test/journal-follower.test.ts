@@ -9,10 +9,10 @@ import { connectBus, credsFor, ledgerInboxPrefix, ModuleLedger } from "@mesh/bus
 import {
   ActionJournal,
   actionJournalPath,
-  FakeClock,
-  runProvisioner,
+  resolveProviderSettings,
+  startProviderProcess,
   type ActionEntry,
-  type ProvisionerHandle,
+  type ProviderModule,
 } from "@mesh/sdk";
 import { MemoryAdapter } from "@mesh/testkit";
 import { JOURNAL_SNAPSHOT_KEY, JournalFollowers } from "../src/journal-follower.ts";
@@ -23,6 +23,15 @@ import { eventually, recordingLogger } from "./test-mesh.ts";
 type RecordingLogger = ReturnType<typeof recordingLogger>;
 
 const IFACE = "postgres-database";
+
+/** A provider over an in-memory backend, run the way the agent runs any provider. */
+const MEMORY_PROVIDER: ProviderModule = {
+  name: "memory",
+  interface: IFACE,
+  adminUrlEnv: "MESH_MEMORY_URL",
+  adminUrlExample: "memory://admin@localhost",
+  createAdapter: ({ instance }) => new MemoryAdapter(instance),
+};
 
 /** The agent's part: its ledger credentials and a journal follower for each module. */
 interface AgentLedgers {
@@ -84,8 +93,9 @@ void describe("a provider's actions reach its module's ledger through the action
   });
 
   it("appends each harness action once, across an agent restart and a crash before it noted how far it got", async () => {
-    const providerLog = recordingLogger();
-    const journal = new ActionJournal(actionJournalPath(stateDir, "postgres"), providerLog);
+    const journalPath = actionJournalPath(stateDir, "postgres");
+    const journalLines = async (): Promise<string[]> =>
+      (await readFile(journalPath, "utf8").catch(() => "")).split("\n").filter((l) => l !== "");
     const dir = await mkdtemp(join(tmpdir(), "mesh-agent-provider-"));
     const receives = join(dir, "contributions.json");
     const ask = async (logins: string[]): Promise<void> => {
@@ -96,21 +106,27 @@ void describe("a provider's actions reach its module's ledger through the action
       await rename(`${receives}.tmp`, receives);
     };
     await ask([]);
-    const handle: ProvisionerHandle = runProvisioner(IFACE, new MemoryAdapter(), {
-      receives,
-      watch: false,
-      clock: new FakeClock(),
-      logger: providerLog,
-      actions: journal,
+    // The provider as the agent runs it: its journal comes from MESH_STATE_DIR and MESH_MODULE.
+    const settings = resolveProviderSettings(MEMORY_PROVIDER, {
+      MESH_RECEIVES: receives,
+      MESH_MEMORY_URL: "memory://admin@localhost",
+      MESH_EVERY: "1h",
+      MESH_STATE_DIR: stateDir,
+      MESH_MODULE: "postgres",
     });
+    assert.equal(settings.journal, journalPath);
+    const provider = await startProviderProcess({
+      provider: MEMORY_PROVIDER,
+      ...settings,
+      logger: recordingLogger(),
+    });
+    const handle = provider.handle;
     try {
       await handle.ready;
       const agent = await startAgentLedgers(["postgres"]);
 
       await ask(["app_db"]);
       await handle.pass("watch");
-      await journal.flush();
-      await eventually(() => agent.journals.modules().length === 1, "the follower");
       let actions: Record<string, unknown>[] = [];
       await eventually(() => {
         void actionsIn("postgres").then((a) => (actions = a));
@@ -127,10 +143,12 @@ void describe("a provider's actions reach its module's ledger through the action
       await agent.stop();
       await ask(["app_db", "blog_db"]);
       await handle.pass("watch");
-      await journal.flush();
-      const lines = (await readFile(journal.path, "utf8")).trim().split("\n");
-      assert.equal(lines.length, 2);
-      assert.equal((await stat(journal.path)).mode & 0o777, 0o600);
+      let lines: string[] = [];
+      await eventually(() => {
+        void journalLines().then((l) => (lines = l));
+        return lines.length === 2;
+      }, "the second action in the journal");
+      assert.equal((await stat(journalPath)).mode & 0o777, 0o600);
       assert.equal((await actionsIn("postgres")).length, 1);
 
       const again = await startAgentLedgers(["postgres"]);
@@ -155,7 +173,7 @@ void describe("a provider's actions reach its module's ledger through the action
         "postgres",
       );
       const position = await ledger.readSnapshot<{ offset: number }>(JOURNAL_SNAPSHOT_KEY);
-      assert.equal(position?.offset, Buffer.byteLength(await readFile(journal.path)));
+      assert.equal(position?.offset, Buffer.byteLength(await readFile(journalPath)));
       await ledger.snapshot(JOURNAL_SNAPSHOT_KEY, { ...position, offset: 0 });
       await ledger.close();
       const third = await startAgentLedgers(["postgres"]);
@@ -174,7 +192,7 @@ void describe("a provider's actions reach its module's ledger through the action
       const entries = await mesh.history("postgres");
       assert.ok(entries.every((r) => !JSON.stringify(r.entry).includes("pw-not-in-any-ledger")));
     } finally {
-      await handle.stop();
+      await provider.stop();
       await rm(dir, { recursive: true, force: true });
     }
   });

@@ -9,15 +9,11 @@ import {
   createAuthority,
   credsFor,
   ensureLedger,
-  kvWriteSubjects,
-  ledgerInboxPrefix,
-  ledgerSnapshotBucket,
-  ledgerSubjects,
+  ledgerPermissions,
   newUserKeys,
   readLedger,
   writeFileAtomic,
   type BusAuthority,
-  type BusPermissions,
   type LedgerRecord,
 } from "@mesh/bus";
 import { startNats, type NatsServer } from "@mesh/testkit";
@@ -41,15 +37,6 @@ export interface LedgerMesh {
   /** The newest entries of `module`'s history, read as the controller reads them. */
   history(module: string, limit?: number): Promise<LedgerRecord[]>;
   stop(): Promise<void>;
-}
-
-// What a module's ledger credential allows: its own history subjects, its own snapshots bucket,
-// replies in its own ledger inbox.
-function ledgerOnly(module: string): BusPermissions {
-  return {
-    pub: { allow: [ledgerSubjects(module), ...kvWriteSubjects(ledgerSnapshotBucket(module))] },
-    sub: { allow: [`${ledgerInboxPrefix(module)}.>`] },
-  };
 }
 
 export async function startLedgerMesh(): Promise<LedgerMesh> {
@@ -77,7 +64,7 @@ export async function startLedgerMesh(): Promise<LedgerMesh> {
       const issued = await authority.issueUser({
         name: `${module}-ledger`,
         publicKey: user.publicKey,
-        permissions: ledgerOnly(module),
+        permissions: ledgerPermissions(module),
       });
       return { jwt: issued, seed: user.seed };
     },

@@ -5,26 +5,14 @@ import { after, before, describe, it } from "node:test";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   ensureLedger,
-  kvWriteSubjects,
   ledgerInboxPrefix,
-  ledgerSnapshotBucket,
-  ledgerSubjects,
+  ledgerPermissions,
   LedgerEntryError,
   LedgerWriteError,
   ModuleLedger,
   readLedger,
-  type BusPermissions,
 } from "@mesh/bus";
 import { EVERYTHING, startBusServer, type BusServer } from "./bus-server.ts";
-
-// What a module's ledger credential allows: publish its own history subjects, use its own
-// snapshots bucket, and get replies in its own ledger inbox.
-function ledgerOnly(module: string): BusPermissions {
-  return {
-    pub: { allow: [ledgerSubjects(module), ...kvWriteSubjects(ledgerSnapshotBucket(module))] },
-    sub: { allow: [`${ledgerInboxPrefix(module)}.>`] },
-  };
-}
 
 describe("a module's ledger", () => {
   let bus: BusServer;
@@ -32,7 +20,9 @@ describe("a module's ledger", () => {
   const ledgers: ModuleLedger[] = [];
 
   const ledgerOf = async (module: string, as = module): Promise<ModuleLedger> => {
-    const nc = await bus.connectAs(`${as}-ledger`, ledgerOnly(as), { inboxPrefix: ledgerInboxPrefix(as) });
+    const nc = await bus.connectAs(`${as}-ledger`, ledgerPermissions(as), {
+      inboxPrefix: ledgerInboxPrefix(as),
+    });
     const ledger = new ModuleLedger(nc, module);
     ledgers.push(ledger);
     return ledger;
