@@ -33,6 +33,7 @@ export * from "./plan-diff.ts";
 export * from "./start-controller.ts";
 export * from "./standings-book.ts";
 export * from "./stored-fleet.ts";
+export * from "./tool-relay.ts";
 export * from "./watch-fleet-file.ts";
 // What the controller publishes is defined once, in @mesh/manifest, for both it and the agent.
 export {

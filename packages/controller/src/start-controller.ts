@@ -39,6 +39,7 @@ import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import { PasswordStore } from "./password-store.ts";
 import { StandingsBook, STANDINGS_SUBJECT } from "./standings-book.ts";
 import { parseStoredFleet, STORED_FLEET_KEY } from "./stored-fleet.ts";
+import { serveToolRelay } from "./tool-relay.ts";
 import { watchFleetFile, type FleetFileWatch } from "./watch-fleet-file.ts";
 
 /** How to start the controller. */
@@ -348,6 +349,14 @@ async function run(
     return reply;
   });
   serve(STATUS_SUBJECT, true, () => Promise.resolve(status()));
+  // Apart from `serve`, which answers one at a time: a slow delete must not hold up the next tool.
+  const tools = serveToolRelay({
+    nc,
+    logger: log,
+    queue: QUEUE,
+    fleet: () => current,
+    isEnrolled: (node) => enrolled.has(node),
+  });
   serve(LEDGER_READ_SUBJECT, true, (data) =>
     answerLedgerRead(nc, data, (module) => current.modules.some((m) => m.name === module)),
   );
@@ -429,6 +438,7 @@ async function run(
         await queue;
         for (const sub of subscriptions) sub.unsubscribe();
         await Promise.all(loops);
+        await tools.stop();
         await closeBus(nc);
       })();
       return stopped;

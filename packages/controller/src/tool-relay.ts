@@ -1,0 +1,309 @@
+// Tools through the mesh: an operator's CLI asks on `mesh.tool`, the controller checks the request,
+// finds the module's node in the fleet it serves and asks that node's agent on `toolSubject(node)`.
+// The controller runs nothing itself: the agent calls the module's control socket and keeps the
+// ledger entry. Every refusal names what is wrong and what to check, so a person never has to read
+// a log to know why a tool did not run.
+import { toolSubject, type BusLogger } from "@mesh/bus";
+import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
+import { BadControlRequestError, checkControlRequest, type ControlTool } from "@mesh/sdk";
+import {
+  NoRespondersError,
+  RequestError,
+  TimeoutError,
+  type Msg,
+  type NatsConnection,
+  type Subscription,
+} from "@nats-io/transport-node";
+import type { FleetPlan } from "./fleet-plan.ts";
+import { TOOL_REQUEST_SUBJECT } from "./node-permissions.ts";
+
+/** One tool call: what an operator sends on `mesh.tool`, and what the controller relays to the node. */
+export interface ToolCall {
+  /** The module whose tool is asked, by its fleet name. */
+  readonly module: string;
+  readonly tool: ControlTool;
+  readonly args: readonly string[];
+  /** Who asks (the operator's user name), kept in the module's ledger. */
+  readonly who: string;
+}
+
+/**
+ * The answer to a tool call. `ledger`, when present, says that the call's ledger entry was not
+ * written and why: the tool ran (or refused) all the same.
+ */
+export type ToolReply =
+  | { readonly ok: true; readonly answer: unknown; readonly ledger?: string }
+  | { readonly ok: false; readonly error: string; readonly code?: string; readonly ledger?: string };
+
+/**
+ * Why the controller itself did not get a tool answered: a bad request, a module the fleet does not
+ * have, a node not enrolled, or an agent that does not answer (or not in time).
+ */
+export type ToolRelayCode =
+  "bad-request" | "unknown-module" | "node-not-enrolled" | "agent-not-answering" | "agent-timeout" | "busy";
+
+/** The relay's codes that mean nobody answered (worth trying again later), not that anyone refused. */
+export const RELAY_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRelayCode>([
+  "agent-not-answering",
+  "agent-timeout",
+]);
+
+/** The largest tool request the controller reads (the body sent on `mesh.tool`). */
+export const MAX_TOOL_REQUEST_BYTES = 8 * 1024;
+
+/** The longest argument a tool call may carry (an id, a login). */
+export const MAX_TOOL_ARG_CHARS = 256;
+
+/** How long the controller waits for a node's agent by default: a delete may drop a big database. */
+export const DEFAULT_RELAY_TIMEOUT_MS = 110_000;
+
+/** How many tool calls the controller relays at once; more are refused as `busy`. */
+export const MAX_CALLS_IN_FLIGHT = 64;
+
+const REQUEST_EXAMPLE = '{"module":"postgres","tool":"status","args":[],"who":"alice"}';
+
+/** A tool request the controller refuses before it travels; `code` says which kind of problem. */
+export class ToolCallRefusedError extends Error {
+  override name = "ToolCallRefusedError";
+  constructor(
+    readonly code: ToolRelayCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Reads and checks a tool request: JSON no larger than `MAX_TOOL_REQUEST_BYTES`, a module name,
+ * a tool a control socket answers with the right number of string arguments (each at most
+ * `MAX_TOOL_ARG_CHARS`), a valid login for `cleanup delete`, and who asks.
+ * @throws ToolCallRefusedError (code `bad-request`) naming what is wrong.
+ */
+export function parseToolCall(data: Uint8Array): ToolCall {
+  if (data.length > MAX_TOOL_REQUEST_BYTES) {
+    throw new ToolCallRefusedError(
+      "bad-request",
+      `the tool request is ${data.length} bytes, more than the ${MAX_TOOL_REQUEST_BYTES} a tool call needs: ` +
+        `send ${REQUEST_EXAMPLE}`,
+    );
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(new TextDecoder().decode(data));
+  } catch {
+    throw new ToolCallRefusedError("bad-request", `the tool request is not JSON: send ${REQUEST_EXAMPLE}`);
+  }
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new ToolCallRefusedError(
+      "bad-request",
+      `the tool request is not a JSON object: send ${REQUEST_EXAMPLE}`,
+    );
+  }
+  const { module, who, args } = raw as Record<string, unknown>;
+  if (!isModuleName(module)) {
+    throw new ToolCallRefusedError(
+      "bad-request",
+      `the tool request names no module, or ${JSON.stringify(module)}, which cannot be one (a module name is ` +
+        `${MODULE_NAME_RULE}): send ${REQUEST_EXAMPLE}`,
+    );
+  }
+  if (who === undefined) {
+    throw new ToolCallRefusedError(
+      "bad-request",
+      `the tool request does not say who asks: send ${REQUEST_EXAMPLE}`,
+    );
+  }
+  if (Array.isArray(args) && args.some((a) => typeof a === "string" && a.length > MAX_TOOL_ARG_CHARS)) {
+    throw new ToolCallRefusedError(
+      "bad-request",
+      `a tool argument is longer than ${MAX_TOOL_ARG_CHARS} characters; no tool takes one that long`,
+    );
+  }
+  try {
+    const checked = checkControlRequest(raw);
+    return { module, tool: checked.tool, args: checked.args, who: checked.who };
+  } catch (err) {
+    if (err instanceof BadControlRequestError) throw new ToolCallRefusedError("bad-request", err.message);
+    throw err;
+  }
+}
+
+/** What the relay reads of the controller's state, each time it is asked. */
+export interface ToolRelaySources {
+  /** The fleet being served. */
+  fleet(): FleetPlan;
+  /** Whether `node` has enrolled (has credentials, so its agent can answer). */
+  isEnrolled(node: string): boolean;
+}
+
+/**
+ * Relays one checked call to the module's node and returns the agent's answer, or why there is none.
+ * Never throws: every problem is an `{ok: false}` reply that names it.
+ */
+export async function relayToolCall(
+  nc: NatsConnection,
+  call: ToolCall,
+  sources: ToolRelaySources,
+  timeoutMs = DEFAULT_RELAY_TIMEOUT_MS,
+): Promise<ToolReply> {
+  const fleet = sources.fleet();
+  const module = fleet.modules.find((m) => m.name === call.module);
+  if (module === undefined) {
+    const known = fleet.modules.map((m) => m.name).join(", ");
+    return refusal(
+      "unknown-module",
+      `${call.module} is not a module of the fleet being served (${fleet.fleetFile}); its modules are: ` +
+        `${known === "" ? "none" : known}`,
+    );
+  }
+  const { node } = module;
+  if (!sources.isEnrolled(node)) {
+    return refusal(
+      "node-not-enrolled",
+      `${call.module} runs on node ${node}, which has not enrolled, so no agent there can run its tools: ` +
+        `start node ${node}'s agent with its join token (\`mesh agent --node ${node} --join FILE\`)`,
+    );
+  }
+  const body = JSON.stringify({ module: call.module, tool: call.tool, args: call.args, who: call.who });
+  let msg: Msg;
+  try {
+    msg = await nc.request(toolSubject(node), body, { timeout: timeoutMs });
+  } catch (err) {
+    if (isNoResponders(err)) {
+      return refusal(
+        "agent-not-answering",
+        `no agent answers for node ${node}, where ${call.module} runs: check that node ${node}'s agent is ` +
+          `running and connected to the bus (\`mesh status\` shows when it last reported)`,
+      );
+    }
+    if (isTimeout(err)) {
+      return refusal(
+        "agent-timeout",
+        `node ${node}'s agent did not answer ${call.tool} for ${call.module} within ${Math.round(timeoutMs / 1000)} s; ` +
+          `the tool may still be running: its result will be in ${call.module}'s ledger (\`mesh ledger ${call.module}\`), ` +
+          `and node ${node}'s log may say why it is slow`,
+      );
+    }
+    return refusal(
+      "agent-not-answering",
+      `could not ask node ${node}'s agent: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+  return readReply(msg.data, node);
+}
+
+/** A serving relay. */
+export interface ToolRelay {
+  /** Stops taking calls and waits for those in flight to be answered. */
+  stop(): Promise<void>;
+}
+
+/** How to serve the relay. */
+export interface ToolRelayOptions extends ToolRelaySources {
+  /** The controller's connection. */
+  readonly nc: NatsConnection;
+  readonly logger: BusLogger;
+  /** The queue group the controller's subscriptions share (one controller of several answers). */
+  readonly queue?: string;
+  /** How long to wait for a node's agent (default `DEFAULT_RELAY_TIMEOUT_MS`). */
+  readonly timeoutMs?: number;
+}
+
+/**
+ * Answers tool calls on `TOOL_REQUEST_SUBJECT` (the operator's credential is the only one allowed to
+ * send them): each is checked, relayed to its module's node and answered, several at once, so a
+ * slow delete never holds up a status.
+ */
+export function serveToolRelay(options: ToolRelayOptions): ToolRelay {
+  const { nc, logger } = options;
+  const inFlight = new Set<Promise<void>>();
+  const sub: Subscription = nc.subscribe(
+    TOOL_REQUEST_SUBJECT,
+    options.queue === undefined ? {} : { queue: options.queue },
+  );
+  const answer = async (msg: Msg): Promise<void> => {
+    let reply: ToolReply;
+    let call: ToolCall | undefined;
+    try {
+      call = parseToolCall(msg.data);
+      reply = await relayToolCall(nc, call, options, options.timeoutMs);
+    } catch (err) {
+      reply =
+        err instanceof ToolCallRefusedError
+          ? refusal(err.code, err.message)
+          : refusal("bad-request", err instanceof Error ? err.message : String(err));
+    }
+    const what =
+      call === undefined
+        ? "a tool call"
+        : `${[call.tool, ...call.args].join(" ")} on ${call.module} for ${call.who}`;
+    if (reply.ok) logger.info(`relayed ${what}`);
+    else logger.warn(`${what} was not answered: ${reply.error}`);
+    if (msg.reply !== undefined && msg.reply !== "") msg.respond(JSON.stringify(reply));
+  };
+  const loop = (async () => {
+    for await (const msg of sub) {
+      if (inFlight.size >= MAX_CALLS_IN_FLIGHT) {
+        msg.respond(
+          JSON.stringify(
+            refusal(
+              "busy",
+              `the controller is relaying ${MAX_CALLS_IN_FLIGHT} tool calls already: ask again shortly`,
+            ),
+          ),
+        );
+        continue;
+      }
+      const done: Promise<void> = answer(msg)
+        .catch((err: unknown) => logger.error(`a tool call was not answered: ${(err as Error).message}`))
+        .finally(() => inFlight.delete(done));
+      inFlight.add(done);
+    }
+  })();
+  let stopped: Promise<void> | undefined;
+  return {
+    stop() {
+      stopped ??= (async () => {
+        sub.unsubscribe();
+        await loop;
+        await Promise.all(inFlight);
+      })();
+      return stopped;
+    },
+  };
+}
+
+function refusal(code: string, error: string): ToolReply {
+  return { ok: false, error, code };
+}
+
+// An agent answers with a ToolReply; anything else is said as what it is.
+function readReply(data: Uint8Array, node: string): ToolReply {
+  try {
+    const raw = JSON.parse(new TextDecoder().decode(data)) as Record<string, unknown>;
+    const ledger = typeof raw["ledger"] === "string" ? { ledger: raw["ledger"] } : {};
+    if (raw["ok"] === true) return { ok: true, answer: raw["answer"], ...ledger };
+    if (raw["ok"] === false && typeof raw["error"] === "string") {
+      const code = typeof raw["code"] === "string" ? { code: raw["code"] } : {};
+      return { ok: false, error: raw["error"], ...code, ...ledger };
+    }
+  } catch {
+    // Falls through: not a reply.
+  }
+  return refusal(
+    "agent-not-answering",
+    `node ${node}'s agent answered something that is not a tool reply; is it an agent of this version of the mesh?`,
+  );
+}
+
+// nats.js rejects a request nobody is subscribed to with a RequestError caused by NoRespondersError.
+function isNoResponders(err: unknown): boolean {
+  return (
+    err instanceof NoRespondersError ||
+    (err instanceof RequestError && (err.isNoResponders() || err.cause instanceof NoRespondersError))
+  );
+}
+
+function isTimeout(err: unknown): boolean {
+  return err instanceof TimeoutError || (err instanceof Error && err.cause instanceof TimeoutError);
+}
