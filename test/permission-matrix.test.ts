@@ -120,8 +120,11 @@ class Probe {
     return new Set(subjects.filter((s) => this.#refused.has(s)));
   }
 
-  /** Subscribes to each subject, recording what arrives; answers the subjects the server refused. */
-  async subscribeAll(subjects: readonly string[]): Promise<Set<string>> {
+  /**
+   * Subscribes to each subject, recording what arrives (unless `keep` is false: then the allowed
+   * subscriptions end at once); answers the subjects the server refused.
+   */
+  async subscribeAll(subjects: readonly string[], keep = true): Promise<Set<string>> {
     const subs = new Map<string, Subscription>();
     for (const subject of subjects) {
       subs.set(
@@ -138,7 +141,9 @@ class Probe {
       closed instanceof PermissionViolationError,
       `${this.module}'s sentinel subscription: ${String(closed)}`,
     );
-    return new Set(subjects.filter((s) => subs.get(s)?.isClosed() === true));
+    const refused = new Set(subjects.filter((s) => subs.get(s)?.isClosed() === true));
+    if (!keep) for (const sub of subs.values()) if (!sub.isClosed()) sub.unsubscribe();
+    return refused;
   }
 }
 
@@ -147,23 +152,30 @@ function mayPublish(
   manifests: ReadonlyMap<string, Manifest>,
   seats: ReadonlyMap<string, string>,
   a: string,
-  subject: Target,
+  target: Target,
 ): boolean {
   const manifest = manifests.get(a);
   if (manifest === undefined) return false;
-  if (subject.kind === "seat")
-    return seats.get(subject.source) === a && manifest.emits.includes(subject.event);
-  if (subject.source !== a) return false;
+  if (target.kind === "seat") return seats.get(target.source) === a && manifest.emits.includes(target.event);
+  if (target.source !== a) return false;
   return (
-    manifest.emits.includes(subject.event) ||
-    (STANDINGS_EVENTS.includes(subject.event) && manifest.provides.size > 0)
+    manifest.emits.includes(target.event) ||
+    (STANDINGS_EVENTS.includes(target.event) && manifest.provides.size > 0)
   );
 }
 
-function maySubscribe(manifests: ReadonlyMap<string, Manifest>, a: string, subject: Target): boolean {
+/** Whether `a`'s manifest subscribes to `target`'s event, or (no event) to everything of its source. */
+function maySubscribe(
+  manifests: ReadonlyMap<string, Manifest>,
+  a: string,
+  target: Pick<Target, "source"> & { event?: string },
+): boolean {
   const patterns = manifests.get(a)?.subscribes ?? [];
   return patterns.some(
-    (p) => p === "**" || p === `${subject.source}.**` || p === `${subject.source}.${subject.event}`,
+    (p) =>
+      p === "**" ||
+      p === `${target.source}.**` ||
+      (target.event !== undefined && p === `${target.source}.${target.event}`),
   );
 }
 
@@ -307,6 +319,32 @@ void describe("the permission matrix, on a real nats-server", () => {
     );
   });
 
+  void it("allows a wildcard subscription only to a module subscribing to all of it, as explain says", async () => {
+    const wide = new Map<string, { source: string } | "all">([
+      ["mesh.events.>", "all"],
+      ["mesh.seats.>", "all"],
+    ]);
+    for (const module of manifests.keys()) wide.set(`mesh.events.${module}.>`, { source: module });
+    for (const seat of seats.keys()) wide.set(`mesh.seats.${seat}.>`, { source: seat });
+    for (const [a, probe] of probes) {
+      const refused = await probe.subscribeAll([...wide.keys()], false);
+      for (const [subject, of] of wide) {
+        const allowed = !refused.has(subject);
+        const expected =
+          of === "all"
+            ? manifests.get(a)?.subscribes.includes("**") === true
+            : maySubscribe(manifests, a, of);
+        assert.equal(
+          allowed,
+          expected,
+          `${a} subscribing to ${subject}: server ${allowed}, manifest ${expected}`,
+        );
+        const said = explain(manifests, seats, a, "subscribe", subject);
+        assert.equal(said.allowed, allowed, `mesh explain ${a} subscribe ${subject}: ${said.because}`);
+      }
+    }
+  });
+
   void it("lets no module credential write a ledger or speak on the control plane", async () => {
     const forbidden = [
       TOOL_REQUEST_SUBJECT,
@@ -329,7 +367,7 @@ void describe("the permission matrix, on a real nats-server", () => {
         `$JS.API.STREAM.DELETE.${ledgerStreamName(module)}`,
       );
     }
-    const watched = ["mesh.>", ">", "_INBOX.>", "mesh.ledger.>", toolSubject("node-a"), "$KV.>"];
+    const watched = ["mesh.>", ">", "_INBOX.>", "mesh.ledger.>", toolSubject("node-a"), "$KV.>", "mesh.*.>"];
     for (const [a, probe] of probes) {
       const refused = await probe.publishAll(forbidden);
       assert.deepEqual(
@@ -344,7 +382,7 @@ void describe("the permission matrix, on a real nats-server", () => {
           `explain ${a} ${subject}`,
         );
       }
-      const notHeard = await probe.subscribeAll(watched);
+      const notHeard = await probe.subscribeAll(watched, false);
       assert.deepEqual(
         watched.filter((s) => !notHeard.has(s)),
         [],
