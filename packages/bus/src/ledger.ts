@@ -79,15 +79,19 @@ export async function ensureLedger(nc: NatsConnection, module: string): Promise<
   await openState(nc, ledgerSnapshotBucket(module));
 }
 
-/** An entry the ledger will not take: it is not JSON, names another kind, or holds something secret. */
+/** An entry or snapshot the ledger will not take: not JSON, of another kind, or holding something secret. */
 export class LedgerEntryError extends Error {
   override name = "LedgerEntryError";
+  /**
+   * @param what what was refused: a kind of entry (`action`, `tool`) or `snapshot <key>`.
+   */
   constructor(
     readonly module: string,
-    readonly kind: string,
+    readonly what: string,
     why: string,
   ) {
-    super(`${module}'s ledger refused a ${kind} entry: ${why}; nothing was appended`);
+    const refused = what.startsWith("snapshot ") ? what : `${what === "action" ? "an" : "a"} ${what} entry`;
+    super(`${module}'s ledger refused ${refused}: ${why}; nothing was written`);
   }
 }
 

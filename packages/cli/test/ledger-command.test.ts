@@ -171,6 +171,10 @@ void describe("mesh ledger shows a module's ledger as a timeline", () => {
     const unknown = await mesh(["ledger", "ghost", "--state", state]);
     assert.equal(unknown.code, 1);
     assert.match(unknown.stderr, /ghost is not a module of the fleet being served/);
+
+    const notAName = await mesh(["ledger", "Not.A>Name", "--state", state]);
+    assert.equal(notAName.code, 1);
+    assert.match(notAName.stderr, /"Not.A>Name" is not a module name/);
   });
 
   it("exits 2 on a bad --limit and 3 when no mesh answers, and its help shows an example", async () => {
