@@ -25,13 +25,14 @@ Examples:
   $ mesh up examples/fleet/mesh.yaml
   $ mesh status
   $ mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock
+  $ mesh tool postgres status
   $ mesh tool --control /run/mesh/postgres.sock status
 
 Exit codes:
   0  done (a provider: stopped cleanly by Ctrl-C or SIGTERM)
-  1  the provider refused the tool, or could not start
-  2  usage error: a missing or bad flag or setting, or a deletion not confirmed
-  3  no provider answered at the control socket`,
+  1  refused: the provider (or the mesh) refused the tool, or a part could not start
+  2  usage error: a missing or bad flag or setting, or a deletion or approval not confirmed
+  3  nothing answered: no provider at the control socket, or no mesh, agent or provider behind it`,
     );
   addProviderCommand(program, io);
   addToolCommand(program, io);

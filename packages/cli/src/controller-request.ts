@@ -18,6 +18,8 @@ export interface AskOptions {
   readonly timeoutMs?: number;
   /** Names the connection in the server's logs (`mesh status`). */
   readonly name?: string;
+  /** What to say when the answer does not come in time (default: the bus's own words). */
+  readonly timedOut?: string;
 }
 
 /**
@@ -57,10 +59,27 @@ export async function askController<T>(
     const reply = await nc
       .request(subject, body, { timeout: options.timeoutMs ?? 30_000 })
       .catch((err: unknown) => {
+        if (options.timedOut !== undefined && isNamed(err, "TimeoutError")) {
+          throw new CliExit(EXIT_UNREACHABLE, options.timedOut);
+        }
+        if (isNamed(err, "NoRespondersError")) {
+          throw new CliExit(
+            EXIT_UNREACHABLE,
+            `no controller answers on the bus of the mesh in ${state}: is \`mesh up\` still running?`,
+          );
+        }
         throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
       });
     return reply.json<T>();
   } finally {
     await closeBus(nc);
   }
+}
+
+// The bus client's errors, by name (or the name of what they wrap): the CLI does not depend on it.
+function isNamed(err: unknown, name: string): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if (e.name === name || e.constructor.name === name) return true;
+  }
+  return false;
 }

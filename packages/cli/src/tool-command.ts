@@ -1,17 +1,26 @@
-// `mesh tool`: asks a running provider's tools over its control socket and shows the answer.
+// `mesh tool`: asks a module's tools and shows the answer. Two ways to reach them, one output:
+//   mesh tool <module> <tool> [args]          through the mesh: the controller relays the call to the
+//                                              module's node, whose agent asks its control socket and
+//                                              writes the call into the module's ledger
+//   mesh tool --control <socket> <tool> [args] one provider's control socket on this machine
 
 import { createInterface } from "node:readline/promises";
 import type { Command } from "commander";
+import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
 import type { ControlResults, ControlTool } from "@mesh/sdk";
 import {
+  BadControlRequestError,
+  CONTROL_TOOLS,
   ControlUnreachableError,
   InvalidDurationError,
   InvalidLoginError,
   ToolError,
   callControl,
+  checkControlRequest,
   isValidLogin,
   parseDuration,
 } from "@mesh/sdk";
+import { askController, stateDirOf } from "./controller-request.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatBytes, formatTable, formatTime } from "./format.ts";
 import type { CliIo } from "./io.ts";
@@ -20,55 +29,195 @@ import { osUserName } from "./who.ts";
 const EXIT_CODES_HELP = `
 Exit codes:
   0  done
-  1  the provider refused (its message and code are printed on standard error)
-  2  usage error, or a deletion that was not confirmed
-  3  no provider answered at the control socket`;
+  1  refused: by the provider, or (through the mesh) by the controller or the module's agent;
+     the message and its code are printed on standard error
+  2  usage error, or a deletion or approval that was not confirmed
+  3  nothing answered: no provider at the control socket, or (through the mesh) no controller,
+     no agent on the module's node, or no provider behind it`;
 
 interface ToolFlags {
   readonly control?: string;
+  readonly state?: string;
   readonly json?: boolean;
   readonly timeout?: string;
   readonly yes?: boolean;
+}
+
+/** Asks one tool and returns its answer; says why on failure with the right exit code. */
+type Asker = <T extends ControlTool>(tool: T, args: readonly string[]) => Promise<ControlResults[T]>;
+
+/** What `askThroughMesh` sends on `mesh.tool` and the controller answers. */
+interface MeshToolReply {
+  readonly ok: boolean;
+  readonly answer?: unknown;
+  readonly error?: string;
+  readonly code?: string;
+  readonly ledger?: string;
 }
 
 /** Adds `mesh tool` and its subcommands to `program`. */
 export function addToolCommand(program: Command, io: CliIo): void {
   const tool = program
     .command("tool")
-    .description("ask a running provider's tools over its control socket")
-    .option("--control <socket>", "the provider's control socket (default: $MESH_CONTROL)")
-    .option("--json", "print the provider's answer as JSON, for scripts")
+    .description("ask a module's tools: through the mesh (mesh tool MODULE TOOL), or at a control socket")
+    .argument("[module-and-tool...]", "the module, then its tool and the tool's arguments")
+    .option("--control <socket>", "ask this provider's control socket directly (default: $MESH_CONTROL)")
+    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option("--json", "print the answer as JSON, for scripts")
     .option("--timeout <duration>", "how long to wait for the answer", "2m")
+    .option("--yes", "do not ask for confirmation before a deletion or an approval (for scripts)")
     .addHelpText(
       "after",
       `
+Tools: ${CONTROL_TOOLS.join(", ")}.
+cleanup delete and retire approve ask for confirmation on a terminal; with no terminal, pass --yes.
+
 Examples:
+  $ mesh tool postgres status
+  $ mesh tool postgres retire list
+  $ mesh tool postgres cleanup delete umami_db
   $ mesh tool --control /run/mesh/postgres.sock status
-  $ mesh tool --control /run/mesh/postgres.sock retire list
-  $ MESH_CONTROL=/run/mesh/postgres.sock mesh tool cleanup delete app_umami
+  $ MESH_CONTROL=/run/mesh/postgres.sock mesh tool cleanup list
 ${EXIT_CODES_HELP}`,
+    )
+    .action(async (words: string[], _opts: unknown, cmd: Command) => {
+      const flags = cmd.optsWithGlobals<ToolFlags>();
+      if (controlPath(flags, io) !== undefined) {
+        if (words.length === 0) {
+          throw new CliExit(EXIT_USAGE, `which tool? the tools are ${CONTROL_TOOLS.join(", ")}`);
+        }
+        throw new CliExit(
+          EXIT_USAGE,
+          `unknown tool ${JSON.stringify(words.join(" "))}: the tools are ${CONTROL_TOOLS.join(", ")}; ` +
+            `with --control (or MESH_CONTROL) name only the tool, since the socket says which provider`,
+        );
+      }
+      const [module, ...rest] = words;
+      if (module === undefined) {
+        throw new CliExit(
+          EXIT_USAGE,
+          "which module and which tool? `mesh tool MODULE TOOL [ARGS]` (e.g. `mesh tool postgres status`), " +
+            "or `mesh tool --control SOCKET TOOL` for one provider's control socket",
+        );
+      }
+      if (!isModuleName(module)) {
+        throw new CliExit(
+          EXIT_USAGE,
+          `${JSON.stringify(module)} cannot be a module: a module name is ${MODULE_NAME_RULE}`,
+        );
+      }
+      const { name, args } = splitTool(module, rest);
+      await perform(io, flags, meshAsker(io, flags, module), name, args, module);
+    });
+
+  const local = (name: ControlTool) => async (cmd: Command, args: readonly string[]) => {
+    const flags = cmd.optsWithGlobals<ToolFlags>();
+    await perform(io, flags, localAsker(io, flags), name, args);
+  };
+
+  tool
+    .command("status")
+    .description("every consumer: its state, failure class, since when and why")
+    .addHelpText(
+      "after",
+      `\nExample:\n  $ mesh tool postgres status\n  $ mesh tool --control /run/mesh/postgres.sock status\n${EXIT_CODES_HELP}`,
+    )
+    .action((_opts: unknown, cmd: Command) => local("status")(cmd, []));
+
+  const retire = tool.command("retire").description("the set of unasked consumers that waits for a person");
+  retire
+    .command("list")
+    .description("show the set waiting for approval, its id, and the bound it is past")
+    .addHelpText(
+      "after",
+      `\nExample:\n  $ mesh tool postgres retire list\n  $ mesh tool --control /run/mesh/postgres.sock retire list\n${EXIT_CODES_HELP}`,
+    )
+    .action((_opts: unknown, cmd: Command) => local("retire list")(cmd, []));
+  retire
+    .command("approve")
+    .description("retire the waiting set (the one named by ID; refused if it has changed)")
+    .argument("[id]", "the id `retire list` shows")
+    .option("--yes", "do not ask to type the set's id (for scripts)")
+    .addHelpText(
+      "after",
+      `
+Shows the waiting set and asks you to type its id before it retires anything; with no terminal, pass --yes.
+
+Example:
+  $ mesh tool postgres retire approve 3f9c2a
+  $ mesh tool --control /run/mesh/postgres.sock retire approve 3f9c2a
+${EXIT_CODES_HELP}`,
+    )
+    .action((id: string | undefined, _opts: unknown, cmd: Command) =>
+      local("retire approve")(cmd, id === undefined ? [] : [id]),
     );
 
-  const ask = async <T extends ControlTool>(
-    cmd: Command,
-    name: T,
-    args: string[] = [],
-  ): Promise<ControlResults[T]> => {
-    const flags = cmd.optsWithGlobals<ToolFlags>();
-    const path = flags.control ?? io.env["MESH_CONTROL"];
-    if (path === undefined || path === "") {
-      throw new CliExit(
-        EXIT_USAGE,
-        "which provider? pass --control SOCKET or set MESH_CONTROL (the path `mesh provider` printed at start)",
-      );
-    }
-    let timeoutMs: number;
-    try {
-      timeoutMs = parseDuration(flags.timeout ?? "2m");
-    } catch (err) {
-      if (err instanceof InvalidDurationError) throw new CliExit(EXIT_USAGE, `--timeout: ${err.message}`);
-      throw err;
-    }
+  const cleanup = tool.command("cleanup").description("retired consumers, and deleting one for good");
+  cleanup
+    .command("list")
+    .description("retired consumers that `cleanup delete` could remove")
+    .addHelpText(
+      "after",
+      `\nExample:\n  $ mesh tool postgres cleanup list\n  $ mesh tool --control /run/mesh/postgres.sock cleanup list\n${EXIT_CODES_HELP}`,
+    )
+    .action((_opts: unknown, cmd: Command) => local("cleanup list")(cmd, []));
+  cleanup
+    .command("delete")
+    .description("delete one retired, unasked consumer, login and data, for good")
+    .argument("<login>", "the retired consumer's login")
+    .option("--yes", "do not ask to type the login (for scripts)")
+    .addHelpText(
+      "after",
+      `
+Asks you to type the login again before it deletes anything; with no terminal, pass --yes.
+
+Example:
+  $ mesh tool postgres cleanup delete app_umami
+  $ mesh tool --control /run/mesh/postgres.sock cleanup delete app_umami
+${EXIT_CODES_HELP}`,
+    )
+    .action((login: string, _opts: unknown, cmd: Command) => local("cleanup delete")(cmd, [login]));
+}
+
+function controlPath(flags: ToolFlags, io: CliIo): string | undefined {
+  const path = flags.control ?? io.env["MESH_CONTROL"];
+  return path === undefined || path === "" ? undefined : path;
+}
+
+function timeoutOf(flags: ToolFlags): number {
+  try {
+    return parseDuration(flags.timeout ?? "2m");
+  } catch (err) {
+    if (err instanceof InvalidDurationError) throw new CliExit(EXIT_USAGE, `--timeout: ${err.message}`);
+    throw err;
+  }
+}
+
+// The tool's words after the module: the longest tool name they start with, then its arguments.
+function splitTool(module: string, words: readonly string[]): { name: ControlTool; args: string[] } {
+  for (const name of [...CONTROL_TOOLS].sort((a, b) => b.length - a.length)) {
+    const parts = name.split(" ");
+    if (parts.every((part, i) => words[i] === part)) return { name, args: words.slice(parts.length) };
+  }
+  const asked = words.length === 0 ? "no tool" : `unknown tool ${JSON.stringify(words.join(" "))}`;
+  throw new CliExit(
+    EXIT_USAGE,
+    `${asked} for ${module}: the tools are ${CONTROL_TOOLS.join(", ")} (e.g. \`mesh tool ${module} status\`)`,
+  );
+}
+
+/** One provider's control socket on this machine. */
+function localAsker(io: CliIo, flags: ToolFlags): Asker {
+  const path = controlPath(flags, io);
+  if (path === undefined) {
+    throw new CliExit(
+      EXIT_USAGE,
+      "which module? `mesh tool MODULE TOOL` asks through the running mesh (e.g. `mesh tool postgres status`); " +
+        "to ask one provider directly, pass --control SOCKET or set MESH_CONTROL (the path `mesh provider` printed at start)",
+    );
+  }
+  const timeoutMs = timeoutOf(flags);
+  return async (name, args) => {
     try {
       return await callControl(path, { tool: name, args, who: osUserName() }, { timeoutMs });
     } catch (err) {
@@ -79,19 +228,67 @@ ${EXIT_CODES_HELP}`,
       throw err;
     }
   };
-  const json = (cmd: Command): boolean => cmd.optsWithGlobals<ToolFlags>().json === true;
-  const printJson = (value: unknown): void => io.out(`${JSON.stringify(value, null, 2)}\n`);
+}
 
-  tool
-    .command("status")
-    .description("every consumer: its state, failure class, since when and why")
-    .addHelpText(
-      "after",
-      `\nExample:\n  $ mesh tool --control /run/mesh/postgres.sock status\n${EXIT_CODES_HELP}`,
-    )
-    .action(async (_opts: unknown, cmd: Command) => {
-      const report = await ask(cmd, "status");
-      if (json(cmd)) return printJson(report);
+/** The running mesh: the controller relays the call to the module's node. */
+function meshAsker(io: CliIo, flags: ToolFlags, module: string): Asker {
+  const state = stateDirOf(flags.state, io);
+  const timeoutMs = timeoutOf(flags);
+  return async <T extends ControlTool>(name: T, args: readonly string[]): Promise<ControlResults[T]> => {
+    const { TOOL_REQUEST_SUBJECT, RELAY_UNANSWERED_CODES } = await import("@mesh/controller");
+    const { RUNNER_UNANSWERED_CODES } = await import("@mesh/agent");
+    const body = JSON.stringify({ module, tool: name, args, who: osUserName() });
+    const reply = await askController<MeshToolReply>(state, TOOL_REQUEST_SUBJECT, body, {
+      timeoutMs,
+      name: "mesh tool",
+      timedOut:
+        `no answer to ${name} for ${module} within ${flags.timeout ?? "2m"}; it may still be running: ` +
+        `its result will be in ${module}'s ledger (\`mesh ledger ${module}\`)`,
+    });
+    if (typeof reply.ledger === "string") io.err(`warning: ${reply.ledger}\n`);
+    if (reply.ok === true) return reply.answer as ControlResults[T];
+    const code = reply.code ?? "refused";
+    const error = reply.error ?? "the mesh gave no reason";
+    const unanswered = RELAY_UNANSWERED_CODES.has(code) || RUNNER_UNANSWERED_CODES.has(code);
+    throw new CliExit(
+      unanswered ? EXIT_UNREACHABLE : EXIT_REFUSED,
+      `${module} did not run ${name} (${code}): ${error}`,
+    );
+  };
+}
+
+/**
+ * Checks the arguments, asks for confirmation before a tool that changes something (unless --yes),
+ * asks the tool and prints its answer.
+ */
+async function perform(
+  io: CliIo,
+  flags: ToolFlags,
+  ask: Asker,
+  name: ControlTool,
+  args: readonly string[],
+  module?: string,
+): Promise<void> {
+  if (name === "cleanup delete" && args[0] !== undefined && !isValidLogin(args[0])) {
+    throw new CliExit(EXIT_USAGE, new InvalidLoginError(args[0]).message);
+  }
+  try {
+    checkControlRequest({ tool: name, args, who: osUserName() });
+  } catch (err) {
+    if (err instanceof BadControlRequestError) throw new CliExit(EXIT_USAGE, err.message);
+    throw err;
+  }
+  const json = flags.json === true;
+  const printJson = (value: unknown): void => io.out(`${JSON.stringify(value, null, 2)}\n`);
+  const again = module === undefined ? "mesh tool" : `mesh tool ${module}`;
+  let sent = args;
+  if ((name === "cleanup delete" || name === "retire approve") && flags.yes !== true) {
+    sent = await confirmChange(io, ask, name, args);
+  }
+  switch (name) {
+    case "status": {
+      const report = await ask("status", sent);
+      if (json) return printJson(report);
       io.out(
         `${report.interface} (instance ${report.instance}), contributions ${report.receives}, ` +
           `last pass ${report.lastPassAt === null ? "not yet" : formatTime(report.lastPassAt)}\n`,
@@ -105,118 +302,124 @@ ${EXIT_CODES_HELP}`,
         formatTime(c.since),
         c.why,
       ]);
-      io.out(`${formatTable(["LOGIN", "STATE", "CLASS", "SINCE", "WHY"], rows)}\n`);
-    });
-
-  const retire = tool.command("retire").description("the set of unasked consumers that waits for a person");
-  retire
-    .command("list")
-    .description("show the set waiting for approval, its id, and the bound it is past")
-    .addHelpText(
-      "after",
-      `\nExample:\n  $ mesh tool --control /run/mesh/postgres.sock retire list\n${EXIT_CODES_HELP}`,
-    )
-    .action(async (_opts: unknown, cmd: Command) => {
-      const list = await ask(cmd, "retire list");
-      if (json(cmd)) return printJson(list);
+      return io.out(`${formatTable(["LOGIN", "STATE", "CLASS", "SINCE", "WHY"], rows)}\n`);
+    }
+    case "retire list": {
+      const list = await ask("retire list", sent);
+      if (json) return printJson(list);
       if (list.id === null) {
         return io.out(`nothing waits for approval${list.reason === "" ? "" : ` (${list.reason})`}\n`);
       }
-      io.out(
+      return io.out(
         `waiting for approval: set ${list.id}, ${list.logins.length} of the ${list.held} held\n` +
           `why it waits: ${list.reason}\n` +
           list.logins.map((login) => `  ${login}\n`).join("") +
-          `approve exactly this set with: mesh tool retire approve ${list.id}\n`,
+          `approve exactly this set with: ${again} retire approve ${list.id}\n`,
       );
-    });
-  retire
-    .command("approve")
-    .description("retire the waiting set (the one named by ID; refused if it has changed)")
-    .argument("[id]", "the id `retire list` shows")
-    .addHelpText(
-      "after",
-      `\nExample:\n  $ mesh tool --control /run/mesh/postgres.sock retire approve 3f9c2a\n${EXIT_CODES_HELP}`,
-    )
-    .action(async (id: string | undefined, _opts: unknown, cmd: Command) => {
-      const approved = await ask(cmd, "retire approve", id === undefined ? [] : [id]);
-      if (json(cmd)) return printJson(approved);
+    }
+    case "retire approve": {
+      const approved = await ask("retire approve", sent);
+      if (json) return printJson(approved);
       const retired = approved.retired.length === 0 ? "nothing" : approved.retired.join(", ");
-      io.out(`approved set ${approved.id}: retired ${retired}\n`);
-    });
-
-  const cleanup = tool.command("cleanup").description("retired consumers, and deleting one for good");
-  cleanup
-    .command("list")
-    .description("retired consumers that `cleanup delete` could remove")
-    .addHelpText(
-      "after",
-      `\nExample:\n  $ mesh tool --control /run/mesh/postgres.sock cleanup list\n${EXIT_CODES_HELP}`,
-    )
-    .action(async (_opts: unknown, cmd: Command) => {
-      const entries = await ask(cmd, "cleanup list");
-      if (json(cmd)) return printJson(entries);
+      return io.out(`approved set ${approved.id}: retired ${retired}\n`);
+    }
+    case "cleanup list": {
+      const entries = await ask("cleanup list", sent);
+      if (json) return printJson(entries);
       if (entries.length === 0) return io.out("nothing retired: nothing to clean up\n");
       const rows = entries.map((e) => [e.login, formatTime(e.retiredAt), e.why]);
-      io.out(`${formatTable(["LOGIN", "RETIRED-AT", "WHY"], rows)}\n`);
-    });
-  cleanup
-    .command("delete")
-    .description("delete one retired, unasked consumer, login and data, for good")
-    .argument("<login>", "the retired consumer's login")
-    .option("--yes", "do not ask to type the login (for scripts)")
-    .addHelpText(
-      "after",
-      `
-Asks you to type the login again before it deletes anything; with no terminal, pass --yes.
-
-Example:
-  $ mesh tool --control /run/mesh/postgres.sock cleanup delete app_umami
-${EXIT_CODES_HELP}`,
-    )
-    .action(async (login: string, _opts: unknown, cmd: Command) => {
-      if (!isValidLogin(login)) throw new CliExit(EXIT_USAGE, new InvalidLoginError(login).message);
-      if (cmd.optsWithGlobals<ToolFlags>().yes !== true) {
-        if (io.stdin.isTTY !== true) {
-          throw new CliExit(
-            EXIT_USAGE,
-            `cleanup delete removes ${login} and its data for good, and there is no terminal to confirm on: ` +
-              `pass --yes to delete without asking`,
-          );
-        }
-        const entry = (await ask(cmd, "cleanup list")).find((e) => e.login === login);
-        if (entry !== undefined) {
-          io.err(`${login}: retired ${formatTime(entry.retiredAt)}, ${entry.why}\n`);
-        }
-        await confirm(io, login);
-      }
-      const deleted = await ask(cmd, "cleanup delete", [login]);
-      if (json(cmd)) return printJson(deleted);
-      io.out(
+      return io.out(`${formatTable(["LOGIN", "RETIRED-AT", "WHY"], rows)}\n`);
+    }
+    case "cleanup delete": {
+      const deleted = await ask("cleanup delete", sent);
+      if (json) return printJson(deleted);
+      return io.out(
         `deleted ${deleted.login}: freed ${formatBytes(deleted.freedBytes)} (${deleted.freedBytes} bytes)\n`,
       );
-    });
+    }
+  }
 }
 
-async function confirm(io: CliIo, login: string): Promise<void> {
+/**
+ * Asks the person at the terminal to confirm a deletion (by typing the login) or an approval (by
+ * typing the waiting set's id, which is then exactly the set approved). Returns the arguments to send.
+ * @throws CliExit (EXIT_USAGE) with no terminal, or when what is typed does not match.
+ */
+async function confirmChange(
+  io: CliIo,
+  ask: Asker,
+  name: "cleanup delete" | "retire approve",
+  args: readonly string[],
+): Promise<readonly string[]> {
+  if (name === "cleanup delete") {
+    const login = args[0] ?? "";
+    if (io.stdin.isTTY !== true) {
+      throw new CliExit(
+        EXIT_USAGE,
+        `cleanup delete removes ${login} and its data for good, and there is no terminal to confirm on: ` +
+          `pass --yes to delete without asking`,
+      );
+    }
+    const entry = (await ask("cleanup list", [])).find((e) => e.login === login);
+    if (entry !== undefined) io.err(`${login}: retired ${formatTime(entry.retiredAt)}, ${entry.why}\n`);
+    await confirm(
+      io,
+      `This deletes ${login} and all its data for good. Type the login to confirm: `,
+      login,
+      "deleted",
+    );
+    return args;
+  }
+  if (io.stdin.isTTY !== true) {
+    throw new CliExit(
+      EXIT_USAGE,
+      `retire approve retires the waiting set of consumers (their access ends at once), and there is no ` +
+        `terminal to confirm on: pass --yes to approve without asking`,
+    );
+  }
+  const list = await ask("retire list", []);
+  if (list.id === null) {
+    throw new CliExit(
+      EXIT_REFUSED,
+      `nothing waits for approval${list.reason === "" ? "" : ` (${list.reason})`}: nothing was approved`,
+    );
+  }
+  const asked = args[0];
+  if (asked !== undefined && asked !== list.id) {
+    throw new CliExit(
+      EXIT_REFUSED,
+      `the set waiting for approval is ${list.id}, not ${asked}: nothing was approved; ` +
+        `see what it holds with retire list`,
+    );
+  }
+  io.err(
+    `set ${list.id} waits for approval, ${list.logins.length} of the ${list.held} held (${list.reason}):\n` +
+      list.logins.map((login) => `  ${login}\n`).join(""),
+  );
+  await confirm(
+    io,
+    `This retires these consumers: their access ends, their data is kept. Type the set's id to confirm: `,
+    list.id,
+    "approved",
+  );
+  return [list.id];
+}
+
+async function confirm(io: CliIo, question: string, expected: string, done: string): Promise<void> {
   const rl = createInterface({ input: io.stdin, output: process.stderr, terminal: true });
   // Ctrl-C at the prompt must end the command, not leave the question waiting.
   const interrupted = new AbortController();
   rl.on("SIGINT", () => interrupted.abort());
   let typed: string;
   try {
-    typed = await rl.question(
-      `This deletes ${login} and all its data for good. Type the login to confirm: `,
-      {
-        signal: interrupted.signal,
-      },
-    );
+    typed = await rl.question(question, { signal: interrupted.signal });
   } catch (err) {
-    if (interrupted.signal.aborted) throw new CliExit(EXIT_USAGE, `\nnot deleted: interrupted`);
+    if (interrupted.signal.aborted) throw new CliExit(EXIT_USAGE, `\nnot ${done}: interrupted`);
     throw err;
   } finally {
     rl.close();
   }
-  if (typed.trim() !== login) {
-    throw new CliExit(EXIT_USAGE, `not deleted: what was typed is not ${login}`);
+  if (typed.trim() !== expected) {
+    throw new CliExit(EXIT_USAGE, `not ${done}: what was typed is not ${expected}`);
   }
 }

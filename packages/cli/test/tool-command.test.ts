@@ -1,11 +1,17 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
+import { Readable } from "node:stream";
 import { after, before, describe, it } from "node:test";
+import { closeBus, connectBus, createAuthority, credsFor, newUserKeys, type BusPermissions } from "@mesh/bus";
+import { OPERATOR_IDENTITY, operatorPermissions, TOOL_REQUEST_SUBJECT } from "@mesh/controller";
+import { startNats, type NatsServer } from "@mesh/testkit";
+import type { NatsConnection } from "@nats-io/transport-node";
 import type { CleanupEntry, ControlServer, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
 import { ToolError, serveControl } from "@mesh/sdk";
+import { runCli } from "../src/cli.ts";
 import { MESH_BIN, cleanEnv, runMesh } from "./run-mesh.ts";
 
 const STATUS: StatusReport = {
@@ -87,7 +93,7 @@ async function onTerminal(
   child.stderr.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
   // Typed once the prompt shows, as a person would.
   const prompted = setInterval(() => {
-    if (output.includes("Type the login to confirm")) {
+    if (/Type the (login|set's id) to confirm/.test(output)) {
       clearInterval(prompted);
       child.stdin.end(input);
     }
@@ -162,18 +168,26 @@ describe("mesh tool", () => {
   });
 
   it("retire approve sends the id and the person's user name, and says what was retired", async () => {
-    const run = await runMesh(["tool", "--control", socket, "retire", "approve", "9f3a1c"]);
+    const run = await runMesh(["tool", "--control", socket, "retire", "approve", "9f3a1c", "--yes"]);
     assert.equal(run.code, 0, run.stderr);
     assert.match(run.stdout, /approved set 9f3a1c: retired app_a, app_b, app_c, app_d/);
     assert.deepEqual(fake.calls.at(-1), ["retireApprove", "9f3a1c", userInfo().username]);
   });
 
   it("exits 1 and prints the provider's code and message when it refuses", async () => {
-    const run = await runMesh(["tool", "--control", socket, "retire", "approve", "000000"]);
+    const run = await runMesh(["tool", "--control", socket, "retire", "approve", "000000", "--yes"]);
     assert.equal(run.code, 1);
     assert.match(run.stderr, /set-changed/);
     assert.match(run.stderr, /the waiting set is not 000000 any more/);
     assert.equal(run.stdout, "");
+  });
+
+  it("retire approve with no terminal and no --yes refuses (exit 2), says to pass --yes, and approves nothing", async () => {
+    const before = fake.calls.length;
+    const run = await runMesh(["tool", "--control", socket, "retire", "approve", "9f3a1c"]);
+    assert.equal(run.code, 2);
+    assert.match(run.stderr, /no terminal to confirm on: pass --yes/);
+    assert.equal(fake.calls.length, before);
   });
 
   it("cleanup list prints a table of LOGIN RETIRED-AT WHY", async () => {
@@ -250,6 +264,24 @@ describe("mesh tool", () => {
     },
   );
 
+  it(
+    "retire approve on a terminal shows the waiting set and approves it only when its id is typed",
+    { skip: hasScript() ? false : "needs `script` (util-linux) to give mesh a terminal" },
+    async () => {
+      fake.waiting = true;
+      const typedWrong = await onTerminal(["tool", "--control", socket, "retire", "approve"], "abc\n");
+      assert.equal(typedWrong.code, 2, typedWrong.output);
+      assert.match(typedWrong.output, /set 9f3a1c waits for approval, 4 of the 6 held/);
+      assert.match(typedWrong.output, /not approved: what was typed is not 9f3a1c/);
+      assert.notEqual(fake.calls.at(-1)?.[0], "retireApprove");
+
+      const typedRight = await onTerminal(["tool", "--control", socket, "retire", "approve"], "9f3a1c\n");
+      assert.equal(typedRight.code, 0, typedRight.output);
+      assert.match(typedRight.output, /approved set 9f3a1c: retired app_a, app_b, app_c, app_d/);
+      assert.deepEqual(fake.calls.at(-1), ["retireApprove", "9f3a1c", userInfo().username]);
+    },
+  );
+
   it("cleanup delete refuses a login that cannot be one (exit 2) without asking the provider", async () => {
     const before = fake.calls.length;
     const run = await runMesh(["tool", "--control", socket, "cleanup", "delete", "Robert'; DROP", "--yes"]);
@@ -268,9 +300,10 @@ describe("mesh tool without a provider", () => {
     assert.match(run.stderr, /mesh provider/);
   });
 
-  it("exits 2 naming --control and MESH_CONTROL when neither is given", async () => {
+  it("exits 2 naming the module form, --control and MESH_CONTROL when a tool is named with no module or socket", async () => {
     const run = await runMesh(["tool", "status"]);
     assert.equal(run.code, 2);
+    assert.match(run.stderr, /mesh tool MODULE TOOL/);
     assert.match(run.stderr, /--control/);
     assert.match(run.stderr, /MESH_CONTROL/);
   });
@@ -281,11 +314,225 @@ describe("mesh tool without a provider", () => {
   });
 
   it("shows an example and the exit codes in its help", async () => {
-    for (const args of [["tool", "--help"], ["tool", "cleanup", "delete", "--help"], ["--help"]]) {
+    for (const args of [
+      ["tool", "--help"],
+      ["tool", "cleanup", "delete", "--help"],
+      ["tool", "retire", "approve", "--help"],
+      ["--help"],
+    ]) {
       const run = await runMesh(args);
       assert.equal(run.code, 0, args.join(" "));
       assert.match(run.stdout, /Example/);
       assert.match(run.stdout, /Exit codes:/);
     }
+  });
+});
+
+// Through the mesh: the CLI asks the controller on `mesh.tool` with `<state>/operator.creds`, as an
+// operator's shell does. A real nats-server; the controller is stood in for, answering as told and
+// keeping what it was asked (the real relay is tested in the controller's package and end to end).
+describe("mesh tool MODULE TOOL, through the mesh", () => {
+  let dir: string;
+  let state: string;
+  let nats: NatsServer;
+  let controller: NatsConnection;
+  const asked: { module: string; tool: string; args: string[]; who: string }[] = [];
+  let answer: (call: { module: string; tool: string; args: string[] }) => unknown = () => ({
+    ok: true,
+    answer: STATUS,
+  });
+
+  // In this process: a spawned mesh costs seconds to start. No terminal on standard input.
+  async function mesh(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+    let stdout = "";
+    let stderr = "";
+    const code = await runCli([...args, "--state", state], {
+      out: (text) => void (stdout += text),
+      err: (text) => void (stderr += text),
+      env: {},
+      stdin: Readable.from([]),
+    });
+    return { code, stdout, stderr };
+  }
+
+  before(async () => {
+    const authority = await createAuthority();
+    nats = await startNats({ config: authority.serverConfig() });
+    dir = await mkdtemp(join(tmpdir(), "mesh-cli-tool-mesh-"));
+    state = join(dir, "state");
+    await mkdir(state);
+    const issue = async (name: string, permissions: BusPermissions) => {
+      const keys = newUserKeys();
+      const jwt = await authority.issueUser({ name, publicKey: keys.publicKey, permissions });
+      return credsFor(jwt, keys.seed);
+    };
+    await writeFile(join(state, "operator.creds"), await issue(OPERATOR_IDENTITY, operatorPermissions()), {
+      mode: 0o600,
+    });
+    await writeFile(join(state, "bus.json"), JSON.stringify({ servers: [nats.url] }));
+    controller = await connectBus({
+      servers: nats.url,
+      creds: await issue("controller", { pub: { allow: [">"] }, sub: { allow: [">"] } }),
+      name: "controller",
+    });
+    const sub = controller.subscribe(TOOL_REQUEST_SUBJECT);
+    void (async () => {
+      for await (const msg of sub) {
+        const call = msg.json<(typeof asked)[number]>();
+        asked.push(call);
+        const reply = answer(call);
+        if (reply !== undefined) msg.respond(JSON.stringify(reply));
+      }
+    })();
+    await controller.flush();
+  });
+  after(async () => {
+    if (controller) await closeBus(controller);
+    await nats?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it("asks the controller for the module's tool, saying who asks, and prints the answer as the local path does", async () => {
+    answer = () => ({ ok: true, answer: STATUS });
+    const run = await mesh(["tool", "postgres", "status"]);
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(asked.at(-1), {
+      module: "postgres",
+      tool: "status",
+      args: [],
+      who: userInfo().username,
+    });
+    const lines = run.stdout.trimEnd().split("\n");
+    assert.match(lines[0] ?? "", /postgres-database \(instance postgres\)/);
+    assert.match(lines[1] ?? "", /^LOGIN\s+STATE\s+CLASS\s+SINCE\s+WHY$/);
+    assert.match(lines[2] ?? "", /^app_umami\s+active\s+-\s+2025-03-04T05:00:00Z\s+created$/);
+
+    const json = await mesh(["tool", "postgres", "status", "--json"]);
+    assert.equal(json.code, 0, json.stderr);
+    assert.deepEqual(JSON.parse(json.stdout), STATUS);
+  });
+
+  it("sends a tool's arguments, and says how to approve through the mesh", async () => {
+    answer = () => ({ ok: true, answer: { id: "9f3a1c", logins: ["app_a"], held: 2, reason: "waits" } });
+    const run = await mesh(["tool", "postgres", "retire", "list"]);
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stdout, /approve exactly this set with: mesh tool postgres retire approve 9f3a1c/);
+
+    answer = (call) => ({ ok: true, answer: { login: call.args[0], freedBytes: 7_864_320 } });
+    const deleted = await mesh(["tool", "postgres", "cleanup", "delete", "umami_db", "--yes"]);
+    assert.equal(deleted.code, 0, deleted.stderr);
+    assert.deepEqual(asked.at(-1)?.args, ["umami_db"]);
+    assert.equal(asked.at(-1)?.tool, "cleanup delete");
+    assert.match(deleted.stdout, /deleted umami_db: freed 7\.5 MiB \(7864320 bytes\)/);
+  });
+
+  it("refuses a deletion or an approval with no terminal and no --yes (exit 2), sending nothing", async () => {
+    const before = asked.length;
+    for (const args of [
+      ["tool", "postgres", "cleanup", "delete", "umami_db"],
+      ["tool", "postgres", "retire", "approve", "9f3a1c"],
+    ]) {
+      const run = await mesh(args);
+      assert.equal(run.code, 2, args.join(" "));
+      assert.match(run.stderr, /no terminal to confirm on: pass --yes/);
+    }
+    assert.equal(asked.length, before);
+  });
+
+  it("checks the arguments before sending anything (exit 2)", async () => {
+    const before = asked.length;
+    const cases: [string[], RegExp][] = [
+      [["tool", "postgres", "cleanup", "delete", "Robert'; DROP", "--yes"], /not valid/],
+      [["tool", "postgres", "cleanup", "delete", "--yes"], /takes 1 argument/],
+      [["tool", "postgres", "status", "extra"], /takes 0 argument/],
+      [
+        ["tool", "postgres", "drop", "everything"],
+        /unknown tool "drop everything" for postgres: the tools are/,
+      ],
+      [["tool", "postgres"], /no tool for postgres/],
+      [["tool", "Postgres!", "status"], /cannot be a module/],
+      [["tool"], /which module and which tool/],
+    ];
+    for (const [args, why] of cases) {
+      const run = await mesh(args);
+      assert.equal(run.code, 2, `${args.join(" ")}: ${run.stderr}`);
+      assert.match(run.stderr, why);
+    }
+    assert.equal(asked.length, before);
+  });
+
+  it("exits 1 with the code and the words of a refusal, from the controller or the provider", async () => {
+    answer = () => ({
+      ok: false,
+      code: "unknown-module",
+      error: "mysql is not a module of the fleet being served; its modules are: notes, postgres",
+    });
+    const unknown = await mesh(["tool", "mysql", "status"]);
+    assert.equal(unknown.code, 1);
+    assert.match(
+      unknown.stderr,
+      /mysql did not run status \(unknown-module\): .*its modules are: notes, postgres/,
+    );
+    assert.equal(unknown.stdout, "");
+
+    answer = () => ({
+      ok: false,
+      code: "still-asked",
+      error: "umami_db is still asked for; it is not deleted",
+    });
+    const refused = await mesh(["tool", "postgres", "cleanup", "delete", "umami_db", "--yes"]);
+    assert.equal(refused.code, 1);
+    assert.match(refused.stderr, /still-asked/);
+  });
+
+  it("exits 3 when nothing answers behind the controller: the node's agent or the provider", async () => {
+    for (const code of [
+      "agent-not-answering",
+      "agent-timeout",
+      "provider-not-listening",
+      "provider-unreachable",
+    ]) {
+      answer = () => ({ ok: false, code, error: `node node-a: ${code}` });
+      const run = await mesh(["tool", "postgres", "status"]);
+      assert.equal(run.code, 3, code);
+      assert.match(run.stderr, new RegExp(code));
+    }
+  });
+
+  it("warns when the call's ledger entry was not written, and still prints the answer", async () => {
+    answer = () => ({
+      ok: true,
+      answer: [],
+      ledger: "the ledger entry for this call was not written: no credential",
+    });
+    const run = await mesh(["tool", "postgres", "cleanup", "list"]);
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stdout, /nothing retired/);
+    assert.match(run.stderr, /warning: the ledger entry for this call was not written: no credential/);
+  });
+
+  it("exits 3 when the controller does not answer in time, saying where the result will be", async () => {
+    answer = () => undefined;
+    const run = await mesh(["tool", "postgres", "status", "--timeout", "300ms"]);
+    assert.equal(run.code, 3);
+    assert.match(run.stderr, /no answer to status for postgres within 300ms/);
+    assert.match(run.stderr, /mesh ledger postgres/);
+  });
+
+  it("exits 3 when no mesh ran with that state, or no controller is on its bus", async () => {
+    let stderr = "";
+    const none = await runCli(["tool", "postgres", "status", "--state", join(dir, "nowhere")], {
+      out: () => {},
+      err: (text) => void (stderr += text),
+      env: {},
+      stdin: Readable.from([]),
+    });
+    assert.equal(none, 3);
+    assert.match(stderr, /no mesh has run with state in/);
+
+    await closeBus(controller);
+    const run = await mesh(["tool", "postgres", "status"]);
+    assert.equal(run.code, 3);
+    assert.match(run.stderr, /no controller answers on the bus/);
   });
 });
