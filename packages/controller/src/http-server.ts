@@ -18,6 +18,8 @@ export interface HttpRoute {
   readonly method: HttpMethod;
   /** An exact path (`/metrics`), or a prefix ending in `/*` (`/ledger/*` answers `/ledger/postgres`). */
   readonly path: string;
+  /** Served without the operator token: only for what holds no data (the dashboard's page itself). */
+  readonly open?: boolean;
   /**
    * Answers the request. `url` is the request's URL, parsed. A handler that throws answers 500 and
    * is said on the logger, without the request's headers.
@@ -93,15 +95,16 @@ export async function startControllerHttp(
   });
 
   const answer = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    if (tokenDigest !== undefined && !carriesToken(req, tokenDigest)) {
-      res.writeHead(401, { ...TEXT, "www-authenticate": 'Bearer realm="mesh"' });
-      res.end("send the operator token: Authorization: Bearer <token>\n");
-      return;
-    }
     const url = new URL(req.url ?? "/", "http://controller");
     const method = req.method === "HEAD" ? "GET" : req.method;
     // The latest route for a path wins, so one added later replaces one given at the start.
     const matching = routes.filter((r) => matches(r.path, url.pathname)).reverse();
+    const open = matching.find((r) => r.method === method)?.open === true;
+    if (tokenDigest !== undefined && !open && !carriesToken(req, tokenDigest)) {
+      res.writeHead(401, { ...TEXT, "www-authenticate": 'Bearer realm="mesh"' });
+      res.end("send the operator token: Authorization: Bearer <token>\n");
+      return;
+    }
     if (matching.length === 0) {
       res.writeHead(404, TEXT).end(`nothing at ${url.pathname}\n`);
       return;
