@@ -26,7 +26,7 @@ import { planEntries } from "@mesh/manifest";
 import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";
-import { answerLedgerRead } from "./ledger-reader.ts";
+import { answerLedgerRead, type LedgerReadReply } from "./ledger-reader.ts";
 import { NodeDeliveries, type Published } from "./node-deliveries.ts";
 import {
   controllerPermissions,
@@ -39,7 +39,7 @@ import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import { PasswordStore } from "./password-store.ts";
 import { StandingsBook, STANDINGS_SUBJECT } from "./standings-book.ts";
 import { parseStoredFleet, STORED_FLEET_KEY } from "./stored-fleet.ts";
-import { serveToolRelay } from "./tool-relay.ts";
+import { relayToolCall, serveToolRelay, type ToolCall, type ToolReply } from "./tool-relay.ts";
 import { watchFleetFile, type FleetFileWatch } from "./watch-fleet-file.ts";
 
 /** How to start the controller. */
@@ -99,6 +99,10 @@ export interface Controller {
   renewJoinToken(node: string): Promise<string>;
   /** What `mesh status` shows. */
   status(): ControllerStatus;
+  /** Relays a checked tool call (`parseToolCall`) to the module's node, as `mesh tool` is; never throws. */
+  tool(call: ToolCall): Promise<ToolReply>;
+  /** A module's newest ledger entries, as `mesh ledger` reads them; never throws. */
+  ledger(module: string, limit: number): Promise<LedgerReadReply>;
   /** Stops watching, answering and publishing, and closes the bus connection. Idempotent. */
   stop(): Promise<void>;
 }
@@ -432,6 +436,13 @@ async function run(
       return exclusive(() => joinSecrets.renew(node));
     },
     status,
+    // The dashboard's way in: the same relay and ledger read as the operator's requests on the bus.
+    tool: (call) =>
+      relayToolCall(nc, call, { fleet: () => current, isEnrolled: (node) => enrolled.has(node) }),
+    ledger: (module, limit) =>
+      answerLedgerRead(nc, new TextEncoder().encode(JSON.stringify({ module, limit })), (m) =>
+        current.modules.some((x) => x.name === m),
+      ),
     stop() {
       stopped ??= (async () => {
         watcher?.close();
