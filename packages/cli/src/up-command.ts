@@ -1,10 +1,11 @@
 // `mesh up [mesh.yaml]`: the embedded default on one machine — a local nats-server, the controller,
 // an agent for each node of the fleet (or those named), and through them the fleet's modules.
 // `mesh status` asks the running controller what it knows.
+import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { credsFor, newUserKeys, type BusLogger } from "@mesh/bus";
+import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic, type BusLogger } from "@mesh/bus";
 import type { Agent } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
 import { ListenError, untilStopSignal } from "@mesh/sdk";
@@ -47,15 +48,37 @@ export function addUpCommands(program: Command, io: CliIo): void {
     )
     .option(
       "--http <host:port>",
-      "where the controller serves /metrics (and the dashboard); loopback only (default: 127.0.0.1, a free port)",
+      "where the controller serves the dashboard and /metrics; loopback unless an operator token is given (default: 127.0.0.1, a free port)",
+    )
+    .option(
+      "--operator-token-file <path>",
+      "the operator token the dashboard and /metrics ask for (made there, 0600, when the file does not exist); needed for an --http other machines reach",
     )
     .addHelpText(
       "after",
-      `\nExample:\n  $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470\n  then, from another shell: mesh status\n${EXIT_CODES}`,
+      `\nExample:\n  $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470\n  then open the dashboard it prints, or from another shell: mesh status\n` +
+        `  $ mesh up mesh.yaml --http 0.0.0.0:9470 --operator-token-file .mesh-state/operator.token\n${EXIT_CODES}`,
     )
     .action(
-      async (fleet: string, flags: { state?: string; node?: string[]; listen?: string; http?: string }) => {
-        await up(resolve(fleet), stateDirOf(flags.state, io), flags.node, flags.listen, io, flags.http);
+      async (
+        fleet: string,
+        flags: {
+          state?: string;
+          node?: string[];
+          listen?: string;
+          http?: string;
+          operatorTokenFile?: string;
+        },
+      ) => {
+        await up(
+          resolve(fleet),
+          stateDirOf(flags.state, io),
+          flags.node,
+          flags.listen,
+          io,
+          flags.http,
+          flags.operatorTokenFile,
+        );
       },
     );
 
@@ -115,6 +138,7 @@ async function up(
   listen: string | undefined,
   io: CliIo,
   http?: string,
+  operatorTokenFile?: string,
 ): Promise<void> {
   const {
     loadOrCreateAuthority,
@@ -124,6 +148,7 @@ async function up(
     ControllerMetrics,
     metricsRoute,
     startControllerHttp,
+    dashboardRoutes,
   } = await import("@mesh/controller");
   const { startAgent } = await import("@mesh/agent");
   const say = (m: string) => io.err(`${"mesh up".padEnd(12)}│ ${m}\n`);
@@ -135,17 +160,23 @@ async function up(
     for (const stop of stopping.reverse()) await stop().catch(() => {});
   };
   try {
-    // First: an address it must not listen on is refused before anything starts. TODO(dashboard): an
-    // operator token (startControllerHttp's operatorToken) lets it listen elsewhere.
+    // First: an address it must not listen on is refused before anything starts; an operator token
+    // lets it listen elsewhere, and the dashboard and /metrics then ask for it.
+    const operatorToken =
+      operatorTokenFile === undefined
+        ? undefined
+        : await loadOrCreateOperatorToken(resolve(operatorTokenFile));
     const metrics = new ControllerMetrics();
     const server = await startControllerHttp({
       listen: http,
       routes: [metricsRoute(metrics.registry)],
+      operatorToken,
       logger: prefixed(io, "controller"),
     }).catch((err: unknown) => {
       throw new CliExit(
         err instanceof ListenError ? EXIT_REFUSED : EXIT_USAGE,
-        `--http: ${(err as Error).message}`,
+        `--http: ${(err as Error).message}` +
+          (operatorToken === undefined ? " (--operator-token-file FILE gives it one)" : ""),
       );
     });
     stopping.push(() => server.close());
@@ -187,6 +218,14 @@ async function up(
     }
     stopping.push(() => controller.stop());
     metrics.follow(() => controller.status());
+    for (const route of dashboardRoutes({ sources: controller, tokenRequired: operatorToken !== undefined }))
+      server.route(route);
+    say(
+      `    the dashboard: ${server.url}/` +
+        (operatorToken === undefined
+          ? ""
+          : ` (it asks for the operator token in ${resolve(operatorTokenFile ?? "")})`),
+    );
     const fleet = controller.current();
     const consumers = fleet.plan.instances.reduce((n, i) => n + i.consumers.length, 0);
     say(`    ${fleet.nodes.length} node(s), ${fleet.modules.length} module(s), ${consumers} consumer(s)`);
@@ -216,6 +255,33 @@ async function up(
     await stopAll();
   }
   say("stopped");
+}
+
+/** How many random bytes an operator token holds (as base64url). */
+const OPERATOR_TOKEN_BYTES = 32;
+
+/**
+ * The operator token in `path`, or a new one written there (0600, atomically) when the file does
+ * not exist. A token is never printed: the operator reads it from the file.
+ */
+async function loadOrCreateOperatorToken(path: string): Promise<string> {
+  const kept = await readFileIfExists(path).catch((err: unknown) => {
+    throw new CliExit(EXIT_USAGE, `--operator-token-file: cannot read ${path}: ${(err as Error).message}`);
+  });
+  if (kept !== undefined) {
+    const token = kept.trim();
+    if (token.length < 16 || /\s/.test(token)) {
+      throw new CliExit(
+        EXIT_USAGE,
+        `--operator-token-file: ${path} does not hold a token (one line of at least 16 characters, no spaces): ` +
+          "remove it and mesh up makes a new one",
+      );
+    }
+    return token;
+  }
+  const token = randomBytes(OPERATOR_TOKEN_BYTES).toString("base64url");
+  await writeFileAtomic(path, `${token}\n`, 0o600);
+  return token;
 }
 
 async function agent(node: string, joinFile: string | undefined, state: string, io: CliIo): Promise<void> {

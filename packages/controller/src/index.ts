@@ -21,6 +21,8 @@ export * from "./authority-file.ts";
 export * from "./controller-keys.ts";
 export * from "./controller-metrics.ts";
 export * from "./controller-status.ts";
+export * from "./dashboard/dashboard-routes.ts";
+export * from "./dashboard/dashboard-state.ts";
 export * from "./enrollment.ts";
 export * from "./fleet-plan.ts";
 export * from "./http-server.ts";

@@ -1,0 +1,415 @@
+// What the dashboard shows, built from what the controller knows (nodes, their reports, the plan,
+// the standings) and what each provider says of its consumers through the same tool relay as
+// `mesh tool`. A provider that does not answer is shown as such, never as an error page: its
+// consumers are then listed from the plan, with what the standings on the bus say of them.
+import type { ConsumerState, RetireList, StatusReport } from "@mesh/sdk";
+import { redactUrl } from "@mesh/sdk";
+import { DEFAULT_SILENT_AFTER_MS } from "../controller-metrics.ts";
+import type { ControllerStatus, FailingStatus } from "../controller-status.ts";
+import type { FleetPlan } from "../fleet-plan.ts";
+import type { LedgerReadReply } from "../ledger-reader.ts";
+import type { ModuleReport } from "../node-reports.ts";
+import type { ToolCall, ToolReply } from "../tool-relay.ts";
+
+/** What the dashboard reads and asks; a running controller is one (`startController`'s answer). */
+export interface DashboardSources {
+  /** What `mesh status` shows. */
+  status(): ControllerStatus;
+  /** The fleet being served. */
+  current(): FleetPlan;
+  /** Relays a tool call to the module's node, exactly as `mesh tool` does; never throws. */
+  tool(call: ToolCall): Promise<ToolReply>;
+  /** A module's newest ledger entries, as `mesh ledger` reads them; never throws. */
+  ledger(module: string, limit: number): Promise<LedgerReadReply>;
+}
+
+/** One node and its agent, as the page shows it. */
+export interface NodeView {
+  readonly name: string;
+  readonly enrolled: boolean;
+  /** ISO 8601 of its agent's last report, or null. */
+  readonly lastReportAt: string | null;
+  /** Whether its agent reported recently enough to count as connected. */
+  readonly connected: boolean;
+  readonly generation: number | null;
+  readonly modules: readonly string[];
+}
+
+/** One module of the fleet and whether it runs. */
+export interface ModuleView {
+  readonly name: string;
+  readonly node: string;
+  /** As its node last reported it; `unknown` when the node has not reported it (or is silent). */
+  readonly state: ModuleReport["state"] | "unknown";
+  readonly restarts: number;
+  /** The interfaces it provides (none for a module that only consumes). */
+  readonly provides: readonly string[];
+}
+
+/** A consumer's state on the page: the provider's own states, and `deleted` from its ledger. */
+export type ConsumerViewState = ConsumerState | "deleted" | "unknown";
+
+/** One consumer of one provider. */
+export interface ConsumerView {
+  readonly login: string;
+  /** The consumer module when the fleet being served names it, else null (retired, deleted). */
+  readonly consumer: string | null;
+  readonly interface: string;
+  readonly node: string | null;
+  readonly state: ConsumerViewState;
+  /** The failure class while failing, else null. */
+  readonly class: string | null;
+  /** ISO 8601: since when it is in this state, when known. */
+  readonly since: string | null;
+  /** Why it is in this state, in words (scrubbed). */
+  readonly why: string;
+  readonly attempts: number | null;
+  /** Who deleted it, for a deleted consumer. */
+  readonly who?: string;
+}
+
+/** The retirement set that waits for a person (`retire list`), with the id Approve sends. */
+export interface WaitingView {
+  readonly id: string;
+  readonly logins: readonly string[];
+  readonly held: number;
+  readonly reason: string;
+}
+
+/** One provider module and its consumers. */
+export interface ProviderView {
+  readonly module: string;
+  readonly node: string;
+  readonly interfaces: readonly string[];
+  /** Whether the provider answered `status` through the relay. */
+  readonly answered: boolean;
+  /** Why it did not answer, in words; null when it did. */
+  readonly problem: string | null;
+  /** ISO 8601: when it was last asked. */
+  readonly askedAt: string;
+  /** ISO 8601 of its last finished pass, when it answered. */
+  readonly lastPassAt: string | null;
+  readonly contributionsProblem: string | null;
+  readonly consumers: readonly ConsumerView[];
+  readonly waiting: WaitingView | null;
+}
+
+/** What `GET /api/state` answers. */
+export interface DashboardState {
+  /** ISO 8601: when it was built. */
+  readonly at: string;
+  readonly fleet: ControllerStatus["fleet"];
+  readonly nodes: readonly NodeView[];
+  readonly modules: readonly ModuleView[];
+  readonly providers: readonly ProviderView[];
+  /** How many retirement sets wait for a person, over every provider. */
+  readonly waiting: number;
+  /** How many consumers are failing, over every provider. */
+  readonly failing: number;
+}
+
+/** How the dashboard's view is built. */
+export interface DashboardViewOptions {
+  /** How long a provider's answer is reused (default `PROVIDER_CACHE_MS`). */
+  readonly cacheMs?: number;
+  /** A node whose last report is older than this is not connected (default DEFAULT_SILENT_AFTER_MS). */
+  readonly silentAfterMs?: number;
+  /** Who the tool calls are asked as, kept in the provider's ledger (default "dashboard"). */
+  readonly who?: string;
+  /** How many ledger entries are read to find deleted consumers (default 200). */
+  readonly deletedLookback?: number;
+  readonly now?: () => number;
+}
+
+/**
+ * How long a provider's answers are reused. Each tool call through the relay is kept in the
+ * provider's ledger, reads included, so a page polling every two seconds asks a provider at most
+ * once in this long, and only while a page is open.
+ */
+export const PROVIDER_CACHE_MS = 5_000;
+
+/** Who the dashboard's tool calls are asked as, when not told. */
+export const DASHBOARD_WHO = "dashboard";
+
+interface ProviderAnswer {
+  readonly at: number;
+  readonly view: Promise<Omit<ProviderView, "module" | "node" | "interfaces">>;
+}
+
+/** The dashboard's view of the mesh: builds the state the page polls, asking providers sparingly. */
+export class DashboardView {
+  readonly #cache = new Map<string, ProviderAnswer>();
+  readonly #now: () => number;
+  readonly #cacheMs: number;
+  readonly #silentAfterMs: number;
+  readonly #lookback: number;
+  /** Who the tool calls are asked as. */
+  readonly who: string;
+
+  constructor(
+    readonly sources: DashboardSources,
+    options: DashboardViewOptions = {},
+  ) {
+    this.#now = options.now ?? Date.now;
+    this.#cacheMs = options.cacheMs ?? PROVIDER_CACHE_MS;
+    this.#silentAfterMs = options.silentAfterMs ?? DEFAULT_SILENT_AFTER_MS;
+    this.#lookback = options.deletedLookback ?? 200;
+    this.who = options.who ?? DASHBOARD_WHO;
+  }
+
+  /** Forgets what `module` said, so the next state asks it again (after an action). */
+  forget(module: string): void {
+    this.#cache.delete(module);
+  }
+
+  /** The provider modules of the fleet being served, with their node and interfaces. */
+  providers(): { module: string; node: string; interfaces: string[] }[] {
+    const byModule = new Map<string, { module: string; node: string; interfaces: string[] }>();
+    for (const i of this.sources.current().plan.instances) {
+      const p = byModule.get(i.provider) ?? { module: i.provider, node: i.node, interfaces: [] };
+      p.interfaces.push(i.interface);
+      byModule.set(i.provider, p);
+    }
+    return [...byModule.values()];
+  }
+
+  /** Builds the whole state: the controller's own knowledge now, each provider's at most `cacheMs` old. */
+  async state(): Promise<DashboardState> {
+    const status = this.sources.status();
+    const fleet = this.sources.current();
+    const now = this.#now();
+    const connected = (at: string | null): boolean =>
+      at !== null && now - Date.parse(at) <= this.#silentAfterMs;
+    const nodes: NodeView[] = status.nodes.map((n) => ({
+      name: n.name,
+      enrolled: n.enrolled,
+      lastReportAt: n.lastReportAt,
+      connected: connected(n.lastReportAt),
+      generation: n.generation,
+      modules: fleet.modules.filter((m) => m.node === n.name).map((m) => m.name),
+    }));
+    const provides = new Map<string, string[]>();
+    for (const i of fleet.plan.instances)
+      provides.set(i.provider, [...(provides.get(i.provider) ?? []), i.interface]);
+    const modules: ModuleView[] = fleet.modules.map((m) => {
+      const node = status.nodes.find((n) => n.name === m.node);
+      const report =
+        node !== undefined && connected(node.lastReportAt)
+          ? node.modules.find((r) => r.name === m.name)
+          : undefined;
+      return {
+        name: m.name,
+        node: m.node,
+        state: report?.state ?? "unknown",
+        restarts: report?.restarts ?? 0,
+        provides: provides.get(m.name) ?? [],
+      };
+    });
+    const providers = await Promise.all(
+      this.providers().map(async (p): Promise<ProviderView> => {
+        const said = await this.#ask(p.module, now);
+        return { module: p.module, node: p.node, interfaces: p.interfaces, ...said };
+      }),
+    );
+    const withPlan = providers.map((p) => withPlanAndStandings(p, fleet, status.failing));
+    return maskDeep({
+      at: new Date(now).toISOString(),
+      fleet: status.fleet,
+      nodes,
+      modules,
+      providers: withPlan,
+      waiting: withPlan.filter((p) => p.waiting !== null).length,
+      failing: withPlan.reduce((n, p) => n + p.consumers.filter((c) => c.state === "failing").length, 0),
+    });
+  }
+
+  #ask(module: string, now: number): ProviderAnswer["view"] {
+    const kept = this.#cache.get(module);
+    if (kept !== undefined && now - kept.at < this.#cacheMs) return kept.view;
+    const view = this.#askNow(module, now);
+    this.#cache.set(module, { at: now, view });
+    return view;
+  }
+
+  async #askNow(module: string, now: number): ProviderAnswer["view"] {
+    const askedAt = new Date(now).toISOString();
+    const [reply, deleted] = await Promise.all([
+      this.sources.tool({ module, tool: "status", args: [], who: this.who }),
+      this.#deleted(module),
+    ]);
+    const report = reply.ok ? asStatusReport(reply.answer) : undefined;
+    if (report === undefined) {
+      return {
+        answered: false,
+        problem: reply.ok
+          ? `${module} answered status with something that is not a provider's status`
+          : reply.error,
+        askedAt,
+        lastPassAt: null,
+        contributionsProblem: null,
+        consumers: deleted,
+        waiting: null,
+      };
+    }
+    const consumers: ConsumerView[] = report.consumers.map((c) => ({
+      login: c.login,
+      consumer: null,
+      interface: report.interface,
+      node: c.node ?? null,
+      state: c.state,
+      class: c.class,
+      since: c.since ?? null,
+      why: c.why,
+      attempts: c.attempts ?? null,
+    }));
+    let waiting: WaitingView | null = null;
+    if (consumers.some((c) => c.state === "awaiting-approval")) {
+      const list = await this.sources.tool({ module, tool: "retire list", args: [], who: this.who });
+      const set = list.ok ? asRetireList(list.answer) : undefined;
+      if (set?.id !== undefined && set.id !== null)
+        waiting = { id: set.id, logins: set.logins, held: set.held, reason: set.reason };
+    }
+    const shown = new Set(consumers.map((c) => c.login));
+    return {
+      answered: true,
+      problem: null,
+      askedAt,
+      lastPassAt: report.lastPassAt,
+      contributionsProblem: report.contributionsProblem,
+      consumers: [...consumers, ...deleted.filter((d) => !shown.has(d.login))],
+      waiting,
+    };
+  }
+
+  // Deleted consumers are gone from the provider's status; its ledger remembers them.
+  async #deleted(module: string): Promise<ConsumerView[]> {
+    const read = await this.sources.ledger(module, this.#lookback);
+    if (!read.ok) return [];
+    const latest = new Map<string, ConsumerView>();
+    for (const record of read.entries) {
+      const e = record.entry;
+      if (e["kind"] !== "action" || typeof e["login"] !== "string") continue;
+      if (e["action"] !== "deleted") {
+        latest.delete(e["login"]);
+        continue;
+      }
+      latest.set(e["login"], {
+        login: e["login"],
+        consumer: null,
+        interface: typeof e["interface"] === "string" ? e["interface"] : "",
+        node: null,
+        state: "deleted",
+        class: null,
+        since: typeof e["at"] === "string" ? e["at"] : record.at,
+        why: typeof e["why"] === "string" ? e["why"] : "deleted",
+        attempts: null,
+        ...(typeof e["who"] === "string" ? { who: e["who"] } : {}),
+      });
+    }
+    return [...latest.values()];
+  }
+}
+
+// Names each consumer by its module from the plan; a provider that did not answer lists the
+// plan's consumers, failing where the standings on the bus say so.
+function withPlanAndStandings(
+  p: ProviderView,
+  fleet: FleetPlan,
+  failing: readonly FailingStatus[],
+): ProviderView {
+  const planned = fleet.plan.instances.filter((i) => i.provider === p.module).flatMap((i) => i.consumers);
+  const byLogin = new Map(planned.map((c) => [c.login, c]));
+  let consumers = p.consumers.map((c) => {
+    const entry = byLogin.get(c.login);
+    return entry === undefined
+      ? c
+      : { ...c, consumer: entry.consumer, interface: entry.interface, node: c.node ?? entry.consumerNode };
+  });
+  if (!p.answered) {
+    const listed = new Set(consumers.map((c) => c.login));
+    const fromPlan = planned
+      .filter((c) => !listed.has(c.login))
+      .map((c): ConsumerView => {
+        const f = failing.find((s) => s.provider === p.module && s.login === c.login);
+        return {
+          login: c.login,
+          consumer: c.consumer,
+          interface: c.interface,
+          node: c.consumerNode,
+          state: f === undefined ? "unknown" : "failing",
+          class: f?.class ?? null,
+          since: f?.since ?? null,
+          why: f?.error ?? "the provider did not answer; its state is not known",
+          attempts: f?.attempts ?? null,
+        };
+      });
+    consumers = [...fromPlan, ...consumers];
+  }
+  const order: Record<ConsumerViewState, number> = {
+    failing: 0,
+    "awaiting-approval": 1,
+    unasked: 2,
+    active: 3,
+    unknown: 4,
+    retired: 5,
+    deleted: 6,
+  };
+  consumers.sort((a, b) => order[a.state] - order[b.state] || a.login.localeCompare(b.login));
+  return { ...p, consumers };
+}
+
+const CONSUMER_STATES = new Set(["active", "failing", "unasked", "awaiting-approval", "retired"]);
+
+// A provider's answer is read for what the page needs; anything else is not a status.
+function asStatusReport(answer: unknown): StatusReport | undefined {
+  const r = answer as Partial<StatusReport> | null;
+  if (r === null || typeof r !== "object" || !Array.isArray(r.consumers)) return undefined;
+  const consumers = r.consumers.filter(
+    (c) =>
+      typeof c === "object" &&
+      c !== null &&
+      typeof c.login === "string" &&
+      typeof c.state === "string" &&
+      CONSUMER_STATES.has(c.state),
+  );
+  return {
+    interface: typeof r.interface === "string" ? r.interface : "",
+    instance: typeof r.instance === "string" ? r.instance : "",
+    receives: typeof r.receives === "string" ? r.receives : "",
+    lastPassAt: typeof r.lastPassAt === "string" ? r.lastPassAt : null,
+    contributionsProblem: typeof r.contributionsProblem === "string" ? r.contributionsProblem : null,
+    consumers: consumers.map((c) => ({
+      ...c,
+      class: typeof c.class === "string" ? c.class : null,
+      since: typeof c.since === "string" ? c.since : "",
+      why: typeof c.why === "string" ? c.why : "",
+    })),
+  };
+}
+
+function asRetireList(answer: unknown): RetireList | undefined {
+  const r = answer as Partial<RetireList> | null;
+  if (r === null || typeof r !== "object" || !Array.isArray(r.logins)) return undefined;
+  return {
+    id: typeof r.id === "string" ? r.id : null,
+    logins: r.logins.filter((l): l is string => typeof l === "string"),
+    held: typeof r.held === "number" ? r.held : 0,
+    reason: typeof r.reason === "string" ? r.reason : "",
+  };
+}
+
+// `scheme://…` up to whitespace or a closing quote or bracket: a URL inside an error's text.
+const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:\/\/[^\s"'<>()[\]{}]+/gi;
+
+/**
+ * `value` with the password of every URL in every string masked. The providers and agents scrub
+ * what they say already; this keeps a URL a driver wrote into an error from reaching a page whole.
+ */
+export function maskDeep<T>(value: T): T {
+  if (typeof value === "string") return value.replace(URL_IN_TEXT, (url) => redactUrl(url)) as T;
+  if (Array.isArray(value)) return value.map((v: unknown) => maskDeep(v)) as T;
+  if (typeof value === "object" && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, maskDeep(v)])) as T;
+  }
+  return value;
+}

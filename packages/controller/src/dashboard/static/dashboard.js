@@ -1,0 +1,601 @@
+// The dashboard's page: polls /api/state and shows it; every action is a POST the controller relays
+// to the provider, as `mesh tool` does. Everything shown is put in with textContent, never as HTML.
+"use strict";
+
+(() => {
+  const POLL_MS = 2000;
+  const TOKEN_KEY = "mesh-operator-token";
+  const STATES = {
+    active: "active",
+    failing: "failing",
+    unasked: "no longer asked",
+    "awaiting-approval": "waiting for approval",
+    retired: "retired",
+    deleted: "deleted",
+    unknown: "unknown",
+  };
+  const READ_ONLY_TOOLS = new Set(["status", "retire list", "cleanup list"]);
+
+  let state = null;
+  let ledger = { module: null, reply: null };
+  let showReads = false;
+  let deleting = null;
+  let timer = null;
+
+  const $ = (id) => document.getElementById(id);
+
+  /** An element with attributes and children; strings become text nodes, never markup. */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs ?? {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null || child === false) continue;
+      node.append(typeof child === "string" || typeof child === "number" ? String(child) : child);
+    }
+    return node;
+  }
+
+  function ago(iso) {
+    const at = Date.parse(iso ?? "");
+    if (Number.isNaN(at)) return "";
+    const s = Math.max(0, Math.round((Date.now() - at) / 1000));
+    if (s < 5) return "just now";
+    if (s < 90) return `${s} s ago`;
+    if (s < 90 * 60) return `${Math.round(s / 60)} min ago`;
+    if (s < 36 * 3600) return `${Math.round(s / 3600)} h ago`;
+    return `${Math.round(s / 86400)} days ago`;
+  }
+
+  function when(iso) {
+    if (!iso) return el("span", { class: "muted" }, "—");
+    return el("time", { datetime: iso, title: iso }, ago(iso));
+  }
+
+  function badge(kind, text) {
+    return el("span", { class: `badge ${kind}` }, text);
+  }
+
+  function table(headers, rows, empty) {
+    if (rows.length === 0) return el("p", { class: "muted" }, empty);
+    return el(
+      "div",
+      { class: "table" },
+      el(
+        "table",
+        {},
+        el(
+          "thead",
+          {},
+          el(
+            "tr",
+            {},
+            headers.map((h) => el("th", { scope: "col" }, h)),
+          ),
+        ),
+        el(
+          "tbody",
+          {},
+          rows.map((cells) =>
+            el(
+              "tr",
+              {},
+              cells.map((c, i) => el("td", { "data-label": headers[i] }, c)),
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+
+  // ---- talking to the controller
+
+  async function api(path, body) {
+    const headers = { accept: "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.authorization = `Bearer ${token}`;
+    const init =
+      body === undefined
+        ? { headers }
+        : {
+            method: "POST",
+            headers: { ...headers, "content-type": "application/json" },
+            body: JSON.stringify(body),
+          };
+    const res = await fetch(path, { ...init, credentials: "omit", cache: "no-store" });
+    if (res.status === 401) {
+      askForToken(token !== null);
+      throw new Error("the operator token is needed");
+    }
+    let answer;
+    try {
+      answer = await res.json();
+    } catch {
+      throw new Error(`the controller answered ${res.status} without JSON`);
+    }
+    return answer;
+  }
+
+  function askForToken(wrong) {
+    stop();
+    $("token-form").hidden = false;
+    $("view").hidden = true;
+    $("summary").textContent = wrong
+      ? "that token was refused; type it again"
+      : "the operator token is needed";
+    $("token-input").focus();
+  }
+
+  function notice(text, kind) {
+    const n = $("notice");
+    n.textContent = text;
+    n.className = kind ?? "";
+    n.hidden = !text;
+  }
+
+  async function refresh() {
+    try {
+      state = await api("/api/state");
+      const view = currentView();
+      if (view.name === "ledger") {
+        const module = view.arg ?? ledger.module ?? state.modules[0]?.name ?? null;
+        if (module)
+          ledger = { module, reply: await api(`/api/ledger?module=${encodeURIComponent(module)}&limit=200`) };
+      }
+      render();
+    } catch (err) {
+      $("summary").textContent = `the controller does not answer: ${err.message}`;
+      $("summary").className = "error";
+    }
+  }
+
+  function start() {
+    stop();
+    void refresh();
+    timer = setInterval(() => void refresh(), POLL_MS);
+  }
+
+  function stop() {
+    if (timer !== null) clearInterval(timer);
+    timer = null;
+  }
+
+  // ---- views
+
+  function currentView() {
+    const [name, ...rest] = location.hash.replace(/^#/, "").split("/");
+    const arg = rest.length > 0 ? decodeURIComponent(rest.join("/")) : null;
+    return {
+      name: ["overview", "providers", "provider", "approvals", "ledger"].includes(name) ? name : "overview",
+      arg,
+    };
+  }
+
+  function render() {
+    if (state === null) return;
+    const view = currentView();
+    const summary = $("summary");
+    const silent = state.nodes.filter((n) => !n.connected).length;
+    summary.className = state.failing > 0 || state.waiting > 0 || silent > 0 ? "attention" : "";
+    summary.textContent =
+      `${state.nodes.length} node(s)${silent > 0 ? `, ${silent} not connected` : ""} · ` +
+      `${state.modules.length} module(s) · ${state.failing} failing · ${state.waiting} waiting for approval · ` +
+      `updated ${new Date(state.at).toLocaleTimeString()}`;
+    $("approvals-count").textContent = state.waiting > 0 ? `(${state.waiting})` : "";
+    for (const a of document.querySelectorAll("nav a")) {
+      const active =
+        a.dataset.view === view.name || (a.dataset.view === "providers" && view.name === "provider");
+      if (active) a.setAttribute("aria-current", "page");
+      else a.removeAttribute("aria-current");
+    }
+    const main = $("view");
+    const content =
+      view.name === "provider"
+        ? providerView(view.arg)
+        : view.name === "providers"
+          ? providersView()
+          : view.name === "approvals"
+            ? approvalsView()
+            : view.name === "ledger"
+              ? ledgerView()
+              : overview();
+    main.replaceChildren(...content.filter((node) => node !== null && node !== undefined));
+    main.dataset.view = view.name;
+  }
+
+  function overview() {
+    const refused = state.fleet.refused;
+    return [
+      refused
+        ? el(
+            "section",
+            { class: "warning" },
+            el("h2", {}, "The fleet file was refused"),
+            el("p", {}, "The last good fleet is still served. Fix what follows and save it again:"),
+            el(
+              "ul",
+              {},
+              refused.map((r) => el("li", {}, r)),
+            ),
+          )
+        : null,
+      el(
+        "section",
+        { id: "nodes" },
+        el("h2", {}, "Nodes and their agents"),
+        table(
+          ["Node", "Agent", "Last report", "Generation", "Modules"],
+          state.nodes.map((n) => [
+            n.name,
+            !n.enrolled
+              ? badge("unknown", "not enrolled")
+              : n.connected
+                ? badge("active", "connected")
+                : badge("failing", "not reporting"),
+            when(n.lastReportAt),
+            n.generation === null ? "—" : String(n.generation),
+            el("span", { class: "wrap" }, n.modules.join(", ") || "—"),
+          ]),
+          "The fleet names no nodes.",
+        ),
+      ),
+      el(
+        "section",
+        { id: "modules" },
+        el("h2", {}, "Modules"),
+        table(
+          ["Module", "Node", "State", "Restarts", "Provides"],
+          state.modules.map((m) => [
+            m.provides.length > 0
+              ? el("a", { href: `#provider/${encodeURIComponent(m.name)}` }, m.name)
+              : m.name,
+            m.node,
+            badge(m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown", m.state),
+            String(m.restarts),
+            m.provides.join(", ") || "—",
+          ]),
+          "The fleet names no modules.",
+        ),
+      ),
+      ...providersView(),
+    ];
+  }
+
+  function counts(p) {
+    const by = {};
+    for (const c of p.consumers) by[c.state] = (by[c.state] ?? 0) + 1;
+    return Object.entries(by).map(([s, n]) => badge(s, `${n} ${STATES[s] ?? s}`));
+  }
+
+  function providersView() {
+    return [
+      el(
+        "section",
+        { id: "providers" },
+        el("h2", {}, "Providers"),
+        table(
+          ["Provider", "Node", "Interfaces", "Consumers", "Answers"],
+          state.providers.map((p) => [
+            el("a", { href: `#provider/${encodeURIComponent(p.module)}` }, p.module),
+            p.node,
+            p.interfaces.join(", "),
+            el("span", { class: "badges" }, counts(p)),
+            p.answered ? badge("active", "answers") : badge("failing", "does not answer"),
+          ]),
+          "No module of the fleet provides an interface.",
+        ),
+      ),
+    ];
+  }
+
+  function waitingBlock(p) {
+    const w = p.waiting;
+    return el(
+      "div",
+      { class: "waiting", "data-provider": p.module, "data-set": w.id },
+      el(
+        "p",
+        {},
+        el("strong", {}, `${p.module}: `),
+        `${w.logins.length} consumer(s) wait to be retired — ${w.reason}.`,
+      ),
+      el(
+        "ul",
+        { class: "logins" },
+        w.logins.map((l) => el("li", {}, el("code", {}, l))),
+      ),
+      el(
+        "button",
+        {
+          class: "approve",
+          type: "button",
+          onclick: (e) => approve(p.module, w, e.currentTarget),
+        },
+        `Approve retiring ${w.logins.length}`,
+      ),
+    );
+  }
+
+  function providerView(module) {
+    const p = state.providers.find((x) => x.module === module);
+    if (!p)
+      return [el("p", { class: "error" }, `${module ?? "?"} is not a provider of the fleet being served.`)];
+    return [
+      el(
+        "section",
+        { id: "provider", "data-provider": p.module },
+        el(
+          "h2",
+          {},
+          `${p.module}`,
+          el("span", { class: "muted" }, ` on ${p.node} · ${p.interfaces.join(", ")}`),
+        ),
+        p.answered
+          ? el("p", { class: "muted" }, "Last pass ", when(p.lastPassAt), " · asked ", when(p.askedAt))
+          : el(
+              "p",
+              { class: "error provider-problem" },
+              `It does not answer: ${p.problem ?? "no reason given"}. Consumers are shown as the fleet and the standings say.`,
+            ),
+        p.contributionsProblem ? el("p", { class: "warning" }, p.contributionsProblem) : null,
+        p.waiting ? waitingBlock(p) : null,
+        el("h3", {}, "Consumers"),
+        table(
+          ["Login", "Consumer", "Node", "State", "Since", "Why", ""],
+          p.consumers.map((c) => [
+            el("code", {}, c.login),
+            c.consumer ?? "—",
+            c.node ?? "—",
+            el(
+              "span",
+              { class: "badges" },
+              badge(c.state, STATES[c.state] ?? c.state),
+              c.class ? badge("class", c.class) : null,
+            ),
+            when(c.since),
+            el(
+              "span",
+              { class: "why" },
+              c.why,
+              c.attempts ? ` (${c.attempts} attempt${c.attempts === 1 ? "" : "s"})` : "",
+              c.who ? ` — by ${c.who}` : "",
+            ),
+            c.state === "retired"
+              ? el(
+                  "button",
+                  {
+                    class: "delete danger",
+                    type: "button",
+                    "data-login": c.login,
+                    onclick: () => openDelete(p.module, c.login),
+                  },
+                  "Delete…",
+                )
+              : "",
+          ]),
+          "No consumers.",
+        ),
+        el("p", {}, el("a", { href: `#ledger/${encodeURIComponent(p.module)}` }, `${p.module}'s ledger`)),
+      ),
+    ];
+  }
+
+  function approvalsView() {
+    const waiting = state.providers.filter((p) => p.waiting);
+    return [
+      el(
+        "section",
+        { id: "approvals" },
+        el("h2", {}, "Retirements waiting for a person"),
+        el(
+          "p",
+          { class: "muted" },
+          "A provider retires consumers no longer asked for on its own only within its bound; a larger set waits here. Approving retires them: their logins stop working, their data is kept until deleted.",
+        ),
+        waiting.length === 0
+          ? el("p", { class: "muted" }, "Nothing waits for approval.")
+          : waiting.map(waitingBlock),
+      ),
+    ];
+  }
+
+  function describeEntry(e) {
+    if (e.kind === "action") {
+      const freed = typeof e.freedBytes === "number" ? `, ${e.freedBytes} bytes freed` : "";
+      return [
+        badge(
+          e.action === "deleted"
+            ? "deleted"
+            : e.action === "retired"
+              ? "retired"
+              : e.action === "approved"
+                ? "awaiting-approval"
+                : "active",
+          e.action,
+        ),
+        " ",
+        el("code", {}, e.login ?? "?"),
+        ` by ${e.who ?? "?"}: ${e.why ?? ""}${freed}`,
+      ];
+    }
+    if (e.kind === "tool") {
+      const call = [e.tool, ...(e.args ?? [])].join(" ");
+      const result = e.ok
+        ? badge("active", "answered")
+        : badge("failing", `refused${e.code ? ` (${e.code})` : ""}`);
+      return [
+        badge("class", "tool"),
+        " ",
+        el("code", {}, call),
+        ` asked by ${e.who ?? "?"} `,
+        result,
+        e.ok ? "" : ` ${e.error ?? ""}`,
+      ];
+    }
+    return [badge("unknown", String(e.kind ?? "entry")), " ", JSON.stringify(e)];
+  }
+
+  function ledgerView() {
+    const modules = state.modules.map((m) => m.name);
+    const picker = el(
+      "select",
+      {
+        id: "ledger-module",
+        "aria-label": "module",
+        onchange: (e) => {
+          location.hash = `#ledger/${encodeURIComponent(e.currentTarget.value)}`;
+        },
+      },
+      modules.map((m) => el("option", { value: m, selected: m === ledger.module }, m)),
+    );
+    const reads = el("input", {
+      type: "checkbox",
+      id: "show-reads",
+      checked: showReads,
+      onchange: (e) => {
+        showReads = e.currentTarget.checked;
+        render();
+      },
+    });
+    const reply = ledger.reply;
+    let body;
+    if (!reply) body = el("p", { class: "muted" }, "loading…");
+    else if (!reply.ok) body = el("p", { class: "error" }, reply.error);
+    else {
+      const entries = [...reply.entries]
+        .reverse()
+        .filter((r) => showReads || !(r.entry.kind === "tool" && READ_ONLY_TOOLS.has(r.entry.tool)));
+      const hidden = reply.entries.length - entries.length;
+      body = [
+        entries.length === 0 ? el("p", { class: "muted" }, "No entries yet.") : null,
+        el(
+          "ol",
+          { class: "timeline", reversed: true },
+          entries.map((r) =>
+            el(
+              "li",
+              { "data-kind": r.entry.kind, "data-seq": r.seq },
+              el(
+                "div",
+                { class: "at" },
+                el("span", { class: "seq" }, `#${r.seq}`),
+                " ",
+                when(r.entry.at ?? r.at),
+              ),
+              el("div", { class: "what" }, describeEntry(r.entry)),
+            ),
+          ),
+        ),
+        hidden > 0 ? el("p", { class: "muted" }, `${hidden} read-only tool call(s) hidden.`) : null,
+      ];
+    }
+    return [
+      el(
+        "section",
+        { id: "ledger" },
+        el("h2", {}, "Ledger"),
+        el(
+          "div",
+          { class: "controls" },
+          el("label", {}, "Module ", picker),
+          el("label", {}, reads, " show read-only tool calls"),
+        ),
+        el(
+          "p",
+          { class: "muted" },
+          "Each module's history, newest first, as it is kept on the bus: what its provider did and every tool asked of it.",
+        ),
+        body,
+      ),
+    ];
+  }
+
+  // ---- actions
+
+  async function approve(module, waiting, button) {
+    button.disabled = true;
+    notice(`approving the retirement of ${waiting.logins.join(", ")} on ${module}…`);
+    try {
+      const reply = await api("/api/approve", { module, id: waiting.id });
+      if (reply.ok)
+        notice(
+          `${module} retired ${(reply.answer?.retired ?? waiting.logins).join(", ")}; the approval is in its ledger.`,
+          "ok",
+        );
+      else notice(`${module} did not retire them: ${reply.error}`, "error");
+    } catch (err) {
+      notice(`the approval was not sent: ${err.message}`, "error");
+    }
+    await refresh();
+  }
+
+  function openDelete(module, login) {
+    deleting = { module, login };
+    $("delete-what").textContent = `${login}, a retired consumer of ${module}.`;
+    $("delete-typed").value = "";
+    $("delete-error").hidden = true;
+    $("delete-confirm").disabled = false;
+    $("delete-dialog").showModal();
+    $("delete-typed").focus();
+  }
+
+  function deleteRefused(text) {
+    const e = $("delete-error");
+    e.textContent = text;
+    e.hidden = false;
+  }
+
+  async function confirmDelete(event) {
+    event.preventDefault();
+    if (!deleting) return;
+    const { module, login } = deleting;
+    const typed = $("delete-typed").value;
+    if (typed !== login) {
+      deleteRefused(`“${typed}” is not ${login}: nothing was deleted. Type the login exactly.`);
+      return;
+    }
+    $("delete-confirm").disabled = true;
+    try {
+      const reply = await api("/api/delete", { module, login, typed });
+      if (!reply.ok) {
+        deleteRefused(`${module} did not delete ${login}: ${reply.error}`);
+        $("delete-confirm").disabled = false;
+        return;
+      }
+      $("delete-dialog").close();
+      deleting = null;
+      notice(`${module} deleted ${login}; the deletion is in its ledger.`, "ok");
+    } catch (err) {
+      deleteRefused(`the deletion was not sent: ${err.message}`);
+      $("delete-confirm").disabled = false;
+    }
+    await refresh();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("delete-form").addEventListener("submit", (e) => void confirmDelete(e));
+    $("delete-cancel").addEventListener("click", () => {
+      deleting = null;
+      $("delete-dialog").close();
+    });
+    $("token-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+      $("token-input").value = "";
+      $("token-form").hidden = true;
+      $("view").hidden = false;
+      start();
+    });
+    window.addEventListener("hashchange", () => {
+      notice("");
+      const view = currentView();
+      if (view.name === "ledger") void refresh();
+      else render();
+    });
+    start();
+  });
+})();

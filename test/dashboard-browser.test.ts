@@ -1,0 +1,245 @@
+// The operator's dashboard in a real browser (Debian's Chromium, driven headless by playwright-core)
+// against a real mesh: `mesh up` runs nats-server, the controller and one agent, which runs the
+// Postgres provider on a real PostgreSQL. One consumer fails for real (a role of its login exists
+// that the provider did not make, so it is never touched); two of three consumers are then removed
+// from the fleet, more than the harness's retirement bound lets go without a person, so they wait
+// for approval. The page approves them, refuses a delete with the wrong login typed, and deletes
+// with the right one; each action is read back from the ledger with `mesh ledger`, as the CLI
+// shows it. Screenshots of every view go to test-output/screenshots/.
+import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { chromium, type Browser, type Page } from "playwright-core";
+import { startPostgres, type PostgresServer } from "@mesh/testkit";
+import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const CHROMIUM = "/usr/bin/chromium";
+const SCREENSHOTS = join(root, "test-output", "screenshots");
+const PG_MANIFEST = JSON.stringify(join(root, "providers", "postgres", "module.json"));
+// Long enough for a page that polls every 2 s; a deadline, not a timing assertion.
+const SEEN = { timeout: 30_000 };
+
+const fleetYaml = (port: number, consumers: readonly string[]): string =>
+  `nodes:
+  node-a: {}
+modules:
+  postgres:
+    manifest: ${PG_MANIFEST}
+    node: node-a
+    endpoint: { host: 127.0.0.1, port: ${port} }
+${consumers.map((c) => `  ${c}: { manifest: ./consumer/module.json, node: node-a }\n`).join("")}`;
+
+interface LedgerAnswer {
+  entries: { seq: number; entry: Record<string, unknown> }[];
+}
+
+const skip = existsSync(CHROMIUM)
+  ? false
+  : `${CHROMIUM} is absent: install Debian's chromium (apt-get install chromium) to run the dashboard's browser tests`;
+
+describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, skip }, () => {
+  let server: PostgresServer;
+  let dir: string;
+  let up: MeshProcess;
+  let browser: Browser;
+  let page: Page;
+  let base: string;
+  let token: string;
+  const state = () => join(dir, "state");
+  const shot = (name: string) => page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
+  const ledger = async (): Promise<LedgerAnswer> => {
+    const run = await runMesh(["ledger", "postgres", "--limit", "500", "--json", "--state", state()]);
+    assert.equal(run.code, 0, `mesh ledger failed:\n${run.stdout}${run.stderr}`);
+    return JSON.parse(run.stdout) as LedgerAnswer;
+  };
+  const roles = async (): Promise<string[]> =>
+    (await server.query<{ rolname: string }>("SELECT rolname FROM pg_roles ORDER BY rolname")).map(
+      (r) => r.rolname,
+    );
+
+  before(async () => {
+    await mkdir(SCREENSHOTS, { recursive: true });
+    server = await startPostgres();
+    const adminUrl = await server.createAdmin("mesh_admin");
+    // A role the provider did not make, under the login the consumer "blocked" derives: the
+    // provider never alters it, so that consumer fails on every pass.
+    await server.query("CREATE ROLE blocked_postgres LOGIN");
+    dir = await mkdtemp(join(tmpdir(), "mesh-dashboard-"));
+    await mkdir(join(dir, "consumer"));
+    // Consumers with no process of their own: only their databases matter here.
+    await writeFile(
+      join(dir, "consumer", "module.json"),
+      JSON.stringify({ name: "consumer", needs: { "postgres-database": { values: {} } } }),
+    );
+    await writeFile(join(dir, "mesh.yaml"), fleetYaml(server.port, ["blocked", "c1", "c2", "c3"]));
+    const tokenFile = join(dir, "operator.token");
+    up = startMesh(["up", join(dir, "mesh.yaml"), "--state", state(), "--operator-token-file", tokenFile], {
+      MESH_POSTGRES_URL: adminUrl,
+      MESH_EVERY: "1s",
+      MESH_FAILING_AFTER: "1s",
+    });
+    await up.waitFor(/the dashboard: http:\/\/127\.0\.0\.1:\d+\//);
+    base = /the dashboard: (http:\/\/127\.0\.0\.1:\d+)\//.exec(up.output())?.[1] ?? "";
+    token = (await readFile(tokenFile, "utf8")).trim();
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      args: [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
+    });
+    page = await browser.newPage({ viewport: { width: 1200, height: 860 } });
+  });
+
+  after(async () => {
+    await browser?.close();
+    if (up && up.child.exitCode === null) {
+      up.child.kill("SIGINT");
+      await up.done;
+    }
+    await server?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it("loads, asks for the operator token, then shows the nodes, their agents and the modules", async () => {
+    const unauthorised = await fetch(`${base}/api/state`);
+    assert.equal(unauthorised.status, 401, "the API asks for the operator token");
+    await page.goto(`${base}/`);
+    await page.locator("#token-form").waitFor(SEEN);
+    await page.fill("#token-input", token);
+    await page.click("#token-form button[type=submit]");
+    const node = page.locator("#nodes tbody tr", { hasText: "node-a" });
+    await node.getByText("connected").waitFor(SEEN);
+    const provider = page.locator("#modules tbody tr", { hasText: "postgres" });
+    await provider.getByText("running").waitFor(SEEN);
+    for (const consumer of ["blocked", "c1", "c2", "c3"])
+      await page.locator("#modules tbody tr", { hasText: consumer }).first().waitFor(SEEN);
+    await page.locator("#providers tbody tr", { hasText: "postgres" }).getByText("3 active").waitFor(SEEN);
+    await shot("overview");
+    assert.doesNotMatch(await page.locator("#view").innerText(), /\b(null|undefined|NaN)\b/);
+    assert.ok(!(await page.content()).includes(token), "the token is not put in the page");
+  });
+
+  it("shows the failing consumer with its class and since when", async () => {
+    await page.goto(`${base}/#provider/postgres`);
+    const row = page.locator("#provider tbody tr", { hasText: "blocked_postgres" });
+    await row.locator(".badge.failing").waitFor(SEEN);
+    const text = await row.innerText();
+    assert.match(text, /failing/);
+    assert.match(text, /blocked/, "named by its consumer module");
+    assert.match(text, /ago|just now/, "since when");
+    assert.match(text, /was not made by this provider/, "why, in the provider's words");
+    const failingClass = await row.locator(".badge.class").innerText();
+    assert.ok(failingClass.length > 0, "the failure class is shown");
+    for (const login of ["c1_postgres", "c2_postgres", "c3_postgres"]) {
+      await page.locator("#provider tbody tr", { hasText: login }).getByText("active").waitFor(SEEN);
+    }
+    await shot("provider-detail");
+    assert.doesNotMatch(await page.locator("#view").innerText(), /\b(null|undefined|NaN)\b/);
+    await page.setViewportSize({ width: 390, height: 844 });
+    await shot("phone-provider-detail");
+    await page.setViewportSize({ width: 1200, height: 860 });
+  });
+
+  it("approves a retirement waiting for a person, and the approval is in the ledger", async () => {
+    // Two of three held consumers at once is more than half: the harness waits for a person.
+    const tmp = join(dir, "mesh.yaml.tmp");
+    await writeFile(tmp, fleetYaml(server.port, ["blocked", "c3"]));
+    await rename(tmp, join(dir, "mesh.yaml"));
+    await page.goto(`${base}/#approvals`);
+    const waiting = page.locator("#approvals .waiting[data-provider=postgres]");
+    await waiting.waitFor(SEEN);
+    const said = await waiting.innerText();
+    assert.match(said, /c1_postgres/);
+    assert.match(said, /c2_postgres/);
+    assert.match(said, /2 of 3 held is more than 50%/);
+    await shot("approvals");
+    await waiting.locator("button.approve").click();
+    await page.locator("#notice.ok", { hasText: "retired c1_postgres, c2_postgres" }).waitFor(SEEN);
+    await page.locator("#approvals", { hasText: "Nothing waits for approval." }).waitFor(SEEN);
+
+    await page.goto(`${base}/#provider/postgres`);
+    for (const login of ["c1_postgres", "c2_postgres"]) {
+      await page.locator("#provider tbody tr", { hasText: login }).locator(".badge.retired").waitFor(SEEN);
+    }
+    await page.goto(`${base}/#ledger/postgres`);
+    await page
+      .locator(".timeline li[data-kind=action]", { hasText: "c1_postgres" })
+      .filter({ has: page.locator(".badge", { hasText: /^approved$/ }) })
+      .waitFor(SEEN);
+    await page.locator(".timeline li[data-kind=tool]", { hasText: "retire approve" }).waitFor(SEEN);
+    await shot("ledger-timeline");
+
+    const entries = (await ledger()).entries.map((e) => e.entry);
+    const approved = entries.filter((e) => e["kind"] === "action" && e["action"] === "approved");
+    assert.deepEqual(approved.map((e) => e["login"]).sort(), ["c1_postgres", "c2_postgres"]);
+    assert.ok(
+      approved.every((e) => e["who"] === "dashboard"),
+      JSON.stringify(approved),
+    );
+    const call = entries.find((e) => e["kind"] === "tool" && e["tool"] === "retire approve");
+    assert.equal(call?.["who"], "dashboard");
+    assert.equal(call?.["ok"], true);
+  });
+
+  it("refuses a delete with the wrong login typed, and deletes with the right one", async () => {
+    await page.goto(`${base}/#provider/postgres`);
+    const row = page.locator("#provider tbody tr", { hasText: "c1_postgres" });
+    await row.locator("button.delete").click();
+    await page.locator("#delete-dialog[open]").waitFor(SEEN);
+    await page.fill("#delete-typed", "c2_postgres");
+    await page.click("#delete-confirm");
+    await page.locator("#delete-error", { hasText: "nothing was deleted" }).waitFor(SEEN);
+    assert.ok(await page.locator("#delete-dialog[open]").isVisible(), "the dialog stays open");
+    await shot("delete-dialog");
+
+    // The server refuses it too, whatever a page sends.
+    const refused = await fetch(`${base}/api/delete`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+      body: JSON.stringify({ module: "postgres", login: "c1_postgres", typed: "c2_postgres" }),
+    });
+    assert.equal(refused.status, 400);
+    assert.equal(((await refused.json()) as { code?: string }).code, "login-mismatch");
+    assert.ok((await roles()).includes("c1_postgres"), "nothing was deleted");
+    assert.ok(
+      !(await ledger()).entries.some((e) => e.entry["tool"] === "cleanup delete"),
+      "a refused delete never reached the provider",
+    );
+
+    await page.fill("#delete-typed", "c1_postgres");
+    await page.click("#delete-confirm");
+    await page.locator("#delete-dialog:not([open])").waitFor({ state: "attached", ...SEEN });
+    await page.locator("#notice.ok", { hasText: "deleted c1_postgres" }).waitFor(SEEN);
+    await page
+      .locator("#provider tbody tr", { hasText: "c1_postgres" })
+      .locator(".badge.deleted")
+      .waitFor(SEEN);
+    assert.ok(!(await roles()).includes("c1_postgres"), "its role is gone from PostgreSQL");
+    assert.ok((await roles()).includes("c2_postgres"), "the other retired one is kept");
+    await shot("provider-after-delete");
+
+    const entries = (await ledger()).entries.map((e) => e.entry);
+    const deleted = entries.filter((e) => e["kind"] === "action" && e["action"] === "deleted");
+    assert.deepEqual(
+      deleted.map((e) => [e["login"], e["who"]]),
+      [["c1_postgres", "dashboard"]],
+    );
+    const calls = entries.filter((e) => e["kind"] === "tool" && e["tool"] === "cleanup delete");
+    assert.deepEqual(
+      calls.map((e) => [e["args"], e["ok"]]),
+      [[["c1_postgres"], true]],
+    );
+  });
+});
