@@ -63,8 +63,8 @@ export const RUNNER_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRunnerCo
 /** Answers larger than this (as JSON) are summarised in the ledger; the caller still gets them whole. */
 export const MAX_LEDGER_ANSWER_BYTES = 16 * 1024;
 
-/** How long the agent waits for a module's control socket by default (less than the relay waits). */
-export const DEFAULT_TOOL_TIMEOUT_MS = 100_000;
+/** How long the agent waits for a module's control socket by default: with the ledger append, less than the relay waits. */
+export const DEFAULT_TOOL_TIMEOUT_MS = 95_000;
 
 /** How long the agent waits for a ledger append before answering without it. */
 export const LEDGER_APPEND_TIMEOUT_MS = 10_000;
