@@ -419,6 +419,52 @@ describe("the dashboard's routes", () => {
     );
   });
 
+  it("does not wait on a provider slow to answer: it says so, and asks it nothing more until it answers", async () => {
+    let answer: ((reply: ToolReply) => void) | undefined;
+    const slow = new FakeController(fleet);
+    slow.tool = (call) => {
+      slow.calls.push(call);
+      if (call.module !== "postgres")
+        return Promise.resolve({ ok: false, code: "agent-timeout", error: "slow" });
+      return new Promise((resolve) => (answer = resolve));
+    };
+    const routes = dashboardRoutes({ sources: slow, tokenRequired: false, cacheMs: 0, waitMs: 50 });
+    const impatient = await startControllerHttp({ routes });
+    try {
+      const first = JSON.parse((await ask(impatient.url, "GET", "/api/state")).body) as DashboardState;
+      const pg = first.providers.find((p) => p.module === "postgres");
+      assert.equal(pg?.answered, false);
+      assert.match(pg?.problem ?? "", /has not answered yet/);
+      assert.deepEqual(
+        pg?.consumers.map((c) => [c.login, c.state]),
+        [
+          ["app1_postgres", "unknown"],
+          ["app2_postgres", "unknown"],
+        ],
+        "its consumers as the fleet names them",
+      );
+      await ask(impatient.url, "GET", "/api/state");
+      assert.equal(slow.calls.filter((c) => c.module === "postgres").length, 1, "one call in flight at most");
+      answer?.({ ok: false, code: "not-made-here", error: "an answer at last" });
+      const later = JSON.parse((await ask(impatient.url, "GET", "/api/state")).body) as DashboardState;
+      const said = later.providers.find((p) => p.module === "postgres");
+      assert.equal(said?.problem, "an answer at last", "its last answer, while the next is awaited");
+      assert.equal(
+        slow.calls.filter((c) => c.module === "postgres").length,
+        2,
+        "asked again once it answered",
+      );
+    } finally {
+      await impatient.close();
+    }
+  });
+
+  it("serves the page only as a loopback name without a token", async () => {
+    const rebound = await ask(server.url, "GET", "/", { host: `evil.example:${server.port}` });
+    assert.equal(rebound.status, 421);
+    assert.doesNotMatch(rebound.body, /<script/);
+  });
+
   it("with an operator token, the API asks for it and the page does not", async () => {
     const token = "an-operator-token-for-tests";
     const guarded = await startControllerHttp({

@@ -86,7 +86,13 @@ export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
     path,
     open: true,
     async handle(req, res) {
-      guard(req);
+      try {
+        guard(req);
+      } catch (err) {
+        if (!(err instanceof Refusal)) throw err;
+        res.writeHead(err.status, { "content-type": "text/plain; charset=utf-8" }).end(`${err.message}\n`);
+        return;
+      }
       const { file, type } = STATIC_FILES[path] ?? { file: "index.html", type: "text/html" };
       let body = files.get(file);
       if (body === undefined) {

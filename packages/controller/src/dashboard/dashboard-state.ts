@@ -112,6 +112,11 @@ export interface DashboardState {
 export interface DashboardViewOptions {
   /** How long a provider's answer is reused (default `PROVIDER_CACHE_MS`). */
   readonly cacheMs?: number;
+  /**
+   * How long a state waits for a provider that is slow to answer (default `PROVIDER_WAIT_MS`); then
+   * its previous answer is shown, or that it has not answered yet.
+   */
+  readonly waitMs?: number;
   /** A node whose last report is older than this is not connected (default DEFAULT_SILENT_AFTER_MS). */
   readonly silentAfterMs?: number;
   /** Who the tool calls are asked as, kept in the provider's ledger (default "dashboard"). */
@@ -131,9 +136,17 @@ export const PROVIDER_CACHE_MS = 5_000;
 /** Who the dashboard's tool calls are asked as, when not told. */
 export const DASHBOARD_WHO = "dashboard";
 
+/** How long a state waits for a slow provider, when not told. */
+export const PROVIDER_WAIT_MS = 3_000;
+
+type ProviderSaid = Omit<ProviderView, "module" | "node" | "interfaces">;
+
 interface ProviderAnswer {
   readonly at: number;
-  readonly view: Promise<Omit<ProviderView, "module" | "node" | "interfaces">>;
+  readonly view: Promise<ProviderSaid>;
+  settled?: ProviderSaid;
+  /** The answer before this one, shown while this one is awaited. */
+  readonly previous: ProviderSaid | undefined;
 }
 
 /** The dashboard's view of the mesh: builds the state the page polls, asking providers sparingly. */
@@ -141,6 +154,7 @@ export class DashboardView {
   readonly #cache = new Map<string, ProviderAnswer>();
   readonly #now: () => number;
   readonly #cacheMs: number;
+  readonly #waitMs: number;
   readonly #silentAfterMs: number;
   readonly #lookback: number;
   /** Who the tool calls are asked as. */
@@ -152,6 +166,7 @@ export class DashboardView {
   ) {
     this.#now = options.now ?? Date.now;
     this.#cacheMs = options.cacheMs ?? PROVIDER_CACHE_MS;
+    this.#waitMs = options.waitMs ?? PROVIDER_WAIT_MS;
     this.#silentAfterMs = options.silentAfterMs ?? DEFAULT_SILENT_AFTER_MS;
     this.#lookback = options.deletedLookback ?? 200;
     this.who = options.who ?? DASHBOARD_WHO;
@@ -223,15 +238,44 @@ export class DashboardView {
     });
   }
 
-  #ask(module: string, now: number): ProviderAnswer["view"] {
-    const kept = this.#cache.get(module);
-    if (kept !== undefined && now - kept.at < this.#cacheMs) return kept.view;
-    const view = this.#askNow(module, now);
-    this.#cache.set(module, { at: now, view });
-    return view;
+  // One call in flight per provider at most: a provider slow to answer is asked again only once it
+  // has, and meanwhile a state shows what it said before (or that it has not answered yet).
+  async #ask(module: string, now: number): Promise<ProviderSaid> {
+    let kept = this.#cache.get(module);
+    if (kept === undefined || (kept.settled !== undefined && now - kept.at >= this.#cacheMs)) {
+      const view = this.#askNow(module, now).catch((err: unknown): ProviderSaid => ({
+        ...unanswered(now),
+        problem: `${module} could not be asked: ${err instanceof Error ? err.message : String(err)}`,
+      }));
+      const entry: ProviderAnswer = { at: now, view, previous: kept?.settled };
+      void entry.view.then((said) => (entry.settled = said));
+      this.#cache.set(module, entry);
+      kept = entry;
+    }
+    if (kept.settled !== undefined) return kept.settled;
+    const asked = kept;
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<ProviderSaid>((resolve) => {
+      timer = setTimeout(
+        () =>
+          resolve(
+            asked.previous ?? {
+              ...unanswered(asked.at),
+              problem: `${module} was asked ${Math.round((this.#now() - asked.at) / 1000)} s ago and has not answered yet`,
+            },
+          ),
+        this.#waitMs,
+      );
+      timer.unref();
+    });
+    try {
+      return await Promise.race([asked.view, waited]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
-  async #askNow(module: string, now: number): ProviderAnswer["view"] {
+  async #askNow(module: string, now: number): Promise<ProviderSaid> {
     const askedAt = new Date(now).toISOString();
     const [reply, deleted] = await Promise.all([
       this.sources.tool({ module, tool: "status", args: [], who: this.who }),
@@ -308,6 +352,18 @@ export class DashboardView {
     }
     return [...latest.values()];
   }
+}
+
+function unanswered(at: number): ProviderSaid {
+  return {
+    answered: false,
+    problem: null,
+    askedAt: new Date(at).toISOString(),
+    lastPassAt: null,
+    contributionsProblem: null,
+    consumers: [],
+    waiting: null,
+  };
 }
 
 // Names each consumer by its module from the plan; a provider that did not answer lists the
