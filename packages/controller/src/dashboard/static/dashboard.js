@@ -362,7 +362,7 @@
               { class: "why" },
               c.why,
               c.attempts ? ` (${c.attempts} attempt${c.attempts === 1 ? "" : "s"})` : "",
-              c.who ? ` — by ${c.who}` : "",
+              c.who && !c.why.includes(c.who) ? ` — by ${c.who}` : "",
             ),
             c.state === "retired"
               ? el(
