@@ -12,6 +12,7 @@ import {
   ControlUnreachableError,
   isServerUrl,
   NoProviderListeningError,
+  READ_ONLY_TOOLS,
   redactSecrets,
   secretsOfUrl,
   ToolError,
@@ -166,9 +167,12 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
   const at = new Date().toISOString();
   let module: string;
   let request: { tool: ControlTool; args: string[]; who: string };
+  let record = true;
   try {
     const raw = JSON.parse(new TextDecoder().decode(data)) as unknown;
     request = checkControlRequest(raw);
+    // Only a read may go unrecorded (a page refreshing itself); an action always lands in the ledger.
+    record = !((raw as { record?: unknown }).record === false && READ_ONLY_TOOLS.has(request.tool));
     const named = (raw as { module?: unknown }).module;
     if (typeof named !== "string" || named === "")
       throw new BadControlRequestError("the call names no module");
@@ -240,7 +244,7 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
       ? { ok: true, answer: forLedger(scrubbed.answer) }
       : { ok: false, error: scrubbed.error, code: scrubbed.code }),
   };
-  const ledgerProblem = await appendEntry(options, module, entry);
+  const ledgerProblem = record ? await appendEntry(options, module, entry) : undefined;
   const said = `${who} asked ${[tool, ...args].join(" ")} of ${module} on node ${node}`;
   if (scrubbed.ok) logger.info(`${said}: answered`);
   else logger.warn(`${said}: ${scrubbed.code}: ${scrubbed.error}`);

@@ -217,6 +217,26 @@ void describe("the agent's tool runner", () => {
     assert.equal(records[0]?.entry["who"], "carol");
   });
 
+  it("leaves a read asked with record: false out of the ledger, but never an action", async () => {
+    const before = (await readLedger(admin, "postgres", { limit: 1000, kind: "tool" })).length;
+    const read = await ask({ module: "postgres", tool: "status", args: [], who: "page", record: false });
+    assert.ok(read.ok, JSON.stringify(read));
+    const afterRead = await readLedger(admin, "postgres", { limit: 1000, kind: "tool" });
+    assert.equal(afterRead.length, before, "a refreshing page's read is not recorded");
+
+    const action = await ask({
+      module: "postgres",
+      tool: "cleanup delete",
+      args: ["older_db"],
+      who: "page",
+      record: false,
+    });
+    assert.ok(action.ok, JSON.stringify(action));
+    const afterAction = await readLedger(admin, "postgres", { limit: 1000, kind: "tool" });
+    assert.equal(afterAction.length, before + 1, "an action is recorded whatever the call says");
+    assert.equal(afterAction.at(-1)?.entry["tool"], "cleanup delete");
+  });
+
   it("refuses a module this node does not run, naming the ones it does", async () => {
     const reply = await ask({ module: "redis", tool: "status", args: [], who: "alice" });
     assert.ok(!reply.ok);

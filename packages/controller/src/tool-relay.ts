@@ -5,7 +5,7 @@
 // a log to know why a tool did not run.
 import { toolSubject, type BusLogger } from "@mesh/bus";
 import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
-import { BadControlRequestError, checkControlRequest, type ControlTool } from "@mesh/sdk";
+import { BadControlRequestError, checkControlRequest, READ_ONLY_TOOLS, type ControlTool } from "@mesh/sdk";
 import {
   NoRespondersError,
   RequestError,
@@ -25,6 +25,11 @@ export interface ToolCall {
   readonly args: readonly string[];
   /** Who asks (the operator's user name), kept in the module's ledger. */
   readonly who: string;
+  /**
+   * False for a read-only tool (`READ_ONLY_TOOLS`) asked by a page refreshing itself: no ledger
+   * entry. Refused for any other tool, so an action is always recorded. Absent means recorded.
+   */
+  readonly record?: false;
 }
 
 /**
@@ -99,7 +104,7 @@ export function parseToolCall(data: Uint8Array): ToolCall {
       `the tool request is not a JSON object: send ${REQUEST_EXAMPLE}`,
     );
   }
-  const { module, who, args } = raw as Record<string, unknown>;
+  const { module, who, args, record } = raw as Record<string, unknown>;
   if (!isModuleName(module)) {
     throw new ToolCallRefusedError(
       "bad-request",
@@ -121,7 +126,20 @@ export function parseToolCall(data: Uint8Array): ToolCall {
   }
   try {
     const checked = checkControlRequest(raw);
-    return { module, tool: checked.tool, args: checked.args, who: checked.who };
+    if (record !== undefined && (record !== false || !READ_ONLY_TOOLS.has(checked.tool))) {
+      throw new ToolCallRefusedError(
+        "bad-request",
+        `"record": false is only for the read-only tools (${[...READ_ONLY_TOOLS].join(", ")}); ` +
+          `${checked.tool} is always recorded in the module's ledger: leave "record" out`,
+      );
+    }
+    return {
+      module,
+      tool: checked.tool,
+      args: checked.args,
+      who: checked.who,
+      ...(record === false ? { record } : {}),
+    };
   } catch (err) {
     if (err instanceof BadControlRequestError) throw new ToolCallRefusedError("bad-request", err.message);
     throw err;
@@ -164,7 +182,13 @@ export async function relayToolCall(
         `start node ${node}'s agent with its join token (\`mesh agent --node ${node} --join FILE\`)`,
     );
   }
-  const body = JSON.stringify({ module: call.module, tool: call.tool, args: call.args, who: call.who });
+  const body = JSON.stringify({
+    module: call.module,
+    tool: call.tool,
+    args: call.args,
+    who: call.who,
+    ...(call.record === false && READ_ONLY_TOOLS.has(call.tool) ? { record: false } : {}),
+  });
   let msg: Msg;
   try {
     msg = await nc.request(toolSubject(node), body, { timeout: timeoutMs });

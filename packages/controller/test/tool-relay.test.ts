@@ -111,6 +111,15 @@ void describe("the controller relays tool calls to the module's node", () => {
     assert.deepEqual(seen.slice(before), [{ module: "postgres", tool: "status", args: [], who: "alice" }]);
   });
 
+  void it("passes a page's unrecorded read on as such", async () => {
+    const before = seen.length;
+    const reply = await ask({ module: "postgres", tool: "status", args: [], who: "page", record: false });
+    assert.ok(reply.ok, JSON.stringify(reply));
+    assert.deepEqual(seen.slice(before), [
+      { module: "postgres", tool: "status", args: [], who: "page", record: false },
+    ]);
+  });
+
   void it("brings a provider's refusal back with its code", async () => {
     const reply = await ask({ module: "postgres", tool: "cleanup delete", args: ["app9"], who: "alice" });
     assert.deepEqual(reply, { ok: false, error: "app9 is still asked for", code: "still-asked" });
@@ -185,6 +194,11 @@ void describe("the controller relays tool calls to the module's node", () => {
         { module: "postgres", tool: "status", args: [], who: "alice", pad: "x".repeat(9000) },
         /bytes, more than/,
       ],
+      [
+        { module: "postgres", tool: "cleanup delete", args: ["app9"], who: "alice", record: false },
+        /only for the read-only tools/,
+      ],
+      [{ module: "postgres", tool: "status", args: [], who: "alice", record: true }, /leave "record" out/],
     ];
     for (const [body, why] of bad) {
       const reply = await ask(body);

@@ -22,6 +22,16 @@ export const CONTROL_TOOLS: readonly ControlTool[] = [
   "cleanup delete",
 ];
 
+/**
+ * The tools that only read: a page refreshing itself may ask them without leaving an entry in the
+ * module's ledger each time. Every other call is always recorded.
+ */
+export const READ_ONLY_TOOLS: ReadonlySet<ControlTool> = new Set<ControlTool>([
+  "status",
+  "retire list",
+  "cleanup list",
+]);
+
 /** One request line: the tool, its arguments, and who asks (said in the action log). */
 export interface ControlRequest {
   readonly tool: ControlTool;

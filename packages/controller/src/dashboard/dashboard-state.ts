@@ -278,7 +278,8 @@ export class DashboardView {
   async #askNow(module: string, now: number): Promise<ProviderSaid> {
     const askedAt = new Date(now).toISOString();
     const [reply, deleted] = await Promise.all([
-      this.sources.tool({ module, tool: "status", args: [], who: this.who }),
+      // The page refreshes itself every few seconds: its reads are not recorded, its actions are.
+      this.sources.tool({ module, tool: "status", args: [], who: this.who, record: false }),
       this.#deleted(module),
     ]);
     const report = reply.ok ? asStatusReport(reply.answer) : undefined;
@@ -308,7 +309,13 @@ export class DashboardView {
     }));
     let waiting: WaitingView | null = null;
     if (consumers.some((c) => c.state === "awaiting-approval")) {
-      const list = await this.sources.tool({ module, tool: "retire list", args: [], who: this.who });
+      const list = await this.sources.tool({
+        module,
+        tool: "retire list",
+        args: [],
+        who: this.who,
+        record: false,
+      });
       const set = list.ok ? asRetireList(list.answer) : undefined;
       if (set?.id !== undefined && set.id !== null)
         waiting = { id: set.id, logins: set.logins, held: set.held, reason: set.reason };
