@@ -1,3 +1,4 @@
+import type { ModulePublicKeys } from "./module-keys.ts";
 import type { ModuleStatus } from "./module-process.ts";
 
 /** What an agent publishes on `reportSubject(node)`, on every change and every 10 s. */
@@ -10,4 +11,9 @@ export interface AgentReport {
   readonly modules: readonly ModuleStatus[];
   /** What applying the last delivery did to the files. */
   readonly files: { readonly written: number; readonly unchanged: number };
+  /**
+   * The public keys of each module's bus and ledger key pairs, by module: the controller issues
+   * their credentials for them. Never a seed.
+   */
+  readonly moduleKeys: Readonly<Record<string, ModulePublicKeys>>;
 }

@@ -19,6 +19,10 @@ export class InvalidDeliveryError extends Error {
   }
 }
 
+// Three base64url parts; the server checks the signature, the agent only that it is shaped like one.
+const JWT = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
+const USER_KEY = /^U[A-Z2-7]{55}$/;
+
 const isObject = (v: unknown): v is Record<string, unknown> =>
   typeof v === "object" && v !== null && !Array.isArray(v);
 
@@ -90,6 +94,30 @@ export function parseDelivery(value: unknown, node: string): Delivery {
       bad(`secrets[${JSON.stringify(key)}]`, "is not keyed <consumer>/<interface>");
     }
     if (typeof box !== "string") bad(`secrets[${JSON.stringify(key)}]`, "is not a sealed box");
+  }
+
+  const credentials = value["credentials"];
+  if (credentials !== undefined) {
+    if (!isObject(credentials)) return bad("credentials", "is not an object");
+    for (const [module, credential] of Object.entries(credentials)) {
+      const at = `credentials[${JSON.stringify(module)}]`;
+      if (!names.has(module)) bad(at, "is for a module this node does not run");
+      if (!isObject(credential)) return bad(at, "is not an object");
+      for (const kind of ["bus", "ledger"]) {
+        if (typeof credential[kind] !== "string" || !JWT.test(credential[kind])) {
+          bad(`${at}.${kind}`, "is not a JWT");
+        }
+      }
+    }
+  }
+  const replaceKeys = value["replaceKeys"];
+  if (replaceKeys !== undefined) {
+    if (!isObject(replaceKeys)) return bad("replaceKeys", "is not an object");
+    for (const [module, key] of Object.entries(replaceKeys)) {
+      const at = `replaceKeys[${JSON.stringify(module)}]`;
+      if (!names.has(module)) bad(at, "is for a module this node does not run");
+      if (typeof key !== "string" || !USER_KEY.test(key)) bad(at, "is not a user public key");
+    }
   }
   return value as unknown as Delivery;
 }

@@ -22,6 +22,7 @@ export * from "./apply-delivery.ts";
 export * from "./delivery.ts";
 export * from "./enroll-node.ts";
 export * from "./module-launch.ts";
+export * from "./module-keys.ts";
 export * from "./module-process.ts";
 export * from "./module-supervisor.ts";
 export * from "./node-agent.ts";

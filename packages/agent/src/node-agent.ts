@@ -18,6 +18,7 @@ import { applyDelivery } from "./apply-delivery.ts";
 import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
 import { parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
+import { ModuleKeyring } from "./module-keys.ts";
 import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
 import type { NodeIdentity } from "./node-identity.ts";
@@ -42,6 +43,8 @@ export interface NodeAgentOptions {
   readonly node: string;
   readonly stateDir: string;
   readonly nc: NatsConnection;
+  /** The bus's URLs, as the node reaches them: its modules get them too (MESH_BUS_SERVERS). */
+  readonly servers: readonly string[];
   readonly identity: NodeIdentity;
   readonly logger: BusLogger;
   readonly baseEnv: Readonly<Record<string, string | undefined>>;
@@ -52,6 +55,8 @@ export interface NodeAgentOptions {
 export class NodeAgent {
   readonly #o: NodeAgentOptions;
   readonly #supervisor: ModuleSupervisor;
+  readonly #keyring: ModuleKeyring;
+  #busUsers: ReadonlyMap<string, string> = new Map();
   #state: BusState<unknown> | undefined;
   #watch: StateWatch<unknown> | undefined;
   #queue: Promise<void> = Promise.resolve();
@@ -71,6 +76,7 @@ export class NodeAgent {
   constructor(options: NodeAgentOptions) {
     this.#o = options;
     this.#supervisor = new ModuleSupervisor(options.logger, options.timings, () => this.#changed());
+    this.#keyring = new ModuleKeyring(options.stateDir, options.logger);
   }
 
   /** Starts following deliveries, watching the connection and reporting. */
@@ -165,7 +171,14 @@ export class NodeAgent {
     const { node, stateDir, logger } = this.#o;
     const sealKeys = this.#o.identity.seal;
     const result = await applyDelivery(delivery, { node, stateDir, sealKeys, logger, said: this.#saidStale });
-    this.#files = { written: result.written, unchanged: result.unchanged };
+    // Each module's own keys, then the credentials the controller issued for them.
+    await this.#keyring.reconcile(delivery);
+    const credentials = await this.#keyring.writeCredentials(delivery);
+    this.#busUsers = credentials.busUsers;
+    this.#files = {
+      written: result.written + credentials.written,
+      unchanged: result.unchanged + credentials.unchanged,
+    };
     this.#generation = delivery.generation;
     this.#lastApplied = text;
     logger.info(
@@ -178,7 +191,12 @@ export class NodeAgent {
   }
 
   #assigned(delivery: Delivery): Promise<AssignedModule[]> {
-    const ctx = { node: this.#o.node, stateDir: this.#o.stateDir, baseEnv: this.#o.baseEnv };
+    const ctx = {
+      node: this.#o.node,
+      stateDir: this.#o.stateDir,
+      baseEnv: this.#o.baseEnv,
+      bus: { servers: this.#o.servers, users: this.#busUsers },
+    };
     return Promise.all(
       delivery.modules.map(async (m) => ({
         name: m.name,
@@ -222,6 +240,7 @@ export class NodeAgent {
       at: new Date().toISOString(),
       modules: this.#supervisor.statuses(),
       files: { ...this.#files },
+      moduleKeys: this.#keyring.publicKeys(),
     };
   }
 

@@ -130,6 +130,7 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
     node,
     stateDir,
     nc,
+    servers,
     identity,
     logger,
     baseEnv: options.env ?? process.env,

@@ -101,6 +101,8 @@ void describe("an agent supervises its node's modules", () => {
       MESH_INSTANCE: "store",
       MESH_CONTROL: join(stateDir, "modules", "store", "control.sock"),
       MESH_RECEIVES: receivesPath(stateDir, "store", "kv-store"),
+      MESH_MANIFEST: join(fleet.dir, "store", "module.json"),
+      MESH_SEATS: "",
     });
     const app = await recorded("app");
     assert.deepEqual(app.env, {
@@ -111,6 +113,8 @@ void describe("an agent supervises its node's modules", () => {
       MESH_INSTANCE: "app",
       MESH_CONTROL: join(stateDir, "modules", "app", "control.sock"),
       MESH_CREDENTIALS: dirname(credentialPath(stateDir, "app", "kv-store")),
+      MESH_MANIFEST: join(fleet.dir, "app", "module.json"),
+      MESH_SEATS: "",
     });
     assert.equal(module("store")?.pid, store.pid);
     assert.match(await readFile(join(stateDir, "modules", "store", "log"), "utf8"), /up and running/);

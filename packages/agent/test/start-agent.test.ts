@@ -101,7 +101,8 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     assert.ok(credential);
     assert.deepEqual(JSON.parse(await readFile(credential.path, "utf8")), credential.contents);
     assert.equal(credential.contents.passwordFile, secretPath(stateDir, "worker", "kv-store"));
-    assert.deepEqual(agent?.status().files, { written: 5, unchanged: 0 });
+    // Five files of the plan, and the `ledgers` file (`{}`: no module has a ledger credential).
+    assert.deepEqual(agent?.status().files, { written: 6, unchanged: 0 });
     await eventually(() => mesh.reports.some((r) => r.generation === 1), "a report of delivery 1");
     assert.equal(logger.lines.join("\n").includes("pw-"), false, "no password in the log");
   });
@@ -117,7 +118,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     await agent?.stop();
     agent = await startAgent({ node: "n1", stateDir, logger, timings: FAST });
     await eventually(() => agent?.status().generation === 1, "delivery 1 applied again");
-    assert.deepEqual(agent.status().files, { written: 0, unchanged: 5 });
+    assert.deepEqual(agent.status().files, { written: 0, unchanged: 6 });
     assert.deepEqual(await Promise.all(paths.map(async (p) => (await stat(p)).mtimeMs)), before);
     assert.equal(await readFile(join(stateDir, "keys.json"), "utf8"), keys);
     assert.equal(mesh.enrollments(), 1, "no second enrollment");

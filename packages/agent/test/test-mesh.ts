@@ -17,6 +17,7 @@ import {
   openState,
   reportSubject,
   seal,
+  toolSubject,
   type BusAuthority,
   type BusLogger,
 } from "@mesh/bus";
@@ -92,7 +93,8 @@ export async function startTestMesh(): Promise<TestMesh> {
           publicKey: req.natsPublicKey,
           permissions: {
             pub: { allow: [...kvReadSubjects(bucket), reportSubject(req.node)] },
-            sub: { allow: [inboxSubjects(req.node)] },
+            sub: { allow: [inboxSubjects(req.node), toolSubject(req.node)] },
+            allowResponses: true,
           },
         });
         enrollments++;

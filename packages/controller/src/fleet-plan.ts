@@ -3,10 +3,14 @@
 // providers retire consumers nobody meant to remove).
 import { resolve } from "node:path";
 import {
+  compilePermissions,
   derivePlan,
   loadFleet,
   loadFleetManifests,
   ProblemsError,
+  seatHolders,
+  type Manifest,
+  type ModulePermissions,
   type Plan,
   type Problem,
 } from "@mesh/manifest";
@@ -23,6 +27,12 @@ export interface FleetPlan {
   readonly modules: readonly (DeliveredModule & { readonly node: string })[];
   /** ISO 8601: when it was read. */
   readonly readAt: string;
+  /**
+   * Each module's bus permissions, compiled from its manifest (it holds the seats its manifest
+   * declares). Absent in a fleet stored before they were kept: no module credential is issued
+   * from such a fleet until the fleet file is read again.
+   */
+  readonly permissions?: Readonly<Record<string, ModulePermissions>>;
 }
 
 /** The fleet file (or a manifest it names) was refused; what was served before stays served. */
@@ -58,6 +68,7 @@ export async function loadFleetPlan(fleetFile: string): Promise<FleetPlan> {
   const fleet = await loadFleet(file);
   const manifests = await loadFleetManifests(fleet);
   const plan = derivePlan(fleet, manifests);
+  const permissions = modulePermissions(manifests);
   const modules = [...fleet.modules.values()]
     .map((m) => ({ name: m.name, node: m.node, manifest: resolve(m.manifest) }))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
@@ -67,5 +78,22 @@ export async function loadFleetPlan(fleetFile: string): Promise<FleetPlan> {
     nodes: [...fleet.nodes.keys()].sort(),
     modules,
     readAt: new Date().toISOString(),
+    permissions,
   };
+}
+
+/**
+ * Every module's bus permissions: `compilePermissions` of its manifest, holding the seats its
+ * manifest declares, with every seat of the fleet known.
+ * @throws SeatConflictError when two modules declare one seat, or a seat has a module's name.
+ */
+export function modulePermissions(
+  manifests: ReadonlyMap<string, Manifest>,
+): Record<string, ModulePermissions> {
+  const seats = new Set(seatHolders(manifests).keys());
+  const out: Record<string, ModulePermissions> = {};
+  for (const [module, manifest] of manifests) {
+    out[module] = compilePermissions(manifest, module, manifest.seats, seats);
+  }
+  return out;
 }

@@ -1,7 +1,8 @@
 // Writing each node's delivery into the node's own bucket, only when something the node would see
-// changed: the plan it takes part in, its modules, its sealing key, or a password's version. A
-// fingerprint of those (never of a password) decides, so a controller restart republishes nothing
-// and a node's generation only moves when its delivery does.
+// changed: the plan it takes part in, its modules, its sealing key, a password's version, or its
+// modules' credentials (JWTs, never a seed). A fingerprint of those (never of a password) decides,
+// so a controller restart republishes nothing and a node's generation only moves when its delivery
+// does.
 import { createHash } from "node:crypto";
 import {
   assertNodeName,
@@ -15,6 +16,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { DELIVERY_KEY, nodePlan, planEntries, secretKey, type Delivery } from "@mesh/manifest";
 import type { EnrolledNode } from "./enrollment.ts";
 import type { FleetPlan } from "./fleet-plan.ts";
+import type { NodeCredentials } from "./module-credentials.ts";
 import type { PasswordStore } from "./password-store.ts";
 
 /** What was last published to a node, kept in the desired-state bucket. */
@@ -71,11 +73,16 @@ export class NodeDeliveries {
 
   /**
    * Publishes `node`'s delivery from `fleet` (an empty one for a node the fleet no longer names,
-   * so its agent stops its modules) when it differs from what the node has. A node not enrolled
-   * gets its bucket only; its delivery follows when it enrolls.
+   * so its agent stops its modules) with its modules' `credentials`, when it differs from what the
+   * node has. A node not enrolled gets its bucket only; its delivery follows when it enrolls.
    * @throws the bus's error when a bucket cannot be read or written.
    */
-  async publish(node: string, fleet: FleetPlan, enrolled: EnrolledNode | undefined): Promise<Published> {
+  async publish(
+    node: string,
+    fleet: FleetPlan,
+    enrolled: EnrolledNode | undefined,
+    credentials: NodeCredentials = { credentials: {}, replaceKeys: {} },
+  ): Promise<Published> {
     const bucket = await this.bucket(node);
     if (enrolled === undefined) return { node, generation: undefined, changed: false };
     const inFleet = fleet.nodes.includes(node);
@@ -98,6 +105,8 @@ export class NodeDeliveries {
           plan,
           sealPublicKey: enrolled.sealPublicKey,
           versions: passwords.map((p) => [p.key, p.version]),
+          credentials: credentials.credentials,
+          replaceKeys: credentials.replaceKeys,
         }),
       )
       .digest("hex");
@@ -118,7 +127,16 @@ export class NodeDeliveries {
       boxes.set(p.key, { version: p.version, sealPublicKey: enrolled.sealPublicKey, box });
       secrets[p.key] = box;
     }
-    await bucket.put(DELIVERY_KEY, { node, generation, fleetFile: fleet.fleetFile, modules, plan, secrets });
+    await bucket.put(DELIVERY_KEY, {
+      node,
+      generation,
+      fleetFile: fleet.fleetFile,
+      modules,
+      plan,
+      secrets,
+      credentials: credentials.credentials,
+      replaceKeys: credentials.replaceKeys,
+    });
     const record: DeliveredRecord = { v: 1, generation, fingerprint };
     await this.#desired.put(deliveredKey(node), record);
     this.#delivered.set(node, record);

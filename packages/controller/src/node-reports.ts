@@ -2,6 +2,7 @@
 // trusted only as far as the bus vouches: the node is read from the subject (which the server lets
 // only that node publish to), never from the body.
 import { isValidNodeName, MESH_SUBJECT_PREFIX } from "@mesh/bus";
+import { isModuleName } from "@mesh/manifest";
 
 /** How a module of a node is doing, as its agent reports it. */
 export interface ModuleReport {
@@ -22,9 +23,18 @@ export interface NodeReport {
   readonly receivedAt: string;
   readonly modules: readonly ModuleReport[];
   readonly files?: { readonly written: number; readonly unchanged: number };
+  /** The public keys (`U…`) of each module's bus and ledger key pairs, as the node made them. */
+  readonly moduleKeys?: Readonly<Record<string, ReportedModuleKeys>>;
+}
+
+/** A module's public keys as its node reports them. */
+export interface ReportedModuleKeys {
+  readonly bus: string;
+  readonly ledger: string;
 }
 
 const STATES = new Set(["starting", "running", "crashing", "stopped"]);
+const USER_KEY = /^U[A-Z2-7]{55}$/;
 
 /** The node a report subject (`mesh.report.<node>`) is from, or undefined for any other subject. */
 export function reportingNode(subject: string): string | undefined {
@@ -44,7 +54,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
   } catch {
     return undefined;
   }
-  const b = body as { generation?: unknown; modules?: unknown; files?: unknown } | null;
+  const b = body as { generation?: unknown; modules?: unknown; files?: unknown; moduleKeys?: unknown } | null;
   if (b === null || typeof b !== "object" || !Array.isArray(b.modules)) return undefined;
   const modules: ModuleReport[] = [];
   for (const m of b.modules as unknown[]) {
@@ -64,11 +74,27 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     typeof f?.written === "number" && typeof f.unchanged === "number"
       ? { written: f.written, unchanged: f.unchanged }
       : undefined;
+  const moduleKeys = parseModuleKeys(b.moduleKeys);
   return {
     node,
     generation: typeof b.generation === "number" ? b.generation : 0,
     receivedAt: receivedAt.toISOString(),
     modules,
     ...(files !== undefined ? { files } : {}),
+    ...(moduleKeys !== undefined ? { moduleKeys } : {}),
   };
+}
+
+// Only well-formed entries: a module name and two user public keys, distinct (one key pair must not
+// hold both credentials, or the ledger's would carry the bus's permissions too).
+function parseModuleKeys(value: unknown): Record<string, ReportedModuleKeys> | undefined {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return undefined;
+  const out: Record<string, ReportedModuleKeys> = {};
+  for (const [module, keys] of Object.entries(value as Record<string, unknown>)) {
+    const k = keys as { bus?: unknown; ledger?: unknown } | null;
+    if (!isModuleName(module) || typeof k?.bus !== "string" || typeof k.ledger !== "string") continue;
+    if (!USER_KEY.test(k.bus) || !USER_KEY.test(k.ledger) || k.bus === k.ledger) continue;
+    out[module] = { bus: k.bus, ledger: k.ledger };
+  }
+  return out;
 }

@@ -19,6 +19,7 @@ import {
 } from "@mesh/bus";
 import { formatProblem, type Problem } from "@mesh/manifest";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { saveAuthority } from "./authority-file.ts";
 import { loadOrCreateControllerKeys } from "./controller-keys.ts";
 import { observeDeliveries, type ControllerObserver } from "./controller-metrics.ts";
 import { controllerStatus, type ControllerStatus } from "./controller-status.ts";
@@ -27,6 +28,7 @@ import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enroll
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";
 import { answerLedgerRead, type LedgerReadReply } from "./ledger-reader.ts";
+import { accountUpdates, ModuleCredentials } from "./module-credentials.ts";
 import { NodeDeliveries, type Published } from "./node-deliveries.ts";
 import {
   controllerPermissions,
@@ -159,7 +161,7 @@ export async function startController(options: ControllerOptions): Promise<Contr
     log,
   });
   try {
-    return await run(nc, fleetFile, keys.seal, options);
+    return await run(nc, fleetFile, keys.seal, options, keys.nats.publicKey);
   } catch (err) {
     await closeBus(nc);
     throw err;
@@ -171,6 +173,7 @@ async function run(
   fleetFile: string,
   sealKeys: Awaited<ReturnType<typeof loadOrCreateControllerKeys>>["seal"],
   options: ControllerOptions,
+  controllerKey: string,
 ): Promise<Controller> {
   const log = options.logger;
   const desired = await openState<unknown>(nc, DESIRED_STATE_BUCKET);
@@ -194,6 +197,18 @@ async function run(
       log.warn(`${(err as Error).message}; node ${node} must enroll again`);
     }
   }
+  const revocations = accountUpdates(options.authority, options.servers, log);
+  const credentials = await ModuleCredentials.open({
+    nc,
+    authority: options.authority,
+    logger: log,
+    isReserved: (key) => key === controllerKey || [...enrolled.values()].some((n) => n.natsPublicKey === key),
+    // Saved first, so a revocation outlives a restart; pushed, so it applies now.
+    applyRevocations: async () => {
+      await saveAuthority(options.stateDir, options.authority);
+      await revocations.push();
+    },
+  });
 
   let current: FleetPlan;
   let refused: readonly string[] | null = null;
@@ -239,14 +254,70 @@ async function run(
     if (minted > 0) log.info(`minted ${minted} password(s) for consumers new to the fleet, kept sealed`);
     options.observer?.minted(minted);
     const published: Published[] = [];
-    for (const node of [...new Set([...current.nodes, ...enrolled.keys()])].sort()) {
-      const result = await deliveries.publish(node, current, enrolled.get(node));
+    const nodes = [...new Set([...current.nodes, ...enrolled.keys()])].sort();
+    for (const node of nodes) await syncCredentials(node);
+    for (const node of nodes) {
+      const result = await deliveries.publish(
+        node,
+        current,
+        enrolled.get(node),
+        credentials.forNode(node, current),
+      );
       if (result.changed) {
         published.push(result);
         log.info(`published generation ${result.generation} of node ${node}'s delivery`);
       }
     }
+    await revokeRetired();
     return { published, minted };
+  };
+
+  // A credential that cannot be issued now (the bus refused a ledger) must not hold back the
+  // deliveries: the node's next report tries again.
+  const syncCredentials = async (node: string): Promise<void> => {
+    try {
+      await credentials.sync(node, current, enrolled.has(node));
+    } catch (err) {
+      log.error(
+        `the module credentials of node ${node} could not be issued (${(err as Error).message}); ` +
+          `its next report tries again`,
+      );
+    }
+  };
+
+  // After the deliveries: a module gets its new credential before its old one stops working.
+  const revokeRetired = async (): Promise<void> => {
+    try {
+      const revoked = await credentials.revokeRetired();
+      if (revoked > 0) log.info(`revoked ${revoked} module key(s) the controller no longer issues for`);
+    } catch (err) {
+      log.error(
+        `module keys no longer issued for could not be revoked yet (${(err as Error).message}); ` +
+          `the controller tries again with the next change`,
+      );
+    }
+  };
+
+  // A node reported module keys not issued for: issue them and publish its delivery, once however
+  // many reports arrive meanwhile.
+  const syncing = new Set<string>();
+  const syncNode = (node: string): void => {
+    if (syncing.has(node)) return;
+    syncing.add(node);
+    exclusive(async () => {
+      syncing.delete(node);
+      await syncCredentials(node);
+      const result = await deliveries.publish(
+        node,
+        current,
+        enrolled.get(node),
+        credentials.forNode(node, current),
+      );
+      if (result.changed) log.info(`published generation ${result.generation} of node ${node}'s delivery`);
+      await revokeRetired();
+    }).catch((err: unknown) =>
+      log.error(`node ${node}'s delivery could not be published: ${(err as Error).message}`),
+    );
   };
 
   const reload = (): Promise<ReloadOutcome> =>
@@ -342,7 +413,12 @@ async function run(
             await nodesState.put(record.node, record);
             enrolled.set(record.node, record);
             log.info(`node ${record.node} enrolled (NATS key ${record.natsPublicKey})`);
-            const result = await deliveries.publish(record.node, current, record);
+            const result = await deliveries.publish(
+              record.node,
+              current,
+              record,
+              credentials.forNode(record.node, current),
+            );
             if (result.changed)
               log.info(`published generation ${result.generation} of node ${record.node}'s delivery`);
           }),
@@ -393,7 +469,10 @@ async function run(
   serve(allReportsSubject(), false, (data, subject) => {
     const node = reportingNode(subject);
     const report = node !== undefined ? parseReport(node, data, new Date()) : undefined;
-    if (node !== undefined && report !== undefined) reports.set(node, report);
+    if (node !== undefined && report !== undefined) {
+      reports.set(node, report);
+      if (credentials.report(node, report.moduleKeys, current)) syncNode(node);
+    }
     return Promise.resolve(undefined);
   });
 
@@ -450,6 +529,7 @@ async function run(
         for (const sub of subscriptions) sub.unsubscribe();
         await Promise.all(loops);
         await tools.stop();
+        await revocations.close();
         await closeBus(nc);
       })();
       return stopped;

@@ -26,6 +26,26 @@ export interface Delivery {
   readonly plan: Plan;
   /** `secretKey(consumer, interface)` -> the password sealed (bus `seal`) to this node's key. */
   readonly secrets: Readonly<Record<string, string>>;
+  /**
+   * Module name -> its bus and ledger user JWTs, issued by the controller for the public keys the
+   * node's agent reported for that module. Only JWTs: the seeds never leave the node. A module the
+   * controller has not issued for yet (its keys not reported yet) is absent.
+   */
+  readonly credentials?: Readonly<Record<string, ModuleCredential>>;
+  /**
+   * Module name -> the bus public key (`U…`) the controller will not issue for any more (the
+   * module's permissions changed, or the key was revoked): the agent makes the module new key
+   * pairs when its bus key is this one, and reports them.
+   */
+  readonly replaceKeys?: Readonly<Record<string, string>>;
+}
+
+/** The two user JWTs of one module: its bus connection's and its ledger connection's. */
+export interface ModuleCredential {
+  /** Its events: `compilePermissions` of its manifest, nothing else. */
+  readonly bus: string;
+  /** Its own ledger only (bus `ledgerPermissions`). */
+  readonly ledger: string;
 }
 
 /** The key of a consumer's password in `Delivery.secrets` and in the sealed-passwords bucket. */
