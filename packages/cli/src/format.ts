@@ -1,18 +1,36 @@
 // Plain-text tables and sizes for people; `--json` gives scripts the raw answers instead.
 
-/** Rows as aligned columns under a header; the last column is not padded. Newlines become spaces. */
-export function formatTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+/** Colours a table's cell (see `paintFor`); given the cell's text, its row (0: the first under the header) and column. */
+export type CellStyle = (cell: string, row: number, column: number) => string;
+
+/**
+ * Rows as aligned columns under a header; the last column is not padded. Newlines become spaces.
+ * `style` colours a data cell after its width is measured, so colours never shift the columns.
+ */
+export function formatTable(
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+  style?: CellStyle,
+): string {
   const clean = (cell: string): string => cell.replace(/\s*\n\s*/g, " ");
   const all = [header, ...rows].map((row) => row.map(clean));
   const widths = header.map((_, i) => Math.max(...all.map((row) => (row[i] ?? "").length)));
   return all
-    .map((row) =>
-      row
-        .map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i] ?? 0)))
-        .join("  ")
-        .trimEnd(),
-    )
+    .map((row, r) => {
+      const last = row.length - 1;
+      const cells = row.map((cell, i) => {
+        const coloured = r === 0 || style === undefined ? cell : style(cell, r - 1, i);
+        return i === last ? coloured : coloured + " ".repeat(Math.max(0, (widths[i] ?? 0) - cell.length));
+      });
+      // Only the padding at the end of the line goes: a coloured last cell keeps its closing escape.
+      return cells.join("  ").replace(/ +$/, "");
+    })
     .join("\n");
+}
+
+/** A value as `--json` prints it: indented by two spaces, one newline at the end. */
+export function formatJson(value: unknown): string {
+  return `${JSON.stringify(value, null, 2)}\n`;
 }
 
 const UNITS = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"] as const;

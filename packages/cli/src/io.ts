@@ -8,6 +8,10 @@ export interface CliIo {
   err(text: string): void;
   readonly env: Readonly<Record<string, string | undefined>>;
   readonly stdin: Readable & { readonly isTTY?: boolean };
+  /** Whether standard output is a terminal (colours there); absent means it is not. */
+  readonly outIsTTY?: boolean;
+  /** Whether standard error is a terminal (colours and progress there); absent means it is not. */
+  readonly errIsTTY?: boolean;
 }
 
 /** The process's own streams and environment. */
@@ -16,4 +20,6 @@ export const processIo: CliIo = {
   err: (text) => process.stderr.write(text),
   env: process.env,
   stdin: process.stdin,
+  outIsTTY: process.stdout.isTTY === true,
+  errIsTTY: process.stderr.isTTY === true,
 };
