@@ -4,8 +4,11 @@ import { readdir } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import type { Command } from "commander";
 import { checkModules, FleetError, formatFinding, loadFleet, type CheckTarget } from "@mesh/manifest";
+import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
+import { withProgress } from "./progress.ts";
 
 /** The modules `mesh check` looks at when none are named: the subdirectories of `dir` with a module.json. */
 async function moduleDirsUnder(dir: string): Promise<string[]> {
@@ -38,6 +41,7 @@ async function fleetTargets(file: string): Promise<CheckTarget[]> {
 export function addCheckCommand(program: Command, io: CliIo): void {
   program
     .command("check")
+    .summary("lint modules' events: manifests against code, for CI")
     .description(
       "check modules' events: manifests against their code, and subscriptions against what is emitted",
     )
@@ -52,12 +56,7 @@ export function addCheckCommand(program: Command, io: CliIo): void {
       `
 Examples:
   $ mesh check --fleet examples/fleet/mesh.yaml
-  $ mesh check examples/fleet/notes examples/fleet/counter --json
-
-Exit codes:
-  0  no errors (warnings may have been printed)
-  1  at least one error
-  2  usage error: a bad flag, an unreadable fleet file, or no modules to check`,
+  $ mesh check examples/fleet/notes examples/fleet/counter --json`,
     )
     .action(async (dirs: string[], flags: { fleet?: string; json?: boolean }) => {
       if (flags.fleet !== undefined && dirs.length > 0) {
@@ -77,16 +76,25 @@ Exit codes:
           "no modules to check: name module directories, give --fleet mesh.yaml, or run it in a directory whose subdirectories hold module.json files",
         );
       }
-      const findings = await checkModules(targets);
+      const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? "" : "s"}`;
+      const findings = await withProgress(io, `checking ${plural(targets.length, "module")}`, () =>
+        checkModules(targets),
+      );
       const errors = findings.filter((f) => f.severity === "error").length;
       const warnings = findings.length - errors;
       if (flags.json === true) {
-        io.out(`${JSON.stringify({ modules: targets.length, errors, warnings, findings }, null, 2)}\n`);
+        io.out(formatJson({ modules: targets.length, errors, warnings, findings }));
       } else {
-        for (const f of findings) io.out(`${formatFinding(f)}\n`);
-        const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? "" : "s"}`;
+        const paint = paintFor(io, "out");
+        for (const f of findings) {
+          const line = formatFinding(f);
+          const severity = `: ${f.severity}: `;
+          const colour = f.severity === "error" ? paint.red : paint.yellow;
+          io.out(`${line.replace(severity, `: ${colour(f.severity)}: `)}\n`);
+        }
+        const errorCount = plural(errors, "error");
         io.out(
-          `${plural(targets.length, "module")} checked: ${plural(errors, "error")}, ${plural(warnings, "warning")}\n`,
+          `${plural(targets.length, "module")} checked: ${errors > 0 ? paint.red(errorCount) : errorCount}, ${plural(warnings, "warning")}\n`,
         );
       }
       if (errors > 0) throw new CliExit(EXIT_REFUSED, "");

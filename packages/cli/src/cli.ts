@@ -2,7 +2,8 @@
 
 import { Command, CommanderError } from "commander";
 import { addCheckCommand } from "./check-command.ts";
-import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import { paintFor } from "./colour.ts";
+import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exitCodesHelp } from "./exit-codes.ts";
 import { addExplainCommand } from "./explain-command.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
@@ -12,35 +13,55 @@ import { addProviderCommand } from "./provider-command.ts";
 import { addToolCommand } from "./tool-command.ts";
 import { addUpCommands } from "./up-command.ts";
 
+/** The words after `mesh` that name `command` (`""` for `mesh` itself), as exit-codes.ts keys them. */
+export function commandPath(command: Command): string {
+  const words: string[] = [];
+  for (let c: Command | null = command; c?.parent; c = c.parent) words.unshift(c.name());
+  return words.join(" ");
+}
+
+/** `command` and every command under it, depth first. */
+export function allCommands(command: Command): Command[] {
+  return [command, ...command.commands.flatMap((c) => allCommands(c))];
+}
+
 /** The `mesh` program with every command, writing through `io`. Commander never exits the process. */
 export function buildProgram(io: CliIo = processIo): Command {
+  const red = paintFor(io, "err").red;
   const program = new Command("mesh")
     .description("Mesh: self-hosted services wired together safely")
     .exitOverride()
-    .configureOutput({ writeOut: io.out, writeErr: io.err })
+    .showSuggestionAfterError(true)
+    .configureOutput({
+      writeOut: io.out,
+      writeErr: io.err,
+      outputError: (text, write) => write(text.replace(/^error:/, red("error:"))),
+    })
     .addHelpText(
       "after",
       `
+Every command that reads something prints it as JSON with --json (errors stay text on standard
+error); colours only on a terminal (NO_COLOR=1 turns them off, FORCE_COLOR=1 on).
+\`mesh help COMMAND\` or \`mesh COMMAND --help\` shows a command's flags, examples and exit codes.
+
 Examples:
   $ mesh up examples/fleet/mesh.yaml
   $ mesh status
+  $ mesh plan mesh.next.yaml
+  $ mesh tool postgres status --json
   $ mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock
-  $ mesh tool postgres status
-  $ mesh tool --control /run/mesh/postgres.sock status
-
-Exit codes:
-  0  done (a provider: stopped cleanly by Ctrl-C or SIGTERM)
-  1  refused: the provider (or the mesh) refused the tool, or a part could not start
-  2  usage error: a missing or bad flag or setting, or a deletion or approval not confirmed
-  3  nothing answered: no provider at the control socket, or no mesh, agent or provider behind it`,
+  $ mesh tool --control /run/mesh/postgres.sock status`,
     );
-  addProviderCommand(program, io);
-  addToolCommand(program, io);
   addUpCommands(program, io);
-  addExplainCommand(program, io);
-  addCheckCommand(program, io);
-  addLedgerCommand(program, io);
   addPlanCommand(program, io);
+  addToolCommand(program, io);
+  addLedgerCommand(program, io);
+  addCheckCommand(program, io);
+  addExplainCommand(program, io);
+  addProviderCommand(program, io);
+  // Every command's exit codes come from exit-codes.ts, so they are written in one place.
+  for (const command of allCommands(program))
+    command.addHelpText("after", exitCodesHelp(commandPath(command)));
   return program;
 }
 
@@ -49,19 +70,20 @@ Exit codes:
  * Never throws: every failure is said on `io.err`.
  */
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
+  const error = (message: string): void => io.err(`${paintFor(io, "err").red("error:")} ${message}\n`);
   try {
     await buildProgram(io).parseAsync([...argv], { from: "user" });
     return EXIT_OK;
   } catch (err) {
     if (err instanceof CliExit) {
-      if (err.message !== "") io.err(`error: ${err.message}\n`);
+      if (err.message !== "") error(err.message);
       return err.code;
     }
     if (err instanceof CommanderError) {
       // Commander has said what was wrong (or shown the help that was asked for).
       return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
-    io.err(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    error(err instanceof Error ? err.message : String(err));
     return EXIT_REFUSED;
   }
 }

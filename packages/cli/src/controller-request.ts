@@ -6,6 +6,7 @@ import { join, resolve } from "node:path";
 import { closeBus, connectBus, inboxPrefix } from "@mesh/bus";
 import { CliExit, EXIT_UNREACHABLE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
+import { withProgress } from "./progress.ts";
 
 /** Where the embedded mesh keeps its state: --state, else $MESH_STATE_DIR, else ./.mesh-state. */
 export function stateDirOf(flag: string | undefined, io: CliIo): string {
@@ -20,6 +21,10 @@ export interface AskOptions {
   readonly name?: string;
   /** What to say when the answer does not come in time (default: the bus's own words). */
   readonly timedOut?: string;
+  /** Where to say, on a terminal, that the answer is awaited when it takes more than a second. */
+  readonly io?: CliIo;
+  /** What is awaited, for that line (default: "waiting for the mesh in <state>"). */
+  readonly waiting?: string;
 }
 
 /**
@@ -35,6 +40,12 @@ export async function askController<T>(
   body: string,
   options: AskOptions = {},
 ): Promise<T> {
+  const ask = (): Promise<T> => askOnce<T>(state, subject, body, options);
+  if (options.io === undefined) return ask();
+  return withProgress(options.io, options.waiting ?? `waiting for the mesh in ${state}`, ask);
+}
+
+async function askOnce<T>(state: string, subject: string, body: string, options: AskOptions): Promise<T> {
   const { OPERATOR_IDENTITY } = await import("@mesh/controller");
   let servers: string[];
   let creds: Uint8Array;

@@ -1,16 +1,119 @@
-// The exit codes of `mesh`, stable for scripts and said in every command's help.
+// The exit codes of `mesh`, stable for scripts: what each means in general, and what it means for
+// each command. This is the one place they are written; every command's help shows its own from
+// here (cli.ts adds them), and README's "Scripting" section repeats the general list.
 
-/** Done as asked (for `mesh provider`: stopped cleanly by Ctrl-C or SIGTERM). */
+/** Done as asked (for `mesh up`, `mesh agent` and `mesh provider`: stopped cleanly by Ctrl-C or SIGTERM). */
 export const EXIT_OK = 0;
-/** The provider refused the tool, or could not start. */
+/** Refused or failed: the mesh or a provider said no, a check found errors, a part could not start. */
 export const EXIT_REFUSED = 1;
-/** The command line or a setting is wrong, or a deletion was not confirmed. */
+/** The command line or a setting is wrong, or a deletion or approval was not confirmed. */
 export const EXIT_USAGE = 2;
-/** No provider answered at the control socket. */
+/** Nothing answered: no mesh, controller, agent or provider where one was asked. */
 export const EXIT_UNREACHABLE = 3;
-
 /** `mesh plan --detailed-exitcode`: planned, and applying it would change something. */
 export const EXIT_PLAN_CHANGES = 4;
+
+/** What an exit code means, one entry per code a command can end with. */
+export type ExitCodeMeanings = Readonly<Partial<Record<number, string>>>;
+
+/** What each code means whatever the command: `mesh --help` shows this. */
+export const EXIT_CODE_MEANINGS: ExitCodeMeanings = {
+  [EXIT_OK]: "done as asked (mesh up, agent, provider: stopped cleanly by Ctrl-C or SIGTERM)",
+  [EXIT_REFUSED]:
+    "refused or failed: the mesh or a provider said no, a check found errors, or a part could not start",
+  [EXIT_USAGE]:
+    "usage error: a missing or bad argument, flag or setting, or a deletion or approval not confirmed",
+  [EXIT_UNREACHABLE]: "nothing answered: no mesh, controller, agent or provider where one was asked",
+  [EXIT_PLAN_CHANGES]: "mesh plan --detailed-exitcode only: applying the plan would change something",
+};
+
+const TOOL: ExitCodeMeanings = {
+  [EXIT_OK]: "done",
+  [EXIT_REFUSED]:
+    "refused: by the provider, or (through the mesh) by the controller or the module's agent;\n" +
+    "the message and its code are printed on standard error",
+  [EXIT_USAGE]: "usage error, or a deletion or approval that was not confirmed",
+  [EXIT_UNREACHABLE]:
+    "nothing answered: no provider at the control socket, or (through the mesh) no controller,\n" +
+    "no agent on the module's node, or no provider behind it",
+};
+
+const ASKS_THE_MESH = (answered: string, refused: string): ExitCodeMeanings => ({
+  [EXIT_OK]: answered,
+  [EXIT_REFUSED]: refused,
+  [EXIT_USAGE]: "usage error",
+  [EXIT_UNREACHABLE]: "no mesh answers (start one with mesh up, or give --state)",
+});
+
+/**
+ * What each code means for each command, by the command's words after `mesh` (`""` is `mesh`
+ * itself). A command missing here is shown the general meanings, and the help test fails.
+ */
+export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
+  "": EXIT_CODE_MEANINGS,
+  provider: {
+    [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
+    [EXIT_REFUSED]: "the provider could not start (or its control socket is taken)",
+    [EXIT_USAGE]: "a setting is missing or bad",
+  },
+  tool: TOOL,
+  "tool status": TOOL,
+  "tool retire": TOOL,
+  "tool retire list": TOOL,
+  "tool retire approve": TOOL,
+  "tool cleanup": TOOL,
+  "tool cleanup list": TOOL,
+  "tool cleanup delete": TOOL,
+  up: {
+    [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
+    [EXIT_REFUSED]: "the fleet was refused, or a part could not start",
+    [EXIT_USAGE]: "usage error: a node not in the fleet, a bad --http or operator token file",
+  },
+  agent: {
+    [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
+    [EXIT_REFUSED]: "the agent could not start: its join was refused or the bus cannot be reached",
+    [EXIT_USAGE]: "usage error: no --node, or a join token file that cannot be read",
+  },
+  rotate: ASKS_THE_MESH(
+    "rotated: the consumer has a new password",
+    "the controller refused the rotation (the message says why)",
+  ),
+  status: ASKS_THE_MESH("answered", "the controller's answer could not be used"),
+  explain: {
+    [EXIT_OK]: "allowed",
+    [EXIT_REFUSED]: "denied (the line that decides it is printed)",
+    [EXIT_USAGE]: "usage error, or a fleet file or manifest that cannot be read",
+  },
+  check: {
+    [EXIT_OK]: "no errors (warnings may have been printed)",
+    [EXIT_REFUSED]: "at least one error",
+    [EXIT_USAGE]: "usage error: a bad flag, an unreadable fleet file, or no modules to check",
+  },
+  ledger: {
+    ...ASKS_THE_MESH(
+      "the ledger was shown (it may have no entries yet)",
+      "the controller refused: no such module, or its ledger cannot be read",
+    ),
+    [EXIT_USAGE]: "usage error: a bad --limit",
+  },
+  plan: {
+    [EXIT_OK]: "planned (with --detailed-exitcode: planned, and nothing would change)",
+    [EXIT_REFUSED]: "the controller's answer could not be used",
+    [EXIT_USAGE]: "the fleet file is refused (its problems are printed), or a usage error",
+    [EXIT_UNREACHABLE]:
+      "a mesh has run with this state directory but does not answer (--empty plans without it)",
+    [EXIT_PLAN_CHANGES]: "with --detailed-exitcode: planned, and something would change",
+  },
+};
+
+/** The "Exit codes:" block of the help of the command `path` (its words after `mesh`). */
+export function exitCodesHelp(path: string): string {
+  const meanings = COMMAND_EXIT_CODES[path] ?? EXIT_CODE_MEANINGS;
+  const lines = Object.entries(meanings).map(
+    ([code, meaning]) => `  ${code}  ${String(meaning).replaceAll("\n", "\n     ")}`,
+  );
+  return `\nExit codes:\n${lines.join("\n")}`;
+}
 
 /** Ends a command with an exit code and, unless empty, a message for standard error. */
 export class CliExit extends Error {

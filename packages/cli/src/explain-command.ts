@@ -13,14 +13,10 @@ import {
   SeatConflictError,
   seatHolders,
 } from "@mesh/manifest";
+import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
-
-const EXIT_CODES_HELP = `
-Exit codes:
-  0  allowed
-  1  denied (the line that decides it is printed)
-  2  usage error, or a fleet file or manifest that cannot be read`;
 
 interface ExplainFlags {
   readonly fleet: string;
@@ -31,6 +27,7 @@ interface ExplainFlags {
 export function addExplainCommand(program: Command, io: CliIo): void {
   program
     .command("explain")
+    .summary("may a module publish or subscribe to a subject, and why")
     .description(
       "say whether a module may publish or subscribe to a subject, and which manifest line decides it",
     )
@@ -44,8 +41,7 @@ export function addExplainCommand(program: Command, io: CliIo): void {
       `
 Examples:
   $ mesh explain notes publish mesh.events.notes.note.created --fleet examples/fleet/mesh.yaml
-  $ mesh explain counter subscribe 'mesh.events.notes.>' --fleet examples/fleet/mesh.yaml
-${EXIT_CODES_HELP}`,
+  $ mesh explain counter subscribe 'mesh.events.notes.>' --fleet examples/fleet/mesh.yaml --json`,
     )
     .action(async (module: string, action: string, subject: string, flags: ExplainFlags) => {
       if (action !== "publish" && action !== "subscribe") {
@@ -68,13 +64,16 @@ ${EXIT_CODES_HELP}`,
       }
       const answer = explain(manifests, seats, module, action, subject);
       if (flags.json === true) {
-        io.out(`${JSON.stringify({ module, action, subject, ...answer })}\n`);
+        io.out(formatJson({ module, action, subject, ...answer }));
       } else {
         const where =
           answer.file === undefined
             ? ""
             : `, ${answer.file}${answer.line === undefined ? "" : `:${answer.line}`}`;
-        io.out(`${answer.allowed ? "allowed" : "denied"}: ${answer.because}${where}\n`);
+        const paint = paintFor(io, "out");
+        io.out(
+          `${answer.allowed ? paint.green("allowed") : paint.red("denied")}: ${answer.because}${where}\n`,
+        );
       }
       // The answer is already said; the exit code alone carries the denial.
       if (!answer.allowed) throw new CliExit(EXIT_REFUSED, "");

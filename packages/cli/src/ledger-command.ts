@@ -4,8 +4,9 @@
 import type { Command } from "commander";
 import type { LedgerRecord } from "@mesh/bus";
 import { askController, stateDirOf } from "./controller-request.ts";
+import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
-import { formatBytes, formatTable, formatTime } from "./format.ts";
+import { formatBytes, formatJson, formatTable, formatTime } from "./format.ts";
 import type { CliIo } from "./io.ts";
 
 const HELP = `
@@ -14,13 +15,7 @@ consumer; tool: a tool called through the mesh), who asked, what was done, and w
 
 Examples:
   $ mesh ledger postgres
-  $ mesh ledger postgres --limit 200 --json | jq '.entries[].entry.action'
-
-Exit codes:
-  0  the ledger was shown (it may have no entries yet)
-  1  the controller refused: no such module, or its ledger cannot be read
-  2  usage error: a bad --limit
-  3  no mesh answers (start one with mesh up, or give --state)`;
+  $ mesh ledger postgres --limit 200 --json | jq '.entries[].entry.action'`;
 
 /** What the controller answers on the ledger read subject. */
 type LedgerAnswer =
@@ -31,6 +26,7 @@ type LedgerAnswer =
 export function addLedgerCommand(program: Command, io: CliIo): void {
   program
     .command("ledger")
+    .summary("a module's ledger: what was done to it, by whom, when and why")
     .description(
       "show a module's ledger: its provider's actions and the tools called on it, who, when and why",
     )
@@ -49,18 +45,22 @@ export function addLedgerCommand(program: Command, io: CliIo): void {
         stateDirOf(flags.state, io),
         LEDGER_READ_SUBJECT,
         JSON.stringify({ module, limit }),
-        { name: "mesh ledger" },
+        { name: "mesh ledger", io, waiting: `waiting for ${module}'s ledger from the mesh` },
       );
       if (!answer.ok)
         throw new CliExit(EXIT_REFUSED, answer.error ?? `the controller refused to read ${module}'s ledger`);
       io.out(
-        flags.json === true ? `${JSON.stringify(answer, null, 2)}\n` : formatLedger(module, answer.entries),
+        flags.json === true ? formatJson(answer) : formatLedger(module, answer.entries, paintFor(io, "out")),
       );
     });
 }
 
-/** A module's entries as a timeline for a person, oldest first. */
-export function formatLedger(module: string, entries: readonly LedgerRecord[]): string {
+/** A module's entries as a timeline for a person, oldest first; `paint` colours a refused call red. */
+export function formatLedger(
+  module: string,
+  entries: readonly LedgerRecord[],
+  paint: Paint = NO_PAINT,
+): string {
   if (entries.length === 0) return `${module}'s ledger has no entries yet\n`;
   const rows = entries.map((record) => {
     const e = record.entry;
@@ -69,9 +69,12 @@ export function formatLedger(module: string, entries: readonly LedgerRecord[]): 
     return [formatTime(at), kind, text(e["who"]) || "-", whatOf(kind, e), whyOf(kind, e)];
   });
   const shown = `${entries.length} entr${entries.length === 1 ? "y" : "ies"}`;
+  const refused = (cell: string, _row: number, column: number): string =>
+    column === 4 && cell.startsWith("refused:") ? paint.red(cell) : cell;
   return `${module}'s ledger, the newest ${shown} (oldest first):\n${formatTable(
     ["TIME", "KIND", "WHO", "WHAT", "WHY / RESULT"],
     rows,
+    refused,
   )}\n`;
 }
 

@@ -7,23 +7,21 @@ import type { Command } from "commander";
 import type { ComparedFleet, FleetPlanDiff, ProviderPlan } from "@mesh/controller";
 import { formatProblem, ProblemsError } from "@mesh/manifest";
 import { askController, stateDirOf } from "./controller-request.ts";
+import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_PLAN_CHANGES, EXIT_USAGE } from "./exit-codes.ts";
+import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
 
 const HELP = `
 A fleet file saved where the mesh reads it is applied at once: plan a copy, then move it into place.
 
-Example:
+With --json, a refused fleet file prints {"refused": true, "problems": [...]} (and exits 2).
+
+Examples:
   $ cp mesh.yaml mesh.next.yaml && $EDITOR mesh.next.yaml
   $ mesh plan mesh.next.yaml
   $ mv mesh.next.yaml mesh.yaml        # the controller applies it now
-
-Exit codes:
-  0  planned (with --detailed-exitcode: planned, and nothing would change)
-  1  the controller's answer could not be used
-  2  the fleet file is refused (its problems are printed), or a usage error
-  3  a mesh has run with this state directory but does not answer (--empty plans without it)
-  ${EXIT_PLAN_CHANGES}  with --detailed-exitcode: planned, and something would change`;
+  $ mesh plan mesh.next.yaml --json --detailed-exitcode   # in CI: exit ${EXIT_PLAN_CHANGES} when something would change`;
 
 /** What the plan was compared with. */
 export type PlanBaseline =
@@ -55,6 +53,7 @@ interface PlanFlags {
 export function addPlanCommand(program: Command, io: CliIo): void {
   program
     .command("plan")
+    .summary("what applying a fleet file will do, touching nothing")
     .description(
       "say what applying a fleet file will do — consumers created, changed, retired (and which wait for a person), modules moved — touching nothing",
     )
@@ -69,7 +68,7 @@ export function addPlanCommand(program: Command, io: CliIo): void {
     .addHelpText("after", HELP)
     .action(async (fleet: string, flags: PlanFlags) => {
       const report = await planFleet(resolve(fleet), stateDirOf(flags.state, io), flags, io);
-      io.out(flags.json === true ? `${JSON.stringify(report, null, 2)}\n` : formatPlan(report));
+      io.out(flags.json === true ? formatJson(report) : formatPlan(report, paintFor(io, "out")));
       if (flags.detailedExitcode === true && report.changed) throw new CliExit(EXIT_PLAN_CHANGES, "");
     });
 }
@@ -82,7 +81,7 @@ async function planFleet(fleetFile: string, state: string, flags: PlanFlags, io:
   } catch (err) {
     if (!(err instanceof ProblemsError)) throw err;
     if (flags.json === true) {
-      io.out(`${JSON.stringify({ fleetFile, refused: true, problems: err.problems }, null, 2)}\n`);
+      io.out(formatJson({ fleetFile, refused: true, problems: err.problems }));
     }
     throw new CliExit(
       EXIT_USAGE,
@@ -90,7 +89,7 @@ async function planFleet(fleetFile: string, state: string, flags: PlanFlags, io:
         `serving what it serves); fix these and plan again:\n${err.problems.map(formatProblem).join("\n")}`,
     );
   }
-  const served = flags.empty === true ? undefined : await askServed(state);
+  const served = flags.empty === true ? undefined : await askServed(state, io);
   const against: PlanBaseline =
     served !== undefined
       ? { kind: "mesh", state, fleetFile: served.fleet.fleetFile, readAt: served.fleet.readAt }
@@ -117,7 +116,7 @@ interface Served {
  * @throws CliExit (EXIT_UNREACHABLE) when one has but does not answer; (EXIT_REFUSED) when its
  * answer cannot be used.
  */
-async function askServed(state: string): Promise<Served | undefined> {
+async function askServed(state: string, io: CliIo): Promise<Served | undefined> {
   const hasRun = await access(join(state, "operator.creds")).then(
     () => true,
     () => false,
@@ -126,7 +125,12 @@ async function askServed(state: string): Promise<Served | undefined> {
   const { parseStoredFleet, SERVED_FLEET_SUBJECT } = await import("@mesh/controller");
   let answer: { ok?: unknown; fleet?: unknown; keptPasswords?: unknown; error?: unknown };
   try {
-    answer = await askController(state, SERVED_FLEET_SUBJECT, "{}", { name: "mesh plan", timeoutMs: 10_000 });
+    answer = await askController(state, SERVED_FLEET_SUBJECT, "{}", {
+      name: "mesh plan",
+      timeoutMs: 10_000,
+      io,
+      waiting: `asking the mesh in ${state} what it serves`,
+    });
   } catch (err) {
     if (err instanceof CliExit) {
       throw new CliExit(
@@ -150,7 +154,7 @@ async function askServed(state: string): Promise<Served | undefined> {
 const plural = (n: number, one: string, many = `${one}s`): string => `${n} ${n === 1 ? one : many}`;
 const shown = (value: unknown): string => (value === null ? "none" : JSON.stringify(value));
 
-function providerLines(p: ProviderPlan): string[] {
+function providerLines(p: ProviderPlan, paint: Paint): string[] {
   const where = p.change === "moved" ? `moves ${p.previousNode ?? "?"} → ${p.node}` : `on ${p.node}`;
   const state =
     p.change === "new"
@@ -172,7 +176,7 @@ function providerLines(p: ProviderPlan): string[] {
   for (const c of p.creates) {
     const password =
       c.password === "mint" ? "a new password is minted" : "the password the mesh keeps for it comes back";
-    lines.push(`  + ${login(c.login)}  ${c.consumer} on ${c.node}: created; ${password}`);
+    lines.push(`  ${paint.green("+")} ${login(c.login)}  ${c.consumer} on ${c.node}: created; ${password}`);
   }
   for (const c of p.changes) {
     const what = c.changes.map((f) =>
@@ -187,7 +191,7 @@ function providerLines(p: ProviderPlan): string[] {
     const backend = c.reapplied
       ? "applied again in the backend, same password"
       : "nothing changes in the backend";
-    lines.push(`  ~ ${login(c.login)}  ${c.consumer}: ${what.join("; ")}; ${backend}`);
+    lines.push(`  ${paint.yellow("~")} ${login(c.login)}  ${c.consumer}: ${what.join("; ")}; ${backend}`);
   }
   const r = p.retirement;
   for (const c of p.retires) {
@@ -195,12 +199,12 @@ function providerLines(p: ProviderPlan): string[] {
       r?.needsApproval === true
         ? "no longer asked for; stays active until a person approves its retirement"
         : `retired after ${r?.limits.stablePasses ?? "?"} passes unasked: access off, data kept, marked to delete`;
-    lines.push(`  - ${login(c.login)}  ${c.consumer} on ${c.node}: ${outcome}`);
+    lines.push(`  ${paint.red("-")} ${login(c.login)}  ${c.consumer} on ${c.node}: ${outcome}`);
   }
   if (r !== null) {
     lines.push(
       r.needsApproval
-        ? `    WAITS FOR APPROVAL: ${r.reason ?? "past the bound"}; \`retire list\` on ${p.provider} will show the set, \`retire approve\` retires it`
+        ? `    ${paint.yellow("WAITS FOR APPROVAL")}: ${r.reason ?? "past the bound"}; \`retire list\` on ${p.provider} will show the set, \`retire approve\` retires it`
         : `    retires on its own: ${r.logins.length} of ${r.held} held is within the bound (more than ${r.limits.retireAtOnce} at once, or more than ${Math.round(r.limits.retireFraction * 100)}% of those held, waits for a person)`,
     );
   }
@@ -238,8 +242,11 @@ export function summarizePlan(diff: FleetPlanDiff): string {
   );
 }
 
-/** A plan as a person reads it: grouped by provider, then modules and nodes, then the summary. */
-export function formatPlan(report: PlanReport): string {
+/**
+ * A plan as a person reads it: grouped by provider, then modules and nodes, then the summary.
+ * `paint` colours the marks: + green, ~ yellow, - red, and what waits for approval.
+ */
+export function formatPlan(report: PlanReport, paint: Paint = NO_PAINT): string {
   const lines: string[] = [];
   const against = report.against;
   lines.push(`Plan for ${report.fleetFile}`);
@@ -260,7 +267,7 @@ export function formatPlan(report: PlanReport): string {
     );
     return `${lines.join("\n")}\n`;
   }
-  for (const p of report.providers) lines.push(...providerLines(p), "");
+  for (const p of report.providers) lines.push(...providerLines(p, paint), "");
   if (report.modules.length > 0) {
     lines.push("modules");
     const width = Math.max(...report.modules.map((m) => m.module.length));

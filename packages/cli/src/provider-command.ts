@@ -29,6 +29,7 @@ interface ProviderCommandFlags {
 export function addProviderCommand(program: Command, io: CliIo): void {
   program
     .command("provider")
+    .summary("run one provider alone, in the foreground")
     .description("run one provider in the foreground until Ctrl-C or SIGTERM")
     .addArgument(new Argument("<name>", "which provider").choices(PROVIDER_NAMES))
     .option("--receives <file>", "the contributions file the mesh writes for it (default: $MESH_RECEIVES)")
@@ -56,17 +57,12 @@ export function addProviderCommand(program: Command, io: CliIo): void {
       `
 Durations are written with a unit: 250ms, 5s, 1m, 1h30m.
 
-Example:
-  $ MESH_POSTGRES_URL=postgres://mesh_admin:PASSWORD@127.0.0.1:5432/postgres \\
-      mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock \\
+Examples:
+  $ export MESH_POSTGRES_URL=postgres://mesh_admin:PASSWORD@127.0.0.1:5432/postgres
+  $ mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock \\
       --metrics 127.0.0.1:9464
   then, from another shell: mesh tool --control /run/mesh/postgres.sock status
-  and Prometheus scrapes http://127.0.0.1:9464/metrics
-
-Exit codes:
-  0  stopped cleanly by Ctrl-C or SIGTERM
-  1  the provider could not start (or its control socket is taken)
-  2  a setting is missing or bad`,
+  and Prometheus scrapes http://127.0.0.1:9464/metrics`,
     )
     .action(async (name: ProviderName, flags: ProviderCommandFlags) => {
       const provider = await loadProvider(name);

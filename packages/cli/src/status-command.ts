@@ -1,6 +1,7 @@
 // What `mesh status` prints: the controller's answer, as text for a person or as JSON for a script.
 // A failing consumer is named with its class, since when, how many attempts and the last error.
 import { formatDuration, redactUrl } from "@mesh/sdk";
+import { NO_PAINT, type Paint } from "./colour.ts";
 import { formatTime } from "./format.ts";
 
 /** One failing consumer as the controller's answer gives it. */
@@ -55,20 +56,35 @@ function ago(iso: string, now: number): string {
   return ms <= 0 ? " (just now)" : ` (${formatDuration(ms)} ago)`;
 }
 
-/** The answer as text for a person; `now` (ms) says how long ago things began. */
-export function formatStatus(answer: StatusAnswer, now: number = Date.now()): string {
+/** A module's state, coloured for a terminal: crashing in red, starting in yellow. */
+function moduleState(state: string, paint: Paint): string {
+  const padded = state.padEnd(11);
+  if (state === "crashing") return paint.red(padded);
+  if (state === "starting") return paint.yellow(padded);
+  return padded;
+}
+
+/**
+ * The answer as text for a person; `now` (ms) says how long ago things began; `paint` colours
+ * what is wrong (see `paintFor`; none by default).
+ */
+export function formatStatus(
+  answer: StatusAnswer,
+  now: number = Date.now(),
+  paint: Paint = NO_PAINT,
+): string {
   const s = maskedAnswer(answer);
   const lines: string[] = [];
   if (s.fleet) lines.push(`fleet ${s.fleet.file}, read ${s.fleet.readAt}`);
   for (const problem of s.fleet?.refused ?? [])
-    lines.push(`  REFUSED (the last good fleet is served): ${problem}`);
+    lines.push(`  ${paint.red("REFUSED")} (the last good fleet is served): ${problem}`);
   lines.push("", "NODE / MODULE            STATE       RESTARTS");
   for (const n of s.nodes ?? []) {
     lines.push(
-      `${n.name.padEnd(24)} ${n.enrolled ? "enrolled" : "not enrolled"}${n.lastReportAt ? `, reported ${n.lastReportAt}` : ""}`,
+      `${n.name.padEnd(24)} ${n.enrolled ? "enrolled" : paint.yellow("not enrolled")}${n.lastReportAt ? `, reported ${n.lastReportAt}` : ""}`,
     );
     for (const m of n.modules ?? [])
-      lines.push(`  ${m.name.padEnd(22)} ${m.state.padEnd(11)} ${m.restarts ?? 0}`);
+      lines.push(`  ${m.name.padEnd(22)} ${moduleState(m.state, paint)} ${m.restarts ?? 0}`);
   }
   lines.push("", "CONSUMER         INTERFACE            LOGIN                PROVIDER");
   for (const c of s.consumers ?? []) {
@@ -81,7 +97,9 @@ export function formatStatus(answer: StatusAnswer, now: number = Date.now()): st
         "FAILING: none announced (a provider announces a consumer after 5 minutes of failures without a success)",
       );
     } else {
-      lines.push(`FAILING: ${s.failing.length} consumer(s) their provider cannot serve`);
+      lines.push(
+        `${paint.red(paint.bold("FAILING:"))} ${s.failing.length} consumer(s) their provider cannot serve`,
+      );
       for (const f of s.failing) {
         const who = [
           f.login !== undefined && f.login !== f.consumer ? `login ${f.login}` : "",
@@ -89,7 +107,7 @@ export function formatStatus(answer: StatusAnswer, now: number = Date.now()): st
         ].filter((part) => part !== "");
         lines.push(
           `  ${f.consumer}${who.length > 0 ? ` (${who.join(", ")})` : ""}: ${f.interface} from ${f.provider}`,
-          `    ${f.class} since ${formatTime(f.since)}${ago(f.since, now)}, ${f.attempts} attempt(s)` +
+          `    ${paint.red(f.class)} since ${formatTime(f.since)}${ago(f.since, now)}, ${f.attempts} attempt(s)` +
             (f.at ? `, last said ${formatTime(f.at)}` : ""),
           `    last error: ${f.error.replace(/\s*[\r\n]+\s*/g, " ")}`,
         );

@@ -21,19 +21,12 @@ import {
   parseDuration,
 } from "@mesh/sdk";
 import { askController, stateDirOf } from "./controller-request.ts";
+import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
-import { formatBytes, formatTable, formatTime } from "./format.ts";
+import { formatBytes, formatJson, formatTable, formatTime } from "./format.ts";
 import type { CliIo } from "./io.ts";
+import { withProgress } from "./progress.ts";
 import { osUserName } from "./who.ts";
-
-const EXIT_CODES_HELP = `
-Exit codes:
-  0  done
-  1  refused: by the provider, or (through the mesh) by the controller or the module's agent;
-     the message and its code are printed on standard error
-  2  usage error, or a deletion or approval that was not confirmed
-  3  nothing answered: no provider at the control socket, or (through the mesh) no controller,
-     no agent on the module's node, or no provider behind it`;
 
 interface ToolFlags {
   readonly control?: string;
@@ -59,6 +52,7 @@ interface MeshToolReply {
 export function addToolCommand(program: Command, io: CliIo): void {
   const tool = program
     .command("tool")
+    .summary("ask a module's tools: status, retire, cleanup")
     .description("ask a module's tools: through the mesh (mesh tool MODULE TOOL), or at a control socket")
     .argument("[module-and-tool...]", "the module, then its tool and the tool's arguments")
     .option("--control <socket>", "ask this provider's control socket directly (default: $MESH_CONTROL)")
@@ -78,7 +72,7 @@ Examples:
   $ mesh tool postgres cleanup delete umami_db
   $ mesh tool --control /run/mesh/postgres.sock status
   $ MESH_CONTROL=/run/mesh/postgres.sock mesh tool cleanup list
-${EXIT_CODES_HELP}`,
+  $ mesh tool postgres cleanup list --json | jq -r '.[].login'`,
     )
     .action(async (words: string[], _opts: unknown, cmd: Command) => {
       const flags = cmd.optsWithGlobals<ToolFlags>();
@@ -120,17 +114,23 @@ ${EXIT_CODES_HELP}`,
     .description("every consumer: its state, failure class, since when and why")
     .addHelpText(
       "after",
-      `\nExample:\n  $ mesh tool postgres status\n  $ mesh tool --control /run/mesh/postgres.sock status\n${EXIT_CODES_HELP}`,
+      `\nExamples:\n  $ mesh tool postgres status\n  $ mesh tool postgres status --json\n  $ mesh tool --control /run/mesh/postgres.sock status`,
     )
     .action((_opts: unknown, cmd: Command) => local("status")(cmd, []));
 
-  const retire = tool.command("retire").description("the set of unasked consumers that waits for a person");
+  const retire = tool
+    .command("retire")
+    .description("the set of unasked consumers that waits for a person")
+    .addHelpText(
+      "after",
+      `\nExamples:\n  $ mesh tool postgres retire list\n  $ mesh tool postgres retire approve 3f9c2a`,
+    );
   retire
     .command("list")
     .description("show the set waiting for approval, its id, and the bound it is past")
     .addHelpText(
       "after",
-      `\nExample:\n  $ mesh tool postgres retire list\n  $ mesh tool --control /run/mesh/postgres.sock retire list\n${EXIT_CODES_HELP}`,
+      `\nExamples:\n  $ mesh tool postgres retire list\n  $ mesh tool postgres retire list --json\n  $ mesh tool --control /run/mesh/postgres.sock retire list`,
     )
     .action((_opts: unknown, cmd: Command) => local("retire list")(cmd, []));
   retire
@@ -143,22 +143,27 @@ ${EXIT_CODES_HELP}`,
       `
 Shows the waiting set and asks you to type its id before it retires anything; with no terminal, pass --yes.
 
-Example:
+Examples:
   $ mesh tool postgres retire approve 3f9c2a
-  $ mesh tool --control /run/mesh/postgres.sock retire approve 3f9c2a
-${EXIT_CODES_HELP}`,
+  $ mesh tool --control /run/mesh/postgres.sock retire approve 3f9c2a --yes`,
     )
     .action((id: string | undefined, _opts: unknown, cmd: Command) =>
       local("retire approve")(cmd, id === undefined ? [] : [id]),
     );
 
-  const cleanup = tool.command("cleanup").description("retired consumers, and deleting one for good");
+  const cleanup = tool
+    .command("cleanup")
+    .description("retired consumers, and deleting one for good")
+    .addHelpText(
+      "after",
+      `\nExamples:\n  $ mesh tool postgres cleanup list\n  $ mesh tool postgres cleanup delete app_umami`,
+    );
   cleanup
     .command("list")
     .description("retired consumers that `cleanup delete` could remove")
     .addHelpText(
       "after",
-      `\nExample:\n  $ mesh tool postgres cleanup list\n  $ mesh tool --control /run/mesh/postgres.sock cleanup list\n${EXIT_CODES_HELP}`,
+      `\nExamples:\n  $ mesh tool postgres cleanup list\n  $ mesh tool postgres cleanup list --json\n  $ mesh tool --control /run/mesh/postgres.sock cleanup list`,
     )
     .action((_opts: unknown, cmd: Command) => local("cleanup list")(cmd, []));
   cleanup
@@ -171,10 +176,9 @@ ${EXIT_CODES_HELP}`,
       `
 Asks you to type the login again before it deletes anything; with no terminal, pass --yes.
 
-Example:
+Examples:
   $ mesh tool postgres cleanup delete app_umami
-  $ mesh tool --control /run/mesh/postgres.sock cleanup delete app_umami
-${EXIT_CODES_HELP}`,
+  $ mesh tool --control /run/mesh/postgres.sock cleanup delete app_umami --yes`,
     )
     .action((login: string, _opts: unknown, cmd: Command) => local("cleanup delete")(cmd, [login]));
 }
@@ -219,7 +223,9 @@ function localAsker(io: CliIo, flags: ToolFlags): Asker {
   const timeoutMs = timeoutOf(flags);
   return async (name, args) => {
     try {
-      return await callControl(path, { tool: name, args, who: osUserName() }, { timeoutMs });
+      return await withProgress(io, `waiting for the provider at ${path} to answer ${name}`, () =>
+        callControl(path, { tool: name, args, who: osUserName() }, { timeoutMs }),
+      );
     } catch (err) {
       if (err instanceof ToolError) {
         throw new CliExit(EXIT_REFUSED, `the provider refused ${name} (${err.code}): ${err.message}`);
@@ -241,11 +247,14 @@ function meshAsker(io: CliIo, flags: ToolFlags, module: string): Asker {
     const reply = await askController<MeshToolReply>(state, TOOL_REQUEST_SUBJECT, body, {
       timeoutMs,
       name: "mesh tool",
+      io,
+      waiting: `waiting for ${module} to answer ${name} through the mesh`,
       timedOut:
         `no answer to ${name} for ${module} within ${flags.timeout ?? "2m"}; it may still be running: ` +
         `its result will be in ${module}'s ledger (\`mesh ledger ${module}\`)`,
     });
-    if (typeof reply.ledger === "string") io.err(`warning: ${reply.ledger}\n`);
+    if (typeof reply.ledger === "string")
+      io.err(`${paintFor(io, "err").yellow("warning:")} ${reply.ledger}\n`);
     if (reply.ok === true) return reply.answer as ControlResults[T];
     const code = reply.code ?? "refused";
     const error = reply.error ?? "the mesh gave no reason";
@@ -279,7 +288,8 @@ async function perform(
     throw err;
   }
   const json = flags.json === true;
-  const printJson = (value: unknown): void => io.out(`${JSON.stringify(value, null, 2)}\n`);
+  const printJson = (value: unknown): void => io.out(formatJson(value));
+  const paint = paintFor(io, "out");
   const again = module === undefined ? "mesh tool" : `mesh tool ${module}`;
   let sent = args;
   if ((name === "cleanup delete" || name === "retire approve") && flags.yes !== true) {
@@ -302,7 +312,16 @@ async function perform(
         formatTime(c.since),
         c.why,
       ]);
-      return io.out(`${formatTable(["LOGIN", "STATE", "CLASS", "SINCE", "WHY"], rows)}\n`);
+      // What needs a person stands out on a terminal: failing in red, waiting for approval in yellow.
+      const state = (cell: string, _row: number, column: number): string =>
+        column !== 1
+          ? cell
+          : cell === "failing"
+            ? paint.red(cell)
+            : cell === "awaiting-approval"
+              ? paint.yellow(cell)
+              : cell;
+      return io.out(`${formatTable(["LOGIN", "STATE", "CLASS", "SINCE", "WHY"], rows, state)}\n`);
     }
     case "retire list": {
       const list = await ask("retire list", sent);
@@ -311,7 +330,7 @@ async function perform(
         return io.out(`nothing waits for approval${list.reason === "" ? "" : ` (${list.reason})`}\n`);
       }
       return io.out(
-        `waiting for approval: set ${list.id}, ${list.logins.length} of the ${list.held} held\n` +
+        `${paint.yellow("waiting for approval")}: set ${list.id}, ${list.logins.length} of the ${list.held} held\n` +
           `why it waits: ${list.reason}\n` +
           list.logins.map((login) => `  ${login}\n`).join("") +
           `approve exactly this set with: ${again} retire approve ${list.id}\n`,

@@ -11,20 +11,16 @@ import type { Controller } from "@mesh/controller";
 import { ListenError, untilStopSignal } from "@mesh/sdk";
 import { askController, stateDirOf } from "./controller-request.ts";
 import { startEmbeddedBus, type EmbeddedBus } from "./embedded-bus.ts";
+import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
 import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.ts";
 
-const EXIT_CODES = `
-Exit codes:
-  0  stopped cleanly by Ctrl-C or SIGTERM (mesh up), or answered (mesh status)
-  1  the fleet was refused, or a part could not start
-  2  usage error
-  3  no mesh answers (mesh status)`;
-
 function prefixed(io: CliIo, who: string): BusLogger {
+  const paint = paintFor(io, "err");
   const line = (level: string) => (m: string) => io.err(`${who.padEnd(12)}│ ${level}${m}\n`);
-  return { info: line(""), warn: line("warning: "), error: line("error: ") };
+  return { info: line(""), warn: line(paint.yellow("warning: ")), error: line(paint.red("error: ")) };
 }
 
 async function writePrivate(path: string, data: string | Uint8Array): Promise<void> {
@@ -36,6 +32,7 @@ async function writePrivate(path: string, data: string | Uint8Array): Promise<vo
 export function addUpCommands(program: Command, io: CliIo): void {
   program
     .command("up")
+    .summary("run the mesh on this machine, with the fleet's modules")
     .description(
       "run the mesh on this machine: nats-server, the controller, the agents and the fleet's modules",
     )
@@ -56,8 +53,14 @@ export function addUpCommands(program: Command, io: CliIo): void {
     )
     .addHelpText(
       "after",
-      `\nExample:\n  $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470\n  then open the dashboard it prints, or from another shell: mesh status\n` +
-        `  $ mesh up mesh.yaml --http 0.0.0.0:9470 --operator-token-file .mesh-state/operator.token\n${EXIT_CODES}`,
+      `
+It says each step as it starts (on standard error) and runs until Ctrl-C or SIGTERM.
+
+Examples:
+  $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470
+  then open the dashboard it prints, or from another shell: mesh status
+  $ mesh up mesh.yaml --http 0.0.0.0:9470 --operator-token-file .mesh-state/operator.token
+  $ mesh up mesh.yaml --node node-1 --listen 0.0.0.0      # the other nodes join with mesh agent`,
     )
     .action(
       async (
@@ -84,14 +87,19 @@ export function addUpCommands(program: Command, io: CliIo): void {
 
   program
     .command("agent")
+    .summary("run one node's agent, for a controller on another machine")
     .description("run one node's agent on this machine (a node of a fleet whose controller runs elsewhere)")
     .requiredOption("--node <name>", "the node's name, as in the fleet file")
     .option("--join <file>", "the join token file `mesh up` wrote for this node (needed only the first time)")
     .option("--state <dir>", "the node's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
     .addHelpText(
       "after",
-      `\nExample (on the new machine, with the token file copied from <state>/join/node-2.token):\n` +
-        `  $ mesh agent --node node-2 --join node-2.token --state /var/lib/mesh\n${EXIT_CODES}`,
+      `
+Examples:
+  on the new machine, with the token file copied from <state>/join/node-2.token:
+  $ mesh agent --node node-2 --join node-2.token --state /var/lib/mesh
+  after it has joined once, it reconnects with what it was issued:
+  $ mesh agent --node node-2 --state /var/lib/mesh`,
     )
     .action(async (flags: { node: string; join?: string; state?: string }) => {
       await agent(flags.node, flags.join, stateDirOf(flags.state, io), io);
@@ -99,33 +107,51 @@ export function addUpCommands(program: Command, io: CliIo): void {
 
   program
     .command("rotate")
+    .summary("mint a new password for one consumer's interface")
     .description(
       "mint a new password for one consumer's interface; the provider applies it, the consumer reads it",
     )
     .argument("<consumer>", "the consumer module")
     .argument("<interface>", "the interface it needs, e.g. postgres-database")
     .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
-    .addHelpText("after", `\nExample:\n  $ mesh rotate notes postgres-database\n${EXIT_CODES}`)
-    .action(async (consumer: string, iface: string, flags: { state?: string }) => {
+    .option("--json", "print the controller's answer as JSON, for scripts")
+    .addHelpText(
+      "after",
+      `
+Examples:
+  $ mesh rotate notes postgres-database
+  $ mesh rotate notes postgres-database --json --state /var/lib/mesh`,
+    )
+    .action(async (consumer: string, iface: string, flags: { state?: string; json?: boolean }) => {
       const answer = await ask<{ ok: boolean; error?: string }>(
         stateDirOf(flags.state, io),
         "rotate",
         JSON.stringify({ consumer, interface: iface }),
+        io,
       );
       if (!answer.ok) throw new CliExit(EXIT_REFUSED, answer.error ?? "the controller refused the rotation");
       io.out(
-        `rotated: ${consumer}'s ${iface} has a new password; its provider applies it and ${consumer} reads it\n`,
+        flags.json === true
+          ? formatJson({ ...answer, consumer, interface: iface })
+          : `rotated: ${consumer}'s ${iface} has a new password; its provider applies it and ${consumer} reads it\n`,
       );
     });
 
   program
     .command("status")
+    .summary("nodes, modules, consumers, and the failing ones with why")
     .description(
       "what the running mesh knows: nodes, their modules, every consumer, and the failing ones with why",
     )
     .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
-    .option("--json", "print the raw answer, for scripts")
-    .addHelpText("after", `\nExample:\n  $ mesh status --json\n${EXIT_CODES}`)
+    .option("--json", "print the controller's answer as JSON, for scripts (the same, errors masked)")
+    .addHelpText(
+      "after",
+      `
+Examples:
+  $ mesh status
+  $ mesh status --json | jq '.failing[] | {consumer, class, since}'`,
+    )
     .action(async (flags: { state?: string; json?: boolean }) => {
       await status(stateDirOf(flags.state, io), flags.json === true, io);
     });
@@ -306,13 +332,17 @@ async function agent(node: string, joinFile: string | undefined, state: string, 
 }
 
 /** Asks the running controller `what` (status or rotate) with the operator's credentials. */
-async function ask<T>(state: string, what: "status" | "rotate", body: string): Promise<T> {
+async function ask<T>(state: string, what: "status" | "rotate", body: string, io: CliIo): Promise<T> {
   const { STATUS_SUBJECT, ROTATE_SUBJECT } = await import("@mesh/controller");
   const subject = what === "status" ? STATUS_SUBJECT : ROTATE_SUBJECT;
-  return askController<T>(state, subject, body, { name: `mesh ${what}` });
+  return askController<T>(state, subject, body, {
+    name: `mesh ${what}`,
+    io,
+    waiting: `waiting for the controller of the mesh in ${state}`,
+  });
 }
 
 async function status(state: string, json: boolean, io: CliIo): Promise<void> {
-  const answer = maskedAnswer(await ask<StatusAnswer>(state, "status", "{}"));
-  io.out(json ? `${JSON.stringify(answer, null, 2)}\n` : formatStatus(answer));
+  const answer = maskedAnswer(await ask<StatusAnswer>(state, "status", "{}", io));
+  io.out(json ? formatJson(answer) : formatStatus(answer, Date.now(), paintFor(io, "out")));
 }

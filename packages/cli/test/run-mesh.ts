@@ -14,9 +14,16 @@ export interface MeshRun {
   readonly stderr: string;
 }
 
-/** The environment without any MESH_ variable of the shell that runs the tests, plus `env`. */
+/**
+ * The environment without any MESH_ variable of the shell that runs the tests, nor FORCE_COLOR or
+ * NO_COLOR (node --test on a terminal sets FORCE_COLOR for its children), plus `env`.
+ */
 export function cleanEnv(env: Readonly<Record<string, string>> = {}): NodeJS.ProcessEnv {
-  const base = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("MESH_")));
+  const base = Object.fromEntries(
+    Object.entries(process.env).filter(
+      ([key]) => !key.startsWith("MESH_") && key !== "FORCE_COLOR" && key !== "NO_COLOR",
+    ),
+  );
   return { ...base, ...env };
 }
 

@@ -342,15 +342,23 @@ describe("mesh tool MODULE TOOL, through the mesh", () => {
     answer: STATUS,
   });
 
-  // In this process: a spawned mesh costs seconds to start. No terminal on standard input.
-  async function mesh(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  // In this process: a spawned mesh costs seconds to start. No terminal on standard input; standard
+  // error a terminal when `errIsTTY` says so, `onErr` told of everything said there.
+  async function mesh(
+    args: readonly string[],
+    options: { errIsTTY?: boolean; onErr?: (said: string) => void } = {},
+  ): Promise<{ code: number; stdout: string; stderr: string }> {
     let stdout = "";
     let stderr = "";
     const code = await runCli([...args, "--state", state], {
       out: (text) => void (stdout += text),
-      err: (text) => void (stderr += text),
+      err: (text) => {
+        stderr += text;
+        options.onErr?.(stderr);
+      },
       env: {},
       stdin: Readable.from([]),
+      errIsTTY: options.errIsTTY ?? false,
     });
     return { code, stdout, stderr };
   }
@@ -380,7 +388,7 @@ describe("mesh tool MODULE TOOL, through the mesh", () => {
       for await (const msg of sub) {
         const call = msg.json<(typeof asked)[number]>();
         asked.push(call);
-        const reply = answer(call);
+        const reply: unknown = await answer(call);
         if (reply !== undefined) msg.respond(JSON.stringify(reply));
       }
     })();
@@ -509,6 +517,61 @@ describe("mesh tool MODULE TOOL, through the mesh", () => {
     assert.equal(run.code, 0, run.stderr);
     assert.match(run.stdout, /nothing retired/);
     assert.match(run.stderr, /warning: the ledger entry for this call was not written: no credential/);
+  });
+
+  it("gives scripts retire list and cleanup list as JSON, as the provider answered them", async () => {
+    const list = { id: "9f3a1c", logins: ["app_a"], held: 2, reason: "waits" };
+    answer = () => ({ ok: true, answer: list });
+    const waiting = await mesh(["tool", "postgres", "retire", "list", "--json"]);
+    assert.equal(waiting.code, 0, waiting.stderr);
+    assert.deepEqual(JSON.parse(waiting.stdout), list);
+
+    const retired = [
+      { login: "app_old", retiredAt: "2025-02-01T00:00:00.000Z", why: "unasked", derived: {} },
+    ];
+    answer = () => ({ ok: true, answer: retired });
+    const cleanup = await mesh(["tool", "postgres", "cleanup", "list", "--json"]);
+    assert.equal(cleanup.code, 0, cleanup.stderr);
+    assert.deepEqual(JSON.parse(cleanup.stdout), retired);
+
+    answer = () => ({ ok: false, code: "provider-unreachable", error: "no provider" });
+    const failed = await mesh(["tool", "postgres", "cleanup", "list", "--json"]);
+    assert.equal(failed.code, 3, "the exit code says what went wrong, with --json too");
+    assert.equal(failed.stdout, "", "nothing on standard output for a script to mistake for an answer");
+    assert.match(failed.stderr, /^error: postgres did not run cleanup list \(provider-unreachable\)/);
+  });
+
+  it("says on a terminal that it waits for the module while the answer takes more than a second", async () => {
+    let progressed!: () => void;
+    const said = new Promise<void>((resolve) => (progressed = resolve));
+    // The controller answers only once the progress line has been said.
+    answer = async () => {
+      await said;
+      return { ok: true, answer: STATUS };
+    };
+    const run = await mesh(["tool", "postgres", "status", "--json"], {
+      errIsTTY: true,
+      onErr: (stderr) => {
+        if (/waiting for postgres to answer status through the mesh… \d+ s/.test(stderr)) progressed();
+      },
+    });
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(JSON.parse(run.stdout), STATUS, "standard output stays clean for --json");
+    assert.match(run.stderr, /^\rwaiting for postgres to answer status through the mesh… \d+ s/);
+    assert.match(run.stderr, /\r +\r$/, "the line is wiped once the answer has come");
+
+    // Not a terminal: a wait of the same length says nothing.
+    let late!: () => void;
+    const later = new Promise<void>((resolve) => (late = resolve));
+    answer = async () => {
+      await later;
+      return { ok: true, answer: STATUS };
+    };
+    const timer = setTimeout(() => late(), 1500);
+    const piped = await mesh(["tool", "postgres", "status", "--json"]);
+    clearTimeout(timer);
+    assert.equal(piped.code, 0, piped.stderr);
+    assert.equal(piped.stderr, "");
   });
 
   it("exits 3 when the controller does not answer in time, saying where the result will be", async () => {

@@ -1,0 +1,126 @@
+// Every command's help, found by walking the program: a new command without examples, exit codes
+// or a one-line summary fails here. In this process (a spawned mesh costs seconds to start).
+import assert from "node:assert/strict";
+import { Readable } from "node:stream";
+import { describe, it } from "node:test";
+import type { Command } from "commander";
+import { allCommands, buildProgram, commandPath, runCli } from "../src/cli.ts";
+import { COMMAND_EXIT_CODES, EXIT_CODE_MEANINGS } from "../src/exit-codes.ts";
+import type { CliIo } from "../src/io.ts";
+
+async function mesh(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = "";
+  let stderr = "";
+  const code = await runCli(args, {
+    out: (text) => void (stdout += text),
+    err: (text) => void (stderr += text),
+    env: {},
+    stdin: Readable.from([]),
+  });
+  return { code, stdout, stderr };
+}
+
+const quietIo: CliIo = { out: () => {}, err: () => {}, env: {}, stdin: Readable.from([]) };
+const commands = allCommands(buildProgram(quietIo));
+
+/** The words of `command` on the command line, `mesh` itself as "mesh". */
+const shown = (command: Command): string => `mesh ${commandPath(command)}`.trim();
+
+/** The commands that run something until stopped rather than read something: no --json for them. */
+const NOT_READING = new Set(["up", "agent", "provider"]);
+
+describe("mesh's help", () => {
+  it("walks at least every command mesh has today", () => {
+    const paths = commands.map(commandPath);
+    for (const path of [
+      "",
+      "up",
+      "agent",
+      "rotate",
+      "status",
+      "plan",
+      "tool",
+      "tool status",
+      "tool retire",
+      "tool retire list",
+      "tool retire approve",
+      "tool cleanup",
+      "tool cleanup list",
+      "tool cleanup delete",
+      "ledger",
+      "check",
+      "explain",
+      "provider",
+    ])
+      assert.ok(paths.includes(path), `mesh ${path}`);
+  });
+
+  for (const command of commands) {
+    const path = commandPath(command);
+    it(`${shown(command)} --help shows an example and its exit codes, from exit-codes.ts`, async () => {
+      const run = await mesh([...path.split(" ").filter((w) => w !== ""), "--help"]);
+      assert.equal(run.code, 0, run.stderr);
+      assert.match(
+        run.stdout,
+        /^Examples:\n(?: {2}.*\n)*? {2}\$ mesh /m,
+        "an Examples: block with a $ mesh line",
+      );
+      const meanings = COMMAND_EXIT_CODES[path];
+      assert.ok(meanings !== undefined, `exit-codes.ts says what each exit code means for ${shown(command)}`);
+      const block = run.stdout.slice(run.stdout.lastIndexOf("\nExit codes:\n"));
+      assert.ok(block.length > 0, "an Exit codes: block");
+      for (const [code, meaning] of Object.entries(meanings)) {
+        assert.ok(
+          block.includes(`  ${code}  ${String(meaning).split("\n")[0]}`),
+          `${shown(command)}'s help says what ${code} means`,
+        );
+        assert.ok(code in EXIT_CODE_MEANINGS, `${code} is one of mesh's exit codes`);
+      }
+    });
+  }
+
+  it("exit-codes.ts names no command that does not exist", () => {
+    const paths = new Set(commands.map(commandPath));
+    for (const path of Object.keys(COMMAND_EXIT_CODES)) assert.ok(paths.has(path), `mesh ${path}`);
+  });
+
+  it("mesh --help lists every command with its one-line summary", async () => {
+    const run = await mesh(["--help"]);
+    assert.equal(run.code, 0, run.stderr);
+    const lines = run.stdout.split("\n");
+    const top = commands.filter((c) => c.parent !== null && c.parent.parent === null);
+    assert.ok(top.length >= 10);
+    for (const command of top) {
+      const summary = command.summary();
+      assert.ok(summary !== "" && !summary.includes("\n"), `${shown(command)} has a one-line summary`);
+      assert.ok(
+        lines.some((line) => line.startsWith(`  ${command.name()} `) && line.endsWith(`  ${summary}`)),
+        `mesh --help shows ${shown(command)} on one line with "${summary}"`,
+      );
+    }
+  });
+
+  it("every command that reads something takes --json", () => {
+    const takesJson = (c: Command | null): boolean =>
+      c !== null && (c.options.some((o) => o.long === "--json") || takesJson(c.parent));
+    for (const command of commands) {
+      if (command.parent === null || NOT_READING.has(commandPath(command))) continue;
+      assert.ok(takesJson(command), `${shown(command)} --json`);
+    }
+  });
+
+  it("a mistyped command or flag is refused (exit 2) with the nearest one suggested", async () => {
+    const command = await mesh(["stauts"]);
+    assert.equal(command.code, 2);
+    assert.match(command.stderr, /unknown command 'stauts'/);
+    assert.match(command.stderr, /Did you mean status\?/);
+
+    const flag = await mesh(["status", "--jsn"]);
+    assert.equal(flag.code, 2);
+    assert.match(flag.stderr, /Did you mean --json\?/);
+
+    const none = await mesh([]);
+    assert.equal(none.code, 2, "no command: the help, on standard error");
+    assert.match(none.stderr, /Commands:/);
+  });
+});
