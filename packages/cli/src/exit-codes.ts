@@ -20,7 +20,7 @@ export type ExitCodeMeanings = Readonly<Partial<Record<number, string>>>;
 export const EXIT_CODE_MEANINGS: ExitCodeMeanings = {
   [EXIT_OK]: "done as asked (mesh up, agent, provider: stopped cleanly by Ctrl-C or SIGTERM)",
   [EXIT_REFUSED]:
-    "refused or failed: the mesh or a provider said no, a check found errors, or a part could not start",
+    "refused or failed: the mesh or a provider said no, explain denied, check found errors, or a part could not start",
   [EXIT_USAGE]:
     "usage error: a missing or bad argument, flag or setting, or a deletion or approval not confirmed",
   [EXIT_UNREACHABLE]: "nothing answered: no mesh, controller, agent or provider where one was asked",
