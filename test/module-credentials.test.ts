@@ -204,6 +204,8 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     assert.equal(notes.env["MESH_SEATS"], "notebook");
     assert.equal(notes.env["MESH_MODULE"], "notes");
     assert.equal(notes.env["MESH_BUS_USER"], await busKeyOf("notes"));
+    // It ran before its credential came (events off), and was restarted to connect with it.
+    assert.ok(agentLog.lines.includes("info: restarting notes: its command or environment changed"));
     const listener = await recorded("listener", withBus);
     assert.equal(listener.env["MESH_SEATS"], "");
     const d = await delivery();
@@ -327,6 +329,8 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     const revocations = Object.keys(authority.revocations).length;
     const credsTime = (await stat(moduleCredsPath(agentState(), "notes"))).mtimeMs;
     const pid = (await recorded("notes", withBus)).pid;
+    const issued = (): number => controllerLog.lines.filter((l) => l.includes("issued module")).length;
+    const issuedBefore = issued();
     await controller?.stop();
     controller = await startTheController();
     // A report reaches the new controller, and its keys are the ones it already issued for.
@@ -338,6 +342,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     assert.equal(after.generation, before.generation);
     assert.deepEqual(after.credentials, before.credentials);
     assert.equal(Object.keys(authority.revocations).length, revocations);
+    assert.equal(issued(), issuedBefore, "nothing issued again");
     assert.equal((await stat(moduleCredsPath(agentState(), "notes"))).mtimeMs, credsTime);
     assert.equal((await recorded("notes", withBus)).pid, pid, "the module was not restarted");
   });

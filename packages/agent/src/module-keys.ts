@@ -94,8 +94,8 @@ export class ModuleKeyring {
       await rm(moduleCredsPath(this.#stateDir, module), { force: true });
       changed = true;
       this.#logger.info(
-        `removed module ${module}'s key pairs and bus credential: it no longer runs on this node, ` +
-          `and the controller revokes them`,
+        `removed the key pairs and bus credential of module ${module}: it no longer runs on this ` +
+          `node, and the controller revokes them`,
       );
     }
     for (const module of delivered) {

@@ -268,6 +268,11 @@ export class ModuleCredentials {
     return { credentials, replaceKeys };
   }
 
+  /** Every node with a credential issued or a key still to revoke. */
+  nodes(): string[] {
+    return [...new Set([...this.#records.values()].map((r) => r.node))].sort();
+  }
+
   /** The modules `fleet` assigns to `node`. */
   #assigned(node: string, fleet: FleetPlan): string[] {
     if (!fleet.nodes.includes(node)) return [];

@@ -255,7 +255,8 @@ async function run(
     options.observer?.minted(minted);
     const published: Published[] = [];
     const nodes = [...new Set([...current.nodes, ...enrolled.keys()])].sort();
-    for (const node of nodes) await syncCredentials(node);
+    // A node gone from the fleet and never enrolled may still hold credentials: they are revoked.
+    for (const node of new Set([...nodes, ...credentials.nodes()])) await syncCredentials(node);
     for (const node of nodes) {
       const result = await deliveries.publish(
         node,
