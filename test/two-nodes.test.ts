@@ -175,6 +175,28 @@ modules:
     );
   });
 
+  it("each module gets its own bus credential and ledger credential on its own node only", async () => {
+    const node = (n: string) => join(state(), "nodes", n);
+    for (const [n, modules] of [
+      ["node-a", ["blog", "postgres"]],
+      ["node-b", ["notes"]],
+    ] as const) {
+      const ledgers = await until(`${n}'s ledger credentials`, async () => {
+        const map = JSON.parse(await readFile(join(node(n), "ledgers"), "utf8")) as Record<string, unknown>;
+        return Object.keys(map).length === modules.length ? map : undefined;
+      });
+      assert.deepEqual(Object.keys(ledgers).sort(), [...modules]);
+      assert.equal((await stat(join(node(n), "ledgers"))).mode & 0o777, 0o600);
+      for (const m of modules) {
+        const creds = join(node(n), "modules", m, "bus.creds");
+        await until(`${m}'s bus credential`, () => stat(creds));
+        assert.equal((await stat(creds)).mode & 0o777, 0o600);
+      }
+    }
+    const onB = await filesUnder(node("node-b"));
+    assert.ok(!onB.some((f) => f.includes(join("modules", "blog"))), "nothing of blog on node-b");
+  });
+
   it("each node has its own keys", async () => {
     const a = await readFile(join(state(), "nodes", "node-a", "keys.json"), "utf8");
     const b = await readFile(join(state(), "nodes", "node-b", "keys.json"), "utf8");
