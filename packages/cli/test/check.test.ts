@@ -23,7 +23,7 @@ describe("mesh check", () => {
   it("exits 0 for the example fleet, checked from its fleet file", () => {
     const run = mesh(["--fleet", "examples/fleet/mesh.yaml"]);
     assert.equal(run.code, 0, run.out + run.err);
-    assert.match(run.out, /4 modules checked: 0 errors, 0 warnings/);
+    assert.match(run.out, /5 modules checked: 0 errors, 0 warnings/);
   });
 
   it("exits 0 for a clean set of module directories", () => {
