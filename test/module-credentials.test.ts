@@ -185,9 +185,8 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
   after(async () => {
     await agent?.stop();
     await controller?.stop();
-    // close, not drain: a connection whose key was revoked keeps trying to reconnect, and a drain
-    // would wait for it.
-    await Promise.all(opened.map((nc) => nc.close()));
+    // Some of them lost their credential moments ago and are still trying to reconnect.
+    await Promise.all(opened.map((nc) => closeBus(nc)));
     await closeBus(observer);
     await nats.stop();
     if (process.env["MESH_TEST_LOG"]) console.log([...controllerLog.lines, ...agentLog.lines].join("\n"));

@@ -102,7 +102,9 @@ export async function connectBus(options: ConnectBusOptions): Promise<NatsConnec
 export async function closeBus(nc: NatsConnection): Promise<void> {
   if (nc.isClosed()) return;
   try {
-    await nc.drain();
+    // A drain started while the connection is away (its credential just revoked, say) can wait
+    // forever for a server that will not take it back; the connection closing ends the wait.
+    await Promise.race([nc.drain(), nc.closed()]);
   } catch {
     await nc.close();
   }
