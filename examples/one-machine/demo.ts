@@ -59,6 +59,7 @@ function fleetYaml(withNotes: boolean, pg: Served, redis: Served): string {
     m("redis", join(root, "providers", "redis", "module.json"), redis),
     withNotes ? m("notes", join(fleetDir, "notes", "module.json")) : "",
     m("counter", join(fleetDir, "counter", "module.json")),
+    m("audit-logger", join(fleetDir, "audit-logger", "module.json")),
   ].join("");
 }
 
@@ -112,8 +113,9 @@ async function main(): Promise<void> {
     step("The fleet file");
     const served = [servedAt(postgresUrl), servedAt(redisUrl)] as const;
     await writeAtomic(fleet, fleetYaml(true, ...served));
-    say(`${fleet}: one node, two providers (postgres, redis) and two apps:`);
-    say("notes needs a postgres-database; counter needs a redis-namespace.");
+    say(`${fleet}: one node, two providers (postgres, redis), two apps and an audit logger:`);
+    say("notes needs a postgres-database and emits note.created; counter needs a redis-namespace and");
+    say("counts the notes it hears of; audit-logger hears every event (**).");
 
     step("mesh up");
     say(dim("(the providers pass every second for this demonstration; the default is 5 s)"));
@@ -153,30 +155,47 @@ async function main(): Promise<void> {
     say(`its password is only in ${cred.passwordFile} (mode ${mode}), never in the credential or any log.`);
     await show(["status", "--state", state]);
 
+    step("The bus: each module says and hears only what its manifest declares");
+    const heard = await until("counter hearing notes.note.created", () =>
+      lastLine(counterLog, /heard notes\.note\.created/),
+    );
+    say(`counter │ ${heard}`);
+    const auditLog = join(state, "nodes", "node-1", "modules", "audit-logger", "log");
+    const audited = await until("the audit logger hearing an event", () =>
+      lastLine(auditLog, /notes\.note\.created/),
+    );
+    say(`audit   │ ${audited}`);
+    say("Each module has its own NATS credential, compiled by the controller from its manifest; the");
+    say("server itself refuses the rest. Why counter may not speak in notes' name:");
+    await show(["explain", "--fleet", fleet, "counter", "publish", "mesh.events.notes.note.created"]);
+
     step("Take notes out of the fleet");
     await writeAtomic(fleet, fleetYaml(false, ...served));
     say(
       "The controller re-reads the fleet at once; the Postgres provider stops being asked for notes_postgres.",
     );
     say("It waits for 5 consecutive passes that agree before retiring anything, and never deletes.");
-    const control = join(state, "nodes", "node-1", "modules", "postgres", "control.sock");
     await until("notes_postgres retired", async () => {
       const s = await new Promise<string>((resolve) => {
-        const c = spawn(process.execPath, [mesh, "tool", "--control", control, "status", "--json"], {
-          stdio: "pipe",
-        });
+        // Asked of the provider's own socket: a poll through the mesh would fill its ledger.
+        const control = join(state, "nodes", "node-1", "modules", "postgres", "control.sock");
+        const args = ["tool", "--control", control, "status", "--json"];
+        const c = spawn(process.execPath, [mesh, ...args], { stdio: "pipe" });
         let out = "";
         c.stdout.on("data", (d: Buffer) => (out += d.toString()));
         c.on("close", () => resolve(out));
       });
       return s.includes('"retired"') ? true : undefined;
     });
-    await show(["tool", "--control", control, "status"]);
+    say("A person's tools go through the mesh: controller → the node's agent → the provider.");
+    await show(["tool", "postgres", "status", "--state", state]);
     if (postgres) {
       const rows = await postgres.query<{ n: number }>("SELECT count(*)::int AS n FROM notes", [], "notes");
       say(`notes' database still holds its ${rows[0]?.n ?? 0} notes; the role can no longer log in.`);
     }
-    say("Only a person deletes it: `mesh tool --control ... cleanup delete notes_postgres`.");
+    say("Only a person deletes it: `mesh tool postgres cleanup delete notes_postgres`.");
+    say("Everything the provider did, and every tool asked of it, is in its ledger:");
+    await show(["ledger", "postgres", "--limit", "4", "--state", state]);
   } finally {
     step("Ctrl-C: mesh stops everything");
     if (up && up.exitCode === null) {
