@@ -17,11 +17,39 @@ ensureInstalled(root);
 
 function step(title, cmd, cmdArgs) {
   console.log(`\n== ${title}`);
+  const started = Date.now();
   const r = spawnSync(cmd, cmdArgs, { cwd: root, stdio: "inherit" });
+  const took = `${Math.round((Date.now() - started) / 1000)} s`;
   if (r.status !== 0) {
-    console.error(`\n${title} failed (exit ${r.status ?? r.signal}).`);
+    console.error(`\n${title} failed (exit ${r.status ?? r.signal}) after ${took}.`);
     process.exit(r.status ?? 1);
   }
+  console.log(`== ${title}: done in ${took}`);
+}
+
+// The files that take longest start first, so the run ends when the last short one does rather
+// than waiting on a long one started late (each is a whole mesh or a fuzz run; seconds are typical).
+const SLOW_FIRST = [
+  "packages/sdk/test/contributions-fuzz.test.ts",
+  "test/dashboard-browser.test.ts",
+  "test/tool-through-mesh.test.ts",
+  "test/postgres-provider.test.ts",
+  "packages/cli/test/tool-command.test.ts",
+  "test/plan-matches-apply.test.ts",
+  "test/standings-through-mesh.test.ts",
+  "packages/cli/test/check.test.ts",
+  "test/metrics-scrape.test.ts",
+  "packages/cli/test/provider-command.test.ts",
+  "packages/cli/test/explain.test.ts",
+  "test/two-nodes.test.ts",
+];
+
+function slowFirst(files) {
+  const rank = (f) => {
+    const i = SLOW_FIRST.indexOf(f);
+    return i < 0 ? SLOW_FIRST.length : i;
+  };
+  return [...files].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
 }
 
 function testFiles() {
@@ -35,7 +63,7 @@ function testFiles() {
       if (path.endsWith(".test.ts")) found.push(relative(root, join(dir, path)));
     }
   }
-  return found.sort();
+  return slowFirst(found);
 }
 
 if (!quick) {
@@ -50,7 +78,7 @@ step("tests", process.execPath, [
   "tsx",
   "--test",
   "--test-reporter=spec",
-  "--test-concurrency=2",
+  `--test-concurrency=${process.env.MESH_TEST_CONCURRENCY ?? 3}`,
   "--test-timeout=300000",
   ...files,
 ]);
