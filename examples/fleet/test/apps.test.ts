@@ -186,7 +186,11 @@ describe("the notes app", () => {
     assert.equal(await stop(app), 0, app.output);
     assert.match(app.output, /notes: stopping \(SIGTERM\)/);
     assert.equal(count(app.output, /waiting for my credential/), 1, "said once");
-    assert.equal(count(app.output, /cannot connect to/), 1, "said once");
+    // Said once while it waited for its login. (A reconnect racing the rotation, on a busy machine,
+    // may wait again, and says so again: that is a new wait, not a repeat.)
+    const firstConnected = app.output.search(/connected to /);
+    assert.ok(firstConnected > 0, app.output);
+    assert.equal(count(app.output.slice(0, firstConnected), /cannot connect to/), 1, "said once");
     for (const password of [first, second]) assert.ok(!app.output.includes(password), app.output);
 
     const rows = await postgres.query<{ n: number; owner: string }>(
@@ -246,7 +250,11 @@ describe("the counter app", () => {
     assert.equal(await stop(app), 0, app.output);
     assert.match(app.output, /counter: stopping \(SIGTERM\)/);
     assert.equal(count(app.output, /waiting for my credential/), 1, "said once");
-    assert.equal(count(app.output, /cannot connect to/), 1, "said once");
+    // Said once while it waited for its login. (A reconnect racing the rotation, on a busy machine,
+    // may wait again, and says so again: that is a new wait, not a repeat.)
+    const firstConnected = app.output.search(/connected to /);
+    assert.ok(firstConnected > 0, app.output);
+    assert.equal(count(app.output.slice(0, firstConnected), /cannot connect to/), 1, "said once");
     for (const password of [first, second]) assert.ok(!app.output.includes(password), app.output);
 
     const admin = new Redis(redis.adminUrl, { lazyConnect: true });
