@@ -13,24 +13,10 @@ import type { ConformanceTarget, TargetServer } from "@mesh/testkit";
 import { target as postgres } from "../providers/postgres/test/conformance-target.ts";
 import { target as redis } from "../providers/redis/test/conformance-target.ts";
 import { target as mariadb } from "../providers/mariadb/test/conformance-target.ts";
+import { until } from "@mesh/testkit";
 
 const LOGINS = ["conv_one", "conv_two", "conv_three"];
 const said: string[] = [];
-
-async function until(what: string, probe: () => Promise<boolean> | boolean, seconds = 90): Promise<void> {
-  const deadline = Date.now() + seconds * 1000;
-  let last: unknown;
-  for (;;) {
-    try {
-      if (await probe()) return;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`gave up waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 function suite(target: ConformanceTarget): void {
   describe(`${target.name}: the harness converges through the backend's faults`, { timeout: 600_000 }, () => {

@@ -32,7 +32,7 @@ import {
   type Controller,
   type Delivery,
 } from "@mesh/controller";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { startNats, type NatsServer, until as eventually } from "@mesh/testkit";
 import { PermissionViolationError, type NatsConnection } from "@nats-io/transport-node";
 
 const FAST = {
@@ -64,22 +64,6 @@ function fleetYaml(modules: readonly string[]): string {
   const lines = ["nodes:", "  n1: {}", "modules:"];
   for (const m of modules) lines.push(`  ${m}: { manifest: ./${m}/module.json, node: n1 }`);
   return `${lines.join("\n")}\n`;
-}
-
-async function eventually<T>(what: string, probe: () => Promise<T | undefined> | T | undefined): Promise<T> {
-  const deadline = Date.now() + 60_000;
-  let last: unknown;
-  for (;;) {
-    try {
-      const value = await probe();
-      if (value !== undefined) return value;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`gave up waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 function recording(): BusLogger & { lines: string[] } {

@@ -17,27 +17,11 @@ import { runMesh, startMesh, type MeshProcess, type MeshRun } from "../packages/
 import { connectAs } from "../providers/redis/test/conformance-target.ts";
 import { SERVED_FLEET_SUBJECT, secretKey } from "@mesh/controller";
 import { callControl, type RetireList, type StatusReport } from "@mesh/sdk";
-import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "@mesh/testkit";
+import { startPostgres, startRedis, type PostgresServer, type RedisServer, until } from "@mesh/testkit";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const PG = "postgres-database";
 const REDIS = "redis-namespace";
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 60): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  let last: unknown;
-  for (;;) {
-    try {
-      const value = await probe();
-      if (value !== undefined) return value;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`gave up waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    await new Promise((r) => setTimeout(r, 150));
-  }
-}
 
 /** `mesh args…` run in this process (a spawned `mesh` costs seconds on a busy machine). */
 async function mesh(...args: string[]): Promise<MeshRun> {

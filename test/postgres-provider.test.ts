@@ -12,7 +12,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import type { StatusReport } from "@mesh/sdk";
-import { startPostgres, type PostgresServer } from "@mesh/testkit";
+import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
 
 const MESH = fileURLToPath(new URL("../packages/cli/bin/mesh.js", import.meta.url));
 const output: string[] = [];
@@ -46,22 +46,6 @@ async function tool<T>(control: string, ...args: string[]): Promise<T> {
   output.push(out);
   if (code !== 0) throw new Error(`mesh tool ${args.join(" ")} exited ${code}`);
   return JSON.parse(out) as T;
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 90): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  let last: unknown;
-  for (;;) {
-    try {
-      const value = await probe();
-      if (value !== undefined) return value;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`gave up waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    await new Promise((r) => setTimeout(r, 150));
-  }
 }
 
 async function writeAtomic(path: string, text: string): Promise<void> {

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { startPostgres, type PostgresServer } from "@mesh/testkit";
+import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -28,16 +28,6 @@ interface FailingAnswer {
   attempts: number;
   error: string;
   at: string;
-}
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 120): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const value = await probe().catch(() => undefined);
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
 }
 
 /** `promise`, or a failure naming `what` and what mesh up said, after `seconds`. */

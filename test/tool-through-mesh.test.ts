@@ -9,7 +9,7 @@ import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { startPostgres, type PostgresServer } from "@mesh/testkit";
+import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -20,21 +20,6 @@ const WAITS_FOR_LEDGERS = LEDGERS_ISSUED
   ? false
   : "waits for the controller to issue module ledger credentials (MODULE_CREDENTIALS_BUCKET in @mesh/controller)";
 const MESH = join(root, "packages", "cli", "bin", "mesh.js");
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 120): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  let last: unknown;
-  for (;;) {
-    const value = await probe().catch((err: unknown) => {
-      last = err;
-      return undefined;
-    });
-    if (value !== undefined) return value;
-    if (Date.now() > deadline)
-      throw new Error(`gave up waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
 
 interface Run {
   readonly code: number | null;

@@ -8,20 +8,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { startPostgres, type PostgresServer } from "@mesh/testkit";
+import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const MESH = join(root, "packages", "cli", "bin", "mesh.js");
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 120): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const value = await probe().catch(() => undefined);
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
 
 async function filesUnder(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);

@@ -8,7 +8,7 @@ import { mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "@mesh/testkit";
+import { startPostgres, startRedis, type PostgresServer, type RedisServer, until } from "@mesh/testkit";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const mesh = join(root, "packages", "cli", "bin", "mesh.js");
@@ -20,17 +20,6 @@ const dim = (s: string): string => (tty ? `\x1b[2m${s}\x1b[0m` : s);
 let stepNo = 0;
 const step = (title: string): void => console.log(`\n${bold(`${++stepNo}. ${title}`)}`);
 const say = (text: string): void => console.log(`   ${text}`);
-const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 120): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  for (;;) {
-    const value = await probe().catch(() => undefined);
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
-    await pause(300);
-  }
-}
 
 /** Runs a `mesh` command and shows what it prints. */
 async function show(args: string[]): Promise<string> {

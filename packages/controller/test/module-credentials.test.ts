@@ -15,6 +15,7 @@ import {
 import type { Controller, Delivery } from "@mesh/controller";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
+import { until } from "@mesh/testkit";
 
 /** The user public key a JWT was issued for. */
 const subjectOf = (jwt: string): string =>
@@ -24,16 +25,6 @@ const keys = (): { bus: string; ledger: string } => ({
   bus: newUserKeys().publicKey,
   ledger: newUserKeys().publicKey,
 });
-
-async function until<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 void describe("the controller issues module credentials for the keys a node reports", () => {
   let mesh: TestMesh;

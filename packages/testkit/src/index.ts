@@ -17,3 +17,4 @@ export * from "./redis-server.ts";
 export * from "./memory-adapter.ts";
 export * from "./nats-server.ts";
 export * from "./prometheus-scrape.ts";
+export * from "./until.ts";
