@@ -29,5 +29,6 @@ export * from "./state-paths.ts";
 export * from "./contributions.ts";
 export * from "./credential.ts";
 export * from "./delivery.ts";
+export * from "./listen-address.ts";
 export * from "./events.ts";
 export * from "./check-code.ts";
