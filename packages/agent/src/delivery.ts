@@ -2,7 +2,14 @@
 // in the node's bucket is data from the bus, and a wrong shape must stop the agent from writing,
 // not make it write something half-right.
 import { isAbsolute } from "node:path";
-import { isInterfaceName, isModuleName, LOGIN_PATTERN, type Delivery } from "@mesh/manifest";
+import {
+  isInterfaceName,
+  isModuleName,
+  ListenAddressError,
+  LOGIN_PATTERN,
+  parseListenAddress,
+  type Delivery,
+} from "@mesh/manifest";
 
 /** A delivery that is not what the controller writes, or not for this node; nothing of it is applied. */
 export class InvalidDeliveryError extends Error {
@@ -52,6 +59,15 @@ export function parseDelivery(value: unknown, node: string): Delivery {
       bad(`modules[${i}].manifest`, "is not an absolute path");
     }
     if (names.has(m["name"])) bad(`modules[${i}].name`, `repeats ${m["name"]}`);
+    if (m["metrics"] !== undefined) {
+      if (typeof m["metrics"] !== "string") bad(`modules[${i}].metrics`, "is not HOST:PORT");
+      try {
+        parseListenAddress(m["metrics"] as string);
+      } catch (err) {
+        if (!(err instanceof ListenAddressError)) throw err;
+        bad(`modules[${i}].metrics`, `is not HOST:PORT (${err.reason})`);
+      }
+    }
     names.add(m["name"]);
   });
 

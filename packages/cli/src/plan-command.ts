@@ -280,7 +280,10 @@ export function formatPlan(report: PlanReport, paint: Paint = NO_PAINT): string 
             ? `  - ${name}  stops on ${m.node}`
             : m.change === "move"
               ? `  > ${name}  moves ${m.previousNode ?? "?"} → ${m.node} (stops on ${m.previousNode ?? "?"}, starts on ${m.node})`
-              : `  ~ ${name}  restarts on ${m.node} with ${m.manifest}`,
+              : `  ~ ${name}  restarts on ${m.node} with ${m.manifest}` +
+                (m.metrics === undefined
+                  ? ""
+                  : ` (metrics ${m.metrics.from ?? "a free port"} → ${m.metrics.to ?? "a free port"})`),
       );
     }
     lines.push("");

@@ -70,7 +70,12 @@ export async function loadFleetPlan(fleetFile: string): Promise<FleetPlan> {
   const plan = derivePlan(fleet, manifests);
   const permissions = modulePermissions(manifests);
   const modules = [...fleet.modules.values()]
-    .map((m) => ({ name: m.name, node: m.node, manifest: resolve(m.manifest) }))
+    .map((m) => ({
+      name: m.name,
+      node: m.node,
+      manifest: resolve(m.manifest),
+      ...(m.metrics === undefined ? {} : { metrics: m.metrics }),
+    }))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   return {
     fleetFile: file,

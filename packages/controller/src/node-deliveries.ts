@@ -88,7 +88,13 @@ export class NodeDeliveries {
     const inFleet = fleet.nodes.includes(node);
     const plan = inFleet ? nodePlan(fleet.plan, node) : EMPTY_PLAN;
     const modules = inFleet
-      ? fleet.modules.filter((m) => m.node === node).map((m) => ({ name: m.name, manifest: m.manifest }))
+      ? fleet.modules
+          .filter((m) => m.node === node)
+          .map((m) => ({
+            name: m.name,
+            manifest: m.manifest,
+            ...(m.metrics === undefined ? {} : { metrics: m.metrics }),
+          }))
       : [];
     const passwords = [];
     for (const entry of planEntries(plan)) {

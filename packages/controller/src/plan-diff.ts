@@ -109,7 +109,7 @@ export interface ProviderPlan {
   readonly leftInBackend: readonly PlannedConsumer[];
 }
 
-/** A module that starts, stops, moves to another node, or restarts with another manifest. */
+/** A module that starts, stops, moves to another node, or restarts with another manifest or metrics address. */
 export interface ModuleChange {
   readonly module: string;
   readonly change: "start" | "stop" | "move" | "restart";
@@ -118,6 +118,8 @@ export interface ModuleChange {
   readonly previousNode: string | null;
   readonly manifest: string;
   readonly previousManifest: string | null;
+  /** When its metrics address changes: the fleet file's `metrics` before and after (null: not set). */
+  readonly metrics?: { readonly from: string | null; readonly to: string | null };
 }
 
 /** A node added to or removed from the fleet. */
@@ -307,11 +309,11 @@ export function diffFleetPlans(
         manifest: was.manifest,
         previousManifest: null,
       });
-    } else if (
-      was !== undefined &&
-      now !== undefined &&
-      (was.node !== now.node || was.manifest !== now.manifest)
-    ) {
+    } else if (was !== undefined && now !== undefined) {
+      // A new metrics address is a new environment, and the agent restarts the module for it.
+      const metrics = { from: was.metrics ?? null, to: now.metrics ?? null };
+      const metricsChange = metrics.from !== metrics.to;
+      if (was.node === now.node && was.manifest === now.manifest && !metricsChange) continue;
       modules.push({
         module: name,
         change: was.node !== now.node ? "move" : "restart",
@@ -319,6 +321,7 @@ export function diffFleetPlans(
         previousNode: was.node !== now.node ? was.node : null,
         manifest: now.manifest,
         previousManifest: was.manifest !== now.manifest ? was.manifest : null,
+        ...(metricsChange ? { metrics } : {}),
       });
     }
   }

@@ -317,4 +317,19 @@ describe("diffFleetPlans", () => {
       [["restart", "notes", "/fleet/notes/module.json", "/elsewhere/module.json"]],
     );
   });
+
+  it("a module given another metrics address restarts, and says so", () => {
+    const served = fleet([postgres(apps("notes"))]);
+    const next: ComparedFleet = {
+      ...served,
+      modules: served.modules.map((m) => (m.name === "postgres" ? { ...m, metrics: "0.0.0.0:9464" } : m)),
+    };
+    const diff = diffFleetPlans(served, next);
+    assert.deepEqual(
+      diff.modules.map((m) => [m.change, m.module, m.previousManifest, m.metrics]),
+      [["restart", "postgres", null, { from: null, to: "0.0.0.0:9464" }]],
+    );
+    assert.equal(diff.summary.moduleRestart, 1);
+    assert.equal(diffFleetPlans(next, next).changed, false);
+  });
 });

@@ -11,6 +11,8 @@ export interface DeliveredModule {
   readonly name: string;
   /** Absolute path of its module.json (the same checkout on every node). */
   readonly manifest: string;
+  /** HOST:PORT for its Prometheus metrics when the fleet file sets one; absent: loopback, a free port. */
+  readonly metrics?: string;
 }
 
 /** One node's delivery, written to `nodeDeliveriesBucket(node)` under `DELIVERY_KEY`. */

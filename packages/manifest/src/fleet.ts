@@ -1,6 +1,7 @@
 import { dirname, isAbsolute, join } from "node:path";
 import { z } from "zod";
 import { LineCounter, parseDocument } from "yaml";
+import { ListenAddressError, parseListenAddress } from "./listen-address.ts";
 import { loadManifest, ManifestError, type Manifest } from "./manifest.ts";
 import {
   INTERFACE_PATTERN,
@@ -42,6 +43,11 @@ export interface FleetModule {
   readonly needs: ReadonlyMap<string, FleetNeed>;
   /** Where this module's server really listens, when not where its manifest's endpoint says. */
   readonly endpoint?: { readonly host?: string | undefined; readonly port?: number | undefined } | undefined;
+  /**
+   * HOST:PORT where the module serves its Prometheus metrics, as written; absent: the agent gives
+   * it 127.0.0.1 and a free port. Another host than loopback only ever comes from here.
+   */
+  readonly metrics?: string | undefined;
   readonly line?: number | undefined;
 }
 
@@ -67,6 +73,9 @@ export class FleetError extends ProblemsError {
 export const FLEET_MAX_BYTES = 4 * 1024 * 1024;
 
 const EXAMPLE = `nodes:\n  node-1: {}\nmodules:\n  notes: { manifest: ./notes/module.json, node: node-1 }`;
+
+const METRICS_WHAT =
+  "HOST:PORT where the module serves its Prometheus metrics, like 127.0.0.1:9464 (port 0: any free port)";
 
 const nodeSchema = strict(
   { address: text("a host name or IP address", /^[A-Za-z0-9.:[\]-]+$/).optional() },
@@ -105,6 +114,20 @@ const moduleSchema = strict(
       },
       "an object like { host: 10.0.0.2, port: 5433 }",
     ).optional(),
+    metrics: text(METRICS_WHAT)
+      .superRefine((value, ctx) => {
+        try {
+          parseListenAddress(value);
+        } catch (err) {
+          if (!(err instanceof ListenAddressError)) throw err;
+          ctx.addIssue({
+            code: "custom",
+            input: value,
+            message: `must be ${METRICS_WHAT}, not ${JSON.stringify(value)} (${err.reason})`,
+          });
+        }
+      })
+      .optional(),
   },
   "an object like { manifest: ./notes/module.json, node: node-1 }",
 );
@@ -229,10 +252,43 @@ export function parseFleet(text: string, file: string): Fleet {
       node: m.node,
       needs,
       endpoint: m.endpoint,
+      ...(m.metrics === undefined ? {} : { metrics: m.metrics.trim() }),
       line: positions.lineOf(["modules", name]),
     });
   }
+  problems.push(...metricsPortClashes(modules, file, positions));
+  if (problems.length > 0) throw new FleetError(problems);
   return { file, nodes, modules, lines: positions.lines };
+}
+
+// Two modules of one node told to serve their metrics on one fixed port: the second could not start.
+function metricsPortClashes(
+  modules: ReadonlyMap<string, FleetModule>,
+  file: string,
+  positions: SourcePositions,
+): Problem[] {
+  const problems: Problem[] = [];
+  const taken = new Map<string, string>();
+  for (const m of modules.values()) {
+    if (m.metrics === undefined) continue;
+    const { port } = parseListenAddress(m.metrics);
+    if (port === 0) continue;
+    const key = `${m.node} ${port}`;
+    const first = taken.get(key);
+    if (first === undefined) {
+      taken.set(key, m.name);
+      continue;
+    }
+    problems.push({
+      code: "invalid",
+      file,
+      line: positions.lineOf(["modules", m.name, "metrics"]),
+      field: fieldPath(["modules", m.name, "metrics"]),
+      message: `takes port ${port} on node ${m.node}, where module ${first} serves its metrics already`,
+      fix: `give one of them another port, or write port 0 (or leave metrics out) for a free one`,
+    });
+  }
+  return problems;
 }
 
 /**

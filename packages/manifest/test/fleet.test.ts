@@ -169,6 +169,79 @@ modules:
       );
     assert.equal(problemsOf(bomb.join("\n"))[0]?.code, "not-yaml");
   });
+
+  it("keeps a module's metrics address as written, another host than loopback included", () => {
+    const fleet = parseFleet(
+      `nodes: { n: {}, m: {} }
+modules:
+  a: { manifest: ./a.json, node: n, metrics: "0.0.0.0:9464" }
+  b: { manifest: ./b.json, node: n, metrics: " [::1]:0 " }
+  c: { manifest: ./c.json, node: n, metrics: "127.0.0.1:0" }
+  d: { manifest: ./d.json, node: m, metrics: "127.0.0.1:9464" }
+  e: { manifest: ./e.json, node: n }
+`,
+      FILE,
+    );
+    const metrics = [...fleet.modules.values()].map((m) => [m.name, m.metrics]);
+    assert.deepEqual(metrics, [
+      ["a", "0.0.0.0:9464"],
+      ["b", "[::1]:0"],
+      ["c", "127.0.0.1:0"],
+      ["d", "127.0.0.1:9464"],
+      ["e", undefined],
+    ]);
+  });
+
+  it("refuses a metrics address that is not HOST:PORT, saying how to write one", () => {
+    for (const [bad, why] of [
+      ["metrics.example.com:9464", /is not an IP address or localhost/],
+      ["127.0.0.1:99999", /past 65535/],
+      ["127.0.0.1", /not HOST:PORT/],
+      ["http://127.0.0.1:9464/metrics", /not HOST:PORT/],
+    ] as const) {
+      const p = problemOf(
+        `nodes: { n: {} }\nmodules:\n  a:\n    manifest: ./a.json\n    node: n\n    metrics: "${bad}"\n`,
+        "modules.a.metrics",
+      );
+      assert.equal(p.line, 6);
+      assert.match(
+        p.message,
+        /must be HOST:PORT where the module serves its Prometheus metrics, like 127\.0\.0\.1:9464/,
+      );
+      assert.match(p.message, why, p.message);
+    }
+    assert.match(
+      problemOf(
+        "nodes: { n: {} }\nmodules:\n  a: { manifest: ./a.json, node: n, metrics: 9464 }\n",
+        "modules.a.metrics",
+      ).message,
+      /must be HOST:PORT .* not 9464/,
+    );
+  });
+
+  it("refuses two modules of one node on one fixed metrics port, and lets port 0 repeat", () => {
+    const p = problemOf(
+      `nodes: { n: {} }
+modules:
+  a: { manifest: ./a.json, node: n, metrics: "127.0.0.1:9464" }
+  b: { manifest: ./b.json, node: n, metrics: "0.0.0.0:0" }
+  c: { manifest: ./c.json, node: n, metrics: "0.0.0.0:0" }
+  d: { manifest: ./d.json, node: n, metrics: "0.0.0.0:9464" }
+`,
+      "modules.d.metrics",
+    );
+    assert.equal(p.line, 6);
+    assert.match(p.message, /port 9464 on node n, where module a serves its metrics already/);
+    assert.match(p.fix, /another port/);
+    assert.equal(
+      problemsOf(`nodes: { n: {} }
+modules:
+  a: { manifest: ./a.json, node: n, metrics: "127.0.0.1:9464" }
+  d: { manifest: ./d.json, node: n, metrics: "0.0.0.0:9464" }
+`).length,
+      1,
+    );
+  });
 });
 
 describe("loadFleet and loadFleetManifests", () => {
