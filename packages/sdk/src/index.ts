@@ -25,5 +25,6 @@ export * from "./control-socket.ts";
 export * from "./provider-process.ts";
 export * from "./module-bus.ts";
 export * from "./metrics.ts";
+export * from "./metrics-url.ts";
 export * from "./watcher.ts";
 export * from "./action-journal.ts";

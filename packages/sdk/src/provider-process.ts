@@ -8,6 +8,7 @@ import type { ControlServer } from "./control-socket.ts";
 import { serveControl } from "./control-socket.ts";
 import { InvalidDurationError, formatDuration, parseDuration } from "./duration.ts";
 import { ProviderMetrics, parseListenAddress, serveMetrics, type MetricsServer } from "./metrics.ts";
+import { metricsUrlPath, removeMetricsUrl, writeMetricsUrl } from "./metrics-url.ts";
 import type { ProvisionerHandle } from "./harness.ts";
 import { runProvisioner } from "./harness.ts";
 import { ActionJournal, actionJournalPath } from "./action-journal.ts";
@@ -41,6 +42,11 @@ export interface ProviderProcessOptions {
   readonly logger?: Logger | undefined;
   /** HOST:PORT to serve Prometheus metrics on (`/metrics`); none when not given. */
   readonly metrics?: string | undefined;
+  /**
+   * Where to write the URL the /metrics server really bound, for the agent to report (see
+   * `metricsUrlPath`); removed on a clean stop. None: the URL is only said in the log.
+   */
+  readonly metricsUrlFile?: string | undefined;
   /** The action journal the agent follows into the module's ledger (see `actionJournalPath`); none: actions are kept nowhere. */
   readonly journal?: string | undefined;
   /** How long a consumer fails without a success before it is announced failing (the harness's 5 min). */
@@ -126,6 +132,16 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
     });
     logger.info(`metrics: ${metricsServer.url} (Prometheus text format)`);
   }
+  // Best effort: the metrics are served whether or not the agent can be told where.
+  const metricsUrlFile = metricsServer === null ? undefined : options.metricsUrlFile;
+  if (metricsServer !== null && metricsUrlFile !== undefined) {
+    await writeMetricsUrl(metricsUrlFile, metricsServer.url).catch((err: unknown) => {
+      logger.warn(
+        `metrics: the URL could not be written to ${metricsUrlFile} (${err instanceof Error ? err.message : String(err)}); ` +
+          "the metrics are served, but the agent cannot report where",
+      );
+    });
+  }
 
   // Announcing is best effort: a bus that cannot be reached never stops the provisioning.
   let busAnnouncer: BusAnnouncer | undefined;
@@ -164,6 +180,7 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
   } catch (err) {
     await server?.close();
     await metricsServer?.close();
+    if (metricsUrlFile !== undefined) await removeMetricsUrl(metricsUrlFile);
     await busAnnouncer?.close();
     throw new ProviderStartError(
       provider.name,
@@ -186,6 +203,7 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
       stopping ??= (async () => {
         await server?.close();
         await metricsServer?.close();
+        if (metricsUrlFile !== undefined) await removeMetricsUrl(metricsUrlFile);
         await running.stop();
         await journal?.flush();
         // After the harness: what it announced while stopping still goes out.
@@ -234,6 +252,8 @@ export interface ProviderSettings {
   readonly verifyEvery: number;
   /** HOST:PORT for /metrics; none when absent. */
   readonly metrics?: string | undefined;
+  /** `<MESH_STATE_DIR>/modules/<MESH_MODULE>/metrics.url` when run by the agent with metrics; absent otherwise. */
+  readonly metricsUrlFile?: string | undefined;
   /** `<MESH_STATE_DIR>/modules/<MESH_MODULE>/actions.jsonl` when run by the agent; absent otherwise. */
   readonly journal?: string | undefined;
   /** The node it runs on (MESH_NODE), said in standings; absent when not set. */
@@ -341,10 +361,12 @@ export function resolveProviderSettings(
   }
 
   let journal: string | undefined;
+  let metricsUrlFile: string | undefined;
   const [stateDir, module] = [env["MESH_STATE_DIR"], env["MESH_MODULE"]];
   if (stateDir !== undefined && stateDir !== "" && module !== undefined && module !== "") {
     try {
       journal = actionJournalPath(stateDir, module);
+      if (metrics !== undefined) metricsUrlFile = metricsUrlPath(stateDir, module);
     } catch (err) {
       problems.push(`MESH_STATE_DIR and MESH_MODULE (set by the agent): ${(err as Error).message}`);
     }
@@ -366,6 +388,7 @@ export function resolveProviderSettings(
     ...(sayAgainEvery === undefined ? {} : { sayAgainEvery }),
     ...(bus === undefined ? {} : { bus }),
     ...(journal === undefined ? {} : { journal }),
+    ...(metricsUrlFile === undefined ? {} : { metricsUrlFile }),
   };
 }
 

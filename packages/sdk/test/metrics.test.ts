@@ -1,7 +1,9 @@
 // A provider's /metrics, scraped over real HTTP and read as Prometheus reads it, while its harness
 // (over a MemoryAdapter, under a FakeClock) creates, verifies, fails, retires and deletes.
 import assert from "node:assert/strict";
-import { rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import {
   ListenAddressError,
@@ -9,6 +11,8 @@ import {
   ProviderMetrics,
   ProviderSettingsError,
   isLoopbackHost,
+  metricsUrlOf,
+  metricsUrlPath,
   parseListenAddress,
   resolveProviderSettings,
   serveMetrics,
@@ -358,5 +362,76 @@ describe("a provider process's metrics", () => {
     } finally {
       await taken.close();
     }
+  });
+
+  it("run by the agent, say where: MESH_STATE_DIR and MESH_MODULE name the URL file", () => {
+    const p = provider(new MemoryAdapter());
+    const agent = { ...env, MESH_STATE_DIR: "/var/lib/mesh", MESH_MODULE: "memory" };
+    assert.equal(
+      resolveProviderSettings(p, { ...agent, MESH_METRICS: "127.0.0.1:0" }).metricsUrlFile,
+      "/var/lib/mesh/modules/memory/metrics.url",
+    );
+    assert.equal(resolveProviderSettings(p, agent).metricsUrlFile, undefined, "no metrics, no file");
+    assert.equal(
+      resolveProviderSettings(p, { ...env, MESH_METRICS: "127.0.0.1:0" }).metricsUrlFile,
+      undefined,
+      "not run by the agent",
+    );
+  });
+
+  it("write the URL really bound to the URL file once listening, and remove it on a clean stop", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-metrics-url-"));
+    try {
+      const receives = join(dir, "contributions.json");
+      await writeFile(receives, JSON.stringify({ requirement: IFACE, given: [] }));
+      const file = metricsUrlPath(dir, "memory");
+      const running = await startProviderProcess({
+        provider: provider(new MemoryAdapter()),
+        receives,
+        adminUrl: env.MESH_MEMORY_URL,
+        metrics: "127.0.0.1:0",
+        metricsUrlFile: file,
+        logger: { info: () => {}, warn: () => {}, error: () => {} },
+      });
+      try {
+        const url = running.metrics?.url;
+        assert.match(url ?? "", /^http:\/\/127\.0\.0\.1:[1-9]\d*\/metrics$/, "a real port, not 0");
+        assert.equal(await readFile(file, "utf8"), `${url}\n`);
+        assert.equal((await stat(file)).mode & 0o777, 0o644, "not secret");
+        const scraped = await scrapeProm(url ?? "");
+        const labels = { interface: IFACE, instance: "memory", state: "active" };
+        assert.equal(scraped.value("mesh_provider_consumers", labels), 0, "it serves the metrics");
+      } finally {
+        await running.stop();
+      }
+      await assert.rejects(stat(file), { code: "ENOENT" });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("metrics URLs", () => {
+  it("are http(s) URLs without credentials, anything else refused", () => {
+    assert.equal(metricsUrlOf(" http://127.0.0.1:9464/metrics\n"), "http://127.0.0.1:9464/metrics");
+    assert.equal(metricsUrlOf("https://[::1]:9464/metrics"), "https://[::1]:9464/metrics");
+    for (const bad of [
+      "javascript:alert(document.cookie)",
+      "data:text/html,<script>alert(1)</script>",
+      "ftp://127.0.0.1/metrics",
+      "http://admin:pw@127.0.0.1:9464/metrics",
+      "/metrics",
+      `http://127.0.0.1/${"a".repeat(2100)}`,
+      42,
+      null,
+    ]) {
+      assert.equal(metricsUrlOf(bad), undefined, String(bad));
+    }
+  });
+
+  it("are kept under the module's directory, for a valid module name and an absolute state directory", () => {
+    assert.equal(metricsUrlPath("/var/lib/mesh", "postgres"), "/var/lib/mesh/modules/postgres/metrics.url");
+    assert.throws(() => metricsUrlPath("relative", "postgres"));
+    assert.throws(() => metricsUrlPath("/var/lib/mesh", "../etc"));
   });
 });
