@@ -2,6 +2,7 @@
 // environment is the contract between the agent and every module, so it is built in one place.
 import { dirname, join } from "node:path";
 import { credentialPath, loadManifest, receivesPath } from "@mesh/manifest";
+import { metricsUrlPath } from "@mesh/sdk";
 import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import { moduleCredsPath } from "./module-keys.ts";
 import type { ModuleLaunch } from "./module-process.ts";
@@ -49,6 +50,9 @@ export function moduleLogPath(stateDir: string, module: string): string {
   return join(stateDir, "modules", module, "log");
 }
 
+/** Where a module serves its metrics when the fleet file does not say: loopback, a port the kernel picks. */
+export const DEFAULT_MODULE_METRICS = "127.0.0.1:0";
+
 /** `<state>/modules/<name>/control.sock`: where the module answers its tools. */
 export function moduleControlPath(stateDir: string, module: string): string {
   return join(stateDir, "modules", module, "control.sock");
@@ -57,7 +61,9 @@ export function moduleControlPath(stateDir: string, module: string): string {
 /**
  * The environment of `module` (without the base): MESH_NODE, MESH_MODULE, MESH_STATE_DIR (the
  * node's state directory), MESH_INSTANCE, MESH_CONTROL, MESH_MANIFEST (its module.json), MESH_SEATS
- * (`seats`, the seats it holds, comma-separated; empty when none), and MESH_RECEIVES (its first
+ * (`seats`, the seats it holds, comma-separated; empty when none), MESH_METRICS (where a provider
+ * serves its metrics: the fleet file's `metrics`, else `DEFAULT_MODULE_METRICS`; the provider writes
+ * the URL it bound to `metricsUrlPath`), and MESH_RECEIVES (its first
  * provided interface's contributions file) and MESH_CREDENTIALS (its credential files' directory)
  * when it provides or needs anything in the plan. When it has a bus credential: MESH_BUS_SERVERS
  * (comma-separated URLs), MESH_BUS_CREDS (its creds file) and MESH_BUS_USER (the credential's
@@ -77,8 +83,9 @@ export function moduleEnv(
     MESH_CONTROL: moduleControlPath(ctx.stateDir, module),
     MESH_SEATS: seats.join(","),
   };
-  const manifest = delivery.modules.find((m) => m.name === module)?.manifest;
-  if (manifest !== undefined) env["MESH_MANIFEST"] = manifest;
+  const delivered = delivery.modules.find((m) => m.name === module);
+  if (delivered !== undefined) env["MESH_MANIFEST"] = delivered.manifest;
+  env["MESH_METRICS"] = delivered?.metrics ?? DEFAULT_MODULE_METRICS;
   const user = ctx.bus?.users.get(module);
   if (ctx.bus !== undefined && user !== undefined && ctx.bus.servers.length > 0) {
     env["MESH_BUS_SERVERS"] = ctx.bus.servers.join(",");
@@ -128,6 +135,7 @@ export async function decideLaunch(
       cwd: dirname(module.manifest),
       env,
       logFile: moduleLogPath(ctx.stateDir, module.name),
+      staleFiles: [metricsUrlPath(ctx.stateDir, module.name)],
     },
   };
 }

@@ -2,7 +2,7 @@
 // log, restarted after each exit with a delay that doubles (so a module that cannot start does not
 // spin), said clearly when it keeps crashing, and stopped politely then firmly.
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, mkdirSync, openSync, writeSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import type { BusLogger } from "@mesh/bus";
 
@@ -16,6 +16,11 @@ export interface ModuleLaunch {
   readonly env: Readonly<Record<string, string>>;
   /** `<state>/modules/<name>/log`: stdout and stderr, appended. */
   readonly logFile: string;
+  /**
+   * Files a run of the module writes about that run only (its metrics URL): removed before each
+   * start, so what a process that died left is never taken for what the next one says.
+   */
+  readonly staleFiles?: readonly string[];
 }
 
 /** A module's lifecycle as reported: `crashing` once it exits too often, whatever it does right now. */
@@ -38,6 +43,8 @@ export interface ModuleStatus {
   readonly restarts: number;
   readonly lastExit?: ModuleExit;
   readonly log: string;
+  /** `http://HOST:PORT/metrics` while it runs and serves Prometheus metrics (what it wrote to its metrics.url). */
+  readonly metrics?: string;
 }
 
 /** The delays and limits of supervision. */
@@ -162,6 +169,15 @@ export class ModuleProcess {
 
   #spawn(): void {
     const { name, command, args, cwd, env, logFile } = this.launch;
+    for (const stale of this.launch.staleFiles ?? []) {
+      try {
+        rmSync(stale, { force: true });
+      } catch (err) {
+        this.#logger.warn(
+          `${name}: ${stale}, left by its last run, cannot be removed (${(err as Error).message})`,
+        );
+      }
+    }
     let log: number;
     try {
       mkdirSync(dirname(logFile), { recursive: true, mode: 0o700 });

@@ -16,9 +16,11 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
 import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
+import { FileWatcher, metricsUrlPath } from "@mesh/sdk";
 import { parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
+import { withMetricsUrls } from "./module-metrics.ts";
 import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
 import type { NodeIdentity } from "./node-identity.ts";
@@ -56,6 +58,9 @@ export class NodeAgent {
   readonly #o: NodeAgentOptions;
   readonly #supervisor: ModuleSupervisor;
   readonly #keyring: ModuleKeyring;
+  // A provider says where it serves its metrics once it listens: reported then, not at the next tick.
+  readonly #metricsFiles = new FileWatcher(() => this.#changed());
+  #modules: readonly string[] = [];
   #busUsers: ReadonlyMap<string, string> = new Map();
   #state: BusState<unknown> | undefined;
   #watch: StateWatch<unknown> | undefined;
@@ -98,6 +103,7 @@ export class NodeAgent {
     this.#stopped = true;
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
+    this.#metricsFiles.close();
     this.#watch?.stop();
     this.#wake?.();
     await this.#following;
@@ -187,6 +193,8 @@ export class NodeAgent {
         (result.rejected.length > 0 ? `, ${result.rejected.length} secrets refused` : ""),
     );
     if (!this.#stopped) await this.#supervisor.reconcile(await this.#assigned(delivery));
+    this.#modules = delivery.modules.map((m) => m.name);
+    this.#watchMetricsFiles();
     this.#changed();
   }
 
@@ -218,7 +226,13 @@ export class NodeAgent {
     );
   }
 
+  // Again on every tick: a module's directory that was not there yet is watched once it is.
+  #watchMetricsFiles(): void {
+    this.#metricsFiles.watchFiles(this.#modules.map((m) => metricsUrlPath(this.#o.stateDir, m)));
+  }
+
   #tick(): void {
+    this.#watchMetricsFiles();
     this.#supervisor.refresh();
     this.#resync();
     this.#publish();
@@ -238,7 +252,7 @@ export class NodeAgent {
       node: this.#o.node,
       generation: this.#generation,
       at: new Date().toISOString(),
-      modules: this.#supervisor.statuses(),
+      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()),
       files: { ...this.#files },
       moduleKeys: this.#keyring.publicKeys(),
     };

@@ -68,7 +68,13 @@ void describe("an agent supervises its node's modules", () => {
       stateDir,
       joinToken: await mesh.joinToken("n1"),
       logger,
-      env: { ...process.env, AGENT_TEST: "inherited", MESH_RECEIVES: "/not/for/modules.json" },
+      // MESH_METRICS inherited by every module would have them fight for one port: each gets its own.
+      env: {
+        ...process.env,
+        AGENT_TEST: "inherited",
+        MESH_RECEIVES: "/not/for/modules.json",
+        MESH_METRICS: "127.0.0.1:9464",
+      },
       timings: FAST,
     });
   });
@@ -103,6 +109,7 @@ void describe("an agent supervises its node's modules", () => {
       MESH_RECEIVES: receivesPath(stateDir, "store", "kv-store"),
       MESH_MANIFEST: join(fleet.dir, "store", "module.json"),
       MESH_SEATS: "",
+      MESH_METRICS: "127.0.0.1:0",
     });
     const app = await recorded("app");
     assert.deepEqual(app.env, {
@@ -115,6 +122,7 @@ void describe("an agent supervises its node's modules", () => {
       MESH_CREDENTIALS: dirname(credentialPath(stateDir, "app", "kv-store")),
       MESH_MANIFEST: join(fleet.dir, "app", "module.json"),
       MESH_SEATS: "",
+      MESH_METRICS: "127.0.0.1:0",
     });
     assert.equal(module("store")?.pid, store.pid);
     assert.match(await readFile(join(stateDir, "modules", "store", "log"), "utf8"), /up and running/);
