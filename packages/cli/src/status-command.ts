@@ -24,7 +24,8 @@ export interface StatusAnswer {
     name: string;
     enrolled?: boolean;
     lastReportAt?: string | null;
-    modules?: { name: string; state: string; restarts?: number }[];
+    /** `metrics`: where the module serves Prometheus metrics, while it runs and serves them. */
+    modules?: { name: string; state: string; restarts?: number; metrics?: string }[];
   }[];
   consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
   failing?: FailingAnswer[];
@@ -78,13 +79,18 @@ export function formatStatus(
   if (s.fleet) lines.push(`fleet ${s.fleet.file}, read ${s.fleet.readAt}`);
   for (const problem of s.fleet?.refused ?? [])
     lines.push(`  ${paint.red("REFUSED")} (the last good fleet is served): ${problem}`);
-  lines.push("", "NODE / MODULE            STATE       RESTARTS");
+  lines.push("", "NODE / MODULE            STATE       RESTARTS  METRICS");
   for (const n of s.nodes ?? []) {
     lines.push(
       `${n.name.padEnd(24)} ${n.enrolled ? "enrolled" : paint.yellow("not enrolled")}${n.lastReportAt ? `, reported ${n.lastReportAt}` : ""}`,
     );
-    for (const m of n.modules ?? [])
-      lines.push(`  ${m.name.padEnd(22)} ${moduleState(m.state, paint)} ${m.restarts ?? 0}`);
+    for (const m of n.modules ?? []) {
+      const restarts = String(m.restarts ?? 0);
+      lines.push(
+        `  ${m.name.padEnd(22)} ${moduleState(m.state, paint)} ` +
+          (m.metrics ? `${restarts.padEnd(9)} ${m.metrics}` : restarts),
+      );
+    }
   }
   lines.push("", "CONSUMER         INTERFACE            LOGIN                PROVIDER");
   for (const c of s.consumers ?? []) {

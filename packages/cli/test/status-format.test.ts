@@ -73,6 +73,26 @@ describe("mesh status's failing consumers", () => {
     assert.equal(maskUrls("no url here"), "no url here");
   });
 
+  it("shows where each running module serves its metrics, and nothing for one that does not", () => {
+    const text = formatStatus({
+      ...answer(),
+      nodes: [
+        {
+          name: "node-a",
+          enrolled: true,
+          lastReportAt: null,
+          modules: [
+            { name: "postgres", state: "running", restarts: 0, metrics: "http://127.0.0.1:41234/metrics" },
+            { name: "notes", state: "running", restarts: 12 },
+          ],
+        },
+      ],
+    });
+    assert.match(text, /NODE \/ MODULE +STATE +RESTARTS +METRICS\n/);
+    assert.match(text, /\n {2}postgres +running +0 +http:\/\/127\.0\.0\.1:41234\/metrics\n/);
+    assert.match(text, /\n {2}notes +running +12\n/);
+  });
+
   it("says none are announced, and says nothing of them to an answer without the field", () => {
     assert.match(formatStatus(answer([]), NOW), /FAILING: none announced/);
     assert.doesNotMatch(formatStatus(answer(), NOW), /FAILING/);

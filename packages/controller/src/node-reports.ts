@@ -3,6 +3,7 @@
 // only that node publish to), never from the body.
 import { isValidNodeName, MESH_SUBJECT_PREFIX } from "@mesh/bus";
 import { isModuleName } from "@mesh/manifest";
+import { metricsUrlOf } from "@mesh/sdk";
 
 /** How a module of a node is doing, as its agent reports it. */
 export interface ModuleReport {
@@ -13,6 +14,11 @@ export interface ModuleReport {
   readonly lastExit?: unknown;
   /** The module's log file on its node. */
   readonly log: string;
+  /**
+   * Where it serves Prometheus metrics (`http://127.0.0.1:<port>/metrics` unless the fleet file
+   * says otherwise), while it runs and serves them; always an http(s) URL without credentials.
+   */
+  readonly metrics?: string;
 }
 
 /** The last report of one node, and when the controller received it. */
@@ -60,6 +66,8 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
   for (const m of b.modules as unknown[]) {
     const e = m as Partial<Record<keyof ModuleReport, unknown>> | null;
     if (typeof e?.name !== "string" || typeof e.state !== "string" || !STATES.has(e.state)) continue;
+    // Shown as a link on the dashboard: only ever a web address, whatever a node sends.
+    const metrics = metricsUrlOf(e.metrics);
     modules.push({
       name: e.name,
       state: e.state as ModuleReport["state"],
@@ -67,6 +75,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
       restarts: typeof e.restarts === "number" ? e.restarts : 0,
       ...(e.lastExit !== undefined ? { lastExit: e.lastExit } : {}),
       log: typeof e.log === "string" ? e.log : "",
+      ...(metrics !== undefined ? { metrics } : {}),
     });
   }
   const f = b.files as { written?: unknown; unchanged?: unknown } | undefined;

@@ -42,7 +42,13 @@ class FakeController implements DashboardSources {
       generation: 3,
       receivedAt: new Date(NOW - 5_000).toISOString(),
       modules: [
-        { name: "postgres", state: "running", restarts: 0, log: "/x" },
+        {
+          name: "postgres",
+          state: "running",
+          restarts: 0,
+          log: "/x",
+          metrics: "http://127.0.0.1:41234/metrics",
+        },
         { name: "app1", state: "crashing", restarts: 4, log: "/y" },
       ],
     };
@@ -264,8 +270,16 @@ describe("the dashboard's routes", () => {
       redis: "unknown",
     });
 
+    assert.equal(state.modules.find((m) => m.name === "postgres")?.metrics, "http://127.0.0.1:41234/metrics");
+    assert.equal(state.modules.find((m) => m.name === "app1")?.metrics, null);
+
     const pg = state.providers.find((p) => p.module === "postgres");
     assert.ok(pg?.answered);
+    assert.equal(
+      pg.metrics,
+      "http://127.0.0.1:41234/metrics",
+      "where it serves its metrics, as its node said",
+    );
     assert.deepEqual(pg.waiting, {
       id: SET,
       logins: ["old_postgres"],
@@ -287,6 +301,7 @@ describe("the dashboard's routes", () => {
 
     const redis = state.providers.find((p) => p.module === "redis");
     assert.equal(redis?.answered, false, "a provider that does not answer is shown as such");
+    assert.equal(redis?.metrics, null, "its node has not said where it serves metrics");
     assert.match(redis?.problem ?? "", /no agent answers for node node-b/);
     const app3 = redis?.consumers.find((c) => c.login === "app3_redis");
     assert.deepEqual(

@@ -3,7 +3,7 @@
 // `mesh tool`. A provider that does not answer is shown as such, never as an error page: its
 // consumers are then listed from the plan, with what the standings on the bus say of them.
 import type { ConsumerState, RetireList, StatusReport } from "@mesh/sdk";
-import { redactUrl } from "@mesh/sdk";
+import { metricsUrlOf, redactUrl } from "@mesh/sdk";
 import { DEFAULT_SILENT_AFTER_MS } from "../controller-metrics.ts";
 import type { ControllerStatus, FailingStatus } from "../controller-status.ts";
 import type { FleetPlan } from "../fleet-plan.ts";
@@ -44,6 +44,8 @@ export interface ModuleView {
   readonly restarts: number;
   /** The interfaces it provides (none for a module that only consumes). */
   readonly provides: readonly string[];
+  /** Where it serves Prometheus metrics, as its node reported (an http(s) URL), or null. */
+  readonly metrics: string | null;
 }
 
 /** A consumer's state on the page: the provider's own states, and `deleted` from its ledger. */
@@ -81,6 +83,8 @@ export interface ProviderView {
   readonly module: string;
   readonly node: string;
   readonly interfaces: readonly string[];
+  /** Where it serves Prometheus metrics, as its node reported (an http(s) URL), or null. */
+  readonly metrics: string | null;
   /** Whether the provider answered `status` through the relay. */
   readonly answered: boolean;
   /** Why it did not answer, in words; null when it did. */
@@ -139,7 +143,7 @@ export const DASHBOARD_WHO = "dashboard";
 /** How long a state waits for a slow provider, when not told. */
 export const PROVIDER_WAIT_MS = 3_000;
 
-type ProviderSaid = Omit<ProviderView, "module" | "node" | "interfaces">;
+type ProviderSaid = Omit<ProviderView, "module" | "node" | "interfaces" | "metrics">;
 
 interface ProviderAnswer {
   readonly at: number;
@@ -218,12 +222,15 @@ export class DashboardView {
         state: report?.state ?? "unknown",
         restarts: report?.restarts ?? 0,
         provides: provides.get(m.name) ?? [],
+        // Checked again where it becomes a link: whatever a node reported, the page gets a web address.
+        metrics: metricsUrlOf(report?.metrics) ?? null,
       };
     });
     const providers = await Promise.all(
       this.providers().map(async (p): Promise<ProviderView> => {
         const said = await this.#ask(p.module, now);
-        return { module: p.module, node: p.node, interfaces: p.interfaces, ...said };
+        const metrics = modules.find((m) => m.name === p.module)?.metrics ?? null;
+        return { module: p.module, node: p.node, interfaces: p.interfaces, metrics, ...said };
       }),
     );
     const withPlan = providers.map((p) => withPlanAndStandings(p, fleet, status.failing));

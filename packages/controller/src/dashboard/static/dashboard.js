@@ -56,6 +56,16 @@
     return el("time", { datetime: iso, title: iso }, ago(iso));
   }
 
+  /** A link to where a provider serves its metrics; only an http(s) URL (the server checked it first). */
+  function metricsLink(url) {
+    if (typeof url !== "string" || !/^https?:\/\//i.test(url)) return el("span", { class: "muted" }, "—");
+    return el(
+      "a",
+      { class: "metrics", href: url, rel: "noopener noreferrer", title: "Prometheus metrics" },
+      url.replace(/^https?:\/\//i, ""),
+    );
+  }
+
   function badge(kind, text) {
     return el("span", { class: `badge ${kind}` }, text);
   }
@@ -278,13 +288,14 @@
         { id: "providers" },
         el("h2", {}, "Providers"),
         table(
-          ["Provider", "Node", "Interfaces", "Consumers", "Answers"],
+          ["Provider", "Node", "Interfaces", "Consumers", "Answers", "Metrics"],
           state.providers.map((p) => [
             el("a", { href: `#provider/${encodeURIComponent(p.module)}` }, p.module),
             p.node,
             p.interfaces.join(", "),
             el("span", { class: "badges" }, counts(p)),
             p.answered ? badge("active", "answers") : badge("failing", "does not answer"),
+            metricsLink(p.metrics),
           ]),
           "No module of the fleet provides an interface.",
         ),
@@ -341,6 +352,9 @@
               { class: "error provider-problem" },
               `It does not answer: ${p.problem ?? "no reason given"}. Consumers are shown as the fleet and the standings say.`,
             ),
+        p.metrics
+          ? el("p", { class: "muted provider-metrics" }, "Prometheus metrics: ", metricsLink(p.metrics))
+          : null,
         p.contributionsProblem ? el("p", { class: "warning" }, p.contributionsProblem) : null,
         p.waiting ? waitingBlock(p) : null,
         el("h3", {}, "Consumers"),
