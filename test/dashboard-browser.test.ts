@@ -126,6 +126,12 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     for (const consumer of ["blocked", "c1", "c2", "c3"])
       await page.locator("#modules tbody tr", { hasText: consumer }).first().waitFor(SEEN);
     await page.locator("#providers tbody tr", { hasText: "postgres" }).getByText("3 active").waitFor(SEEN);
+    // Beside the provider, a link to where it serves its metrics, which answers Prometheus's text.
+    const metrics = page.locator("#providers tbody tr", { hasText: "postgres" }).locator("a.metrics");
+    await metrics.waitFor(SEEN);
+    const href = (await metrics.getAttribute("href")) ?? "";
+    assert.match(href, /^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+    assert.match(await (await fetch(href)).text(), /^mesh_provider_consumers\{.*state="active"\} 3$/m);
     await shot("overview");
     assert.doesNotMatch(await page.locator("#view").innerText(), /\b(null|undefined|NaN)\b/);
     assert.ok(!(await page.content()).includes(token), "the token is not put in the page");

@@ -1,21 +1,33 @@
 // Prometheus scrapes the mesh as an operator runs it: the controller `mesh up` started (its address
-// read from what mesh up prints), and a real Postgres provider process, each over HTTP, read in the
+// read from what mesh up prints), the Postgres and Redis providers it runs (their addresses read
+// from `mesh status`), and a Postgres provider process started by hand, each over HTTP, read in the
 // text format, while the fleet and the contributions change.
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rename, rm, writeFile } from "node:fs/promises";
+import { access, mkdtemp, rename, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { provider as postgres } from "@mesh/provider-postgres";
 import { startProviderProcess, type ProviderProcess } from "@mesh/sdk";
-import { scrapeProm, startPostgres, type PostgresServer, type PromScrape } from "@mesh/testkit";
+import {
+  scrapeProm,
+  startPostgres,
+  startRedis,
+  type PostgresServer,
+  type PromScrape,
+  type RedisServer,
+} from "@mesh/testkit";
+import type { StatusAnswer } from "../packages/cli/src/status-command.ts";
+import { runCli } from "../packages/cli/src/cli.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const MESH = join(root, "packages", "cli", "bin", "mesh.js");
 const PG_MANIFEST = JSON.stringify(join(root, "providers", "postgres", "module.json"));
+const REDIS_MANIFEST = JSON.stringify(join(root, "providers", "redis", "module.json"));
 const NOTES_MANIFEST = JSON.stringify(join(root, "examples", "fleet", "notes", "module.json"));
 
 /** Polls `probe` until it answers something; the deadline only ends a test that would hang. */
@@ -57,6 +69,7 @@ modules:
     manifest: ${PG_MANIFEST}
     node: node-a
     endpoint: { host: 127.0.0.1, port: ${port} }
+  redis: { manifest: ${REDIS_MANIFEST}, node: node-a }
   notes: { manifest: ${NOTES_MANIFEST}, node: node-b }
 ${
   withBlog
@@ -70,34 +83,52 @@ ${
 
 describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
   let server: PostgresServer;
+  let redis: RedisServer;
   let adminUrl: string;
   let dir: string;
   before(async () => {
-    server = await startPostgres();
+    [server, redis] = await Promise.all([startPostgres(), startRedis()]);
     adminUrl = await server.createAdmin("mesh_admin");
     dir = await mkdtemp(join(tmpdir(), "mesh-metrics-"));
   });
   after(async () => {
     await server?.stop();
+    await redis?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
   describe("the controller mesh up starts", () => {
     let up: ChildProcess | undefined;
     let output = "";
-    after(async () => {
+    // A port taken, given to mesh up as MESH_METRICS: a module that inherited it could not start.
+    let taken: Server | undefined;
+    const stopUp = async (): Promise<void> => {
       if (up && up.exitCode === null) {
         const closed = new Promise((resolve) => up?.once("close", resolve));
         up.kill("SIGINT");
         await closed;
       }
+    };
+    after(async () => {
+      await stopUp();
+      await new Promise((resolve) => (taken ? taken.close(resolve) : resolve(undefined)));
     });
 
     it("shows its nodes, modules and consumers, and counts reloads and mints as the fleet changes", async () => {
       const fleet = join(dir, "mesh.yaml");
       await writeAtomic(fleet, fleetYaml(server.port, false));
+      const busy = createServer();
+      taken = busy;
+      await new Promise<void>((resolve) => busy.listen(0, "127.0.0.1", resolve));
+      const takenPort = (busy.address() as { port: number }).port;
       up = spawn(process.execPath, [MESH, "up", fleet, "--state", join(dir, "state")], {
-        env: { ...process.env, MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" },
+        env: {
+          ...process.env,
+          MESH_POSTGRES_URL: adminUrl,
+          MESH_REDIS_URL: redis.adminUrl,
+          MESH_EVERY: "1s",
+          MESH_METRICS: `127.0.0.1:${takenPort}`,
+        },
         stdio: ["ignore", "pipe", "pipe"],
       });
       up.stdout?.on("data", (d: Buffer) => (output += d.toString()));
@@ -108,10 +139,10 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
       });
       const url = `${base}/metrics`;
 
-      let s = await scrapeUntil("both nodes reporting and both modules running", url, (x) => {
+      let s = await scrapeUntil("both nodes reporting and every module running", url, (x) => {
         return (
           x.value("mesh_controller_nodes", { state: "reporting" }) === 2 &&
-          x.value("mesh_controller_modules", { state: "running" }) === 2
+          x.value("mesh_controller_modules", { state: "running" }) === 3
         );
       });
       assert.equal(s.value("mesh_controller_nodes", { state: "enrolled" }), 2);
@@ -124,6 +155,54 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
       assert.equal(s.value("mesh_controller_reloads_total", { result: "applied" }), 0);
       assert.ok(s.value("process_resident_memory_bytes") !== undefined, "the process's own metrics too");
 
+      // Each provider mesh up runs serves its own metrics on a port of its own, which mesh status names.
+      const status = async (...flags: string[]): Promise<string> => {
+        let out = "";
+        let err = "";
+        const io = { out: (t: string) => void (out += t), err: (t: string) => void (err += t), env: {} };
+        const code = await runCli(["status", "--state", join(dir, "state"), ...flags], {
+          ...io,
+          stdin: process.stdin,
+        });
+        assert.equal(code, 0, `mesh status failed:\n${out}${err}`);
+        return out;
+      };
+      type Reported = { name: string; metrics?: string; log?: string };
+      const modules = await until("postgres and redis to report where they serve metrics", async () => {
+        const answer = JSON.parse(await status("--json")) as StatusAnswer;
+        const all = new Map(
+          (answer.nodes ?? []).flatMap((n) => (n.modules ?? []) as Reported[]).map((m) => [m.name, m]),
+        );
+        return all.get("postgres")?.metrics && all.get("redis")?.metrics ? all : undefined;
+      });
+      const pgUrl = modules.get("postgres")?.metrics ?? "";
+      const redisUrl = modules.get("redis")?.metrics ?? "";
+      const portOf = (u: string): number => Number(new URL(u).port);
+      for (const u of [pgUrl, redisUrl]) assert.match(u, /^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+      assert.notEqual(portOf(pgUrl), portOf(redisUrl), "two providers, two ports");
+      assert.ok(![portOf(pgUrl), portOf(redisUrl)].includes(takenPort), "MESH_METRICS is not inherited");
+      assert.equal(modules.get("notes")?.metrics, undefined, "a module that serves no metrics has none");
+      const text = await status();
+      const escaped = (u: string): string => u.replaceAll(".", "\\.");
+      assert.match(text, new RegExp(`\\n {2}postgres +running +\\d+ +${escaped(pgUrl)}\\n`));
+      assert.match(text, new RegExp(`\\n {2}redis +running +\\d+ +${escaped(redisUrl)}\\n`));
+
+      const PG = { interface: "postgres-database", instance: "postgres" };
+      const REDIS = { interface: "redis-namespace", instance: "redis" };
+      let pg = await scrapeUntil(
+        "postgres to count notes' login active",
+        pgUrl,
+        (x) => x.value("mesh_provider_consumers", { ...PG, state: "active" }) === 1,
+      );
+      assert.equal(pg.value("mesh_provider_creates_total", { ...PG, kind: "created" }), 1, "notes' login");
+      const rd = await scrapeUntil(
+        "redis to finish a pass",
+        redisUrl,
+        (x) => (x.value("mesh_provider_passes_total", { ...REDIS, kind: "periodic" }) ?? 0) >= 1,
+      );
+      assert.equal(rd.value("mesh_provider_consumers", { ...REDIS, state: "active" }), 0, "no consumer asks");
+      assert.equal(rd.value("mesh_provider_creates_total", { ...REDIS, kind: "created" }) ?? 0, 0);
+
       await writeAtomic(fleet, fleetYaml(server.port, true));
       s = await scrapeUntil(
         "blog's password minted, once the change is published",
@@ -133,6 +212,13 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
       assert.equal(s.value("mesh_controller_reloads_total", { result: "applied" }), 1);
       assert.equal(s.value("mesh_controller_consumers"), 2);
       assert.equal(s.value("mesh_controller_fleet_refused"), 0);
+      // At the same address: a new consumer restarts no provider.
+      pg = await scrapeUntil(
+        "postgres to count blog's login active too",
+        pgUrl,
+        (x) => x.value("mesh_provider_consumers", { ...PG, state: "active" }) === 2,
+      );
+      assert.equal(pg.value("mesh_provider_creates_total", { ...PG, kind: "created" }), 2);
 
       await writeAtomic(fleet, "nodes: [this is not a fleet");
       s = await scrapeUntil(
@@ -147,6 +233,15 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
       assert.equal(head.status, 200);
       assert.equal((await fetch(`${base}/no-such-page`)).status, 404);
       assert.equal((await fetch(url, { method: "POST" })).status, 405);
+
+      // A clean stop takes each provider's metrics.url with it.
+      const files = [...modules.values()]
+        .filter((m) => m.metrics !== undefined && m.log !== undefined)
+        .map((m) => join(dirname(m.log ?? ""), "metrics.url"));
+      assert.equal(files.length, 2);
+      await Promise.all(files.map((f) => access(f)));
+      await stopUp();
+      for (const f of files) await assert.rejects(access(f), { code: "ENOENT" }, f);
     });
 
     it("mesh up refuses --http on an address other machines reach, before starting anything", async () => {
