@@ -20,6 +20,7 @@ import {
   type PostgresServer,
   type PromScrape,
   type RedisServer,
+  until,
 } from "@mesh/testkit";
 import type { StatusAnswer } from "../packages/cli/src/status-command.ts";
 import { runCli } from "../packages/cli/src/cli.ts";
@@ -29,23 +30,6 @@ const MESH = join(root, "packages", "cli", "bin", "mesh.js");
 const PG_MANIFEST = JSON.stringify(join(root, "providers", "postgres", "module.json"));
 const REDIS_MANIFEST = JSON.stringify(join(root, "providers", "redis", "module.json"));
 const NOTES_MANIFEST = JSON.stringify(join(root, "examples", "fleet", "notes", "module.json"));
-
-/** Polls `probe` until it answers something; the deadline only ends a test that would hang. */
-async function until<T>(what: string, probe: () => Promise<T | undefined>, seconds = 120): Promise<T> {
-  const deadline = Date.now() + seconds * 1000;
-  let last: unknown;
-  for (;;) {
-    try {
-      const value = await probe();
-      if (value !== undefined) return value;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`gave up waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 /** Waits until a scrape of `url` satisfies `check`, and answers that scrape. */
 function scrapeUntil(what: string, url: string, check: (s: PromScrape) => boolean): Promise<PromScrape> {
