@@ -6,12 +6,11 @@ import { spawn, spawnSync } from "node:child_process";
 import { Readable } from "node:stream";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { runCli } from "../src/cli.ts";
 import { NO_PAINT, paintFor, stripColour, takesColour } from "../src/colour.ts";
 import { formatTable } from "../src/format.ts";
 import type { CliIo } from "../src/io.ts";
 import { formatStatus } from "../src/status-command.ts";
-import { MESH_BIN, cleanEnv, runMesh } from "./run-mesh.ts";
+import { MESH_BIN, cleanEnv, meshInProcess as mesh, runMesh } from "./run-mesh.ts";
 
 const ESC = "\u001b[";
 const root = fileURLToPath(new URL("../../../", import.meta.url));
@@ -27,20 +26,6 @@ const io = (tty: boolean, env: Record<string, string> = {}): CliIo => ({
   outIsTTY: tty,
   errIsTTY: tty,
 });
-
-async function mesh(
-  args: readonly string[],
-  base: CliIo,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCli(args, {
-    ...base,
-    out: (text) => void (stdout += text),
-    err: (text) => void (stderr += text),
-  });
-  return { code, stdout, stderr };
-}
 
 describe("colours", () => {
   it("are on for a terminal, off for a pipe, off with NO_COLOR or TERM=dumb, and forced by FORCE_COLOR", () => {

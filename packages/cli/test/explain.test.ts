@@ -1,34 +1,17 @@
+// `mesh explain` in this process (a spawned mesh costs seconds to start); once through the real
+// `mesh`, run from the repository with the fleet file's path as an operator would type it.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { meshInProcess, runMesh, type InProcessRun } from "./run-mesh.ts";
 
 const root = fileURLToPath(new URL("../../../", import.meta.url));
-const FLEET = "examples/fleet/mesh.yaml";
+const FLEET = join(root, "examples", "fleet", "mesh.yaml");
 
-interface Run {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-function mesh(...args: string[]): Promise<Run> {
-  return new Promise((done, fail) => {
-    const child = spawn(process.execPath, ["packages/cli/bin/mesh.js", ...args], {
-      cwd: root,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (b: Buffer) => (stdout += b.toString()));
-    child.stderr.on("data", (b: Buffer) => (stderr += b.toString()));
-    child.on("error", fail);
-    child.on("close", (code) => done({ code, stdout, stderr }));
-  });
-}
+const mesh = (...args: string[]): Promise<InProcessRun> => meshInProcess(args);
 
 describe("mesh explain", { timeout: 120_000 }, () => {
   const dirs: string[] = [];
@@ -43,8 +26,19 @@ describe("mesh explain", { timeout: 120_000 }, () => {
     assert.match(run.stdout, /examples\/fleet\/notes\/module\.json:7\n$/);
   });
 
-  it("says denied, with the line to change, and exits 1 for an undeclared event", async () => {
-    const run = await mesh("explain", "notes", "publish", "mesh.events.notes.note.deleted", "--fleet", FLEET);
+  it("the real mesh says denied, with the line to change, and exits 1 for an undeclared event", async () => {
+    const run = await runMesh(
+      [
+        "explain",
+        "notes",
+        "publish",
+        "mesh.events.notes.note.deleted",
+        "--fleet",
+        "examples/fleet/mesh.yaml",
+      ],
+      {},
+      root,
+    );
     assert.equal(run.code, 1, run.stderr);
     assert.match(run.stdout, /^denied: notes does not declare note\.deleted in "emits"/);
     assert.match(run.stdout, /examples\/fleet\/notes\/module\.json:\d+\n$/);

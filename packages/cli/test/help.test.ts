@@ -4,21 +4,10 @@ import assert from "node:assert/strict";
 import { Readable } from "node:stream";
 import { describe, it } from "node:test";
 import type { Command } from "commander";
-import { allCommands, buildProgram, commandPath, runCli } from "../src/cli.ts";
+import { allCommands, buildProgram, commandPath } from "../src/cli.ts";
 import { COMMAND_EXIT_CODES, EXIT_CODE_MEANINGS } from "../src/exit-codes.ts";
 import type { CliIo } from "../src/io.ts";
-
-async function mesh(args: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCli(args, {
-    out: (text) => void (stdout += text),
-    err: (text) => void (stderr += text),
-    env: {},
-    stdin: Readable.from([]),
-  });
-  return { code, stdout, stderr };
-}
+import { meshInProcess as mesh } from "./run-mesh.ts";
 
 const quietIo: CliIo = { out: () => {}, err: () => {}, env: {}, stdin: Readable.from([]) };
 const commands = allCommands(buildProgram(quietIo));

@@ -7,37 +7,20 @@ import assert from "node:assert/strict";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Readable } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { createAuthority, credsFor, newUserKeys } from "@mesh/bus";
 import { OPERATOR_IDENTITY, operatorPermissions, startController, type Controller } from "@mesh/controller";
 import { serveControl, type ControlServer, type ProvisionerTools, type StatusReport } from "@mesh/sdk";
 import { startNats, type NatsServer } from "@mesh/testkit";
-import { runCli } from "../src/cli.ts";
 import type { PlanReport } from "../src/plan-command.ts";
 import type { StatusAnswer } from "../src/status-command.ts";
+import { meshInProcess, type InProcessRun as Run } from "./run-mesh.ts";
 
 const root = fileURLToPath(new URL("../../../", import.meta.url));
 const FLEET = join(root, "examples", "fleet", "mesh.yaml");
 
-interface Run {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-async function mesh(...args: string[]): Promise<Run> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCli(args, {
-    out: (text) => void (stdout += text),
-    err: (text) => void (stderr += text),
-    env: {},
-    stdin: Readable.from([]),
-  });
-  return { code, stdout, stderr };
-}
+const mesh = (...args: string[]): Promise<Run> => meshInProcess(args);
 
 /** `mesh args… --json` and the same without --json: both must agree on the exit code. */
 async function both(...args: string[]): Promise<{ json: Run; text: Run; parsed: unknown }> {

@@ -16,22 +16,12 @@ import {
 } from "@mesh/bus";
 import { OPERATOR_IDENTITY, operatorPermissions, startController, type Controller } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
-import { runCli } from "../src/cli.ts";
 import { formatLedger } from "../src/ledger-command.ts";
-import { runMesh, type MeshRun } from "./run-mesh.ts";
+import { meshInProcess, runMesh, type InProcessRun } from "./run-mesh.ts";
 
 // In this process (a spawned mesh costs seconds to start): what it prints, and its exit code.
-async function mesh(args: readonly string[]): Promise<MeshRun> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCli(args, {
-    out: (text) => void (stdout += text),
-    err: (text) => void (stderr += text),
-    env: {},
-    stdin: process.stdin,
-  });
-  return { code, signal: null, stdout, stderr };
-}
+const mesh = (args: readonly string[]): Promise<InProcessRun> =>
+  meshInProcess(args, { stdin: process.stdin });
 
 const FLEET = `nodes:
   n1: {}

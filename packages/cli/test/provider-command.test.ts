@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
-import { cleanEnv, runMesh, startMesh } from "./run-mesh.ts";
+import { cleanEnv, meshInProcess, runMesh, startMesh } from "./run-mesh.ts";
 
 const REPO = fileURLToPath(new URL("../../..", import.meta.url));
 const PASSWORD = "Pa55-w0rd/with@odd chars";
@@ -25,6 +25,8 @@ function unusedPort(): Promise<number> {
   });
 }
 
+// Usage errors and help in this process (a spawned mesh costs seconds to start); a provider that
+// runs is the real mesh, stopped by a real signal, its logs on its real streams.
 describe("mesh provider", () => {
   let dir: string;
   let receives: string;
@@ -39,15 +41,15 @@ describe("mesh provider", () => {
   });
 
   it("without an admin URL exits 2 naming --admin-url and MESH_POSTGRES_URL", async () => {
-    const run = await runMesh(["provider", "postgres", "--receives", receives]);
+    const run = await meshInProcess(["provider", "postgres", "--receives", receives]);
     assert.equal(run.code, 2);
     assert.match(run.stderr, /--admin-url/);
     assert.match(run.stderr, /MESH_POSTGRES_URL/);
   });
 
   it("without a contributions file exits 2 naming --receives and MESH_RECEIVES", async () => {
-    const run = await runMesh(["provider", "postgres"], {
-      MESH_POSTGRES_URL: "postgres://a:b@127.0.0.1:1/postgres",
+    const run = await meshInProcess(["provider", "postgres"], {
+      env: { MESH_POSTGRES_URL: "postgres://a:b@127.0.0.1:1/postgres" },
     });
     assert.equal(run.code, 2);
     assert.match(run.stderr, /--receives/);
@@ -55,8 +57,8 @@ describe("mesh provider", () => {
   });
 
   it("exits 2 on a duration without a unit and says how to write one", async () => {
-    const run = await runMesh(["provider", "postgres", "--receives", receives, "--every", "5"], {
-      MESH_POSTGRES_URL: "postgres://a:b@127.0.0.1:1/postgres",
+    const run = await meshInProcess(["provider", "postgres", "--receives", receives, "--every", "5"], {
+      env: { MESH_POSTGRES_URL: "postgres://a:b@127.0.0.1:1/postgres" },
     });
     assert.equal(run.code, 2);
     assert.match(run.stderr, /--every: "5" is not a duration/);
@@ -64,16 +66,15 @@ describe("mesh provider", () => {
   });
 
   it("exits 2 on a bad duration in MESH_VERIFY_EVERY, naming the variable", async () => {
-    const run = await runMesh(["provider", "postgres", "--receives", receives], {
-      MESH_POSTGRES_URL: "postgres://a:b@127.0.0.1:1/postgres",
-      MESH_VERIFY_EVERY: "-1m",
+    const run = await meshInProcess(["provider", "postgres", "--receives", receives], {
+      env: { MESH_POSTGRES_URL: "postgres://a:b@127.0.0.1:1/postgres", MESH_VERIFY_EVERY: "-1m" },
     });
     assert.equal(run.code, 2);
     assert.match(run.stderr, /MESH_VERIFY_EVERY/);
   });
 
   it("exits 2 on a provider it does not know", async () => {
-    const run = await runMesh(["provider", "oracle"]);
+    const run = await meshInProcess(["provider", "oracle"]);
     assert.equal(run.code, 2);
     assert.match(run.stderr, /postgres, redis, mariadb/);
   });
@@ -136,7 +137,7 @@ describe("mesh provider", () => {
   });
 
   it("shows an example and the exit codes in its help", async () => {
-    const run = await runMesh(["provider", "--help"]);
+    const run = await meshInProcess(["provider", "--help"]);
     assert.equal(run.code, 0);
     assert.match(run.stdout, /Example/);
     assert.match(run.stdout, /Exit codes:/);

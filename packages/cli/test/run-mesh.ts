@@ -1,7 +1,11 @@
-// Runs the real `mesh` executable as a child process, as an operator's shell would.
+// Runs `mesh`: the real executable as a child process, as an operator's shell would, or the same
+// commands in this process (a spawned mesh costs seconds to start, most of a CLI test's time).
 
 import { type ChildProcess, spawn } from "node:child_process";
+import { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
+import { runCli } from "../src/cli.ts";
+import type { CliIo } from "../src/io.ts";
 
 /** The `mesh` executable of this checkout. */
 export const MESH_BIN = fileURLToPath(new URL("../bin/mesh.js", import.meta.url));
@@ -37,9 +41,17 @@ export interface MeshProcess {
   readonly done: Promise<MeshRun>;
 }
 
-/** Starts `mesh args…` with a clean environment plus `env`; stdin is a pipe (not a terminal). */
-export function startMesh(args: readonly string[], env: Readonly<Record<string, string>> = {}): MeshProcess {
+/**
+ * Starts `mesh args…` with a clean environment plus `env`, in `cwd` (default: this process's);
+ * stdin is a pipe (not a terminal).
+ */
+export function startMesh(
+  args: readonly string[],
+  env: Readonly<Record<string, string>> = {},
+  cwd?: string,
+): MeshProcess {
   const child = spawn(process.execPath, [MESH_BIN, ...args], {
+    cwd,
     env: cleanEnv(env),
     stdio: ["pipe", "pipe", "pipe"],
   });
@@ -85,12 +97,45 @@ export function startMesh(args: readonly string[], env: Readonly<Record<string, 
   };
 }
 
-/** Runs `mesh args…` to the end, with stdin closed at once. */
+/** Runs `mesh args…` to the end, in `cwd` (default: this process's), with stdin closed at once. */
 export async function runMesh(
   args: readonly string[],
   env: Readonly<Record<string, string>> = {},
+  cwd?: string,
 ): Promise<MeshRun> {
-  const started = startMesh(args, env);
+  const started = startMesh(args, env, cwd);
   started.child.stdin?.end();
   return started.done;
+}
+
+/** What a `mesh` run in this process said and the exit code it returned. */
+export interface InProcessRun {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/**
+ * Runs `mesh args…` in this process through `runCli`, collecting what it says. By default the
+ * environment is empty, standard input is empty and not a terminal, and neither output is a
+ * terminal; `io` changes any of these. An `out` or `err` given in `io` is told each text as it is
+ * said, besides it being collected.
+ */
+export async function meshInProcess(args: readonly string[], io: Partial<CliIo> = {}): Promise<InProcessRun> {
+  let stdout = "";
+  let stderr = "";
+  const code = await runCli(args, {
+    env: {},
+    stdin: Readable.from([]),
+    ...io,
+    out: (text) => {
+      stdout += text;
+      io.out?.(text);
+    },
+    err: (text) => {
+      stderr += text;
+      io.err?.(text);
+    },
+  });
+  return { code, stdout, stderr };
 }

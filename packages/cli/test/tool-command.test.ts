@@ -3,7 +3,6 @@ import { spawn, spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
-import { Readable } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { closeBus, connectBus, createAuthority, credsFor, newUserKeys, type BusPermissions } from "@mesh/bus";
 import { OPERATOR_IDENTITY, operatorPermissions, TOOL_REQUEST_SUBJECT } from "@mesh/controller";
@@ -11,8 +10,7 @@ import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { CleanupEntry, ControlServer, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
 import { ToolError, serveControl } from "@mesh/sdk";
-import { runCli } from "../src/cli.ts";
-import { MESH_BIN, cleanEnv, runMesh } from "./run-mesh.ts";
+import { MESH_BIN, cleanEnv, meshInProcess, type InProcessRun } from "./run-mesh.ts";
 
 const STATUS: StatusReport = {
   interface: "postgres-database",
@@ -103,6 +101,8 @@ async function onTerminal(
   return { code, output };
 }
 
+// In this process (a spawned mesh costs seconds to start), but for the confirmations typed on a
+// terminal: those run the real mesh on a pseudo-terminal.
 describe("mesh tool", () => {
   let dir: string;
   let socket: string;
@@ -121,7 +121,7 @@ describe("mesh tool", () => {
   });
 
   it("status prints a table of LOGIN STATE CLASS SINCE WHY", async () => {
-    const run = await runMesh(["tool", "--control", socket, "status"]);
+    const run = await meshInProcess(["tool", "--control", socket, "status"]);
     assert.equal(run.code, 0, run.stderr);
     const lines = run.stdout.trimEnd().split("\n");
     assert.match(lines[0] ?? "", /postgres-database \(instance postgres\).*last pass 2025-03-04T05:06:07Z/);
@@ -134,20 +134,20 @@ describe("mesh tool", () => {
   });
 
   it("status --json prints the provider's answer as it is, wherever the flags stand", async () => {
-    const run = await runMesh(["tool", "status", "--json", "--control", socket]);
+    const run = await meshInProcess(["tool", "status", "--json", "--control", socket]);
     assert.equal(run.code, 0, run.stderr);
     assert.deepEqual(JSON.parse(run.stdout), STATUS);
   });
 
   it("takes the control socket from MESH_CONTROL when no flag gives it", async () => {
-    const run = await runMesh(["tool", "status", "--json"], { MESH_CONTROL: socket });
+    const run = await meshInProcess(["tool", "status", "--json"], { env: { MESH_CONTROL: socket } });
     assert.equal(run.code, 0, run.stderr);
     assert.equal((JSON.parse(run.stdout) as StatusReport).instance, "postgres");
   });
 
   it("retire list shows the waiting set, its id and why it waits", async () => {
     fake.waiting = true;
-    const run = await runMesh(["tool", "--control", socket, "retire", "list"]);
+    const run = await meshInProcess(["tool", "--control", socket, "retire", "list"]);
     assert.equal(run.code, 0, run.stderr);
     assert.match(run.stdout, /set 9f3a1c, 4 of the 6 held/);
     assert.match(run.stdout, /4 at once is more than 3/);
@@ -159,7 +159,7 @@ describe("mesh tool", () => {
   it("retire list says nothing waits for approval when nothing does", async () => {
     fake.waiting = false;
     try {
-      const run = await runMesh(["tool", "--control", socket, "retire", "list"]);
+      const run = await meshInProcess(["tool", "--control", socket, "retire", "list"]);
       assert.equal(run.code, 0, run.stderr);
       assert.match(run.stdout, /nothing waits for approval/);
     } finally {
@@ -168,14 +168,14 @@ describe("mesh tool", () => {
   });
 
   it("retire approve sends the id and the person's user name, and says what was retired", async () => {
-    const run = await runMesh(["tool", "--control", socket, "retire", "approve", "9f3a1c", "--yes"]);
+    const run = await meshInProcess(["tool", "--control", socket, "retire", "approve", "9f3a1c", "--yes"]);
     assert.equal(run.code, 0, run.stderr);
     assert.match(run.stdout, /approved set 9f3a1c: retired app_a, app_b, app_c, app_d/);
     assert.deepEqual(fake.calls.at(-1), ["retireApprove", "9f3a1c", userInfo().username]);
   });
 
   it("exits 1 and prints the provider's code and message when it refuses", async () => {
-    const run = await runMesh(["tool", "--control", socket, "retire", "approve", "000000", "--yes"]);
+    const run = await meshInProcess(["tool", "--control", socket, "retire", "approve", "000000", "--yes"]);
     assert.equal(run.code, 1);
     assert.match(run.stderr, /set-changed/);
     assert.match(run.stderr, /the waiting set is not 000000 any more/);
@@ -184,14 +184,14 @@ describe("mesh tool", () => {
 
   it("retire approve with no terminal and no --yes refuses (exit 2), says to pass --yes, and approves nothing", async () => {
     const before = fake.calls.length;
-    const run = await runMesh(["tool", "--control", socket, "retire", "approve", "9f3a1c"]);
+    const run = await meshInProcess(["tool", "--control", socket, "retire", "approve", "9f3a1c"]);
     assert.equal(run.code, 2);
     assert.match(run.stderr, /no terminal to confirm on: pass --yes/);
     assert.equal(fake.calls.length, before);
   });
 
   it("cleanup list prints a table of LOGIN RETIRED-AT WHY", async () => {
-    const run = await runMesh(["tool", "--control", socket, "cleanup", "list"]);
+    const run = await meshInProcess(["tool", "--control", socket, "cleanup", "list"]);
     assert.equal(run.code, 0, run.stderr);
     const lines = run.stdout.trimEnd().split("\n");
     assert.match(lines[0] ?? "", /^LOGIN\s+RETIRED-AT\s+WHY$/);
@@ -200,21 +200,21 @@ describe("mesh tool", () => {
 
   it("cleanup delete with no terminal and no --yes refuses (exit 2), says to pass --yes, and deletes nothing", async () => {
     const before = fake.calls.length;
-    const run = await runMesh(["tool", "--control", socket, "cleanup", "delete", "app_old"]);
+    const run = await meshInProcess(["tool", "--control", socket, "cleanup", "delete", "app_old"]);
     assert.equal(run.code, 2);
     assert.match(run.stderr, /--yes/);
     assert.equal(fake.calls.length, before);
   });
 
   it("cleanup delete --yes deletes and prints the bytes freed, in human units and exactly", async () => {
-    const run = await runMesh(["tool", "--control", socket, "cleanup", "delete", "app_old", "--yes"]);
+    const run = await meshInProcess(["tool", "--control", socket, "cleanup", "delete", "app_old", "--yes"]);
     assert.equal(run.code, 0, run.stderr);
     assert.match(run.stdout, /deleted app_old: freed 7\.5 MiB \(7864320 bytes\)/);
     assert.deepEqual(fake.calls.at(-1), ["cleanupDelete", "app_old", userInfo().username]);
   });
 
   it("cleanup delete --yes --json prints the raw answer", async () => {
-    const run = await runMesh([
+    const run = await meshInProcess([
       "tool",
       "--control",
       socket,
@@ -229,7 +229,7 @@ describe("mesh tool", () => {
   });
 
   it("cleanup delete of a consumer still asked for exits 1 with the provider's code", async () => {
-    const run = await runMesh(["tool", "--control", socket, "cleanup", "delete", "app_umami", "--yes"]);
+    const run = await meshInProcess(["tool", "--control", socket, "cleanup", "delete", "app_umami", "--yes"]);
     assert.equal(run.code, 1);
     assert.match(run.stderr, /still-asked/);
   });
@@ -284,7 +284,15 @@ describe("mesh tool", () => {
 
   it("cleanup delete refuses a login that cannot be one (exit 2) without asking the provider", async () => {
     const before = fake.calls.length;
-    const run = await runMesh(["tool", "--control", socket, "cleanup", "delete", "Robert'; DROP", "--yes"]);
+    const run = await meshInProcess([
+      "tool",
+      "--control",
+      socket,
+      "cleanup",
+      "delete",
+      "Robert'; DROP",
+      "--yes",
+    ]);
     assert.equal(run.code, 2);
     assert.match(run.stderr, /not valid/);
     assert.equal(fake.calls.length, before);
@@ -294,14 +302,14 @@ describe("mesh tool", () => {
 describe("mesh tool without a provider", () => {
   it("exits 3 and says no provider is listening at the path, and how to start one", async () => {
     const path = join(tmpdir(), `mesh-cli-nobody-${process.pid}.sock`);
-    const run = await runMesh(["tool", "--control", path, "status"]);
+    const run = await meshInProcess(["tool", "--control", path, "status"]);
     assert.equal(run.code, 3);
     assert.ok(run.stderr.includes(`no provider is listening at ${path}`), run.stderr);
     assert.match(run.stderr, /mesh provider/);
   });
 
   it("exits 2 naming the module form, --control and MESH_CONTROL when a tool is named with no module or socket", async () => {
-    const run = await runMesh(["tool", "status"]);
+    const run = await meshInProcess(["tool", "status"]);
     assert.equal(run.code, 2);
     assert.match(run.stderr, /mesh tool MODULE TOOL/);
     assert.match(run.stderr, /--control/);
@@ -309,7 +317,7 @@ describe("mesh tool without a provider", () => {
   });
 
   it("exits 2 on an unknown tool", async () => {
-    const run = await runMesh(["tool", "--control", "/nonexistent.sock", "drop-everything"]);
+    const run = await meshInProcess(["tool", "--control", "/nonexistent.sock", "drop-everything"]);
     assert.equal(run.code, 2);
   });
 
@@ -320,7 +328,7 @@ describe("mesh tool without a provider", () => {
       ["tool", "retire", "approve", "--help"],
       ["--help"],
     ]) {
-      const run = await runMesh(args);
+      const run = await meshInProcess(args);
       assert.equal(run.code, 0, args.join(" "));
       assert.match(run.stdout, /Example/);
       assert.match(run.stdout, /Exit codes:/);
@@ -347,20 +355,15 @@ describe("mesh tool MODULE TOOL, through the mesh", () => {
   async function mesh(
     args: readonly string[],
     options: { errIsTTY?: boolean; onErr?: (said: string) => void } = {},
-  ): Promise<{ code: number; stdout: string; stderr: string }> {
-    let stdout = "";
+  ): Promise<InProcessRun> {
     let stderr = "";
-    const code = await runCli([...args, "--state", state], {
-      out: (text) => void (stdout += text),
+    return meshInProcess([...args, "--state", state], {
       err: (text) => {
         stderr += text;
         options.onErr?.(stderr);
       },
-      env: {},
-      stdin: Readable.from([]),
       errIsTTY: options.errIsTTY ?? false,
     });
-    return { code, stdout, stderr };
   }
 
   before(async () => {
@@ -583,15 +586,9 @@ describe("mesh tool MODULE TOOL, through the mesh", () => {
   });
 
   it("exits 3 when no mesh ran with that state, or no controller is on its bus", async () => {
-    let stderr = "";
-    const none = await runCli(["tool", "postgres", "status", "--state", join(dir, "nowhere")], {
-      out: () => {},
-      err: (text) => void (stderr += text),
-      env: {},
-      stdin: Readable.from([]),
-    });
-    assert.equal(none, 3);
-    assert.match(stderr, /no mesh has run with state in/);
+    const none = await meshInProcess(["tool", "postgres", "status", "--state", join(dir, "nowhere")]);
+    assert.equal(none.code, 3);
+    assert.match(none.stderr, /no mesh has run with state in/);
 
     await closeBus(controller);
     const run = await mesh(["tool", "postgres", "status"]);
