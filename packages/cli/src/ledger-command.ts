@@ -6,7 +6,7 @@ import type { LedgerRecord } from "@mesh/bus";
 import { askController, stateDirOf } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
-import { formatBytes, formatJson, formatTable, formatTime } from "./format.ts";
+import { formatBytes, formatJson, formatTable, formatTime, maskDeep } from "./format.ts";
 import type { CliIo } from "./io.ts";
 
 const HELP = `
@@ -41,11 +41,14 @@ export function addLedgerCommand(program: Command, io: CliIo): void {
         throw new CliExit(EXIT_USAGE, `--limit ${flags.limit} is not a whole number of entries, 1 or more`);
       }
       const { LEDGER_READ_SUBJECT } = await import("@mesh/controller");
-      const answer = await askController<LedgerAnswer>(
-        stateDirOf(flags.state, io),
-        LEDGER_READ_SUBJECT,
-        JSON.stringify({ module, limit }),
-        { name: "mesh ledger", io, waiting: `waiting for ${module}'s ledger from the mesh` },
+      // A tool's refusal or an action's why may quote a driver's error, URL and all: masked either way.
+      const answer = maskDeep(
+        await askController<LedgerAnswer>(
+          stateDirOf(flags.state, io),
+          LEDGER_READ_SUBJECT,
+          JSON.stringify({ module, limit }),
+          { name: "mesh ledger", io, waiting: `waiting for ${module}'s ledger from the mesh` },
+        ),
       );
       if (!answer.ok)
         throw new CliExit(EXIT_REFUSED, answer.error ?? `the controller refused to read ${module}'s ledger`);

@@ -1,8 +1,8 @@
 // What `mesh status` prints: the controller's answer, as text for a person or as JSON for a script.
 // A failing consumer is named with its class, since when, how many attempts and the last error.
-import { formatDuration, redactUrl } from "@mesh/sdk";
+import { formatDuration } from "@mesh/sdk";
 import { NO_PAINT, type Paint } from "./colour.ts";
-import { formatTime } from "./format.ts";
+import { formatTime, maskUrls } from "./format.ts";
 
 /** One failing consumer as the controller's answer gives it. */
 export interface FailingAnswer {
@@ -30,17 +30,6 @@ export interface StatusAnswer {
   consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
   failing?: FailingAnswer[];
   fleet?: { file: string; readAt: string; refused: string[] | null };
-}
-
-// `scheme://…` up to whitespace or a closing quote or bracket: a URL inside an error's text.
-const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:\/\/[^\s"'<>()[\]{}]+/gi;
-
-/**
- * `text` with the password of every URL in it masked. The providers scrub what they say already;
- * this keeps a URL a driver wrote into its error from being shown whole all the same.
- */
-export function maskUrls(text: string): string {
-  return text.replace(URL_IN_TEXT, (url) => redactUrl(url));
 }
 
 /** The answer with every failing consumer's error masked (see `maskUrls`), for printing either way. */

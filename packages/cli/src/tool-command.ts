@@ -23,7 +23,7 @@ import {
 import { askController, stateDirOf } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
-import { formatBytes, formatJson, formatTable, formatTime } from "./format.ts";
+import { formatBytes, formatJson, formatTable, formatTime, maskDeep, maskUrls } from "./format.ts";
 import type { CliIo } from "./io.ts";
 import { withProgress } from "./progress.ts";
 import { osUserName } from "./who.ts";
@@ -223,12 +223,18 @@ function localAsker(io: CliIo, flags: ToolFlags): Asker {
   const timeoutMs = timeoutOf(flags);
   return async (name, args) => {
     try {
-      return await withProgress(io, `waiting for the provider at ${path} to answer ${name}`, () =>
-        callControl(path, { tool: name, args, who: osUserName() }, { timeoutMs }),
+      // A consumer's why or a refusal may quote a driver's error, URL and all: masked like `mesh status`.
+      return maskDeep(
+        await withProgress(io, `waiting for the provider at ${path} to answer ${name}`, () =>
+          callControl(path, { tool: name, args, who: osUserName() }, { timeoutMs }),
+        ),
       );
     } catch (err) {
       if (err instanceof ToolError) {
-        throw new CliExit(EXIT_REFUSED, `the provider refused ${name} (${err.code}): ${err.message}`);
+        throw new CliExit(
+          EXIT_REFUSED,
+          `the provider refused ${name} (${err.code}): ${maskUrls(err.message)}`,
+        );
       }
       if (err instanceof ControlUnreachableError) throw new CliExit(EXIT_UNREACHABLE, err.message);
       throw err;
@@ -244,15 +250,18 @@ function meshAsker(io: CliIo, flags: ToolFlags, module: string): Asker {
     const { TOOL_REQUEST_SUBJECT, RELAY_UNANSWERED_CODES } = await import("@mesh/controller");
     const { RUNNER_UNANSWERED_CODES } = await import("@mesh/agent");
     const body = JSON.stringify({ module, tool: name, args, who: osUserName() });
-    const reply = await askController<MeshToolReply>(state, TOOL_REQUEST_SUBJECT, body, {
-      timeoutMs,
-      name: "mesh tool",
-      io,
-      waiting: `waiting for ${module} to answer ${name} through the mesh`,
-      timedOut:
-        `no answer to ${name} for ${module} within ${flags.timeout ?? "2m"}; it may still be running: ` +
-        `its result will be in ${module}'s ledger (\`mesh ledger ${module}\`)`,
-    });
+    // A consumer's why or a refusal may quote a driver's error, URL and all: masked like `mesh status`.
+    const reply = maskDeep(
+      await askController<MeshToolReply>(state, TOOL_REQUEST_SUBJECT, body, {
+        timeoutMs,
+        name: "mesh tool",
+        io,
+        waiting: `waiting for ${module} to answer ${name} through the mesh`,
+        timedOut:
+          `no answer to ${name} for ${module} within ${flags.timeout ?? "2m"}; it may still be running: ` +
+          `its result will be in ${module}'s ledger (\`mesh ledger ${module}\`)`,
+      }),
+    );
     if (typeof reply.ledger === "string")
       io.err(`${paintFor(io, "err").yellow("warning:")} ${reply.ledger}\n`);
     if (reply.ok === true) return reply.answer as ControlResults[T];

@@ -1,7 +1,8 @@
 // What `mesh status` prints about failing consumers, from a controller's answer.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { formatStatus, maskedAnswer, maskUrls, type StatusAnswer } from "../src/status-command.ts";
+import { maskDeep, maskUrls } from "../src/format.ts";
+import { formatStatus, maskedAnswer, type StatusAnswer } from "../src/status-command.ts";
 
 const NOW = Date.parse("2026-03-01T12:30:45Z");
 
@@ -71,6 +72,21 @@ describe("mesh status's failing consumers", () => {
       assert.ok(shown.includes("postgres://mesh_admin:***@db:5432/postgres"), shown);
     }
     assert.equal(maskUrls("no url here"), "no url here");
+  });
+
+  it("masks every URL's password anywhere in an answer, as `mesh ledger` and `mesh tool` print it", () => {
+    const answer = {
+      ok: false,
+      error: "refused: postgres://mesh_admin:hunter2@db:5432/postgres said no",
+      code: "refused",
+      entries: [{ seq: 1, entry: { why: ["redis://:s3cret@r:6379"], freedBytes: 7, ok: true } }],
+    };
+    const masked = maskDeep(answer);
+    const shown = JSON.stringify(masked);
+    assert.ok(!shown.includes("hunter2") && !shown.includes("s3cret"), shown);
+    assert.equal(masked.error, "refused: postgres://mesh_admin:***@db:5432/postgres said no");
+    assert.deepEqual(masked.entries[0]?.entry, { why: ["redis://:***@r:6379"], freedBytes: 7, ok: true });
+    assert.equal(masked.code, "refused");
   });
 
   it("shows where each running module serves its metrics, and nothing for one that does not", () => {
