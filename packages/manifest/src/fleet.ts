@@ -77,8 +77,12 @@ const EXAMPLE = `nodes:\n  node-1: {}\nmodules:\n  notes: { manifest: ./notes/mo
 const METRICS_WHAT =
   "HOST:PORT where the module serves its Prometheus metrics, like 127.0.0.1:9464 (port 0: any free port)";
 
+// A host as it goes into a consumer's URL: letters, digits, dots, dashes, and an IPv6 address's
+// colons and brackets; nothing that could end the host (`@`, `/`, `?`) or the URL.
+const HOST_PATTERN = /^[A-Za-z0-9.:[\]-]+$/;
+
 const nodeSchema = strict(
-  { address: text("a host name or IP address", /^[A-Za-z0-9.:[\]-]+$/).optional() },
+  { address: text("a host name or IP address", HOST_PATTERN).optional() },
   "a node's settings, like { address: 10.0.0.2 } or {}",
 ).nullable();
 
@@ -109,7 +113,10 @@ const moduleSchema = strict(
     ).optional(),
     endpoint: strict(
       {
-        host: text("a host name or IP address consumers reach this provider's server at").optional(),
+        host: text(
+          "a host name or IP address consumers reach this provider's server at",
+          HOST_PATTERN,
+        ).optional(),
         port: z.number({ error: "must be a port number (1–65535)" }).int().min(1).max(65_535).optional(),
       },
       "an object like { host: 10.0.0.2, port: 5433 }",

@@ -302,4 +302,18 @@ modules:
       /endpoint/,
     );
   });
+
+  it("refuses a host that would change the consumers' URL beyond the host", () => {
+    for (const host of ['"evil@10.0.0.7"', '"10.0.0.7/other"', '"db?x=1"', '"a b"']) {
+      assert.throws(
+        () =>
+          fleetOf(
+            `nodes:\n  db: {}\nmodules:\n  postgres: { manifest: ./p.json, node: db, endpoint: { host: ${host} } }\n`,
+            { postgres: POSTGRES },
+          ),
+        /endpoint\.host/,
+        host,
+      );
+    }
+  });
 });
