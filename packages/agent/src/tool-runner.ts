@@ -245,7 +245,8 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
       : { ok: false, error: scrubbed.error, code: scrubbed.code }),
   };
   const ledgerProblem = record ? await appendEntry(options, module, entry) : undefined;
-  const said = `${who} asked ${[tool, ...args].join(" ")} of ${module} on node ${node}`;
+  // The scrubbed arguments: the log is no more trusted with a password than the ledger is.
+  const said = `${who} asked ${[tool, ...entry.args].join(" ")} of ${module} on node ${node}`;
   if (scrubbed.ok) logger.info(`${said}: answered`);
   else logger.warn(`${said}: ${scrubbed.code}: ${scrubbed.error}`);
   if (ledgerProblem !== undefined) logger.warn(`${said}: ${ledgerProblem}`);

@@ -217,6 +217,19 @@ void describe("the agent's tool runner", () => {
     assert.equal(records[0]?.entry["who"], "carol");
   });
 
+  it("keeps a secret passed as an argument out of the answer, the ledger and the log", async () => {
+    const reply = await ask({ module: "postgres", tool: "retire approve", args: [PASSWORD], who: "dave" });
+    assert.ok(!reply.ok);
+    assert.equal(reply.code, "nothing-waiting");
+    assert.ok(!JSON.stringify(reply).includes(PASSWORD), "no password in the answer");
+    const records = await readLedger(admin, "postgres", { limit: 1, kind: "tool" });
+    assert.equal(records[0]?.entry["who"], "dave");
+    assert.ok(!JSON.stringify(records).includes(PASSWORD), "no password in the ledger");
+    const said = logger.lines.filter((l) => l.includes("dave asked"));
+    assert.ok(said.length > 0, "the call is logged");
+    assert.ok(!logger.lines.some((l) => l.includes(PASSWORD)), "no password in the log");
+  });
+
   it("leaves a read asked with record: false out of the ledger, but never an action", async () => {
     const before = (await readLedger(admin, "postgres", { limit: 1000, kind: "tool" })).length;
     const read = await ask({ module: "postgres", tool: "status", args: [], who: "page", record: false });
