@@ -139,7 +139,8 @@ export class JournalFollower {
           `${module}'s action journal ${file} has a line of more than ${READ_AT_MOST} bytes at offset ` +
             `${position.offset}: it is not an action and is skipped`,
         );
-        position = await this.#advance(ledger, position, position.offset + chunk.length);
+        position = this.#advance(position, position.offset + chunk.length);
+        await this.#save(ledger, position);
         continue;
       }
       let start = 0;
@@ -148,9 +149,13 @@ export class JournalFollower {
         const lineAt = position.offset;
         const text = chunk.subarray(start, stop).toString("utf8").trim();
         if (text !== "") await this.#appendLine(ledger, text, lineAt);
-        position = await this.#advance(ledger, position, lineAt + (stop + 1 - start));
+        position = this.#advance(position, lineAt + (stop + 1 - start));
         start = stop + 1;
       }
+      // Saved once per chunk, not per line: a line appended again after a crash carries the same
+      // message id and the ledger stores it once (its duplicate window is a day). A pass that
+      // failed mid-chunk saves the position it reached at the start of the next one.
+      await this.#save(ledger, position);
     }
     if (this.#said !== undefined) {
       this.#o.logger.info(`${module}'s action journal is appended to its ledger again`);
@@ -182,10 +187,9 @@ export class JournalFollower {
     }
   }
 
-  async #advance(ledger: ModuleLedger, from: JournalPosition, offset: number): Promise<JournalPosition> {
+  #advance(from: JournalPosition, offset: number): JournalPosition {
     const position = { ...from, offset, at: new Date().toISOString() };
     this.#position = position;
-    await this.#save(ledger, position);
     return position;
   }
 
