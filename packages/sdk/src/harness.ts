@@ -70,6 +70,11 @@ export interface ProvisionerOptions {
   readonly actions?: ActionLog;
   /** Told of passes, creates, failures, verifications, retirements and deletions, to count them. */
   readonly metrics?: ProvisionerObserver;
+  /**
+   * The provider's own secrets (its admin URL's password): scrubbed, like every consumer's password,
+   * from each error text it logs, announces, reports or answers a tool with.
+   */
+  readonly secrets?: readonly string[];
 }
 
 /** A running provisioner: its tools, a way to run a pass now, and `stop()`. */
@@ -151,6 +156,7 @@ class Provisioner implements ProvisionerHandle {
   readonly #log: Logger;
   readonly #actions: ActionLog;
   readonly #metrics: ProvisionerObserver;
+  readonly #secrets: readonly string[];
   readonly #lock = new Mutex();
   readonly #retirement: RetirementCounter;
   readonly #standings: Standings;
@@ -193,6 +199,7 @@ class Provisioner implements ProvisionerHandle {
     );
     this.#actions = options.actions ?? discardActions;
     this.#metrics = options.metrics ?? silentObserver;
+    this.#secrets = options.secrets ?? [];
     this.#retirement = new RetirementCounter(this.#s);
     this.#standings = new Standings(
       { iface, instance: this.#s.instance, node: options.node },
@@ -241,7 +248,9 @@ class Provisioner implements ProvisionerHandle {
         await this.#pass(kind);
       } catch (err) {
         // A pass that throws is a bug, not a reason to stop serving every consumer.
-        this.#log.error(`pass failed unexpectedly, will try again: ${describeError(err, this.#passwords())}`);
+        this.#log.error(
+          `pass failed unexpectedly, will try again: ${this.#describe(err, this.#passwords())}`,
+        );
       }
       this.#metrics.passed(kind, (performance.now() - started) / 1000);
     });
@@ -393,7 +402,7 @@ class Provisioner implements ProvisionerHandle {
       if (this.#seedProblem) this.#log.info("the backend's inventory is readable again");
       this.#seedProblem = undefined;
     } catch (err) {
-      const text = describeError(err, this.#passwords());
+      const text = this.#describe(err, this.#passwords());
       if (text !== this.#seedProblem) {
         this.#log.warn(
           `cannot read what this provider made from the backend (${text}); nothing is retired until it can`,
@@ -451,7 +460,7 @@ class Provisioner implements ProvisionerHandle {
       if (answer === undefined) continue; // not asked this pass
       if (answer instanceof Error) {
         // Unable to ask is not evidence of loss: nothing is re-applied on it.
-        const text = describeError(answer, [c.p.password]);
+        const text = this.#describe(answer, [c.p.password]);
         const cls = this.#classify(answer, text);
         this.#metrics.verified("unknown");
         this.#metrics.failed("verify", cls);
@@ -498,7 +507,7 @@ class Provisioner implements ProvisionerHandle {
       await result;
     } catch (err) {
       this.#applied.delete(p.as);
-      const text = describeError(err, [p.password]);
+      const text = this.#describe(err, [p.password]);
       const was = this.#createFailures.get(p.as);
       const failure = was && was.text === text ? { text, times: was.times + 1 } : { text, times: 1 };
       this.#createFailures.set(p.as, failure);
@@ -565,7 +574,7 @@ class Provisioner implements ProvisionerHandle {
         await this.adapter.retire(login, k.derived, why, new Date(at));
       } catch (err) {
         this.#log.error(
-          `${login}: could not retire, will try again: ${describeError(err, this.#passwords())}`,
+          `${login}: could not retire, will try again: ${this.#describe(err, this.#passwords())}`,
         );
         return;
       }
@@ -598,7 +607,7 @@ class Provisioner implements ProvisionerHandle {
   }
 
   #secretMissing(g: Contribution, err: unknown, now: number): void {
-    const text = describeError(err, []);
+    const text = this.#describe(err, []);
     const miss = this.#secretMisses.get(g.as);
     if (!miss) {
       this.#secretMisses.set(g.as, { since: now, loudAt: undefined });
@@ -640,9 +649,14 @@ class Provisioner implements ProvisionerHandle {
       });
     } catch (err) {
       this.#log.warn(
-        `could not record ${entry.action} of ${entry.login} in the action log: ${describeError(err, [])}`,
+        `could not record ${entry.action} of ${entry.login} in the action log: ${this.#describe(err, [])}`,
       );
     }
+  }
+
+  /** An error's text, scrubbed of `passwords` and of the provider's own secrets. */
+  #describe(err: unknown, passwords: readonly string[]): string {
+    return describeError(err, this.#secrets.length === 0 ? passwords : [...passwords, ...this.#secrets]);
   }
 
   /** Every password read in the last pass: what no message may carry. */
@@ -830,7 +844,7 @@ class Provisioner implements ProvisionerHandle {
         } catch (err) {
           throw new ToolError(
             "backend-failed",
-            `cannot ask the backend about ${login}: ${describeError(err, [])}`,
+            `cannot ask the backend about ${login}: ${this.#describe(err, [])}`,
           );
         }
         if (exists) {
@@ -873,7 +887,7 @@ class Provisioner implements ProvisionerHandle {
           why: known.why,
         }));
       } catch (err) {
-        throw new ToolError("backend-failed", `could not delete ${login}: ${describeError(err, [])}`, {
+        throw new ToolError("backend-failed", `could not delete ${login}: ${this.#describe(err, [])}`, {
           cause: err,
         });
       }

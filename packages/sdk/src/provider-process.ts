@@ -166,6 +166,8 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
         every,
         verifyEvery,
         logger,
+        // What it announces, journals and answers is scrubbed of the admin password, like its log.
+        secrets,
         ...(options.node === undefined ? {} : { node: options.node }),
         ...(journal === undefined ? {} : { actions: journal }),
         ...(options.failingAfter === undefined ? {} : { failingAfter: options.failingAfter }),

@@ -189,6 +189,45 @@ describe("a provider process's standings settings", () => {
 
 const MANIFEST = { name: "store", provides: { "memory-store": { receives: "/run/mesh/memory-store.json" } } };
 
+describe("a provider process's own secret", () => {
+  it("never reaches a standing, the status report or the log, even when the backend's error carries it", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-admin-secret-"));
+    const admin = "admin-secret-7f3a9c";
+    try {
+      const secret = join(dir, "app_one.secret");
+      await writeFile(secret, "consumer-password-0123456789abcdef\n", { mode: 0o600 });
+      const receives = join(dir, "memory-store.json");
+      const given = [{ as: "app_one", secret, node: "node-b", values: {}, derived: {} }];
+      await writeFile(receives, JSON.stringify({ requirement: "memory-store", given }));
+      const adapter = new MemoryAdapter("store");
+      adapter.failCreate.set("app_one", new Error(`cannot connect to memory://admin:${admin}@127.0.0.1:1/x`));
+      const said: [string, Record<string, unknown>][] = [];
+      const logger = collectingLogger();
+      const running = await startProviderProcess({
+        provider: providerOf(adapter),
+        receives,
+        adminUrl: `memory://admin:${admin}@127.0.0.1:1/x`,
+        every: 20,
+        failingAfter: 1,
+        sayAgainEvery: 3_600_000,
+        announcer: { announce: (event, body) => said.push([event, { ...body }]) },
+        logger,
+      });
+      try {
+        await until("the failing standing", () => said.some(([event]) => event === "provisioner.failing"));
+        const failing = said.find(([event]) => event === "provisioner.failing")?.[1];
+        assert.match(String(failing?.["error"]), /cannot connect to memory:/);
+        const everything = JSON.stringify([said, running.handle.status(), logger.lines]);
+        assert.ok(!everything.includes(admin), everything);
+      } finally {
+        await running.stop();
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("a provider process announcing on a real nats-server", () => {
   let authority: BusAuthority;
   let server: NatsServer;
