@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
-import { rm } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { SealError, unseal } from "@mesh/bus";
 import type { Controller } from "@mesh/controller";
-import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
+import type { FleetDir } from "./fleet-dir.ts";
+import { startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
 
 void describe("the controller publishes each node's delivery", () => {
   let mesh: TestMesh;
@@ -12,17 +11,13 @@ void describe("the controller publishes each node's delivery", () => {
   let controller: Controller;
   let a: TestNode;
   let b: TestNode;
+  let setup: FleetMesh<["node-a", "node-b"]>;
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await makeFleetDir();
-    controller = await mesh.startController(fleet.fleetFile);
-    a = await enrollNode(await controller.joinToken("node-a"));
-    b = await enrollNode(await controller.joinToken("node-b"));
+    setup = await startFleetMesh(["node-a", "node-b"]);
+    ({ mesh, fleet, controller } = setup);
+    [a, b] = setup.nodes;
   });
-  after(async () => {
-    await mesh.stop();
-    await rm(fleet.dir, { recursive: true, force: true });
-  });
+  after(() => setup.stop());
 
   void it("gives a node only the modules it runs and the consumers it provides for or runs", async () => {
     const da = await a.delivery();

@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { rm } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { connect } from "@nats-io/transport-node";
 import {
@@ -25,8 +24,14 @@ import {
   type ControllerStatus,
   type Delivery,
 } from "@mesh/controller";
-import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { enrollNode, requestEnrollment, startTestMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
+import {
+  enrollNode,
+  requestEnrollment,
+  startFleetMesh,
+  type FleetMesh,
+  type TestMesh,
+  type TestNode,
+} from "./test-mesh.ts";
 
 // A denied request is refused by the server; how fast it says so depends on the machine.
 const REFUSED_WITHIN = { timeout: 20_000 };
@@ -41,19 +46,15 @@ async function eventually(check: () => boolean, what: string, withinMs = 30_000)
 
 void describe("enrollment and what each credential may do", () => {
   let mesh: TestMesh;
-  let fleet: FleetDir;
   let controller: Controller;
   let a: TestNode;
+  let setup: FleetMesh<["node-a"]>;
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await makeFleetDir();
-    controller = await mesh.startController(fleet.fleetFile);
-    a = await enrollNode(await controller.joinToken("node-a"));
+    setup = await startFleetMesh(["node-a"]);
+    ({ mesh, controller } = setup);
+    [a] = setup.nodes;
   });
-  after(async () => {
-    await mesh.stop();
-    await rm(fleet.dir, { recursive: true, force: true });
-  });
+  after(() => setup.stop());
 
   void it("refuses an enrollment with a wrong secret, and records nothing", async () => {
     const token = await controller.joinToken("node-b");

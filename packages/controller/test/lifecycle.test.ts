@@ -8,8 +8,8 @@ import {
   UnknownConsumerError,
   type Controller,
 } from "@mesh/controller";
-import { FLEET_YAML, makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
+import { FLEET_YAML, type FleetDir } from "./fleet-dir.ts";
+import { startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
 
 /** Waits (generously: the machine is shared) until `check` holds. */
 async function eventually(check: () => Promise<boolean>, what: string, withinMs = 30_000): Promise<void> {
@@ -28,17 +28,13 @@ void describe("the controller across restarts, rotations and bad fleet files", (
   let controller: Controller;
   let a: TestNode;
   let b: TestNode;
+  let setup: FleetMesh<["node-a", "node-b"]>;
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await makeFleetDir();
-    controller = await mesh.startController(fleet.fleetFile);
-    a = await enrollNode(await controller.joinToken("node-a"));
-    b = await enrollNode(await controller.joinToken("node-b"));
+    setup = await startFleetMesh(["node-a", "node-b"]);
+    ({ mesh, fleet, controller } = setup);
+    [a, b] = setup.nodes;
   });
-  after(async () => {
-    await mesh.stop();
-    await rm(fleet.dir, { recursive: true, force: true });
-  });
+  after(() => setup.stop());
 
   void it("re-mints nothing and republishes nothing when restarted", async () => {
     const before = {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { readFile, rm } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { jetstreamManager } from "@nats-io/jetstream";
@@ -12,9 +12,8 @@ import {
   newUserKeys,
   reportSubject,
 } from "@mesh/bus";
-import type { Controller, Delivery } from "@mesh/controller";
-import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
+import type { Delivery } from "@mesh/controller";
+import { startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
 import { until } from "@mesh/testkit";
 
 /** The user public key a JWT was issued for. */
@@ -28,8 +27,6 @@ const keys = (): { bus: string; ledger: string } => ({
 
 void describe("the controller issues module credentials for the keys a node reports", () => {
   let mesh: TestMesh;
-  let fleet: FleetDir;
-  let controller: Controller;
   let a: TestNode;
   let generation = 0;
   const report = (node: TestNode, moduleKeys: unknown): void => {
@@ -44,16 +41,13 @@ void describe("the controller issues module credentials for the keys a node repo
       return jwt !== undefined && subjectOf(jwt) === bus ? d : undefined;
     });
 
+  let setup: FleetMesh<["node-a"]>;
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await makeFleetDir();
-    controller = await mesh.startController(fleet.fleetFile);
-    a = await enrollNode(await controller.joinToken("node-a"));
+    setup = await startFleetMesh(["node-a"]);
+    ({ mesh } = setup);
+    [a] = setup.nodes;
   });
-  after(async () => {
-    await mesh.stop();
-    await rm(fleet.dir, { recursive: true, force: true });
-  });
+  after(() => setup.stop());
 
   void it("issues only for a module the fleet runs on that node, for keys that are no one else's", async () => {
     const app1 = keys();

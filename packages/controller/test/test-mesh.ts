@@ -30,6 +30,7 @@ import {
 } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 
 /** A logger that keeps every line, to check what was (and was not) said. */
 export interface RecordingLogger extends BusLogger {
@@ -172,6 +173,36 @@ export async function enrollNode(token: string): Promise<TestNode> {
       const out: Record<string, string> = {};
       for (const [key, box] of Object.entries(d?.secrets ?? {})) out[key] = await unseal(box, sealKeys);
       return out;
+    },
+  };
+}
+
+/** A test mesh serving the test fleet (fleet-dir.ts), with some of its nodes enrolled. */
+export interface FleetMesh<N extends readonly string[]> {
+  readonly mesh: TestMesh;
+  readonly fleet: FleetDir;
+  readonly controller: Controller;
+  /** The enrolled nodes, in the order asked. */
+  readonly nodes: { readonly [K in keyof N]: TestNode };
+  /** Stops the mesh and removes the fleet directory. */
+  stop(): Promise<void>;
+}
+
+/** Starts a bus and a controller for a fresh test fleet, and enrolls `nodes` with their join tokens. */
+export async function startFleetMesh<const N extends readonly string[]>(nodes: N): Promise<FleetMesh<N>> {
+  const mesh = await startTestMesh();
+  const fleet = await makeFleetDir();
+  const controller = await mesh.startController(fleet.fleetFile);
+  const enrolled: TestNode[] = [];
+  for (const node of nodes) enrolled.push(await enrollNode(await controller.joinToken(node)));
+  return {
+    mesh,
+    fleet,
+    controller,
+    nodes: enrolled as unknown as { readonly [K in keyof N]: TestNode },
+    async stop() {
+      await mesh.stop();
+      await rm(fleet.dir, { recursive: true, force: true });
     },
   };
 }
