@@ -17,6 +17,7 @@ import {
   secretsOfUrl,
   ToolError,
   type ControlTool,
+  type ToolCallReply,
 } from "@mesh/sdk";
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { moduleControlPath } from "./module-launch.ts";
@@ -43,13 +44,8 @@ export interface ToolLedger {
   append(kind: LedgerKind, entry: ToolLedgerEntry): Promise<number>;
 }
 
-/**
- * The answer the agent gives the controller. `ledger`, when present, says the ledger entry was not
- * written and why.
- */
-export type ToolRunReply =
-  | { readonly ok: true; readonly answer: unknown; readonly ledger?: string }
-  | { readonly ok: false; readonly error: string; readonly code?: string; readonly ledger?: string };
+/** The answer the agent gives the controller: the sdk's one shape for a tool call's reply. */
+export type ToolRunReply = ToolCallReply;
 
 /** Why the agent did not get an answer from the module (besides the provider's own refusal codes). */
 export type ToolRunnerCode =

@@ -53,6 +53,15 @@ export type ControlResponse =
   | { readonly ok: true; readonly result: unknown }
   | { readonly ok: false; readonly error: { readonly code: ToolErrorCode; readonly message: string } };
 
+/**
+ * The answer to a tool call through the mesh, from a node's agent and from the controller's relay
+ * alike. `ledger`, when present, says the call's ledger entry was not written and why: the tool
+ * ran (or refused) all the same.
+ */
+export type ToolCallReply =
+  | { readonly ok: true; readonly answer: unknown; readonly ledger?: string }
+  | { readonly ok: false; readonly error: string; readonly code?: string; readonly ledger?: string };
+
 /** The largest request line a control socket reads; a longer one is answered `bad-request`. */
 export const MAX_REQUEST_BYTES = 64 * 1024;
 
