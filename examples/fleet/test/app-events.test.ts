@@ -2,7 +2,6 @@
 // mesh's authentication (each app on a credential compiled from its own manifest) and a private
 // Postgres for the notes: notes emits `note.created` for each note it stores, counter hears them.
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -12,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { createAuthority, credsFor, newUserKeys, type BusAuthority } from "@mesh/bus";
 import { compilePermissions, loadManifest } from "@mesh/manifest";
 import { startNats, startPostgres, type NatsServer, type PostgresServer } from "@mesh/testkit";
+import { count, killApps, startApp, waitForOutput, type RunningApp } from "./run-app.ts";
 
 const MANIFESTS = {
   notes: fileURLToPath(new URL("../notes/module.json", import.meta.url)),
@@ -25,7 +25,6 @@ let authority: BusAuthority;
 let nats: NatsServer;
 let postgres: PostgresServer;
 let dir: string;
-const children: ChildProcess[] = [];
 
 before(async () => {
   authority = await createAuthority();
@@ -54,7 +53,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const child of children) child.kill("SIGKILL");
+  killApps();
   await Promise.all([nats?.stop(), postgres?.stop()]);
   if (dir) await rm(dir, { recursive: true, force: true });
 });
@@ -78,49 +77,18 @@ async function busEnv(app: App): Promise<Record<string, string>> {
   };
 }
 
-interface Running {
-  readonly child: ChildProcess;
-  output: string;
-  readonly exited: Promise<number | null>;
-}
-
-function start(app: App, env: Record<string, string>): Running {
-  const child = spawn("node", ["--import", "tsx", "src/main.ts"], {
-    cwd: dirname(MANIFESTS[app]),
-    env: {
-      ...process.env,
-      MESH_BUS_CREDS: "",
-      MESH_MODULE: app,
-      MESH_CREDENTIALS: join(dir, `${app}-credentials`),
-      EXAMPLE_INTERVAL_MS: "300",
-      ...env,
-    },
-    stdio: ["ignore", "pipe", "pipe"],
+function start(app: App, env: Record<string, string>): RunningApp {
+  return startApp(dirname(MANIFESTS[app]), {
+    MESH_BUS_CREDS: "",
+    MESH_MODULE: app,
+    MESH_CREDENTIALS: join(dir, `${app}-credentials`),
+    EXAMPLE_INTERVAL_MS: "300",
+    ...env,
   });
-  children.push(child);
-  const running: Running = {
-    child,
-    output: "",
-    exited: new Promise((done) => child.once("exit", (code) => done(code))),
-  };
-  child.stdout?.on("data", (chunk: Buffer) => (running.output += chunk.toString("utf8")));
-  child.stderr?.on("data", (chunk: Buffer) => (running.output += chunk.toString("utf8")));
-  return running;
 }
 
-async function waitFor(app: Running, pattern: RegExp): Promise<RegExpExecArray> {
-  const deadline = Date.now() + WAIT_MS;
-  for (;;) {
-    const found = pattern.exec(app.output);
-    if (found) return found;
-    if (app.child.exitCode !== null) assert.fail(`exited before printing ${pattern}:\n${app.output}`);
-    if (Date.now() > deadline) assert.fail(`did not print ${pattern} in time:\n${app.output}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-const count = (text: string, pattern: RegExp): number =>
-  text.match(new RegExp(pattern.source, "g"))?.length ?? 0;
+const waitFor = (app: RunningApp, pattern: RegExp): Promise<RegExpExecArray> =>
+  waitForOutput(app, pattern, WAIT_MS);
 
 describe("the example apps' events", () => {
   it("with a bus credential, notes emits note.created for each note it stores and counter counts them", async () => {

@@ -3,7 +3,6 @@
 // part is played by hand through @mesh/manifest: the plan from the real mesh.yaml, credential files
 // as credentialFor writes them, and each consumer made by its provider's own adapter.
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -28,6 +27,7 @@ import {
 import { createPostgresAdapter, type PostgresAdapter } from "@mesh/provider-postgres";
 import { createRedisAdapter, type RedisNamespaceAdapter } from "@mesh/provider-redis";
 import { startPostgres, startRedis, type PostgresServer, type RedisServer } from "@mesh/testkit";
+import { count, killApps, startApp as runApp, waitForOutput, type RunningApp } from "./run-app.ts";
 import { Redis } from "ioredis";
 
 const FLEET_FILE = fileURLToPath(new URL("../mesh.yaml", import.meta.url));
@@ -41,7 +41,6 @@ let postgres: PostgresServer | undefined;
 let redis: RedisServer | undefined;
 let pgAdapter: PostgresAdapter | undefined;
 let redisAdapter: RedisNamespaceAdapter | undefined;
-const running: App[] = [];
 
 before(async () => {
   fleet = await loadFleet(FLEET_FILE);
@@ -57,7 +56,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const app of running) app.child.kill("SIGKILL");
+  killApps();
   await pgAdapter?.close();
   await redisAdapter?.close();
   await Promise.all([postgres?.stop(), redis?.stop()]);
@@ -92,56 +91,25 @@ function newPassword(): string {
   return randomBytes(24).toString("base64url");
 }
 
-/** One example app running as a child process, with everything it printed. */
-interface App {
-  readonly child: ChildProcess;
-  output: string;
-  readonly exited: Promise<number | null>;
-}
-
-function startApp(name: string, iface: string): App {
+function startApp(name: string, iface: string): RunningApp {
   const manifest = manifests.get(name);
   assert.ok(manifest?.run, `${name}'s manifest says how to run it`);
-  const child = spawn(manifest.run.command, [...manifest.run.args], {
-    cwd: dirname(resolve(manifest.file)),
-    env: {
-      ...process.env,
+  return runApp(
+    dirname(resolve(manifest.file)),
+    {
       MESH_MODULE: name,
       MESH_CREDENTIALS: dirname(credentialPath(stateDir, name, iface)),
       EXAMPLE_INTERVAL_MS: "300",
     },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const app: App = {
-    child,
-    output: "",
-    exited: new Promise((done) => child.once("exit", (code) => done(code))),
-  };
-  child.stdout?.on("data", (chunk: Buffer) => (app.output += chunk.toString("utf8")));
-  child.stderr?.on("data", (chunk: Buffer) => (app.output += chunk.toString("utf8")));
-  running.push(app);
-  return app;
+    manifest.run,
+  );
 }
 
 /** Waits until the app has printed a line matching `pattern` after `from` characters of output. */
-async function waitFor(app: App, pattern: RegExp, from = 0): Promise<RegExpExecArray> {
-  const deadline = Date.now() + WAIT_MS;
-  for (;;) {
-    const found = pattern.exec(app.output.slice(from));
-    if (found) return found;
-    if (app.child.exitCode !== null) {
-      assert.fail(`the app exited (${app.child.exitCode}) before printing ${pattern}:\n${app.output}`);
-    }
-    if (Date.now() > deadline) assert.fail(`the app did not print ${pattern} in time:\n${app.output}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const waitFor = (app: RunningApp, pattern: RegExp, from = 0): Promise<RegExpExecArray> =>
+  waitForOutput(app, pattern, WAIT_MS, from);
 
-function count(text: string, pattern: RegExp): number {
-  return text.match(new RegExp(pattern.source, "g"))?.length ?? 0;
-}
-
-async function stop(app: App): Promise<number | null> {
+async function stop(app: RunningApp): Promise<number | null> {
   app.child.kill("SIGTERM");
   return app.exited;
 }

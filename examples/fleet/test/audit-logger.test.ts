@@ -2,7 +2,6 @@
 // MESH_* variables) against a real nats-server under the mesh's authentication, with a credential
 // compiled from its own manifest. Other modules emit through the SDK; the file must hold each event.
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -12,6 +11,7 @@ import { createAuthority, credsFor, newUserKeys, type BusAuthority } from "@mesh
 import { compilePermissions, loadManifest, type Manifest } from "@mesh/manifest";
 import { connectModuleBus, type ModuleBus } from "@mesh/sdk";
 import { startNats, type NatsServer } from "@mesh/testkit";
+import { killApps, startApp, type RunningApp } from "./run-app.ts";
 
 const here = (path: string): string => fileURLToPath(new URL(path, import.meta.url));
 const MANIFESTS = {
@@ -26,7 +26,6 @@ let authority: BusAuthority;
 let server: NatsServer;
 let dir: string;
 const buses: ModuleBus[] = [];
-const children: ChildProcess[] = [];
 
 before(async () => {
   authority = await createAuthority();
@@ -35,7 +34,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const child of children) child.kill("SIGKILL");
+  killApps();
   await Promise.all(buses.map((bus) => bus.close()));
   await server?.stop();
   if (dir) await rm(dir, { recursive: true, force: true });
@@ -69,30 +68,13 @@ async function emitterOf(module: Module): Promise<ModuleBus> {
   return bus;
 }
 
-interface Running {
-  readonly child: ChildProcess;
-  output: string;
-  readonly exited: Promise<number | null>;
-}
+const start = (env: Record<string, string>): RunningApp => startApp(dirname(MANIFESTS["audit-logger"]), env);
 
-function start(env: Record<string, string>): Running {
-  const child = spawn("node", ["--import", "tsx", "src/main.ts"], {
-    cwd: dirname(MANIFESTS["audit-logger"]),
-    env: { ...process.env, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  children.push(child);
-  const running: Running = {
-    child,
-    output: "",
-    exited: new Promise((done) => child.once("exit", (code) => done(code))),
-  };
-  child.stdout?.on("data", (chunk: Buffer) => (running.output += chunk.toString("utf8")));
-  child.stderr?.on("data", (chunk: Buffer) => (running.output += chunk.toString("utf8")));
-  return running;
-}
-
-async function waitUntil(check: () => Promise<boolean> | boolean, what: string, app: Running): Promise<void> {
+async function waitUntil(
+  check: () => Promise<boolean> | boolean,
+  what: string,
+  app: RunningApp,
+): Promise<void> {
   const deadline = Date.now() + WAIT_MS;
   while (!(await check())) {
     if (app.child.exitCode !== null) assert.fail(`the audit logger exited before ${what}:\n${app.output}`);
