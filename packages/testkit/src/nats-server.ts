@@ -1,14 +1,15 @@
 // A private nats-server for tests and for the embedded default: its own directory, a free loopback
 // port, JetStream on with its store in that directory. The machine's own NATS (4222) is never used.
 // The configuration text comes from the caller (the bus package generates the mesh's), so this
-// launcher knows nothing about accounts or credentials and testkit needs no dependency on the bus.
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+// launcher knows nothing about accounts or credentials; it takes only `findNatsServer` from the bus,
+// so tests and `mesh up` run the same binary.
+import type { ChildProcess } from "node:child_process";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findNatsServer } from "@mesh/bus";
-import { freePort } from "./free-port.ts";
+import { awaitReady, onFreePort, spawnServer, terminate } from "./server-process.ts";
 
 /** Where the server will listen and keep its JetStream store, for a config that needs to say so. */
 export interface NatsPlace {
@@ -76,13 +77,6 @@ const HOST = "127.0.0.1";
 const READY_WITHIN_MS = 30_000;
 const STOP_WITHIN_MS = 15_000;
 
-// Servers still running when the process exits are killed, so a crashed or forgetful test run
-// does not leave nats-servers behind on a shared machine.
-const running = new Set<ChildProcess>();
-process.once("exit", () => {
-  for (const child of running) child.kill("SIGKILL");
-});
-
 /**
  * Starts a private nats-server (from PATH, or /usr/sbin) on a free loopback port with JetStream,
  * configured by `options.config`, and waits until it accepts connections.
@@ -102,18 +96,12 @@ export async function startNats(options: StartNatsOptions): Promise<NatsServer> 
     };
     const launch = (port: number): Promise<ChildProcess> => launchNats(binary, configFile, port, log);
 
-    // The port is free when chosen but may be taken before nats-server binds it: try a few.
-    let port = 0;
-    let child: ChildProcess | undefined;
-    for (let attempt = 1; child === undefined; attempt++) {
-      port = await freePort();
+    const started = await onFreePort(async (port) => {
       await write(options.config, port);
-      try {
-        child = await launch(port);
-      } catch (err) {
-        if (attempt >= 3) throw err;
-      }
-    }
+      return launch(port);
+    });
+    const port = started.port;
+    let child: ChildProcess | undefined = started.child;
 
     let stopped: Promise<void> | undefined;
     const alive = (): void => {
@@ -127,14 +115,14 @@ export async function startNats(options: StartNatsOptions): Promise<NatsServer> 
       configFile,
       stop() {
         stopped ??= (async () => {
-          if (child !== undefined) await terminate(child);
+          if (child !== undefined) await terminate(child, STOP_WITHIN_MS);
           await rm(dir, { recursive: true, force: true });
         })();
         return stopped;
       },
       async restart(restartOptions = {}) {
         alive();
-        if (child !== undefined) await terminate(child);
+        if (child !== undefined) await terminate(child, STOP_WITHIN_MS);
         child = undefined;
         await restartOptions.whileDown?.();
         if (restartOptions.config !== undefined) await write(restartOptions.config, port);
@@ -170,29 +158,16 @@ async function launchNats(
   log: string,
 ): Promise<ChildProcess> {
   // Command-line flags win over the config file, so the address and port are always the launcher's.
-  const child = spawn(binary, ["-c", configFile, "-a", HOST, "-p", String(port), "-l", log], {
-    stdio: "ignore",
+  const server = spawnServer(binary, ["-c", configFile, "-a", HOST, "-p", String(port), "-l", log]);
+  return awaitReady(server, {
+    probe: () => readInfo(port),
+    ready: (reply) => reply.startsWith("INFO "),
+    expected: "INFO",
+    withinMs: READY_WITHIN_MS,
+    stopWithinMs: STOP_WITHIN_MS,
+    log,
+    fail: (detail) => new NatsStartError(port, detail),
   });
-  running.add(child);
-  child.once("exit", () => running.delete(child));
-  const exited = new Promise<string>((resolve) => {
-    child.once("exit", (code, signal) => resolve(`exited (${code ?? signal})`));
-    child.on("error", (err) => resolve(`could not run ${binary}: ${err.message}`));
-  });
-
-  const deadline = Date.now() + READY_WITHIN_MS;
-  for (;;) {
-    const reply = await Promise.race([exited, readInfo(port).catch(() => "")]);
-    if (reply.startsWith("INFO ")) return child;
-    if (reply.startsWith("exited") || reply.startsWith("could not")) {
-      throw new NatsStartError(port, `${reply}; log: ${await logTail(log)}`);
-    }
-    if (Date.now() > deadline) {
-      await terminate(child);
-      throw new NatsStartError(port, `no INFO within ${READY_WITHIN_MS} ms; log: ${await logTail(log)}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 /**
@@ -215,22 +190,4 @@ function readInfo(port: number): Promise<string> {
     socket.on("error", reject);
     socket.on("close", () => resolve(text));
   });
-}
-
-async function terminate(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), STOP_WITHIN_MS);
-  await exited;
-  clearTimeout(timer);
-}
-
-async function logTail(log: string): Promise<string> {
-  try {
-    const text = await readFile(log, "utf8");
-    return text.trim().split("\n").slice(-5).join(" | ") || "(empty)";
-  } catch {
-    return "(no log)";
-  }
 }

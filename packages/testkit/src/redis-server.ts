@@ -1,14 +1,14 @@
 // A private Redis for tests: its own directory, a free loopback port, authentication on, nothing
 // saved to disk. The machine's own Redis (6379) is never used: tests must tell a right password from
 // a wrong one and must be free to break, restart and fill their server.
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { constants } from "node:fs";
-import { access, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { access, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { freePort } from "./free-port.ts";
+import { awaitReady, onFreePort, spawnServer, terminate } from "./server-process.ts";
 
 /** How to start a private Redis. */
 export interface StartRedisOptions {
@@ -63,13 +63,6 @@ const ADMIN = "admin";
 const READY_WITHIN_MS = 30_000;
 const STOP_WITHIN_MS = 10_000;
 
-// Servers still running when the test process exits are killed, so a crashed or forgetful test run
-// does not leave redis-servers behind on a shared machine.
-const running = new Set<ChildProcess>();
-process.once("exit", () => {
-  for (const child of running) child.kill("SIGKILL");
-});
-
 /**
  * Starts a private redis-server from PATH on a free loopback port with authentication on: the
  * `default` user is disabled and an `admin` user with a random password may do everything.
@@ -97,17 +90,9 @@ export async function startRedis(options: StartRedisOptions = {}): Promise<Redis
     }
     const launch = (port: number): Promise<ChildProcess> => launchRedis(binary, config, dir, port, password);
 
-    // The port is free when chosen but may be taken before redis-server binds it: try a few.
-    let port = 0;
-    let child: ChildProcess | undefined;
-    for (let attempt = 1; child === undefined; attempt++) {
-      port = await freePort();
-      try {
-        child = await launch(port);
-      } catch (err) {
-        if (attempt >= 3) throw err;
-      }
-    }
+    const started = await onFreePort(launch);
+    const port = started.port;
+    let child: ChildProcess | undefined = started.child;
 
     let stopped: Promise<void> | undefined;
     return {
@@ -117,7 +102,7 @@ export async function startRedis(options: StartRedisOptions = {}): Promise<Redis
       aclFile,
       stop() {
         stopped ??= (async () => {
-          if (child !== undefined) await terminate(child);
+          if (child !== undefined) await terminate(child, STOP_WITHIN_MS);
           await rm(dir, { recursive: true, force: true });
         })();
         return stopped;
@@ -125,7 +110,7 @@ export async function startRedis(options: StartRedisOptions = {}): Promise<Redis
       async restart(restartOptions = {}) {
         if (stopped !== undefined)
           throw new Error(`redis-server on ${HOST}:${port} was stopped; start another`);
-        if (child !== undefined) await terminate(child);
+        if (child !== undefined) await terminate(child, STOP_WITHIN_MS);
         child = undefined;
         await restartOptions.whileDown?.();
         child = await launch(port);
@@ -160,52 +145,32 @@ async function launchRedis(
   password: string,
 ): Promise<ChildProcess> {
   const log = join(dir, "redis.log");
-  const child = spawn(
-    binary,
-    [
-      config,
-      "--bind",
-      HOST,
-      "--port",
-      String(port),
-      "--save",
-      "",
-      "--appendonly",
-      "no",
-      "--dir",
-      dir,
-      "--daemonize",
-      "no",
-      "--logfile",
-      log,
-    ],
-    { stdio: "ignore" },
-  );
-  running.add(child);
-  child.once("exit", () => running.delete(child));
-  const exited = new Promise<string>((resolve) => {
-    child.once("exit", (code, signal) => resolve(`exited (${code ?? signal})`));
-    child.on("error", (err) => resolve(`could not run ${binary}: ${err.message}`));
+  const server = spawnServer(binary, [
+    config,
+    "--bind",
+    HOST,
+    "--port",
+    String(port),
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--dir",
+    dir,
+    "--daemonize",
+    "no",
+    "--logfile",
+    log,
+  ]);
+  return awaitReady(server, {
+    probe: () => pingAsAdmin(port, password),
+    ready: (reply) => reply.includes("+PONG"),
+    expected: "PONG",
+    withinMs: READY_WITHIN_MS,
+    stopWithinMs: STOP_WITHIN_MS,
+    log,
+    fail: (detail) => new RedisStartError(port, detail),
   });
-
-  const deadline = Date.now() + READY_WITHIN_MS;
-  for (;;) {
-    const reply = await Promise.race([exited, pingAsAdmin(port, password).catch(() => "")]);
-    if (reply.includes("+PONG")) return child;
-    if (
-      child.exitCode !== null ||
-      child.signalCode !== null ||
-      reply.startsWith("exited") ||
-      reply.startsWith("could not")
-    ) {
-      throw new RedisStartError(port, `${reply}; log: ${await logTail(log)}`);
-    }
-    if (Date.now() > deadline) {
-      await terminate(child);
-      throw new RedisStartError(port, `no PONG within ${READY_WITHIN_MS} ms; log: ${await logTail(log)}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 /** Sends AUTH and PING as RESP arrays, then QUIT, and returns everything the server said. */
@@ -223,22 +188,4 @@ function pingAsAdmin(port: number, password: string): Promise<string> {
     socket.on("error", reject);
     socket.on("close", () => resolve(reply));
   });
-}
-
-async function terminate(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), STOP_WITHIN_MS);
-  await exited;
-  clearTimeout(timer);
-}
-
-async function logTail(log: string): Promise<string> {
-  try {
-    const text = await readFile(log, "utf8");
-    return text.trim().split("\n").slice(-5).join(" | ") || "(empty)";
-  } catch {
-    return "(no log)";
-  }
 }
