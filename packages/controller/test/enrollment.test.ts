@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { until } from "@mesh/testkit";
 import { after, before, describe, it } from "node:test";
 import { connect } from "@nats-io/transport-node";
 import {
@@ -36,13 +37,8 @@ import {
 // A denied request is refused by the server; how fast it says so depends on the machine.
 const REFUSED_WITHIN = { timeout: 20_000 };
 
-async function eventually(check: () => boolean, what: string, withinMs = 30_000): Promise<void> {
-  const deadline = Date.now() + withinMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+/** Waits (generously: the machine is shared) until `check` holds; the testkit's `until` polls. */
+const eventually = (check: () => boolean, what: string): Promise<unknown> => until(what, check, 30);
 
 void describe("enrollment and what each credential may do", () => {
   let mesh: TestMesh;

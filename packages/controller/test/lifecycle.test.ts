@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
+import { until } from "@mesh/testkit";
 import { after, before, describe, it } from "node:test";
 import {
   CONTROLLER_KEYS_FILE,
@@ -11,14 +12,8 @@ import {
 import { FLEET_YAML, type FleetDir } from "./fleet-dir.ts";
 import { startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
 
-/** Waits (generously: the machine is shared) until `check` holds. */
-async function eventually(check: () => Promise<boolean>, what: string, withinMs = 30_000): Promise<void> {
-  const deadline = Date.now() + withinMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+/** Waits (generously: the machine is shared) until `check` holds; the testkit's `until` polls. */
+const eventually = (check: () => Promise<boolean>, what: string): Promise<unknown> => until(what, check, 30);
 
 const WITH_APP4 = `${FLEET_YAML}  app4: { manifest: ./app4/module.json, node: node-a }\n`;
 

@@ -1,7 +1,6 @@
 // The standings book: newest per (provider module, consumer), what it refuses, how it stays bounded;
 // and, against a real nats-server, that only a module itself can say something in its own name.
 import assert from "node:assert/strict";
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { closeBus, connectBus, credsFor, newUserKeys } from "@mesh/bus";
@@ -13,9 +12,16 @@ import {
   type FailingStatus,
 } from "@mesh/controller";
 import { compilePermissions, eventSubject, loadManifest } from "@mesh/manifest";
+import { until } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { recordingLogger, startTestMesh, type RecordingLogger, type TestMesh } from "./test-mesh.ts";
+import type { FleetDir } from "./fleet-dir.ts";
+import {
+  recordingLogger,
+  startFleetMesh,
+  type FleetMesh,
+  type RecordingLogger,
+  type TestMesh,
+} from "./test-mesh.ts";
 
 const encode = (body: unknown): Uint8Array => new TextEncoder().encode(JSON.stringify(body));
 const FAILING = "mesh.events.postgres.provisioner.failing";
@@ -254,14 +260,8 @@ describe("the standings book", () => {
   });
 });
 
-/** Waits (generously: the machine is shared) until `check` holds. */
-async function eventually(check: () => boolean, what: string, withinMs = 30_000): Promise<void> {
-  const deadline = Date.now() + withinMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+/** Waits (generously: the machine is shared) until `check` holds; the testkit's `until` polls. */
+const eventually = (check: () => boolean, what: string): Promise<unknown> => until(what, check, 30);
 
 describe("standings through a real nats-server", () => {
   let mesh: TestMesh;
@@ -271,10 +271,11 @@ describe("standings through a real nats-server", () => {
   let postgresLog: RecordingLogger;
   let loginOf: (consumer: string, provider: string) => string;
 
+  let setup: FleetMesh<[]> | undefined;
+
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await makeFleetDir();
-    controller = await mesh.startController(fleet.fleetFile);
+    setup = await startFleetMesh([]);
+    ({ mesh, fleet, controller } = setup);
     loginOf = (consumer, provider) => {
       const entry = controller
         .current()
@@ -302,8 +303,7 @@ describe("standings through a real nats-server", () => {
 
   after(async () => {
     if (postgres) await closeBus(postgres);
-    await mesh?.stop();
-    if (fleet) await rm(fleet.dir, { recursive: true, force: true });
+    await setup?.stop();
   });
 
   const failingOf = (provider: string): FailingStatus[] =>
