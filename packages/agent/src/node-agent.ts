@@ -97,6 +97,11 @@ export class NodeAgent {
     return { ...this.#report(), connected: this.#connected };
   }
 
+  /** The modules this node supervises now, by name (what `status()` lists, without reading a file). */
+  modules(): string[] {
+    return this.#supervisor.statuses().map((s) => s.name);
+  }
+
   /** Stops following, stops every module, sends a last report and closes the bus connection. */
   async stop(): Promise<void> {
     if (this.#stopped) return;

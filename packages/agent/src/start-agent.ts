@@ -137,7 +137,8 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
     timings,
   });
   agent.run();
-  const modules = () => agent.status().modules.map((m) => m.name);
+  // Asked on every tool call and every journal pass: not `status()`, which reads each module's metrics.url.
+  const modules = () => agent.modules();
   const journals = new JournalFollowers({ node, stateDir, ledgers, logger, modules });
   const tools = serveTools({
     nc,
