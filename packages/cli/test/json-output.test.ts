@@ -9,13 +9,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { createAuthority, credsFor, newUserKeys } from "@mesh/bus";
-import { OPERATOR_IDENTITY, operatorPermissions, startController, type Controller } from "@mesh/controller";
+import { createAuthority } from "@mesh/bus";
+import { startController, type Controller } from "@mesh/controller";
 import { serveControl, type ControlServer, type ProvisionerTools, type StatusReport } from "@mesh/sdk";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { PlanReport } from "../src/plan-command.ts";
 import type { StatusAnswer } from "../src/status-command.ts";
-import { meshInProcess, type InProcessRun as Run } from "./run-mesh.ts";
+import { meshInProcess, writeOperatorState, type InProcessRun as Run } from "./run-mesh.ts";
 
 const root = fileURLToPath(new URL("../../../", import.meta.url));
 const FLEET = join(root, "examples", "fleet", "mesh.yaml");
@@ -76,14 +76,7 @@ describe("--json on every command that reads", { timeout: 60_000 }, () => {
       logger: { info: () => {}, warn: () => {}, error: () => {} },
       watch: false,
     });
-    const operator = newUserKeys();
-    const jwt = await authority.issueUser({
-      name: OPERATOR_IDENTITY,
-      publicKey: operator.publicKey,
-      permissions: operatorPermissions(),
-    });
-    await writeFile(join(state, "operator.creds"), credsFor(jwt, operator.seed), { mode: 0o600 });
-    await writeFile(join(state, "bus.json"), JSON.stringify({ servers: [nats.url] }));
+    await writeOperatorState(authority, state, nats.url);
 
     socket = join(dir, "postgres.sock");
     const tools: ProvisionerTools = {

@@ -14,10 +14,10 @@ import {
   newUserKeys,
   type LedgerRecord,
 } from "@mesh/bus";
-import { OPERATOR_IDENTITY, operatorPermissions, startController, type Controller } from "@mesh/controller";
+import { startController, type Controller } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import { formatLedger } from "../src/ledger-command.ts";
-import { meshInProcess, runMesh, type InProcessRun } from "./run-mesh.ts";
+import { meshInProcess, runMesh, writeOperatorState, type InProcessRun } from "./run-mesh.ts";
 
 // In this process (a spawned mesh costs seconds to start): what it prints, and its exit code.
 const mesh = (args: readonly string[]): Promise<InProcessRun> =>
@@ -56,14 +56,7 @@ void describe("mesh ledger shows a module's ledger as a timeline", () => {
       logger: { info: () => {}, warn: () => {}, error: () => {} },
       watch: false,
     });
-    const operator = newUserKeys();
-    const jwt = await authority.issueUser({
-      name: OPERATOR_IDENTITY,
-      publicKey: operator.publicKey,
-      permissions: operatorPermissions(),
-    });
-    await writeFile(join(state, "operator.creds"), credsFor(jwt, operator.seed), { mode: 0o600 });
-    await writeFile(join(state, "bus.json"), JSON.stringify({ servers: [nats.url] }));
+    await writeOperatorState(authority, state, nats.url);
 
     // What a provider and the tools through the mesh leave in postgres's ledger.
     const keys = newUserKeys();

@@ -2,8 +2,12 @@
 // commands in this process (a spawned mesh costs seconds to start, most of a CLI test's time).
 
 import { type ChildProcess, spawn } from "node:child_process";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
+import { credsFor, newUserKeys, type BusAuthority } from "@mesh/bus";
+import { OPERATOR_IDENTITY, operatorPermissions } from "@mesh/controller";
 import { runCli } from "../src/cli.ts";
 import type { CliIo } from "../src/io.ts";
 
@@ -138,4 +142,24 @@ export async function meshInProcess(args: readonly string[], io: Partial<CliIo> 
     },
   });
   return { code, stdout, stderr };
+}
+
+/**
+ * Writes what `mesh up` leaves in `state` for an operator's shell: `operator.creds` (0600, an operator
+ * credential from `authority`) and `bus.json` (where the bus is), so `mesh status`, `mesh ledger`
+ * and `mesh tool` can ask the controller on `servers`.
+ */
+export async function writeOperatorState(
+  authority: BusAuthority,
+  state: string,
+  servers: string,
+): Promise<void> {
+  const keys = newUserKeys();
+  const jwt = await authority.issueUser({
+    name: OPERATOR_IDENTITY,
+    publicKey: keys.publicKey,
+    permissions: operatorPermissions(),
+  });
+  await writeFile(join(state, "operator.creds"), credsFor(jwt, keys.seed), { mode: 0o600 });
+  await writeFile(join(state, "bus.json"), JSON.stringify({ servers: [servers] }));
 }

@@ -1,16 +1,16 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { closeBus, connectBus, createAuthority, credsFor, newUserKeys, type BusPermissions } from "@mesh/bus";
-import { OPERATOR_IDENTITY, operatorPermissions, TOOL_REQUEST_SUBJECT } from "@mesh/controller";
+import { TOOL_REQUEST_SUBJECT } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { CleanupEntry, ControlServer, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
 import { ToolError, serveControl } from "@mesh/sdk";
-import { MESH_BIN, cleanEnv, meshInProcess, type InProcessRun } from "./run-mesh.ts";
+import { MESH_BIN, cleanEnv, meshInProcess, writeOperatorState, type InProcessRun } from "./run-mesh.ts";
 
 const STATUS: StatusReport = {
   interface: "postgres-database",
@@ -377,10 +377,7 @@ describe("mesh tool MODULE TOOL, through the mesh", () => {
       const jwt = await authority.issueUser({ name, publicKey: keys.publicKey, permissions });
       return credsFor(jwt, keys.seed);
     };
-    await writeFile(join(state, "operator.creds"), await issue(OPERATOR_IDENTITY, operatorPermissions()), {
-      mode: 0o600,
-    });
-    await writeFile(join(state, "bus.json"), JSON.stringify({ servers: [nats.url] }));
+    await writeOperatorState(authority, state, nats.url);
     controller = await connectBus({
       servers: nats.url,
       creds: await issue("controller", { pub: { allow: [">"] }, sub: { allow: [">"] } }),
