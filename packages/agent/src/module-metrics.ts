@@ -1,5 +1,5 @@
 // Where each running module serves its metrics, as it said in its metrics.url: read at every
-// report, so a provider's URL reaches the controller without the agent watching the file.
+// report (the agent also watches the files, so a new URL is reported at once, not at the next tick).
 import { closeSync, openSync, readSync } from "node:fs";
 import { METRICS_URL_MAX_LENGTH, metricsUrlOf, metricsUrlPath } from "@mesh/sdk";
 import type { ModuleStatus } from "./module-process.ts";
