@@ -1,7 +1,7 @@
 // The action log of a provider run by the agent: one JSON line per action, appended and synced to a
 // file beside the module's other files. The agent follows that file into the module's ledger, so
 // what the loop did survives the provider, the agent and the bus being away, in that order.
-import { mkdir, open } from "node:fs/promises";
+import { mkdir, open, type FileHandle } from "node:fs/promises";
 import { dirname, isAbsolute, join } from "node:path";
 import { assertModuleName, StateDirError } from "@mesh/manifest";
 import type { ActionEntry, ActionLog, Logger } from "./collaborators.ts";
@@ -47,9 +47,8 @@ export class ActionJournal implements ActionLog {
 
   async #write(line: string): Promise<void> {
     try {
-      await mkdir(dirname(this.path), { recursive: true, mode: 0o700 });
       // One write of a whole line in append mode: a reader never sees half a line followed by another.
-      const file = await open(this.path, "a", 0o600);
+      const file = await this.#open();
       try {
         await file.write(line);
         await file.sync();
@@ -62,6 +61,17 @@ export class ActionJournal implements ActionLog {
       }
     } catch (err) {
       this.#failed(err);
+    }
+  }
+
+  /** The journal opened to append; its directory is made only when it is missing, not at every line. */
+  async #open(): Promise<FileHandle> {
+    try {
+      return await open(this.path, "a", 0o600);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+      await mkdir(dirname(this.path), { recursive: true, mode: 0o700 });
+      return await open(this.path, "a", 0o600);
     }
   }
 
