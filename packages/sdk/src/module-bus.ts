@@ -113,6 +113,9 @@ const ENV_VARIABLES = {
   MESH_MODULE: { option: "module", what: "this module's name in the fleet" },
 } as const;
 
+/** The variables the agent sets for every module it runs, and `connectModuleBus` reads. */
+export const MODULE_BUS_VARIABLES = Object.keys(ENV_VARIABLES) as readonly (keyof typeof ENV_VARIABLES)[];
+
 /** A variable the agent sets for every module it runs is missing, and no option stands in for it. */
 export class ModuleBusNotConfiguredError extends Error {
   override name = "ModuleBusNotConfiguredError";

@@ -12,7 +12,7 @@ import { metricsUrlPath, removeMetricsUrl, writeMetricsUrl } from "./metrics-url
 import type { ProvisionerHandle } from "./harness.ts";
 import { runProvisioner } from "./harness.ts";
 import { ActionJournal, actionJournalPath } from "./action-journal.ts";
-import { connectModuleBus } from "./module-bus.ts";
+import { connectModuleBus, MODULE_BUS_VARIABLES } from "./module-bus.ts";
 import type { ProviderModule } from "./provider.ts";
 import type { ProvisionerTools } from "./tools.ts";
 import { ToolError } from "./tools.ts";
@@ -394,15 +394,6 @@ export function resolveProviderSettings(
   };
 }
 
-/** The variables the agent hands every module for its bus. */
-const BUS_VARIABLES = [
-  "MESH_BUS_SERVERS",
-  "MESH_BUS_CREDS",
-  "MESH_MANIFEST",
-  "MESH_SEATS",
-  "MESH_MODULE",
-] as const;
-
 /**
  * The bus variables of `env` (MESH_BUS_SERVERS, MESH_BUS_CREDS, MESH_MANIFEST, MESH_SEATS,
  * MESH_MODULE, those that are set) when it holds a bus credential: MESH_BUS_CREDS and
@@ -414,7 +405,7 @@ export function busEnvOf(
   const set = (name: string): boolean => (env[name] ?? "").trim() !== "";
   if (!set("MESH_BUS_CREDS") || !set("MESH_BUS_SERVERS")) return undefined;
   const bus: Record<string, string> = {};
-  for (const name of BUS_VARIABLES) {
+  for (const name of MODULE_BUS_VARIABLES) {
     const value = env[name];
     if (value !== undefined) bus[name] = value;
   }
