@@ -247,6 +247,18 @@ async function run(
     return next;
   };
 
+  // Publishes `node`'s delivery from the fleet being served, saying so when it changed.
+  const publishNode = async (node: string): Promise<Published> => {
+    const result = await deliveries.publish(
+      node,
+      current,
+      enrolled.get(node),
+      credentials.forNode(node, current),
+    );
+    if (result.changed) log.info(`published generation ${result.generation} of node ${node}'s delivery`);
+    return result;
+  };
+
   const publishAll = async (): Promise<ReloadOutcome> => {
     const before = passwords.minted;
     await passwords.ensureAll(planEntries(current.plan));
@@ -258,16 +270,8 @@ async function run(
     // A node gone from the fleet and never enrolled may still hold credentials: they are revoked.
     for (const node of new Set([...nodes, ...credentials.nodes()])) await syncCredentials(node);
     for (const node of nodes) {
-      const result = await deliveries.publish(
-        node,
-        current,
-        enrolled.get(node),
-        credentials.forNode(node, current),
-      );
-      if (result.changed) {
-        published.push(result);
-        log.info(`published generation ${result.generation} of node ${node}'s delivery`);
-      }
+      const result = await publishNode(node);
+      if (result.changed) published.push(result);
     }
     await revokeRetired();
     return { published, minted };
@@ -308,13 +312,7 @@ async function run(
     exclusive(async () => {
       syncing.delete(node);
       await syncCredentials(node);
-      const result = await deliveries.publish(
-        node,
-        current,
-        enrolled.get(node),
-        credentials.forNode(node, current),
-      );
-      if (result.changed) log.info(`published generation ${result.generation} of node ${node}'s delivery`);
+      await publishNode(node);
       await revokeRetired();
     }).catch((err: unknown) =>
       log.error(`node ${node}'s delivery could not be published: ${(err as Error).message}`),
@@ -414,14 +412,7 @@ async function run(
             await nodesState.put(record.node, record);
             enrolled.set(record.node, record);
             log.info(`node ${record.node} enrolled (NATS key ${record.natsPublicKey})`);
-            const result = await deliveries.publish(
-              record.node,
-              current,
-              record,
-              credentials.forNode(record.node, current),
-            );
-            if (result.changed)
-              log.info(`published generation ${result.generation} of node ${record.node}'s delivery`);
+            await publishNode(record.node);
           }),
       },
       data,
@@ -431,16 +422,10 @@ async function run(
   });
   serve(STATUS_SUBJECT, true, () => Promise.resolve(status()));
   // Apart from `serve`, which answers one at a time: a slow delete must not hold up the next tool.
-  const tools = serveToolRelay({
-    nc,
-    logger: log,
-    queue: QUEUE,
-    fleet: () => current,
-    isEnrolled: (node) => enrolled.has(node),
-  });
-  serve(LEDGER_READ_SUBJECT, true, (data) =>
-    answerLedgerRead(nc, data, (module) => current.modules.some((m) => m.name === module)),
-  );
+  const relaySources = { fleet: () => current, isEnrolled: (node: string) => enrolled.has(node) };
+  const tools = serveToolRelay({ nc, logger: log, queue: QUEUE, ...relaySources });
+  const isFleetModule = (module: string): boolean => current.modules.some((m) => m.name === module);
+  serve(LEDGER_READ_SUBJECT, true, (data) => answerLedgerRead(nc, data, isFleetModule));
   // `mesh plan` compares a fleet file with what is served; it reads, never changes.
   serve(SERVED_FLEET_SUBJECT, true, async () => ({
     ok: true,
@@ -517,12 +502,9 @@ async function run(
     },
     status,
     // The dashboard's way in: the same relay and ledger read as the operator's requests on the bus.
-    tool: (call) =>
-      relayToolCall(nc, call, { fleet: () => current, isEnrolled: (node) => enrolled.has(node) }),
+    tool: (call) => relayToolCall(nc, call, relaySources),
     ledger: (module, limit) =>
-      answerLedgerRead(nc, new TextEncoder().encode(JSON.stringify({ module, limit })), (m) =>
-        current.modules.some((x) => x.name === m),
-      ),
+      answerLedgerRead(nc, new TextEncoder().encode(JSON.stringify({ module, limit })), isFleetModule),
     stop() {
       stopped ??= (async () => {
         watcher?.close();
