@@ -19,11 +19,9 @@ import {
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 
-/** A module's ledger credential as the `ledgers` secret holds it. */
-export interface LedgerCredential {
-  readonly jwt: string;
-  readonly seed: string;
-}
+import type { LedgerCredential } from "../src/module-keys.ts";
+
+export type { LedgerCredential };
 
 export interface LedgerMesh {
   readonly server: NatsServer;
