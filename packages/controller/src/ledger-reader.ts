@@ -43,7 +43,20 @@ export async function answerLedgerRead(
   } catch {
     return { ok: false, error: "the ledger read is not JSON: send {module, limit}" };
   }
-  const { module, limit: asked } = (body ?? {}) as { module?: unknown; limit?: unknown };
+  return readLedgerFor(nc, (body ?? {}) as Record<string, unknown>, isFleetModule);
+}
+
+/**
+ * Answers one ledger read already decoded (`answerLedgerRead` without the JSON), as the dashboard
+ * asks in-process; checks `request` the same way.
+ * @throws nothing: every failure is an `{ok: false, error}` that says what to do.
+ */
+export async function readLedgerFor(
+  nc: NatsConnection,
+  request: LedgerReadRequest | Readonly<Record<string, unknown>>,
+  isFleetModule: (module: string) => boolean,
+): Promise<LedgerReadReply> {
+  const { module, limit: asked } = request as { module?: unknown; limit?: unknown };
   if (typeof module !== "string" || module === "") {
     return { ok: false, error: "the ledger read names no module: send {module, limit}" };
   }

@@ -27,7 +27,7 @@ import { planEntries } from "@mesh/manifest";
 import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";
-import { answerLedgerRead, type LedgerReadReply } from "./ledger-reader.ts";
+import { answerLedgerRead, readLedgerFor, type LedgerReadReply } from "./ledger-reader.ts";
 import { accountUpdates, ModuleCredentials } from "./module-credentials.ts";
 import { NodeDeliveries, type Published } from "./node-deliveries.ts";
 import {
@@ -503,8 +503,7 @@ async function run(
     status,
     // The dashboard's way in: the same relay and ledger read as the operator's requests on the bus.
     tool: (call) => relayToolCall(nc, call, relaySources),
-    ledger: (module, limit) =>
-      answerLedgerRead(nc, new TextEncoder().encode(JSON.stringify({ module, limit })), isFleetModule),
+    ledger: (module, limit) => readLedgerFor(nc, { module, limit }, isFleetModule),
     stop() {
       stopped ??= (async () => {
         watcher?.close();
