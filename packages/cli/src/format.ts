@@ -1,5 +1,4 @@
 // Plain-text tables and sizes for people; `--json` gives scripts the raw answers instead.
-import { redactUrl } from "@mesh/sdk";
 
 /** Colours a table's cell (see `paintFor`); given the cell's text, its row (0: the first under the header) and column. */
 export type CellStyle = (cell: string, row: number, column: number) => string;
@@ -57,26 +56,4 @@ export function formatTime(iso: string | null | undefined): string {
   return at.toISOString().replace(/\.\d{3}Z$/, "Z");
 }
 
-// `scheme://…` up to whitespace or a closing quote or bracket: a URL inside an error's text.
-const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:\/\/[^\s"'<>()[\]{}]+/gi;
-
-/**
- * `text` with the password of every URL in it masked. The providers scrub what they say already;
- * this keeps a URL a driver wrote into its error from being shown whole all the same.
- */
-export function maskUrls(text: string): string {
-  return text.replace(URL_IN_TEXT, (url) => redactUrl(url));
-}
-
-/**
- * `value` with every string in it masked (see `maskUrls`): for what the mesh answers (a ledger, a
- * tool's answer or refusal) before it is printed, as text or as JSON.
- */
-export function maskDeep<T>(value: T): T {
-  if (typeof value === "string") return maskUrls(value) as T;
-  if (Array.isArray(value)) return value.map((v: unknown) => maskDeep(v)) as T;
-  if (typeof value === "object" && value !== null) {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, maskDeep(v)])) as T;
-  }
-  return value;
-}
+export { maskDeep, maskUrls } from "@mesh/sdk";

@@ -4,6 +4,7 @@
 // says what is said. Newest wins, so a message that arrives late never undoes a newer one.
 import { EVENTS_PREFIX, isModuleName, type Plan } from "@mesh/manifest";
 import type { BusLogger } from "@mesh/bus";
+import { maskUrls } from "@mesh/sdk";
 import { z } from "zod";
 
 /** What the controller subscribes to for standings: every module's `provisioner.*` events. */
@@ -173,7 +174,9 @@ export class StandingsBook {
         login: b.consumer,
         node: b.node ?? null,
         class: b.class,
-        error: oneLine(b.error),
+        // Providers scrub their own secrets; a URL a driver wrote into the error is masked here,
+        // once, so no reader (status, dashboard, metrics) shows it whole.
+        error: maskUrls(oneLine(b.error)),
         since: new Date(Date.parse(b.since)).toISOString(),
         attempts: b.attempts,
         at: new Date(time).toISOString(),

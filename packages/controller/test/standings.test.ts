@@ -83,6 +83,16 @@ describe("the standings book", () => {
     assert.match(s?.error ?? "", /password authentication failed/);
   });
 
+  it("masks the password of a URL a driver wrote into the error, once, as it takes the standing in", () => {
+    const { book } = bookAt();
+    const error = "connect ECONNREFUSED postgres://mesh_admin:Hunter2-secret@db:5432/postgres";
+    const body = failing("app1_postgres", "2026-01-01T10:05:00Z", { error });
+    assert.equal(book.take("mesh.events.postgres.provisioner.failing", encode(body)), "failing");
+    const kept = JSON.stringify(book.failing());
+    assert.ok(!kept.includes("Hunter2-secret"), kept);
+    assert.match(kept, /postgres:\/\/mesh_admin:\*\*\*@db:5432/);
+  });
+
   it("the newest word wins: an older message arriving late changes nothing", () => {
     const { book } = bookAt();
     book.take(FAILING, encode(failing("app1_postgres", "2026-01-01T10:20:00Z", { attempts: 200 })));

@@ -134,3 +134,27 @@ export function redactingLogger(logger: Logger, secrets: readonly string[]): Log
     error: (message) => logger.error(scrub(message)),
   };
 }
+
+// `scheme://…` up to whitespace or a closing quote or bracket: a URL inside an error's text.
+const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:\/\/[^\s"'<>()[\]{}]+/gi;
+
+/**
+ * `text` with the password of every URL in it masked (`redactUrl`). The providers scrub what they
+ * say already; this keeps a URL a driver wrote into its error from being shown whole all the same.
+ */
+export function maskUrls(text: string): string {
+  return text.replace(URL_IN_TEXT, (url) => redactUrl(url));
+}
+
+/**
+ * `value` with every string in it masked (see `maskUrls`): for what the mesh passes on (a standing,
+ * a ledger, a tool's answer or refusal) before it is kept, shown or printed.
+ */
+export function maskDeep<T>(value: T): T {
+  if (typeof value === "string") return maskUrls(value) as T;
+  if (Array.isArray(value)) return value.map((v: unknown) => maskDeep(v)) as T;
+  if (typeof value === "object" && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, maskDeep(v)])) as T;
+  }
+  return value;
+}

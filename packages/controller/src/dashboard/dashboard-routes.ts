@@ -11,12 +11,8 @@ import { isModuleName } from "@mesh/manifest";
 import type { HttpRoute } from "../http-server.ts";
 import { DEFAULT_LEDGER_LIMIT, MAX_LEDGER_LIMIT } from "../ledger-reader.ts";
 import { RELAY_UNANSWERED_CODES, type ToolReply } from "../tool-relay.ts";
-import {
-  DashboardView,
-  maskDeep,
-  type DashboardSources,
-  type DashboardViewOptions,
-} from "./dashboard-state.ts";
+import { maskDeep } from "@mesh/sdk";
+import { DashboardView, type DashboardSources, type DashboardViewOptions } from "./dashboard-state.ts";
 
 /** How to serve the dashboard. */
 export interface DashboardOptions extends DashboardViewOptions {

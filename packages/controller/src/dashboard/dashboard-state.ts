@@ -3,7 +3,7 @@
 // `mesh tool`. A provider that does not answer is shown as such, never as an error page: its
 // consumers are then listed from the plan, with what the standings on the bus say of them.
 import type { ConsumerState, RetireList, StatusReport } from "@mesh/sdk";
-import { metricsUrlOf, redactUrl } from "@mesh/sdk";
+import { maskDeep, metricsUrlOf } from "@mesh/sdk";
 import { DEFAULT_SILENT_AFTER_MS } from "../controller-metrics.ts";
 import type { ControllerStatus, FailingStatus } from "../controller-status.ts";
 import type { FleetPlan } from "../fleet-plan.ts";
@@ -466,20 +466,4 @@ function asRetireList(answer: unknown): RetireList | undefined {
     held: typeof r.held === "number" ? r.held : 0,
     reason: typeof r.reason === "string" ? r.reason : "",
   };
-}
-
-// `scheme://…` up to whitespace or a closing quote or bracket: a URL inside an error's text.
-const URL_IN_TEXT = /[a-z][a-z0-9+.-]*:\/\/[^\s"'<>()[\]{}]+/gi;
-
-/**
- * `value` with the password of every URL in every string masked. The providers and agents scrub
- * what they say already; this keeps a URL a driver wrote into an error from reaching a page whole.
- */
-export function maskDeep<T>(value: T): T {
-  if (typeof value === "string") return value.replace(URL_IN_TEXT, (url) => redactUrl(url)) as T;
-  if (Array.isArray(value)) return value.map((v: unknown) => maskDeep(v)) as T;
-  if (typeof value === "object" && value !== null) {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, maskDeep(v)])) as T;
-  }
-  return value;
 }
