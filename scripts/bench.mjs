@@ -34,10 +34,14 @@ const outcomes = [];
 for (const name of names) {
   console.log(`\n== bench/${name}.ts`);
   const started = Date.now();
-  const r = spawnSync(process.execPath, ["--import", "tsx", join("bench", `${name}.ts`)], {
-    cwd: root,
-    stdio: "inherit",
-  });
+  const r = spawnSync(
+    process.execPath,
+    ["--conditions=source", "--import", "tsx", join("bench", `${name}.ts`)],
+    {
+      cwd: root,
+      stdio: "inherit",
+    },
+  );
   const seconds = ((Date.now() - started) / 1000).toFixed(1);
   outcomes.push({ name, ok: r.status === 0, seconds, how: r.status ?? r.signal });
 }

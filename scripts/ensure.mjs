@@ -31,12 +31,33 @@ export function missingPackages() {
   return missing;
 }
 
-/** Installs npm dependencies when absent and Debian's servers when missing (as root). */
+/**
+ * Builds the workspace to JavaScript (`tsc -b`, incremental: a second run with nothing changed takes
+ * about a second), so what the mesh spawns with plain node is never older than its sources.
+ */
+export function build(root) {
+  if (
+    !run(
+      process.execPath,
+      [join(root, "node_modules", "typescript", "bin", "tsc"), "-b", "tsconfig.build.json"],
+      { cwd: root },
+    )
+  ) {
+    console.error("the build failed (tsc -b tsconfig.build.json): the errors are above");
+    process.exit(1);
+  }
+}
+
+/**
+ * Installs npm dependencies when absent, builds the workspace, and installs Debian's servers when
+ * missing (as root).
+ */
 export function ensureInstalled(root, { servers = true } = {}) {
   if (!existsSync(join(root, "node_modules", ".package-lock.json"))) {
     console.log("== installing npm dependencies (npm ci)");
     if (!run("npm", ["ci", "--no-audit", "--no-fund"], { cwd: root })) process.exit(1);
   }
+  build(root);
   if (!servers) return;
   const missing = missingPackages();
   if (missing.length === 0) return;

@@ -10,6 +10,8 @@ ensureInstalled(root);
 const r = spawnSync(
   process.execPath,
   [
+    // The sources of @mesh/* (their "source" export), as the test files and demos import them.
+    "--conditions=source",
     "--import",
     "tsx",
     process.argv[2] === "provider" ? "examples/one-machine-postgres/demo.ts" : "examples/one-machine/demo.ts",

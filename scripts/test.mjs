@@ -74,6 +74,9 @@ if (!quick) {
 const files = only.length > 0 ? only : testFiles();
 console.log(`\n== tests (${files.length} files, real servers started by the tests)`);
 step("tests", process.execPath, [
+  // Tests import @mesh/* by their sources ("source" export), like their own relative imports; what
+  // the mesh spawns runs the build.
+  "--conditions=source",
   "--import",
   "tsx",
   "--test",

@@ -3,6 +3,8 @@
 // prints for the test's checks and failure messages.
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 
 /** One example app running as a child process, with everything it printed. */
 export interface RunningApp {
@@ -11,8 +13,15 @@ export interface RunningApp {
   readonly exited: Promise<number | null>;
 }
 
-/** What every example app's manifest says to run. */
-const DEFAULT_RUN = { command: "node", args: ["--import", "tsx", "src/main.ts"] } as const;
+interface Run {
+  readonly command: string;
+  readonly args: readonly string[];
+}
+
+/** What the app's manifest in `cwd` says to run, as the agent would read it (its built JavaScript). */
+function manifestRun(cwd: string): Run {
+  return (JSON.parse(readFileSync(join(cwd, "module.json"), "utf8")) as { run: Run }).run;
+}
 
 const started: RunningApp[] = [];
 
@@ -20,7 +29,7 @@ const started: RunningApp[] = [];
 export function startApp(
   cwd: string,
   env: Readonly<Record<string, string>>,
-  run: { readonly command: string; readonly args: readonly string[] } = DEFAULT_RUN,
+  run: Run = manifestRun(cwd),
 ): RunningApp {
   const child = spawn(run.command, [...run.args], {
     cwd,

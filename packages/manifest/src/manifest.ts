@@ -214,12 +214,12 @@ const runSchema = strict(
     command: text('a program to start, like "node" or "./bin/app"', RUN_COMMAND_PATTERN),
     args: z
       .array(text("an argument (a string without NUL bytes)", RUN_ARG_PATTERN), {
-        error: mustBe('a list of arguments like ["--import", "tsx", "src/main.ts"]'),
+        error: mustBe('a list of arguments like ["dist/main.js"]'),
       })
       .max(RUN_MAX_ARGS, { error: `must list at most ${RUN_MAX_ARGS} arguments` })
       .optional(),
   },
-  'an object like { "command": "node", "args": ["--import", "tsx", "src/main.ts"] }',
+  'an object like { "command": "node", "args": ["dist/main.js"] }',
 );
 
 const eventName = (e: string): string | undefined => {

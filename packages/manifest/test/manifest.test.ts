@@ -47,8 +47,8 @@ describe("the providers' manifests", () => {
         "cleanup list",
         "cleanup delete",
       ]);
-      // The agent starts each provider from its own directory, where the repository's tsx resolves.
-      assert.deepEqual(m.run, { command: "node", args: ["--import", "tsx", "src/main.ts"] });
+      // The agent starts each provider from its own directory, with plain node on its built JavaScript.
+      assert.deepEqual(m.run, { command: "node", args: ["dist/main.js"] });
     });
   }
 
@@ -335,11 +335,8 @@ describe("parseManifest", () => {
 
 describe("a manifest's run", () => {
   it("reads the command and its arguments, and leaves run undefined when absent", () => {
-    const m = parseManifest(
-      json({ name: "notes", run: { command: "node", args: ["--import", "tsx", "src/main.ts"] } }),
-      FILE,
-    );
-    assert.deepEqual(m.run, { command: "node", args: ["--import", "tsx", "src/main.ts"] });
+    const m = parseManifest(json({ name: "notes", run: { command: "node", args: ["dist/main.js"] } }), FILE);
+    assert.deepEqual(m.run, { command: "node", args: ["dist/main.js"] });
     assert.equal(parseManifest(json({ name: "notes" }), FILE).run, undefined);
   });
 

@@ -32,7 +32,8 @@ export const MAX_ACTION_BYTES = 4 * 1024;
 /** The id `retire approve` takes (see `setId` in @mesh/sdk). */
 const SET_ID = /^[0-9a-f]{12}$/;
 
-const STATIC_DIR = new URL("./static/", import.meta.url);
+// Beside src/ and dist/ alike: the page is served as written, by the sources and the build.
+const STATIC_DIR = new URL("../../static/", import.meta.url);
 
 const STATIC_FILES: Readonly<Record<string, { file: string; type: string }>> = {
   "/": { file: "index.html", type: "text/html; charset=utf-8" },
