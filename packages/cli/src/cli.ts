@@ -1,5 +1,6 @@
 // The `mesh` command line: its commands, and how every way of ending maps to an exit code.
 
+import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { addCheckCommand } from "./check-command.ts";
 import { paintFor } from "./colour.ts";
@@ -25,11 +26,17 @@ export function allCommands(command: Command): Command[] {
   return [command, ...command.commands.flatMap((c) => allCommands(c))];
 }
 
+/** This mesh's version: the CLI package's own (package.json sits one level above src/ and dist/ alike). */
+export const MESH_VERSION = (
+  JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }
+).version;
+
 /** The `mesh` program with every command, writing through `io`. Commander never exits the process. */
 export function buildProgram(io: CliIo = processIo): Command {
   const red = paintFor(io, "err").red;
   const program = new Command("mesh")
     .description("Mesh: self-hosted services wired together safely")
+    .version(MESH_VERSION, "-V, --version", "print the mesh's version")
     .exitOverride()
     .showSuggestionAfterError(true)
     .configureOutput({

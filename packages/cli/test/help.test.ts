@@ -1,6 +1,7 @@
 // Every command's help, found by walking the program: a new command without examples, exit codes
 // or a one-line summary fails here. In this process (a spawned mesh costs seconds to start).
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { Readable } from "node:stream";
 import { describe, it } from "node:test";
 import type { Command } from "commander";
@@ -111,5 +112,14 @@ describe("mesh's help", () => {
     const none = await mesh([]);
     assert.equal(none.code, 2, "no command: the help, on standard error");
     assert.match(none.stderr, /Commands:/);
+  });
+
+  it("--version prints the CLI package's version alone and exits 0", async () => {
+    const run = await mesh(["--version"]);
+    assert.equal(run.code, 0);
+    const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
+      version: string;
+    };
+    assert.equal(run.stdout, `${version}\n`);
   });
 });
