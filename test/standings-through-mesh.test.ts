@@ -146,4 +146,18 @@ modules:
     );
     assert.equal(rows[0]?.n, 1, "the provider made the consumer's login");
   });
+
+  it("writes every line of its own and of the provider's log with an ISO timestamp; mesh logs shows the log", async () => {
+    const iso = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z /;
+    const lines = up.output().trimEnd().split("\n");
+    assert.ok(lines.length > 5);
+    for (const line of lines) assert.match(line, iso, "a line mesh up wrote");
+    const logs = await runMesh(["logs", "postgres", "--state", state(), "-n", "50"]);
+    assert.equal(logs.code, 0, logs.stderr);
+    const logLines = logs.stdout.trimEnd().split("\n");
+    assert.ok(logLines.length > 0 && logLines.length <= 50);
+    for (const line of logLines)
+      assert.match(line, /^\S+Z (out |err |mesh)\| /, "a line of the provider's log");
+    assert.ok(!logs.stdout.includes(GIVEN_PASSWORD), "no password in the provider's log");
+  });
 });
