@@ -91,6 +91,9 @@ export interface ProviderStandingsOptions {
   readonly timeoutMs?: number;
 }
 
+/** How long the node's secrets, read for scrubbing, are reused. */
+const SECRETS_FRESH_MS = 10_000;
+
 const NO_COUNTS: ReportedCounts = { active: 0, failing: 0, unasked: 0, "awaiting-approval": 0, retired: 0 };
 
 /**
@@ -105,6 +108,7 @@ export class ProviderStandings {
   #timer: NodeJS.Timeout | undefined;
   #asking: Promise<void> | undefined;
   #stopped = false;
+  #secrets: { readonly at: number; readonly list: Promise<string[]> } | undefined;
 
   constructor(options: ProviderStandingsOptions) {
     this.#o = options;
@@ -221,7 +225,7 @@ export class ProviderStandings {
     }
     const secrets =
       failing.length > 0 || waiting !== null || status.contributionsProblem !== null
-        ? await nodeSecrets(this.#o.stateDir, this.#o.env ?? {}).catch((): string[] => [])
+        ? await this.#nodeSecrets()
         : [];
     const scrubbed = scrubValue({ failing, waiting, problem: status.contributionsProblem }, secrets) as {
       failing: ReportedFailure[];
@@ -239,6 +243,17 @@ export class ProviderStandings {
       failing: scrubbed.failing.map((f) => ({ ...f, error: maskUrls(f.error) })),
       waiting: scrubbed.waiting,
     };
+  }
+
+  // Read again at most every SECRETS_FRESH_MS: a node may hold thousands of secret files, and the
+  // provider has scrubbed its consumers' passwords already; this is the second net.
+  #nodeSecrets(): Promise<string[]> {
+    const now = Date.now();
+    if (this.#secrets === undefined || now - this.#secrets.at > SECRETS_FRESH_MS) {
+      const list = nodeSecrets(this.#o.stateDir, this.#o.env ?? {}).catch((): string[] => []);
+      this.#secrets = { at: now, list };
+    }
+    return this.#secrets.list;
   }
 
   // Said when it changes, not on every ask: a provider starting is not listening for a second or two.
