@@ -26,10 +26,12 @@ export * from "./module-keys.ts";
 export {
   DEFAULT_LOG_KEEP,
   DEFAULT_LOG_MAX_BYTES,
+  formatJsonLogLine,
   formatLogLine,
   ModuleLog,
   rotatedLogPath,
   type LogStream,
+  type ModuleLogFormat,
   type ModuleLogLimits,
 } from "./module-log.ts";
 export * from "./module-process.ts";

@@ -3,7 +3,7 @@
 // when anything happened. The file rotates at a size: `log` becomes `log.1` (and `log.1` `log.2`, …),
 // keeping `keep` old files, so a chatty module never fills the disk.
 import { closeSync, fstatSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
-import { dirname } from "node:path";
+import { basename, dirname } from "node:path";
 import type { Readable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 
@@ -22,7 +22,15 @@ export interface ModuleLogLimits {
   readonly maxBytes?: number | undefined;
   /** How many rotated files are kept (DEFAULT_LOG_KEEP); 0 keeps none. */
   readonly keep?: number | undefined;
+  /**
+   * `text` (the default): `<ISO time> <stream> | <line>`; `json`: one object a line, in the shape of
+   * the mesh's own JSON lines (`{"level","time","module","stream","msg"}`), for a log shipper.
+   */
+  readonly format?: ModuleLogFormat | undefined;
 }
+
+/** How a module's log lines are written. */
+export type ModuleLogFormat = "text" | "json";
 
 /** Where a line came from: the module's standard output or error, or the agent saying something about it. */
 export type LogStream = "out" | "err" | "mesh";
@@ -40,6 +48,12 @@ export function formatLogLine(at: Date, stream: LogStream, text: string): string
   return `${at.toISOString()} ${stream.padEnd(4)}| ${text}\n`;
 }
 
+/** One line as `--log-format json` writes it: standard error's lines are at level `warn`. */
+export function formatJsonLogLine(at: Date, module: string, stream: LogStream, text: string): string {
+  const level = stream === "err" ? "warn" : "info";
+  return `${JSON.stringify({ level, time: at.toISOString(), module, stream, msg: text })}\n`;
+}
+
 /**
  * A module's log file, appended to line by line. Opened at once; the streams handed to `follow`
  * are read until they end.
@@ -49,6 +63,7 @@ export class ModuleLog {
   readonly #maxBytes: number;
   readonly #keep: number;
   readonly #now: () => Date;
+  readonly #line: (at: Date, stream: LogStream, text: string) => string;
   #fd: number | undefined;
   #size = 0;
   #streams = 0;
@@ -63,13 +78,18 @@ export class ModuleLog {
     this.#maxBytes = Math.max(1, limits.maxBytes ?? DEFAULT_LOG_MAX_BYTES);
     this.#keep = Math.max(0, Math.floor(limits.keep ?? DEFAULT_LOG_KEEP));
     this.#now = now;
+    const module = basename(dirname(path));
+    this.#line =
+      limits.format === "json"
+        ? (at, stream, text) => formatJsonLogLine(at, module, stream, text)
+        : formatLogLine;
     mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
     this.#open();
   }
 
   /** Writes one line the agent says about the module (its start, say). Never throws. */
   say(text: string): void {
-    this.#write(formatLogLine(this.#now(), "mesh", text));
+    this.#write(this.#line(this.#now(), "mesh", text));
   }
 
   /**
@@ -87,12 +107,12 @@ export class ModuleLog {
       let text = "";
       let newline: number;
       while ((newline = pending.indexOf("\n")) !== -1) {
-        text += formatLogLine(at, name, pending.slice(0, newline).replace(/\r$/, ""));
+        text += this.#line(at, name, pending.slice(0, newline).replace(/\r$/, ""));
         pending = pending.slice(newline + 1);
       }
       // A module that writes without newlines still has its output kept, in bounded pieces.
       while (Buffer.byteLength(pending) > MAX_LOG_LINE_BYTES) {
-        text += formatLogLine(at, name, pending.slice(0, MAX_LOG_LINE_BYTES));
+        text += this.#line(at, name, pending.slice(0, MAX_LOG_LINE_BYTES));
         pending = pending.slice(MAX_LOG_LINE_BYTES);
       }
       if (text !== "") this.#write(text);
@@ -102,7 +122,7 @@ export class ModuleLog {
       if (ended) return;
       ended = true;
       pending += decoder.end();
-      if (pending !== "") this.#write(formatLogLine(this.#now(), name, pending));
+      if (pending !== "") this.#write(this.#line(this.#now(), name, pending));
       pending = "";
       this.#streams -= 1;
       if (this.#closeWhenDone && this.#streams === 0) this.#close();

@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { rmSync } from "node:fs";
 import type { BusLogger } from "@mesh/bus";
-import { ModuleLog } from "./module-log.ts";
+import { ModuleLog, type ModuleLogFormat } from "./module-log.ts";
 
 /** How a module is started: everything that, when it changes, calls for a restart. */
 export interface ModuleLaunch {
@@ -61,6 +61,8 @@ export interface SupervisionTimings {
   readonly logMaxBytes?: number;
   /** How many rotated logs are kept besides the current one (DEFAULT_LOG_KEEP when absent). */
   readonly logKeep?: number;
+  /** How a module's log lines are written: `text` (the default) or `json`. */
+  readonly logFormat?: ModuleLogFormat;
 }
 
 /** Supervision as the contract sets it: 1 s doubling to 1 min, 10 s to stop, 5 exits in 2 min. */
@@ -187,7 +189,8 @@ export class ModuleProcess {
     }
     let log: ModuleLog;
     try {
-      const limits = { maxBytes: this.#timings.logMaxBytes, keep: this.#timings.logKeep };
+      const { logMaxBytes: maxBytes, logKeep: keep, logFormat: format } = this.#timings;
+      const limits = { maxBytes, keep, format };
       log = this.#log ??= new ModuleLog(logFile, limits);
       log.say(`mesh agent starts ${name}: ${command} ${args.join(" ")}`);
     } catch (err) {

@@ -85,6 +85,41 @@ describe("a module's log file", () => {
     assert.equal(lastOf(previous.at(-1)) + 1, lastOf(newest[0]));
   });
 
+  it("writes one JSON object a line in the json format, standard error at level warn", async () => {
+    const path = join(dir, "notes", "log");
+    const log = new ModuleLog(path, { format: "json" }, () => new Date("2026-12-01T10:00:00.000Z"));
+    const err = new PassThrough();
+    log.follow(err, "err");
+    log.say("mesh agent starts notes");
+    err.end('a "quoted" problem\n');
+    log.close();
+    await until(
+      "the line",
+      async () => ((await readFile(path, "utf8")).includes("quoted") ? true : undefined),
+      10,
+    );
+    const objects = (await readFile(path, "utf8"))
+      .trimEnd()
+      .split("\n")
+      .map((l) => JSON.parse(l) as unknown);
+    assert.deepEqual(objects, [
+      {
+        level: "info",
+        time: "2026-12-01T10:00:00.000Z",
+        module: "notes",
+        stream: "mesh",
+        msg: "mesh agent starts notes",
+      },
+      {
+        level: "warn",
+        time: "2026-12-01T10:00:00.000Z",
+        module: "notes",
+        stream: "err",
+        msg: 'a "quoted" problem',
+      },
+    ]);
+  });
+
   it("holds what a real module writes on both streams, each line timestamped", async () => {
     const logFile = join(dir, "c", "log");
     const process1 = new ModuleProcess(

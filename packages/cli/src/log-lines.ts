@@ -41,6 +41,7 @@ type Level = "info" | "warn" | "error";
 /** Writes one line for `who` at `level`; every line of a multi-line message is a line of its own. */
 interface LogLines {
   write(who: string, level: Level, message: string): void;
+  readonly format: LogFormat;
   readonly modules: ModuleLogFlags | undefined;
 }
 
@@ -86,15 +87,20 @@ export function prefixed(io: CliIo, who: string): BusLogger {
 }
 
 /** What `startAgent` is given for its modules' logs, from the flags `logLinesIo` was told. */
-export function agentLogOptions(io: CliIo): { timings?: { logMaxBytes: number; logKeep: number } } {
-  const modules = (io as Partial<LogLinesIo>)[LINES]?.modules;
-  return modules === undefined ? {} : { timings: { logMaxBytes: modules.maxBytes, logKeep: modules.keep } };
+export function agentLogOptions(io: CliIo): {
+  timings?: { logMaxBytes: number; logKeep: number; logFormat: LogFormat };
+} {
+  const lines = (io as Partial<LogLinesIo>)[LINES];
+  const modules = lines?.modules;
+  if (lines === undefined || modules === undefined) return {};
+  return { timings: { logMaxBytes: modules.maxBytes, logKeep: modules.keep, logFormat: lines.format } };
 }
 
 function textLines(io: CliIo, modules: ModuleLogFlags | undefined): LogLines {
   const paint = paintFor(io, "err");
   const level = { info: "", warn: paint.yellow("warning: "), error: paint.red("error: ") };
   return {
+    format: "text",
     modules,
     write(who, at, message) {
       const time = new Date().toISOString();
@@ -118,6 +124,7 @@ function jsonLines(io: CliIo, modules: ModuleLogFlags | undefined): LogLines {
   );
   const children = new Map<string, PinoLogger>();
   return {
+    format: "json",
     modules,
     write(who, level, message) {
       let child = children.get(who);
@@ -201,7 +208,7 @@ export function withLogFlags(command: Command): Command {
   return command
     .option(
       "--log-format <format>",
-      "text: each line starts with an ISO timestamp; json: one JSON object a line",
+      "text: each line (also of each module's log) starts with an ISO timestamp; json: one JSON object a line",
       "text",
     )
     .option(

@@ -38,8 +38,22 @@ export interface LogLine {
 
 const LINE = /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) (out|err|mesh) ?\| (.*)$/;
 
-/** A line of a module's log, read. */
+/** A line of a module's log, read: a text line, or a JSON one (`--log-format json`). */
 export function parseLogLine(line: string): LogLine {
+  if (line.startsWith("{")) {
+    try {
+      const o = JSON.parse(line) as Record<string, unknown>;
+      if (typeof o["msg"] === "string") {
+        return {
+          time: typeof o["time"] === "string" ? o["time"] : null,
+          stream: typeof o["stream"] === "string" ? o["stream"] : null,
+          msg: o["msg"],
+        };
+      }
+    } catch {
+      // Not JSON after all: a line the module wrote as it is.
+    }
+  }
   const m = LINE.exec(line);
   return m === null
     ? { time: null, stream: null, msg: line }

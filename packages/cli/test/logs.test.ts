@@ -61,7 +61,7 @@ describe("the mesh's own lines", () => {
   it("hand the module log flags to the agents, and refuse a size that is not one", () => {
     const { io } = collecting();
     assert.deepEqual(agentLogOptions(logLinesIo(io, "text", { maxBytes: 2048, keep: 2 })), {
-      timings: { logMaxBytes: 2048, logKeep: 2 },
+      timings: { logMaxBytes: 2048, logKeep: 2, logFormat: "text" },
     });
     assert.deepEqual(agentLogOptions(io), {});
     assert.equal(parseSize("10MiB"), 10 * 1024 * 1024);
@@ -126,6 +126,12 @@ describe("mesh logs", { timeout: 120_000 }, () => {
       ],
     );
     assert.deepEqual(parseLogLine("an old line"), { time: null, stream: null, msg: "an old line" });
+    assert.deepEqual(
+      parseLogLine(
+        '{"level":"warn","time":"2026-12-01T10:00:00.000Z","module":"notes","stream":"err","msg":"x"}',
+      ),
+      { time: "2026-12-01T10:00:00.000Z", stream: "err", msg: "x" },
+    );
   });
 
   it("names the module and the fix when there is no log, and asks for --node when several nodes have one", async () => {
