@@ -113,7 +113,7 @@ export class NodeAgent {
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
     this.#metricsFiles.close();
-    await this.#standings.stop();
+    this.#standings.stop();
     this.#watch?.stop();
     this.#wake?.();
     await this.#following;

@@ -135,11 +135,13 @@ export class ProviderStandings {
     return this.#modules.flatMap((m) => this.#standings.get(m) ?? []);
   }
 
-  /** Stops asking; waits for an ask under way (bounded by the ask's timeout). */
-  async stop(): Promise<void> {
+  /**
+   * Stops asking. An ask under way is not waited for: it ends with its provider, which the agent
+   * stops next, or at its timeout, and nothing is kept of it.
+   */
+  stop(): void {
     this.#stopped = true;
     clearTimeout(this.#timer);
-    await this.#asking;
   }
 
   async #askAll(): Promise<void> {

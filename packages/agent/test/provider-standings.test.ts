@@ -59,7 +59,7 @@ describe("the agent's reading of its providers' status", () => {
     await writeFile(join(dir, "secrets", "notes", "postgres-database"), `${PASSWORD}\n`, { mode: 0o600 });
   });
   after(async () => {
-    for (const s of standings) await s.stop();
+    for (const s of standings) s.stop();
     for (const s of servers) await s.close();
     await rm(dir, { recursive: true, force: true });
   });
