@@ -1,5 +1,6 @@
 import type { ModulePublicKeys } from "./module-keys.ts";
 import type { ModuleStatus } from "./module-process.ts";
+import type { ProviderStanding } from "./provider-standings.ts";
 
 /** What an agent publishes on `reportSubject(node)`, on every change and every 10 s. */
 export interface AgentReport {
@@ -16,4 +17,9 @@ export interface AgentReport {
    * their credentials for them. Never a seed.
    */
   readonly moduleKeys: Readonly<Record<string, ModulePublicKeys>>;
+  /**
+   * What each provider module of this node says of its consumers, from its own control socket: the
+   * failing ones (from their first failure), the set waiting for a person, and counts by state.
+   */
+  readonly providers?: readonly ProviderStanding[];
 }

@@ -23,9 +23,27 @@ export * from "./delivery.ts";
 export * from "./enroll-node.ts";
 export * from "./module-launch.ts";
 export * from "./module-keys.ts";
+export {
+  DEFAULT_LOG_KEEP,
+  DEFAULT_LOG_MAX_BYTES,
+  formatJsonLogLine,
+  formatLogLine,
+  ModuleLog,
+  rotatedLogPath,
+  type LogStream,
+  type ModuleLogFormat,
+  type ModuleLogLimits,
+} from "./module-log.ts";
 export * from "./module-process.ts";
 export * from "./module-supervisor.ts";
 export * from "./node-agent.ts";
 export * from "./node-identity.ts";
+export {
+  MAX_REPORTED_FAILING,
+  ProviderStandings,
+  type ProviderStanding,
+  type ReportedFailure,
+  type ReportedWaiting,
+} from "./provider-standings.ts";
 export * from "./start-agent.ts";
 export * from "./tool-runner.ts";

@@ -2,9 +2,9 @@
 // log, restarted after each exit with a delay that doubles (so a module that cannot start does not
 // spin), said clearly when it keeps crashing, and stopped politely then firmly.
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
-import { dirname } from "node:path";
+import { rmSync } from "node:fs";
 import type { BusLogger } from "@mesh/bus";
+import { ModuleLog, type ModuleLogFormat } from "./module-log.ts";
 
 /** How a module is started: everything that, when it changes, calls for a restart. */
 export interface ModuleLaunch {
@@ -57,6 +57,12 @@ export interface SupervisionTimings {
   /** A module that exits `crashExits` times within `crashWindowMs` keeps crashing. */
   readonly crashWindowMs: number;
   readonly crashExits: number;
+  /** The size at which a module's log rotates (module-log's DEFAULT_LOG_MAX_BYTES when absent). */
+  readonly logMaxBytes?: number;
+  /** How many rotated logs are kept besides the current one (DEFAULT_LOG_KEEP when absent). */
+  readonly logKeep?: number;
+  /** How a module's log lines are written: `text` (the default) or `json`. */
+  readonly logFormat?: ModuleLogFormat;
 }
 
 /** Supervision as the contract sets it: 1 s doubling to 1 min, 10 s to stop, 5 exits in 2 min. */
@@ -75,6 +81,8 @@ export class ModuleProcess {
   readonly #timings: SupervisionTimings;
   readonly #onChange: () => void;
   #child: ChildProcess | undefined;
+  // One for every process of this launch: a restart goes on in the same file, rotating as it grows.
+  #log: ModuleLog | undefined;
   #running = false;
   #startedAt = 0;
   #failures = 0;
@@ -126,6 +134,7 @@ export class ModuleProcess {
    */
   stop(): Promise<void> {
     this.#stopping ??= new Promise<void>((resolve) => {
+      this.#log?.close();
       clearTimeout(this.#timer);
       const child = this.#child;
       if (child === undefined) {
@@ -178,14 +187,12 @@ export class ModuleProcess {
         );
       }
     }
-    let log: number;
+    let log: ModuleLog;
     try {
-      mkdirSync(dirname(logFile), { recursive: true, mode: 0o700 });
-      log = openSync(logFile, "a", 0o600);
-      writeSync(
-        log,
-        `--- ${new Date().toISOString()} mesh agent starts ${name}: ${command} ${args.join(" ")}\n`,
-      );
+      const { logMaxBytes: maxBytes, logKeep: keep, logFormat: format } = this.#timings;
+      const limits = { maxBytes, keep, format };
+      log = this.#log ??= new ModuleLog(logFile, limits);
+      log.say(`mesh agent starts ${name}: ${command} ${args.join(" ")}`);
     } catch (err) {
       this.#exited(null, null, `its log ${logFile} cannot be opened (${(err as Error).message})`);
       return;
@@ -193,13 +200,14 @@ export class ModuleProcess {
     let child: ChildProcess;
     try {
       // Its own process group, so stopping it reaches whatever it started too.
-      child = spawn(command, [...args], { cwd, env, stdio: ["ignore", log, log], detached: true });
+      // Piped, so each line is timestamped as it comes and the file rotates (module-log.ts).
+      child = spawn(command, [...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"], detached: true });
     } catch (err) {
-      closeSync(log);
       this.#exited(null, null, `it cannot be started (${(err as Error).message})`);
       return;
     }
-    closeSync(log);
+    if (child.stdout) log.follow(child.stdout, "out");
+    if (child.stderr) log.follow(child.stderr, "err");
     this.#child = child;
     this.#startedAt = Date.now();
     let ended = false;

@@ -23,6 +23,7 @@ import { ModuleKeyring } from "./module-keys.ts";
 import { withMetricsUrls } from "./module-metrics.ts";
 import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
+import { ProviderStandings } from "./provider-standings.ts";
 import type { NodeIdentity } from "./node-identity.ts";
 
 /** Every delay the agent keeps; tests shorten them. */
@@ -58,6 +59,7 @@ export class NodeAgent {
   readonly #o: NodeAgentOptions;
   readonly #supervisor: ModuleSupervisor;
   readonly #keyring: ModuleKeyring;
+  readonly #standings: ProviderStandings;
   // A provider says where it serves its metrics once it listens: reported then, not at the next tick.
   readonly #metricsFiles = new FileWatcher(() => this.#changed());
   #modules: readonly string[] = [];
@@ -82,6 +84,8 @@ export class NodeAgent {
     this.#o = options;
     this.#supervisor = new ModuleSupervisor(options.logger, options.timings, () => this.#changed());
     this.#keyring = new ModuleKeyring(options.stateDir, options.logger);
+    const { stateDir, logger, baseEnv: env } = options;
+    this.#standings = new ProviderStandings({ stateDir, logger, env, onChange: () => this.#changed() });
   }
 
   /** Starts following deliveries, watching the connection and reporting. */
@@ -109,6 +113,7 @@ export class NodeAgent {
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
     this.#metricsFiles.close();
+    this.#standings.stop();
     this.#watch?.stop();
     this.#wake?.();
     await this.#following;
@@ -199,6 +204,7 @@ export class NodeAgent {
     );
     if (!this.#stopped) await this.#supervisor.reconcile(await this.#assigned(delivery));
     this.#modules = delivery.modules.map((m) => m.name);
+    this.#standings.follow(delivery.plan.instances.filter((i) => i.node === node).map((i) => i.provider));
     this.#watchMetricsFiles();
     this.#changed();
   }
@@ -260,6 +266,7 @@ export class NodeAgent {
       modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()),
       files: { ...this.#files },
       moduleKeys: this.#keyring.publicKeys(),
+      providers: this.#standings.standings(),
     };
   }
 

@@ -3,7 +3,17 @@
 import { readdir } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import type { Command } from "commander";
-import { checkModules, FleetError, formatFinding, loadFleet, type CheckTarget } from "@mesh/manifest";
+import {
+  checkFleet,
+  checkModules,
+  FleetError,
+  formatFinding,
+  loadFleet,
+  loadFleetManifests,
+  ManifestError,
+  type CheckTarget,
+  type Finding,
+} from "@mesh/manifest";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -37,6 +47,28 @@ async function fleetTargets(file: string): Promise<CheckTarget[]> {
   }
 }
 
+/**
+ * What `checkFleet` says of the fleet file, as findings: the same refusals `mesh plan` and the
+ * controller make (two consumers asking one provider for the same database, say). A manifest that
+ * cannot be read is left to `checkModules`, which reports it.
+ */
+async function fleetFindings(file: string): Promise<Finding[]> {
+  const fleet = await loadFleet(file);
+  const manifests = await loadFleetManifests(fleet).catch((err: unknown) => {
+    if (err instanceof ManifestError) return undefined;
+    throw err;
+  });
+  if (manifests === undefined) return [];
+  return checkFleet(fleet, manifests).map((p) => ({
+    kind: "fleet",
+    severity: "error",
+    file: p.file,
+    line: p.line ?? 1,
+    message: p.field === "(file)" ? p.message : `${p.field} ${p.message}`,
+    fix: p.fix,
+  }));
+}
+
 /** Adds `mesh check` to `program`. */
 export function addCheckCommand(program: Command, io: CliIo): void {
   program
@@ -49,7 +81,10 @@ export function addCheckCommand(program: Command, io: CliIo): void {
       "[dir...]",
       "module directories (default: the fleet's modules, else ./*/ holding a module.json)",
     )
-    .option("--fleet <file>", "check every module of this fleet file, each under its fleet name")
+    .option(
+      "--fleet <file>",
+      "check every module of this fleet file, each under its fleet name, and the fleet as mesh plan does",
+    )
     .option("--json", "print the findings as JSON, for scripts")
     .addHelpText(
       "after",
@@ -77,9 +112,11 @@ Examples:
         );
       }
       const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? "" : "s"}`;
-      const findings = await withProgress(io, `checking ${plural(targets.length, "module")}`, () =>
-        checkModules(targets),
-      );
+      const fleet = flags.fleet;
+      const findings = await withProgress(io, `checking ${plural(targets.length, "module")}`, async () => [
+        ...(fleet === undefined ? [] : await fleetFindings(fleet)),
+        ...(await checkModules(targets)),
+      ]);
       const errors = findings.filter((f) => f.severity === "error").length;
       const warnings = findings.length - errors;
       if (flags.json === true) {

@@ -9,6 +9,7 @@ import { addExplainCommand } from "./explain-command.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
 import { addLedgerCommand } from "./ledger-command.ts";
+import { addLogsCommand } from "./logs-command.ts";
 import { addPlanCommand } from "./plan-command.ts";
 import { addProviderCommand } from "./provider-command.ts";
 import { addToolCommand } from "./tool-command.ts";
@@ -56,6 +57,7 @@ Examples:
   $ mesh status
   $ mesh plan mesh.next.yaml
   $ mesh tool postgres status --json
+  $ mesh logs postgres -f
   $ mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock
   $ mesh tool --control /run/mesh/postgres.sock status`,
     );
@@ -63,6 +65,7 @@ Examples:
   addPlanCommand(program, io);
   addToolCommand(program, io);
   addLedgerCommand(program, io);
+  addLogsCommand(program, io);
   addCheckCommand(program, io);
   addExplainCommand(program, io);
   addProviderCommand(program, io);

@@ -96,6 +96,11 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
     ),
     [EXIT_USAGE]: "usage error: a bad --limit",
   },
+  logs: {
+    [EXIT_OK]: "the log was shown (with -f: until Ctrl-C or SIGTERM)",
+    [EXIT_REFUSED]: "the module has no log there (the message says where it looked and what to do)",
+    [EXIT_USAGE]: "usage error: a bad module name or --lines, or a module on several nodes without --node",
+  },
   plan: {
     [EXIT_OK]: "planned (with --detailed-exitcode: planned, and nothing would change)",
     [EXIT_REFUSED]: "the controller's answer could not be used",

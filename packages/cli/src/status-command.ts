@@ -2,7 +2,7 @@
 // A failing consumer is named with its class, since when, how many attempts and the last error.
 import { formatDuration } from "@mesh/sdk";
 import { NO_PAINT, type Paint } from "./colour.ts";
-import { formatTime, maskUrls } from "./format.ts";
+import { formatTime, maskDeep, maskUrls } from "./format.ts";
 
 /** One failing consumer as the controller's answer gives it. */
 export interface FailingAnswer {
@@ -16,6 +16,22 @@ export interface FailingAnswer {
   attempts: number;
   error: string;
   at?: string;
+  /** `report`: the provider's own status, from the first failure; `announcement`: on the bus after 5 minutes. */
+  said?: string;
+}
+
+/** One provider module as the controller's answer gives it (from its node's report). */
+export interface ProviderAnswer {
+  provider: string;
+  node: string;
+  interfaces?: string[];
+  answered: boolean;
+  problem?: string | null;
+  askedAt?: string | null;
+  lastPassAt?: string | null;
+  contributionsProblem?: string | null;
+  counts?: Partial<Record<"active" | "failing" | "unasked" | "awaiting-approval" | "retired", number>> | null;
+  waiting?: { id: string | null; logins: string[]; count: number; held?: number; reason?: string } | null;
 }
 
 /** The controller's answer to `mesh status`, read loosely: an older controller may lack fields. */
@@ -29,13 +45,17 @@ export interface StatusAnswer {
   }[];
   consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
   failing?: FailingAnswer[];
+  providers?: ProviderAnswer[];
   fleet?: { file: string; readAt: string; refused: string[] | null };
 }
 
 /** The answer with every failing consumer's error masked (see `maskUrls`), for printing either way. */
 export function maskedAnswer(answer: StatusAnswer): StatusAnswer {
-  if (answer.failing === undefined) return answer;
-  return { ...answer, failing: answer.failing.map((f) => ({ ...f, error: maskUrls(String(f.error)) })) };
+  const masked = { ...answer };
+  if (answer.failing !== undefined)
+    masked.failing = answer.failing.map((f) => ({ ...f, error: maskUrls(String(f.error)) }));
+  if (answer.providers !== undefined) masked.providers = maskDeep(answer.providers);
+  return masked;
 }
 
 /** How long ago `iso` was at `now`, to the second: `12m30s ago`; empty when it does not parse. */
@@ -85,11 +105,20 @@ export function formatStatus(
   for (const c of s.consumers ?? []) {
     lines.push(`${c.consumer.padEnd(16)} ${c.interface.padEnd(20)} ${c.login.padEnd(20)} ${c.provider}`);
   }
+  if (s.providers !== undefined && s.providers.length > 0)
+    lines.push("", ...providerLines(s.providers, paint));
   if (s.failing !== undefined) {
     lines.push("");
-    if (s.failing.length === 0) {
+    const silent = (s.providers ?? []).filter((p) => !p.answered).map((p) => p.provider);
+    if (s.failing.length === 0 && s.providers === undefined) {
       lines.push(
         "FAILING: none announced (a provider announces a consumer after 5 minutes of failures without a success)",
+      );
+    } else if (s.failing.length === 0) {
+      lines.push(
+        silent.length === 0
+          ? "FAILING: none (as each provider's own status says)"
+          : `FAILING: none known; ${silent.join(", ")} not heard from (see PROVIDERS above)`,
       );
     } else {
       lines.push(
@@ -103,11 +132,50 @@ export function formatStatus(
         lines.push(
           `  ${f.consumer}${who.length > 0 ? ` (${who.join(", ")})` : ""}: ${f.interface} from ${f.provider}`,
           `    ${paint.red(f.class)} since ${formatTime(f.since)}${ago(f.since, now)}, ${f.attempts} attempt(s)` +
-            (f.at ? `, last said ${formatTime(f.at)}` : ""),
+            (f.at ? `, last said ${formatTime(f.at)}` : "") +
+            (f.said === "announcement" ? " on the bus" : ""),
           `    last error: ${f.error.replace(/\s*[\r\n]+\s*/g, " ")}`,
         );
       }
     }
   }
   return `${lines.join("\n")}\n`;
+}
+
+// Each provider's counts, its retirement waiting for a person and its retired consumers, with the
+// command that acts on each, as the dashboard shows them.
+function providerLines(providers: readonly ProviderAnswer[], paint: Paint): string[] {
+  const lines = ["PROVIDER         NODE             ACTIVE  FAILING  UNASKED  WAITING  RETIRED  LAST PASS"];
+  for (const p of providers) {
+    const head = `${p.provider.padEnd(16)} ${p.node.padEnd(16)}`;
+    const c = p.counts;
+    if (!p.answered || c == null) {
+      lines.push(
+        `${head} ${paint.yellow("not heard from")}: ${p.problem ?? "its node has not reported on it"}`,
+      );
+      continue;
+    }
+    const n = (k: keyof NonNullable<ProviderAnswer["counts"]>): string => String(c[k] ?? 0);
+    const failing = n("failing").padEnd(8);
+    lines.push(
+      `${head} ${n("active").padEnd(7)} ${c.failing ? paint.red(failing) : failing} ${n("unasked").padEnd(8)} ` +
+        `${n("awaiting-approval").padEnd(8)} ${n("retired").padEnd(8)} ${p.lastPassAt ? formatTime(p.lastPassAt) : "none yet"}`,
+    );
+    if (p.contributionsProblem)
+      lines.push(`  ${paint.red("nothing applied or retired")}: ${p.contributionsProblem}`);
+    const w = p.waiting;
+    if (w && w.count > 0) {
+      const more = w.count > w.logins.length ? ` and ${w.count - w.logins.length} more` : "";
+      lines.push(
+        `  ${paint.yellow("WAITS FOR A PERSON")}: retiring ${w.count} consumer(s): ${w.logins.join(", ")}${more}` +
+          (w.reason ? ` (${w.reason})` : ""),
+        `    approve with: mesh tool ${p.provider} retire approve${w.id ? ` ${w.id}` : ""}`,
+      );
+    }
+    if (c.retired)
+      lines.push(
+        `  ${c.retired} retired: \`mesh tool ${p.provider} cleanup list\` lists them, \`cleanup delete LOGIN\` deletes one`,
+      );
+  }
+  return lines;
 }

@@ -5,7 +5,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic, type BusLogger } from "@mesh/bus";
+import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic } from "@mesh/bus";
 import type { Agent } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
 import { ListenError, untilStopSignal } from "@mesh/sdk";
@@ -15,13 +15,8 @@ import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
+import { agentLogOptions, logIo, prefixed, withLogFlags, type LogFlags } from "./log-lines.ts";
 import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.ts";
-
-function prefixed(io: CliIo, who: string): BusLogger {
-  const paint = paintFor(io, "err");
-  const line = (level: string) => (m: string) => io.err(`${who.padEnd(12)}│ ${level}${m}\n`);
-  return { info: line(""), warn: line(paint.yellow("warning: ")), error: line(paint.red("error: ")) };
-}
 
 async function writePrivate(path: string, data: string | Uint8Array): Promise<void> {
   await writeFile(`${path}.tmp`, data, { mode: 0o600 });
@@ -30,8 +25,7 @@ async function writePrivate(path: string, data: string | Uint8Array): Promise<vo
 
 /** Adds `mesh up` and `mesh status` to `program`. */
 export function addUpCommands(program: Command, io: CliIo): void {
-  program
-    .command("up")
+  withLogFlags(program.command("up"))
     .summary("run the mesh on this machine, with the fleet's modules")
     .description(
       "run the mesh on this machine: nats-server, the controller, the agents and the fleet's modules",
@@ -71,22 +65,21 @@ Examples:
           listen?: string;
           http?: string;
           operatorTokenFile?: string;
-        },
+        } & LogFlags,
       ) => {
         await up(
           resolve(fleet),
           stateDirOf(flags.state, io),
           flags.node,
           flags.listen,
-          io,
+          logIo(io, flags),
           flags.http,
           flags.operatorTokenFile,
         );
       },
     );
 
-  program
-    .command("agent")
+  withLogFlags(program.command("agent"))
     .summary("run one node's agent, for a controller on another machine")
     .description("run one node's agent on this machine (a node of a fleet whose controller runs elsewhere)")
     .requiredOption("--node <name>", "the node's name, as in the fleet file")
@@ -101,8 +94,8 @@ Examples:
   after it has joined once, it reconnects with what it was issued:
   $ mesh agent --node node-2 --state /var/lib/mesh`,
     )
-    .action(async (flags: { node: string; join?: string; state?: string }) => {
-      await agent(flags.node, flags.join, stateDirOf(flags.state, io), io);
+    .action(async (flags: { node: string; join?: string; state?: string } & LogFlags) => {
+      await agent(flags.node, flags.join, stateDirOf(flags.state, io), logIo(io, flags));
     });
 
   program
@@ -268,6 +261,7 @@ async function up(
         stateDir: join(state, "nodes", node),
         joinToken: await controller.joinToken(node),
         logger: prefixed(io, node),
+        ...agentLogOptions(io),
       });
       agents.push(agent);
       stopping.push(() => agent.stop());
@@ -322,11 +316,16 @@ async function agent(node: string, joinFile: string | undefined, state: string, 
       })
     ).trim();
   }
-  const running = await startAgent({ node, stateDir: state, joinToken, logger: prefixed(io, node) }).catch(
-    (err: unknown) => {
-      throw new CliExit(EXIT_REFUSED, (err as Error).message);
-    },
-  );
+  const logs = agentLogOptions(io);
+  const running = await startAgent({
+    node,
+    stateDir: state,
+    joinToken,
+    logger: prefixed(io, node),
+    ...logs,
+  }).catch((err: unknown) => {
+    throw new CliExit(EXIT_REFUSED, (err as Error).message);
+  });
   await signalled;
   await running.stop();
 }

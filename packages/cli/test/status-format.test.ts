@@ -113,4 +113,56 @@ describe("mesh status's failing consumers", () => {
     assert.match(formatStatus(answer([]), NOW), /FAILING: none announced/);
     assert.doesNotMatch(formatStatus(answer(), NOW), /FAILING/);
   });
+
+  it("shows each provider's counts, the retirement waiting for a person and how to act on it", () => {
+    const text = formatStatus(
+      {
+        ...answer([]),
+        providers: [
+          {
+            provider: "postgres",
+            node: "node-a",
+            answered: true,
+            lastPassAt: "2026-03-01T12:30:40.000Z",
+            contributionsProblem: null,
+            counts: { active: 3, failing: 0, unasked: 0, "awaiting-approval": 22, retired: 2 },
+            waiting: {
+              id: "w-42",
+              logins: Array.from({ length: 20 }, (_, i) => `c${i}_postgres`),
+              count: 22,
+              held: 25,
+              reason: "22 of 25 held is more than 3",
+            },
+          },
+          {
+            provider: "redis",
+            node: "node-b",
+            answered: false,
+            problem: "nothing listens at its control socket",
+          },
+        ],
+      },
+      NOW,
+    );
+    assert.match(
+      text,
+      /PROVIDER +NODE +ACTIVE +FAILING +UNASKED +WAITING +RETIRED +LAST PASS\npostgres +node-a +3 +0 +0 +22 +2 +2026-03-01T12:30:40Z/,
+    );
+    assert.match(
+      text,
+      /WAITS FOR A PERSON: retiring 22 consumer\(s\): c0_postgres, .*c19_postgres and 2 more \(22 of 25/,
+    );
+    assert.match(text, /approve with: mesh tool postgres retire approve w-42/);
+    assert.match(text, /2 retired: `mesh tool postgres cleanup list` lists them/);
+    assert.match(text, /\nredis +node-b +not heard from: nothing listens at its control socket/);
+    assert.match(text, /FAILING: none known; redis not heard from/);
+  });
+
+  it("says no consumer fails when every provider's own status says so", () => {
+    const provider = { provider: "postgres", node: "node-a", answered: true, counts: { active: 1 } };
+    assert.match(
+      formatStatus({ ...answer([]), providers: [provider] }, NOW),
+      /FAILING: none \(as each provider's own status says\)/,
+    );
+  });
 });

@@ -124,7 +124,7 @@ export class ControllerMetrics {
     });
     new Gauge({
       name: "mesh_controller_failing_consumers",
-      help: "Consumers their provider says are failing (provisioner.failing), as the controller last heard.",
+      help: "Consumers their provider says are failing (its status as its node reports it, or provisioner.failing), as the controller last heard.",
       registers,
       collect() {
         this.set(status()?.failing.length ?? 0);

@@ -1,6 +1,12 @@
 // What `mesh status` shows, built from what the controller serves and what the nodes last reported.
 import type { Plan } from "@mesh/manifest";
-import type { ModuleReport, NodeReport } from "./node-reports.ts";
+import type {
+  ModuleReport,
+  NodeReport,
+  ReportedCounts,
+  ReportedProvider,
+  ReportedWaiting,
+} from "./node-reports.ts";
 import type { FailingStanding } from "./standings-book.ts";
 
 /** One node as `mesh status` shows it. */
@@ -42,6 +48,30 @@ export interface FailingStatus {
   readonly error: string;
   /** ISO 8601: when the provider said so. */
   readonly at: string;
+  /**
+   * Who said it: `report`, the provider's own status as its node reported it (from the first
+   * failure); `announcement`, its `provisioner.failing` on the bus (after 5 minutes of failures).
+   */
+  readonly said?: "report" | "announcement";
+}
+
+/** One provider module as `mesh status` shows it: what it says of its consumers, as its node reports. */
+export interface ProviderStatus {
+  readonly provider: string;
+  readonly node: string;
+  readonly interfaces: readonly string[];
+  /** Whether it answered its node's last ask; false also when its node has not reported on it. */
+  readonly answered: boolean;
+  /** Why it did not answer, or that its node has not reported on it; null when it answered. */
+  readonly problem: string | null;
+  /** ISO 8601: when its node last asked it, or null. */
+  readonly askedAt: string | null;
+  readonly lastPassAt: string | null;
+  readonly contributionsProblem: string | null;
+  /** How many of its consumers are in each state; null when it has not been heard. */
+  readonly counts: ReportedCounts | null;
+  /** The set of its consumers waiting for a person to approve their retirement. */
+  readonly waiting: ReportedWaiting | null;
 }
 
 /** The controller's answer on `STATUS_SUBJECT`. */
@@ -50,6 +80,8 @@ export interface ControllerStatus {
   readonly consumers: readonly ConsumerStatus[];
   /** Every consumer a provider says is failing, by provider then login. */
   readonly failing: readonly FailingStatus[];
+  /** Every provider module of the fleet, with its counts and the retirement waiting for a person. */
+  readonly providers: readonly ProviderStatus[];
   readonly fleet: {
     readonly file: string;
     /** ISO 8601: when the fleet being served was read. */
@@ -97,9 +129,53 @@ export function controllerStatus(s: StatusSources): ControllerStatus {
   const byLogin = new Map(
     s.plan.instances.flatMap((i) => i.consumers.map((c) => [`${i.provider} ${c.login}`, c])),
   );
-  const failing = (s.failing ?? []).map((f): FailingStatus => {
-    const entry = byLogin.get(`${f.provider} ${f.login}`);
-    return {
+  // A node speaks only for the providers the fleet places on it.
+  const reported = new Map<string, { provider: ReportedProvider; at: string; interface: string }>();
+  const interfaces = new Map<string, { node: string; interfaces: string[] }>();
+  for (const i of s.plan.instances) {
+    const p = interfaces.get(i.provider) ?? { node: i.node, interfaces: [] };
+    p.interfaces.push(i.interface);
+    interfaces.set(i.provider, p);
+    const report = s.reports.get(i.node);
+    const said = report?.providers?.find((r) => r.module === i.provider);
+    if (report === undefined || said === undefined || reported.has(i.provider)) continue;
+    // The node's clock may be ahead: never later than the controller heard it.
+    const at = said.askedAt < report.receivedAt ? said.askedAt : report.receivedAt;
+    reported.set(i.provider, { provider: said, at, interface: i.interface });
+  }
+  const failing: FailingStatus[] = [];
+  const fromReport = new Map<string, FailingStatus>();
+  for (const [provider, r] of reported) {
+    if (!r.provider.answered) continue;
+    for (const f of r.provider.failing) {
+      const entry = byLogin.get(`${provider} ${f.login}`);
+      fromReport.set(`${provider} ${f.login}`, {
+        provider,
+        interface: entry?.interface ?? r.interface,
+        consumer: entry?.consumer ?? f.login,
+        login: f.login,
+        node: f.node ?? entry?.consumerNode ?? null,
+        class: f.class,
+        since: f.since,
+        attempts: f.attempts,
+        error: f.error,
+        at: r.at,
+        said: "report",
+      });
+    }
+  }
+  for (const f of s.failing ?? []) {
+    const key = `${f.provider} ${f.login}`;
+    const mine = fromReport.get(key);
+    if (mine !== undefined && mine.at >= f.at) continue;
+    const r = reported.get(f.provider);
+    // The provider's own word, newer than the announcement and complete, says it fails no more.
+    const whole =
+      r !== undefined && r.provider.answered && r.provider.counts.failing <= r.provider.failing.length;
+    if (mine === undefined && whole && r.at >= f.at) continue;
+    fromReport.delete(key);
+    const entry = byLogin.get(key);
+    failing.push({
       provider: f.provider,
       interface: f.interface,
       consumer: entry?.consumer ?? f.login,
@@ -110,12 +186,36 @@ export function controllerStatus(s: StatusSources): ControllerStatus {
       attempts: f.attempts,
       error: f.error,
       at: f.at,
+      said: "announcement",
+    });
+  }
+  failing.push(...fromReport.values());
+  failing.sort((a, b) => compare(a.provider, b.provider) || compare(a.login, b.login));
+  const providers = [...interfaces].map(([provider, p]): ProviderStatus => {
+    const r = reported.get(provider);
+    return {
+      provider,
+      node: p.node,
+      interfaces: p.interfaces,
+      answered: r?.provider.answered ?? false,
+      problem: r === undefined ? `node ${p.node} has not reported on ${provider} yet` : r.provider.problem,
+      askedAt: r?.at ?? null,
+      lastPassAt: r?.provider.lastPassAt ?? null,
+      contributionsProblem: r?.provider.contributionsProblem ?? null,
+      counts: r?.provider.answered ? r.provider.counts : null,
+      waiting: r?.provider.answered ? r.provider.waiting : null,
     };
   });
+  providers.sort((a, b) => compare(a.provider, b.provider));
   return {
     nodes,
     consumers,
     failing,
+    providers,
     fleet: { file: s.fleetFile, readAt: s.readAt, refused: s.refused },
   };
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }

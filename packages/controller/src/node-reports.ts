@@ -3,7 +3,7 @@
 // only that node publish to), never from the body.
 import { isValidNodeName, MESH_SUBJECT_PREFIX } from "@mesh/bus";
 import { isModuleName } from "@mesh/manifest";
-import { metricsUrlOf } from "@mesh/sdk";
+import { maskUrls, metricsUrlOf } from "@mesh/sdk";
 
 /** How a module of a node is doing, as its agent reports it. */
 export interface ModuleReport {
@@ -31,6 +31,55 @@ export interface NodeReport {
   readonly files?: { readonly written: number; readonly unchanged: number };
   /** The public keys (`U…`) of each module's bus and ledger key pairs, as the node made them. */
   readonly moduleKeys?: Readonly<Record<string, ReportedModuleKeys>>;
+  /** What each provider module of the node says of its consumers, from its own control socket. */
+  readonly providers?: readonly ReportedProvider[];
+}
+
+/** One consumer its provider says is failing, as the provider's node reports it. */
+export interface ReportedFailure {
+  readonly login: string;
+  readonly node: string | null;
+  readonly class: string;
+  /** ISO 8601: when its run of failures began. */
+  readonly since: string;
+  readonly attempts: number;
+  /** The last error, scrubbed by the provider and its node, URLs masked. */
+  readonly error: string;
+}
+
+/** The retirement set of one provider that waits for a person. */
+export interface ReportedWaiting {
+  /** The id `retire approve` takes; null when the node did not get it. */
+  readonly id: string | null;
+  /** Some of its logins (the node sends at most 20); `count` says how many there are. */
+  readonly logins: readonly string[];
+  readonly count: number;
+  readonly held: number;
+  readonly reason: string;
+}
+
+/** How many consumers of a provider are in each state. */
+export interface ReportedCounts {
+  readonly active: number;
+  readonly failing: number;
+  readonly unasked: number;
+  readonly "awaiting-approval": number;
+  readonly retired: number;
+}
+
+/** What one provider module says of its consumers, as its node reports it. */
+export interface ReportedProvider {
+  readonly module: string;
+  /** Whether its control socket answered the node's last ask. */
+  readonly answered: boolean;
+  readonly problem: string | null;
+  /** ISO 8601: when its node last asked it. */
+  readonly askedAt: string;
+  readonly lastPassAt: string | null;
+  readonly contributionsProblem: string | null;
+  readonly counts: ReportedCounts;
+  readonly failing: readonly ReportedFailure[];
+  readonly waiting: ReportedWaiting | null;
 }
 
 /** A module's public keys as its node reports them. */
@@ -40,6 +89,13 @@ export interface ReportedModuleKeys {
 }
 
 const STATES = new Set(["starting", "running", "crashing", "stopped"]);
+// Bounds on what a node may make the controller keep, whatever it sends (a node sends less).
+const MOST_PROVIDERS = 64;
+const MOST_FAILING = 100;
+const MOST_WAITING = 20;
+const MOST_TEXT = 1_000;
+const LOGIN = /^[a-z][a-z0-9_]{0,31}$/;
+const CLASS = /^[a-z][a-z0-9-]{0,63}$/;
 const USER_KEY = /^U[A-Z2-7]{55}$/;
 
 /** The node a report subject (`mesh.report.<node>`) is from, or undefined for any other subject. */
@@ -60,7 +116,13 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
   } catch {
     return undefined;
   }
-  const b = body as { generation?: unknown; modules?: unknown; files?: unknown; moduleKeys?: unknown } | null;
+  const b = body as {
+    generation?: unknown;
+    modules?: unknown;
+    files?: unknown;
+    moduleKeys?: unknown;
+    providers?: unknown;
+  } | null;
   if (b === null || typeof b !== "object" || !Array.isArray(b.modules)) return undefined;
   const modules: ModuleReport[] = [];
   for (const m of b.modules as unknown[]) {
@@ -84,6 +146,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
       ? { written: f.written, unchanged: f.unchanged }
       : undefined;
   const moduleKeys = parseModuleKeys(b.moduleKeys);
+  const providers = parseProviders(b.providers);
   return {
     node,
     generation: typeof b.generation === "number" ? b.generation : 0,
@@ -91,7 +154,92 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     modules,
     ...(files !== undefined ? { files } : {}),
     ...(moduleKeys !== undefined ? { moduleKeys } : {}),
+    ...(providers !== undefined ? { providers } : {}),
   };
+}
+
+// Only well-formed entries, each field checked and each text clipped and masked: what a node says
+// of its providers is shown as it is, so it must be no more than a standing on the bus could be.
+function parseProviders(value: unknown): ReportedProvider[] | undefined {
+  if (!Array.isArray(value)) return undefined;
+  const out: ReportedProvider[] = [];
+  for (const raw of value.slice(0, MOST_PROVIDERS) as unknown[]) {
+    const p = raw as Record<string, unknown> | null;
+    if (typeof p?.["module"] !== "string" || !isModuleName(p["module"])) continue;
+    if (out.some((o) => o.module === p["module"])) continue;
+    const counts = p["counts"] as Record<string, unknown> | undefined;
+    const count = (key: keyof ReportedCounts): number => {
+      const n = counts?.[key];
+      return typeof n === "number" && Number.isInteger(n) && n >= 0 ? n : 0;
+    };
+    const failing: ReportedFailure[] = [];
+    for (const f of (Array.isArray(p["failing"]) ? p["failing"] : []).slice(0, MOST_FAILING) as unknown[]) {
+      const e = f as Record<string, unknown> | null;
+      const login = e?.["login"];
+      const cls = e?.["class"];
+      const since = isoOrNull(e?.["since"]);
+      if (typeof login !== "string" || !LOGIN.test(login) || typeof cls !== "string" || !CLASS.test(cls))
+        continue;
+      if (since === null) continue;
+      const attempts = e?.["attempts"];
+      failing.push({
+        login,
+        node: typeof e?.["node"] === "string" && isValidNodeName(e["node"]) ? e["node"] : null,
+        class: cls,
+        since,
+        attempts: typeof attempts === "number" && Number.isInteger(attempts) && attempts >= 1 ? attempts : 1,
+        error: textOf(e?.["error"]) ?? "",
+      });
+    }
+    const w = p["waiting"] as Record<string, unknown> | null | undefined;
+    let waiting: ReportedWaiting | null = null;
+    if (typeof w === "object" && w !== null) {
+      const logins = (Array.isArray(w["logins"]) ? w["logins"] : [])
+        .filter((l): l is string => typeof l === "string" && LOGIN.test(l))
+        .slice(0, MOST_WAITING);
+      const id = w["id"];
+      waiting = {
+        id: typeof id === "string" && /^[A-Za-z0-9_-]{1,128}$/.test(id) ? id : null,
+        logins,
+        count:
+          typeof w["count"] === "number" && Number.isInteger(w["count"])
+            ? Math.max(w["count"], logins.length)
+            : logins.length,
+        held: typeof w["held"] === "number" && Number.isInteger(w["held"]) ? w["held"] : 0,
+        reason: textOf(w["reason"]) ?? "",
+      };
+    }
+    out.push({
+      module: p["module"],
+      answered: p["answered"] === true,
+      problem: textOf(p["problem"]),
+      askedAt: isoOrNull(p["askedAt"]) ?? new Date(0).toISOString(),
+      lastPassAt: isoOrNull(p["lastPassAt"]),
+      contributionsProblem: textOf(p["contributionsProblem"]),
+      counts: {
+        active: count("active"),
+        failing: Math.max(count("failing"), failing.length),
+        unasked: count("unasked"),
+        "awaiting-approval": count("awaiting-approval"),
+        retired: count("retired"),
+      },
+      failing,
+      waiting,
+    });
+  }
+  return out;
+}
+
+function textOf(value: unknown): string | null {
+  if (typeof value !== "string") return null;
+  const line = value.replace(/\s*[\r\n]+\s*/g, " ");
+  return maskUrls(line.length <= MOST_TEXT ? line : `${line.slice(0, MOST_TEXT)}…`);
+}
+
+function isoOrNull(value: unknown): string | null {
+  if (typeof value !== "string") return null;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : new Date(at).toISOString();
 }
 
 // Only well-formed entries: a module name and two user public keys, distinct (one key pair must not

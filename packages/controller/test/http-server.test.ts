@@ -142,6 +142,7 @@ function statusOf(partial: Partial<ControllerStatus>): ControllerStatus {
     nodes: [],
     consumers: [],
     failing: [],
+    providers: [],
     fleet: { file: "/f/mesh.yaml", readAt: new Date(0).toISOString(), refused: null },
     ...partial,
   };

@@ -16,7 +16,9 @@ export type FindingKind =
   | "unheard-subscription"
   | "foreign-event"
   | "routing-key-name"
-  | "subject-mismatch";
+  | "subject-mismatch"
+  /** The fleet does not hold together (`checkFleet`): two consumers asking for one database, say. */
+  | "fleet";
 
 /** One thing `checkModules` found: where, what, and what to do about it. */
 export interface Finding {

@@ -114,6 +114,8 @@ export function analyzeFleet(fleet: Fleet, manifests: ReadonlyMap<string, Manife
   }
 
   const logins = new Map<string, { consumer: string; iface: string }>();
+  // (provider, interface, unique value's key, the value) -> the consumer that asks for it first.
+  const resources = new Map<string, { consumer: string; from: string }>();
   for (const { module: m, manifest } of known.values()) {
     for (const need of manifest.needs.values()) {
       const iface = need.interface;
@@ -243,6 +245,44 @@ export function analyzeFleet(fleet: Fleet, manifests: ReadonlyMap<string, Manife
         );
       }
       if (missing.length > 0) continue;
+      let shared = false;
+      for (const [key, field] of provided.spec) {
+        if (field.unique !== true || !Object.hasOwn(have, key)) continue;
+        const value = (have as Record<string, unknown>)[key];
+        const said = `${key} ${JSON.stringify(value)}`;
+        const from = Object.hasOwn(values, key) ? "as it asks" : "its default";
+        const resource = `${provider.name}\u0000${iface}\u0000${key}\u0000${JSON.stringify(value)}`;
+        const first = resources.get(resource);
+        if (first === undefined) {
+          resources.set(resource, { consumer: m.name, from });
+          continue;
+        }
+        shared = true;
+        const message =
+          `asks ${provider.name} for the ${iface} ${said} (${from}), which ${first.consumer} has already ` +
+          `(${first.from}): two consumers would share one ${key}, and one of them would fail for ever`;
+        const fix = `give ${m.name} or ${first.consumer} another ${key} under needs.${iface}.values in the fleet file`;
+        const inFleetFile = fleetNeed !== undefined && Object.hasOwn(fleetNeed.values, key);
+        if (inFleetFile || !Object.hasOwn(need.values, key)) {
+          inFleet(
+            inFleetFile ? [...needPath, "values", key] : ["modules", m.name],
+            "resource-collision",
+            message,
+            fix,
+          );
+        } else {
+          const path = ["needs", iface, "values", key];
+          problems.push({
+            code: "resource-collision",
+            file: manifest.file,
+            line: nearestLine(manifest.lines, path),
+            field: fieldPath(path),
+            message,
+            fix,
+          });
+        }
+      }
+      if (shared) continue;
       bindings.push({ consumer: m, interface: iface, provider, provided, login, values, derived });
     }
   }
@@ -254,8 +294,9 @@ export function analyzeFleet(fleet: Fleet, manifests: ReadonlyMap<string, Manife
  * the first: a manifest not read, an unknown node, a need the fleet names that the module does not
  * have (an unknown interface), a need nobody provides, two providers of one interface on one node,
  * a need with several providers and no choice made, a chosen provider that does not provide it,
- * two needs deriving one login, values the provider's spec does not accept, and a value the
- * provider's URL needs that nobody gives. An empty list means the fleet can be planned.
+ * two needs deriving one login, values the provider's spec does not accept, a value the
+ * provider's URL needs that nobody gives, and two consumers of one provider asking for the same
+ * resource (a spec value marked `unique`, such as a database name, given or by default). An empty list means the fleet can be planned.
  */
 export function checkFleet(fleet: Fleet, manifests: ReadonlyMap<string, Manifest>): Problem[] {
   return [...analyzeFleet(fleet, manifests).problems];

@@ -119,6 +119,7 @@ const specFieldSchema = strict(
       "an object describing each item",
     ).optional(),
     default: z.unknown().optional(),
+    unique: z.boolean({ error: mustBe("true or false") }).optional(),
     description: text("a sentence").optional(),
   },
   'an object like { "type": "string", "required": true }',
@@ -364,6 +365,7 @@ function normalizeSpecField(
     pattern,
     enum: allowed,
     default: def as SpecField["default"],
+    unique: raw.unique === true,
     description: raw.description,
   };
 }

@@ -17,6 +17,7 @@ export type ProblemCode =
   | "wrong-provider"
   | "bad-value"
   | "login-collision"
+  | "resource-collision"
   | "endpoint-unresolved";
 
 /**

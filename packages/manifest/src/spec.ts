@@ -21,6 +21,11 @@ export interface SpecField {
    * agree (a string may name `{login}`).
    */
   readonly default?: string | number | boolean | readonly string[] | undefined;
+  /**
+   * The value names a resource of the provider's own (a database, a bucket, a key prefix): no two
+   * consumers of one provider may have the same, given or derived from the default.
+   */
+  readonly unique?: boolean | undefined;
   readonly description?: string | undefined;
 }
 

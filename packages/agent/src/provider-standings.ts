@@ -1,0 +1,286 @@
+// What each provider module of this node says of its consumers, read from its own control socket
+// (`status`, and `retire list` while a set waits for a person) every few seconds, so the node's report
+// names a failing consumer from its first failure (DESIGN §7, "status tells at once"); the 5-minute
+// announcement on the bus is for the ledger and the alerts. The report stays small: the failing
+// consumers (at most MAX_REPORTED_FAILING), the set waiting for a person, and counts, never every
+// consumer.
+import { lstat } from "node:fs/promises";
+import type { BusLogger } from "@mesh/bus";
+import {
+  callControl,
+  maskUrls,
+  NoProviderListeningError,
+  type ConsumerState,
+  type RetireList,
+  type StatusReport,
+} from "@mesh/sdk";
+import { moduleControlPath } from "./module-launch.ts";
+import { nodeSecrets, scrubValue } from "./tool-runner.ts";
+
+/** The most failing consumers one provider's standing lists; `counts.failing` says how many there are. */
+export const MAX_REPORTED_FAILING = 100;
+
+/** The most logins of a waiting retirement set the standing lists; `waiting.count` says how many. */
+export const MAX_REPORTED_WAITING = 20;
+
+/** The longest error text kept for one failing consumer. */
+export const MAX_REPORTED_ERROR = 500;
+
+/** How often each provider is asked, at least; a provider slow to answer is asked less often. */
+export const STANDINGS_EVERY_MS = 2_000;
+
+/** How long one ask waits for a provider's control socket. */
+export const STANDINGS_TIMEOUT_MS = 5_000;
+
+/** One consumer its provider says is failing, as the node reports it. */
+export interface ReportedFailure {
+  readonly login: string;
+  /** The consumer's node, as the provider knows it; null when it does not. */
+  readonly node: string | null;
+  readonly class: string;
+  /** ISO 8601: when its run of failures began. */
+  readonly since: string;
+  readonly attempts: number;
+  /** The last error, scrubbed of every secret this node holds, one line, clipped. */
+  readonly error: string;
+}
+
+/** The retirement set of one provider that waits for a person (`retire list`). */
+export interface ReportedWaiting {
+  /** The id `retire approve` takes; null when the provider did not say it. */
+  readonly id: string | null;
+  /** At most MAX_REPORTED_WAITING of its logins. */
+  readonly logins: readonly string[];
+  readonly count: number;
+  /** Active consumers the provider made, counted before retiring. */
+  readonly held: number;
+  readonly reason: string;
+}
+
+/** How many consumers of one provider are in each state. */
+export type ReportedCounts = Readonly<Record<ConsumerState, number>>;
+
+/** What one provider module of this node says, as the node's report carries it. */
+export interface ProviderStanding {
+  readonly module: string;
+  /** Whether its control socket answered the last ask. */
+  readonly answered: boolean;
+  /** Why it did not answer, in words; null when it did. */
+  readonly problem: string | null;
+  /** ISO 8601: when it was last asked. */
+  readonly askedAt: string;
+  /** ISO 8601 of the provider's last finished pass; null before the first (or when it did not answer). */
+  readonly lastPassAt: string | null;
+  /** Why its contributions file was not read, when it was not. */
+  readonly contributionsProblem: string | null;
+  readonly counts: ReportedCounts;
+  /** At most MAX_REPORTED_FAILING, by login. */
+  readonly failing: readonly ReportedFailure[];
+  readonly waiting: ReportedWaiting | null;
+}
+
+/** What asks the providers: the node's state directory, where it says what it cannot ask, and the news. */
+export interface ProviderStandingsOptions {
+  readonly stateDir: string;
+  readonly logger: BusLogger;
+  /** Called when what a provider says changed (not merely when it was asked again). */
+  readonly onChange: () => void;
+  /** The environment the node's modules inherit: the passwords of its URLs are scrubbed too. */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  readonly everyMs?: number;
+  readonly timeoutMs?: number;
+}
+
+/** How long the node's secrets, read for scrubbing, are reused. */
+const SECRETS_FRESH_MS = 10_000;
+
+const NO_COUNTS: ReportedCounts = { active: 0, failing: 0, unasked: 0, "awaiting-approval": 0, retired: 0 };
+
+/**
+ * Asks each provider module of the node for its `status` every `everyMs` (longer when a provider is
+ * slow to answer), and keeps the small standing the node reports. Never throws.
+ */
+export class ProviderStandings {
+  readonly #o: ProviderStandingsOptions;
+  readonly #standings = new Map<string, ProviderStanding>();
+  readonly #said = new Map<string, string>();
+  #modules: readonly string[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #asking: Promise<void> | undefined;
+  #stopped = false;
+  #secrets: { readonly at: number; readonly list: Promise<string[]> } | undefined;
+
+  constructor(options: ProviderStandingsOptions) {
+    this.#o = options;
+  }
+
+  /** Asks these provider modules from now on (the node's delivery says which); asks them at once. */
+  follow(modules: readonly string[]): void {
+    this.#modules = [...new Set(modules)].sort();
+    for (const m of [...this.#standings.keys()]) if (!this.#modules.includes(m)) this.#standings.delete(m);
+    this.askSoon();
+  }
+
+  /** Asks every provider again now, unless an ask is under way (a module started or stopped). */
+  askSoon(): void {
+    if (this.#stopped || this.#asking !== undefined) return;
+    clearTimeout(this.#timer);
+    this.#asking = this.#askAll().finally(() => {
+      this.#asking = undefined;
+    });
+  }
+
+  /** What each followed provider said when last asked, by module; one that was not asked yet is absent. */
+  standings(): ProviderStanding[] {
+    return this.#modules.flatMap((m) => this.#standings.get(m) ?? []);
+  }
+
+  /**
+   * Stops asking. An ask under way is not waited for: it ends with its provider, which the agent
+   * stops next, or at its timeout, and nothing is kept of it.
+   */
+  stop(): void {
+    this.#stopped = true;
+    clearTimeout(this.#timer);
+  }
+
+  async #askAll(): Promise<void> {
+    const began = Date.now();
+    let changed = false;
+    for (const module of this.#modules) {
+      if (this.#stopped) return;
+      const standing = await this.#ask(module);
+      const before = this.#standings.get(module);
+      if (before === undefined || sameButWhen(before) !== sameButWhen(standing)) changed = true;
+      this.#standings.set(module, standing);
+      this.#sayProblem(module, standing.problem);
+    }
+    if (changed && !this.#stopped) this.#o.onChange();
+    if (this.#stopped) return;
+    // A provider with very many consumers takes a while to answer: ask it no more than a tenth of the time.
+    const every = this.#o.everyMs ?? STANDINGS_EVERY_MS;
+    const wait = Math.max(every, 10 * (Date.now() - began));
+    this.#timer = setTimeout(() => this.askSoon(), wait);
+    this.#timer.unref();
+  }
+
+  async #ask(module: string): Promise<ProviderStanding> {
+    const askedAt = new Date().toISOString();
+    const path = moduleControlPath(this.#o.stateDir, module);
+    const timeoutMs = this.#o.timeoutMs ?? STANDINGS_TIMEOUT_MS;
+    const unanswered = (problem: string): ProviderStanding => ({
+      module,
+      answered: false,
+      problem,
+      askedAt,
+      lastPassAt: null,
+      contributionsProblem: null,
+      counts: NO_COUNTS,
+      failing: [],
+      waiting: null,
+    });
+    // A module may put anything at its own socket's path: only a socket is asked, never what a link names.
+    const found = await lstat(path).catch(() => undefined);
+    if (found === undefined) return unanswered(`nothing listens at its control socket ${path} yet`);
+    if (!found.isSocket()) return unanswered(`its control socket ${path} is not a socket: it is not asked`);
+    let status: StatusReport;
+    try {
+      status = await callControl(path, { tool: "status", who: "agent" }, { timeoutMs });
+    } catch (err) {
+      if (err instanceof NoProviderListeningError)
+        return unanswered(`nothing listens at its control socket ${path} yet`);
+      return unanswered(err instanceof Error ? err.message : String(err));
+    }
+    if (!Array.isArray(status?.consumers)) return unanswered(`its control socket ${path} answered no status`);
+    const counts: Record<ConsumerState, number> = { ...NO_COUNTS };
+    const failing: ReportedFailure[] = [];
+    for (const c of status.consumers) {
+      const state = c.state as ConsumerState;
+      if (Object.hasOwn(counts, state)) counts[state] += 1;
+      if (c.state !== "failing" || failing.length >= MAX_REPORTED_FAILING) continue;
+      failing.push({
+        login: String(c.login),
+        node: typeof c.node === "string" ? c.node : null,
+        class: String(c.class ?? "refused"),
+        since: String(c.since),
+        attempts: typeof c.attempts === "number" ? c.attempts : 1,
+        error: clipLine(String(c.why ?? "")),
+      });
+    }
+    let waiting: ReportedWaiting | null = null;
+    if (counts["awaiting-approval"] > 0) {
+      const awaiting = status.consumers.filter((c) => c.state === "awaiting-approval").map((c) => c.login);
+      let list: RetireList | undefined;
+      try {
+        list = await callControl(path, { tool: "retire list", who: "agent" }, { timeoutMs });
+      } catch {
+        // The status said enough: the set is shown without its id until the next ask.
+      }
+      const logins = list?.id ? list.logins : awaiting;
+      waiting = {
+        id: list?.id ?? null,
+        logins: logins.slice(0, MAX_REPORTED_WAITING),
+        count: logins.length,
+        held: list?.held ?? 0,
+        reason: clipLine(list?.reason ?? ""),
+      };
+    }
+    const secrets =
+      failing.length > 0 || waiting !== null || status.contributionsProblem !== null
+        ? await this.#nodeSecrets()
+        : [];
+    const scrubbed = scrubValue({ failing, waiting, problem: status.contributionsProblem }, secrets) as {
+      failing: ReportedFailure[];
+      waiting: ReportedWaiting | null;
+      problem: string | null;
+    };
+    return {
+      module,
+      answered: true,
+      problem: null,
+      askedAt,
+      lastPassAt: status.lastPassAt ?? null,
+      contributionsProblem: scrubbed.problem === null ? null : clipLine(scrubbed.problem),
+      counts,
+      failing: scrubbed.failing.map((f) => ({ ...f, error: maskUrls(f.error) })),
+      waiting: scrubbed.waiting,
+    };
+  }
+
+  // Read again at most every SECRETS_FRESH_MS: a node may hold thousands of secret files, and the
+  // provider has scrubbed its consumers' passwords already; this is the second net.
+  #nodeSecrets(): Promise<string[]> {
+    const now = Date.now();
+    if (this.#secrets === undefined || now - this.#secrets.at > SECRETS_FRESH_MS) {
+      const list = nodeSecrets(this.#o.stateDir, this.#o.env ?? {}).catch((): string[] => []);
+      this.#secrets = { at: now, list };
+    }
+    return this.#secrets.list;
+  }
+
+  // Said when it changes, not on every ask: a provider starting is not listening for a second or two.
+  #sayProblem(module: string, problem: string | null): void {
+    const before = this.#said.get(module);
+    if (problem === null) {
+      if (before !== undefined) this.#o.logger.info(`${module} answers its status again`);
+      this.#said.delete(module);
+      return;
+    }
+    if (before === problem) return;
+    this.#said.set(module, problem);
+    if (!problem.startsWith("nothing listens")) {
+      this.#o.logger.warn(`the agent cannot read ${module}'s status: ${problem}`);
+    }
+  }
+}
+
+// What is news: a pass ending, or one more attempt of a failure already reported, is said at the next tick.
+function sameButWhen(s: ProviderStanding): string {
+  const failing = s.failing.map((f) => `${f.login} ${f.class}`);
+  return JSON.stringify([s.answered, s.problem, s.contributionsProblem, s.counts, failing, s.waiting]);
+}
+
+function clipLine(text: string): string {
+  const line = text.replace(/\s*[\r\n]+\s*/g, " ");
+  return line.length <= MAX_REPORTED_ERROR ? line : `${line.slice(0, MAX_REPORTED_ERROR)}…`;
+}
