@@ -29,3 +29,19 @@ export * from "./node-agent.ts";
 export * from "./node-identity.ts";
 export * from "./start-agent.ts";
 export * from "./tool-runner.ts";
+export {
+  ModuleIsolations,
+  ModuleDirError,
+  ownerOf,
+  type ModuleIdentity,
+  type ModuleIsolation,
+} from "./module-isolation.ts";
+export {
+  ISOLATION_MODES,
+  ModuleUserError,
+  ModuleUsers,
+  moduleUserName,
+  type IsolationMode,
+  type ModuleUser,
+} from "./module-users.ts";
+export { UnsafeModuleFileError } from "./safe-open.ts";

@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import type { BusLogger } from "@mesh/bus";
+import type { ModuleIsolation } from "./module-isolation.ts";
 
 /** How a module is started: everything that, when it changes, calls for a restart. */
 export interface ModuleLaunch {
@@ -21,6 +22,11 @@ export interface ModuleLaunch {
    * start, so what a process that died left is never taken for what the next one says.
    */
   readonly staleFiles?: readonly string[];
+  /** The user and group it runs as (its own, made by the agent); absent: the agent's. */
+  readonly uid?: number;
+  readonly gid?: number;
+  /** Whether it runs apart from the agent and the other modules, and why not. */
+  readonly isolation?: ModuleIsolation;
 }
 
 /** A module's lifecycle as reported: `crashing` once it exits too often, whatever it does right now. */
@@ -45,6 +51,8 @@ export interface ModuleStatus {
   readonly log: string;
   /** `http://HOST:PORT/metrics` while it runs and serves Prometheus metrics (what it wrote to its metrics.url). */
   readonly metrics?: string;
+  /** Whether it runs as its own user (`mesh-<module>`), or as the agent's and why. */
+  readonly isolation?: ModuleIsolation;
 }
 
 /** The delays and limits of supervision. */
@@ -106,6 +114,7 @@ export class ModuleProcess {
       restarts: this.#restarts,
       ...(this.#lastExit === undefined ? {} : { lastExit: this.#lastExit }),
       log: this.launch.logFile,
+      ...(this.launch.isolation === undefined ? {} : { isolation: this.launch.isolation }),
     };
   }
 
@@ -168,7 +177,7 @@ export class ModuleProcess {
   }
 
   #spawn(): void {
-    const { name, command, args, cwd, env, logFile } = this.launch;
+    const { name, command, args, cwd, env, logFile, uid, gid } = this.launch;
     for (const stale of this.launch.staleFiles ?? []) {
       try {
         rmSync(stale, { force: true });
@@ -193,7 +202,9 @@ export class ModuleProcess {
     let child: ChildProcess;
     try {
       // Its own process group, so stopping it reaches whatever it started too.
-      child = spawn(command, [...args], { cwd, env, stdio: ["ignore", log, log], detached: true });
+      // As its own user when it has one (libuv drops the agent's supplementary groups with it).
+      const user = uid === undefined || gid === undefined ? {} : { uid, gid };
+      child = spawn(command, [...args], { cwd, env, stdio: ["ignore", log, log], detached: true, ...user });
     } catch (err) {
       closeSync(log);
       this.#exited(null, null, `it cannot be started (${(err as Error).message})`);

@@ -110,6 +110,7 @@ export class ModuleSupervisor {
 
 function sameLaunch(a: ModuleLaunch, b: ModuleLaunch): boolean {
   return (
-    JSON.stringify([a.command, a.args, a.cwd, a.env]) === JSON.stringify([b.command, b.args, b.cwd, b.env])
+    JSON.stringify([a.command, a.args, a.cwd, a.env, a.uid, a.gid]) ===
+    JSON.stringify([b.command, b.args, b.cwd, b.env, b.uid, b.gid])
   );
 }
