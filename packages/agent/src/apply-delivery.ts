@@ -99,7 +99,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
   };
 
   for (const instance of delivery.plan.instances) {
-    if (instance.node !== ctx.node) continue;
+    if (instance.node !== ctx.node || !delivery.modules.some((m) => m.name === instance.provider)) continue;
     const dir = secretsDirPath(ctx.stateDir, instance.provider);
     if (dirs.has(dir)) continue;
     const owner = ownerOf(instance.provider);
@@ -163,13 +163,14 @@ function readersOf(
   iface: string,
 ): { module: string; path: string }[] {
   const readers: { module: string; path: string }[] = [];
+  const here = new Set(delivery.modules.map((m) => m.name));
   for (const instance of delivery.plan.instances) {
     for (const entry of instance.consumers) {
       if (entry.consumer !== consumer || entry.interface !== iface) continue;
-      if (entry.consumerNode === ctx.node) {
+      if (entry.consumerNode === ctx.node && here.has(consumer)) {
         readers.push({ module: consumer, path: secretPath(ctx.stateDir, consumer, iface) });
       }
-      if (instance.node === ctx.node) {
+      if (instance.node === ctx.node && here.has(instance.provider)) {
         readers.push({
           module: instance.provider,
           path: providerSecretPath(ctx.stateDir, instance.provider, consumer, iface),

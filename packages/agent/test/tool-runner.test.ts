@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import {
   closeBus,
@@ -130,7 +130,7 @@ void describe("the agent's tool runner", () => {
     const secret = secretPath(stateDir, "notes", "postgres-database");
     await mkdir(join(secret, ".."), { recursive: true });
     await writeFile(secret, `${PASSWORD}\n`, { mode: 0o600 });
-    await mkdir(join(stateDir, "modules", "postgres"), { recursive: true });
+    await mkdir(dirname(moduleControlPath(stateDir, "postgres")), { recursive: true });
     tools = fakeTools();
     control = await serveControl(tools, moduleControlPath(stateDir, "postgres"));
 
@@ -280,7 +280,7 @@ void describe("the agent's tool runner", () => {
 
   it("answers all the same when the ledger cannot be written, and says why the entry is missing", async () => {
     modules = ["postgres", "notes", "mystery"];
-    await mkdir(join(stateDir, "modules", "mystery"), { recursive: true });
+    await mkdir(dirname(moduleControlPath(stateDir, "mystery")), { recursive: true });
     const mystery = await serveControl(fakeTools(), moduleControlPath(stateDir, "mystery"));
     try {
       const reply = await ask({ module: "mystery", tool: "cleanup list", args: [], who: "alice" });
