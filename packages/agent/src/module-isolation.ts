@@ -13,7 +13,6 @@ import {
   firstUnreachable,
   ModuleUserError,
   ModuleUsers,
-  moduleUserName,
   type IsolationMode,
   type ModuleUser,
   type Reach,
