@@ -72,13 +72,19 @@ modules:
     manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
     node: node-1
     endpoint: { host: 127.0.0.1, port: ${server.port} }
+    admin: { env: MESH_POSTGRES_URL }
+    env: { MESH_EVERY: 1s }
   notes: { manifest: ${JSON.stringify(join(root, "examples", "fleet", "notes", "module.json"))}, node: node-1 }
 `,
     );
-    up = spawn(process.execPath, [MESH, "up", join(dir, "mesh.yaml"), "--state", state()], {
-      env: { ...process.env, MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    up = spawn(
+      process.execPath,
+      [MESH, "up", join(dir, "mesh.yaml"), "--state", state(), "--isolation", "auto"],
+      {
+        env: { ...process.env, MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     up.stdout?.on("data", (d: Buffer) => (output += d.toString()));
     up.stderr?.on("data", (d: Buffer) => (output += d.toString()));
   });
@@ -177,7 +183,10 @@ modules:
 
   it("no password appears in what the tools printed or in the ledger", async () => {
     const secret = (
-      await readFile(join(state(), "nodes", "node-1", "secrets", "notes", "postgres-database"), "utf8")
+      await readFile(
+        join(state(), "nodes", "node-1", "modules", "notes", "passwords", "postgres-database"),
+        "utf8",
+      )
     ).trim();
     assert.ok(secret.length > 20);
     const ledger = await mesh("ledger", "postgres", "--json", "--limit", "100");
