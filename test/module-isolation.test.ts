@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { until } from "@mesh/testkit";
-import { startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
+import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
 
 const IS_ROOT = process.getuid?.() === 0;
 const SKIP = IS_ROOT ? false : "needs root: the agent separates modules only when it runs as root";
@@ -27,6 +27,20 @@ env > "$HOME/.env.tmp" && mv "$HOME/.env.tmp" "$HOME/env"
 trap 'exit 0' TERM
 while :; do sleep 1; done
 `;
+
+interface StatusModule {
+  readonly name: string;
+  readonly state: string;
+  readonly isolation?: { isolated: boolean; user: string; reason?: string };
+}
+
+// A module as `mesh status --json` shows it, once it is there.
+async function statusOf(state: string, module: string): Promise<StatusModule | undefined> {
+  const run = await runMesh(["status", "--json", "--state", state]);
+  if (run.code !== 0) return undefined;
+  const answer = JSON.parse(run.stdout) as { nodes: { modules?: StatusModule[] }[] };
+  return answer.nodes.flatMap((n) => n.modules ?? []).find((m) => m.name === module);
+}
 
 const manifest = (name: string, extra: object): string =>
   JSON.stringify({ name, run: { command: "/bin/sh", args: ["./probe.sh"] }, ...extra }, null, 2);
@@ -153,6 +167,11 @@ modules:
     assert.equal((await stat(join(node(), "modules"))).mode & 0o777, 0o711);
     const own = await stat(mod(APP));
     assert.deepEqual([own.uid, own.gid, own.mode & 0o777], [0, userOf(APP).gid, 0o750]);
+    const shown = await until("mesh status to show iso-app isolated", async () => {
+      const m = await statusOf(state(), APP);
+      return m?.isolation !== undefined ? m : undefined;
+    });
+    assert.deepEqual(shown.isolation, { isolated: true, user: `mesh-${APP}` });
   });
 
   it("gives each reader its own copy of a password, 0600 and owned by it", async () => {
@@ -225,5 +244,50 @@ modules:
     await up?.waitFor(new RegExp(`cannot read its manifest directory [^ ]*${HIDDEN}`));
     await assert.rejects(stat(mod(HIDDEN, "home", "env")), { code: "ENOENT" });
     assert.equal(up?.output().includes("admin-sekrit"), false, "no admin password in mesh up's output");
+  });
+});
+
+describe("with --isolation auto, a module its user cannot run", { timeout: 240_000, skip: SKIP }, () => {
+  let dir: string;
+  let up: MeshProcess | undefined;
+  const state = (): string => join(dir, "state");
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "mesh-isolation-auto-"));
+    await chmod(dir, 0o755);
+    const fleet = join(dir, "fleet");
+    await mkdir(join(fleet, HIDDEN), { recursive: true, mode: 0o755 });
+    await writeFile(join(fleet, HIDDEN, "module.json"), manifest(HIDDEN, {}), { mode: 0o644 });
+    await writeFile(join(fleet, HIDDEN, "probe.sh"), PROBE, { mode: 0o755 });
+    await chmod(join(fleet, HIDDEN), 0o700);
+    await writeFile(
+      join(fleet, "mesh.yaml"),
+      `nodes: { node-1: {} }\nmodules:\n  ${HIDDEN}: { manifest: ./${HIDDEN}/module.json, node: node-1 }\n`,
+    );
+    up = startMesh(["up", join(fleet, "mesh.yaml"), "--state", state(), "--isolation", "auto"]);
+    up.child.stdin?.end();
+  });
+  after(async () => {
+    if (up !== undefined && up.child.exitCode === null) {
+      up.child.kill("SIGINT");
+      await up.done;
+    }
+    if (process.env["MESH_TEST_LOG"]) console.log(up?.output());
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it("runs as the agent's user, and mesh status shows it not isolated, with the reason", async () => {
+    const shown = await until("mesh status to show iso-hidden running", async () => {
+      const m = await statusOf(state(), HIDDEN);
+      return m?.state === "running" && m.isolation !== undefined ? m : undefined;
+    });
+    assert.equal(shown.isolation?.isolated, false);
+    assert.equal(shown.isolation?.user, "root");
+    assert.match(
+      shown.isolation?.reason ?? "",
+      new RegExp(`cannot read its manifest directory [^ ]*${HIDDEN}`),
+    );
+    const uid = await readFile(join(state(), "nodes", "node-1", "modules", HIDDEN, "home", "uid"), "utf8");
+    assert.equal(uid.trim(), "0");
   });
 });
