@@ -4,7 +4,7 @@
 // shows each call with who asked and what came of it. No password is printed or kept on the way.
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -63,6 +63,9 @@ describe("a tool asked through the mesh", { timeout: 300_000 }, () => {
     server = await startPostgres();
     const adminUrl = await server.createAdmin("mesh_admin");
     dir = await mkdtemp(join(tmpdir(), "mesh-tool-through-"));
+    // Traversable, so that where the checkout is readable by other users the provider and notes run
+    // as their own users (--isolation auto runs them as this one otherwise).
+    await chmod(dir, 0o755);
     await writeFile(
       join(dir, "mesh.yaml"),
       `nodes:
