@@ -222,6 +222,25 @@ modules:
     }
     assert.equal(canRead(STORE, mod(APP, "passwords", "kv-store")), false);
     assert.equal(canRead(STORE, mod(APP, "keys.json")), false);
+
+    // And every other file of the mesh's state, for each module: the bus's store, the node's files,
+    // the other modules'. Its own directory it reads, but for its keys and its log.
+    const everything = (await readdir(state(), { recursive: true, withFileTypes: true }))
+      .filter((e) => e.isFile() && !e.name.startsWith("."))
+      .map((e) => join(e.parentPath, e.name));
+    assert.ok(everything.length > refused.length);
+    for (const module of [STORE, APP, PEER]) {
+      const own = (path: string): boolean =>
+        path.startsWith(`${mod(module)}/`) &&
+        path !== mod(module, "keys.json") &&
+        path !== mod(module, "log");
+      for (const path of everything) {
+        const readable = canRead(module, path);
+        if (readable !== own(path) && (await stat(path).catch(() => undefined)) !== undefined) {
+          assert.equal(readable, own(path), `${module} ${own(path) ? "must" : "must not"} read ${path}`);
+        }
+      }
+    }
   });
 
   it("builds each environment from nothing: the admin URL reaches its provider alone", async () => {
