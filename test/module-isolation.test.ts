@@ -262,6 +262,13 @@ modules:
   it("refuses a module whose user cannot read its manifest directory, naming the directory", async () => {
     await up?.waitFor(new RegExp(`cannot read its manifest directory [^ ]*${HIDDEN}`));
     await assert.rejects(stat(mod(HIDDEN, "home", "env")), { code: "ENOENT" });
+    const shown = await until("mesh status to say why iso-hidden is not started", async () => {
+      const m = await statusOf(state(), HIDDEN);
+      return m?.isolation?.reason !== undefined ? m : undefined;
+    });
+    assert.equal(shown.state, "stopped");
+    assert.deepEqual(shown.isolation?.isolated, false);
+    assert.match(shown.isolation?.reason ?? "", /cannot read its manifest directory .*not started/);
     assert.equal(up?.output().includes("admin-sekrit"), false, "no admin password in mesh up's output");
   });
 });

@@ -273,7 +273,11 @@ export class NodeAgent {
       node: this.#o.node,
       generation: this.#generation,
       at: new Date().toISOString(),
-      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()),
+      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()).map((m) => {
+        // A module refused for want of isolation is not running: its status still says why.
+        const isolation = m.isolation ?? this.#isolations.identity(m.name)?.isolation;
+        return isolation === undefined ? m : { ...m, isolation };
+      }),
       files: { ...this.#files },
       moduleKeys: this.#keyring.publicKeys(),
     };
