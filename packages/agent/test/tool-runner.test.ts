@@ -2,7 +2,7 @@
 // reaches a real control socket, the answer comes back scrubbed of the node's secrets, and a `tool`
 // entry lands in the module's ledger stream, written on the module's own ledger credential.
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -275,6 +275,22 @@ void describe("the agent's tool runner", () => {
       assert.equal((appended as { ok?: boolean } | undefined)?.ok, false);
     } finally {
       ledgerOf = saved;
+    }
+  });
+
+  it("refuses a control socket that a module replaced with a symlink to another module's", async () => {
+    const planted = moduleControlPath(stateDir, "notes");
+    await mkdir(dirname(planted), { recursive: true });
+    await symlink(moduleControlPath(stateDir, "postgres"), planted);
+    const before = tools.calls.length;
+    try {
+      const reply = await ask({ module: "notes", tool: "status", args: [], who: "alice" });
+      assert.ok(!reply.ok);
+      assert.equal(reply.code, "provider-unreachable");
+      assert.match(reply.error, /control\.sock is refused: it is a symlink/);
+      assert.equal(tools.calls.length, before, "postgres was not asked in notes' name");
+    } finally {
+      await rm(planted, { force: true });
     }
   });
 
