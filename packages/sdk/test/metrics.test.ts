@@ -430,7 +430,10 @@ describe("metrics URLs", () => {
   });
 
   it("are kept under the module's directory, for a valid module name and an absolute state directory", () => {
-    assert.equal(metricsUrlPath("/var/lib/mesh", "postgres"), "/var/lib/mesh/modules/postgres/home/metrics.url");
+    assert.equal(
+      metricsUrlPath("/var/lib/mesh", "postgres"),
+      "/var/lib/mesh/modules/postgres/home/metrics.url",
+    );
     assert.throws(() => metricsUrlPath("relative", "postgres"));
     assert.throws(() => metricsUrlPath("/var/lib/mesh", "../etc"));
   });
