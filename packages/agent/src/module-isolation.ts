@@ -80,6 +80,7 @@ export class ModuleIsolations {
   readonly #mode: IsolationMode;
   readonly #logger: BusLogger;
   readonly #env: Readonly<Record<string, string | undefined>>;
+  readonly #separate: boolean;
   readonly #users = new ModuleUsers();
   readonly #said = new Set<string>();
   #current = new Map<string, ModuleIdentity>();
@@ -90,11 +91,14 @@ export class ModuleIsolations {
     logger: BusLogger;
     /** The agent's environment, for the PATH a bare command is looked up on. */
     env: Readonly<Record<string, string | undefined>>;
+    /** Whether modules can run as other users (default: the agent runs as root). */
+    separate?: boolean;
   }) {
     this.#stateDir = options.stateDir;
     this.#mode = options.mode;
     this.#logger = options.logger;
     this.#env = options.env;
+    this.#separate = options.separate ?? canSeparateModules();
   }
 
   /** Who `module` runs as, as last decided (undefined before its first delivery). */
@@ -108,7 +112,7 @@ export class ModuleIsolations {
    */
   async resolve(delivery: Delivery): Promise<ReadonlyMap<string, ModuleIdentity>> {
     const next = new Map<string, ModuleIdentity>();
-    const separate = canSeparateModules();
+    const separate = this.#separate;
     if (!separate && delivery.modules.length > 0) {
       this.#sayOnce(
         "not-root",
