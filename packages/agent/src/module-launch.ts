@@ -71,7 +71,12 @@ export interface ModuleBusAccess {
 export type LaunchDecision =
   | { readonly kind: "run"; readonly launch: ModuleLaunch }
   | { readonly kind: "not-run"; readonly why: string }
-  | { readonly kind: "unreadable"; readonly why: string };
+  | {
+      readonly kind: "unreadable";
+      readonly why: string;
+      /** What cannot be had, when not its manifest ("module store's admin URL cannot be read"). */
+      readonly what?: string;
+    };
 
 /** `<state>/modules/<name>/log`. */
 export function moduleLogPath(stateDir: string, module: string): string {
@@ -169,7 +174,11 @@ export async function decideLaunch(
       Object.assign(env, await adminUrlOf(module.name, module.admin, delivery, ctx));
     } catch (err) {
       if (!(err instanceof AdminUrlError)) throw err;
-      return { kind: "unreadable", why: err.message };
+      return {
+        kind: "unreadable",
+        why: err.message,
+        what: `module ${module.name}'s admin URL cannot be read`,
+      };
     }
   }
   // A module holds the seats its manifest declares (the controller grants it the same).

@@ -53,7 +53,7 @@ export class ModuleSupervisor {
         this.#sayOnce(
           "warn",
           `unreadable ${module.name} ${decision.why}`,
-          `module ${module.name}'s manifest cannot be read, so it is ${current ? "left running as it was" : "not started"}: ${decision.why}`,
+          `${decision.what ?? `module ${module.name}'s manifest cannot be read`}, so it is ${current ? "left running as it was" : "not started"}: ${decision.why}`,
         );
         if (current === undefined) this.#idle.set(module.name, module.logFile);
         continue;

@@ -82,6 +82,10 @@ void describe("a module's environment", () => {
     const refused = await decide(store);
     assert.equal(refused.kind, "unreadable");
     assert.match(
+      refused.kind === "unreadable" ? (refused.what ?? "") : "",
+      /store.s admin URL cannot be read/,
+    );
+    assert.match(
       refused.kind === "unreadable" ? refused.why : "",
       /readable by others \(mode 644, not 600\)/,
     );
