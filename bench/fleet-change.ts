@@ -63,7 +63,7 @@ function startMeshUp(fleet: string, state: string, adminUrl: string): MeshUp {
   const env: NodeJS.ProcessEnv = { ...process.env, MESH_POSTGRES_URL: adminUrl };
   // The provider's default pass interval is part of what is measured.
   delete env["MESH_EVERY"];
-  const child = spawn(process.execPath, [MESH, "up", fleet, "--state", state], {
+  const child = spawn(process.execPath, [MESH, "up", fleet, "--state", state, "--isolation", "auto"], {
     env,
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -113,6 +113,7 @@ function fleetYaml(
     `    manifest: ${JSON.stringify(providerManifest)}`,
     `    node: ${NODE}`,
     `    endpoint: { host: 127.0.0.1, port: ${pgPort} }`,
+    "    admin: { env: MESH_POSTGRES_URL }",
     ...apps.map((app) => `  ${app}: { manifest: ${JSON.stringify(appManifest)}, node: ${NODE} }`),
   ];
   return `${lines.join("\n")}\n`;

@@ -32,6 +32,8 @@ modules:
     manifest: ${PG_MANIFEST}
     node: node-a
     endpoint: { host: 127.0.0.1, port: ${port} }
+    admin: { env: MESH_POSTGRES_URL }
+    env: { MESH_EVERY: 1s, MESH_FAILING_AFTER: 1s }
 ${consumers.map((c) => `  ${c}: { manifest: ./consumer/module.json, node: node-a }\n`).join("")}`;
 
 interface LedgerAnswer {
@@ -78,11 +80,23 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     );
     await writeFile(join(dir, "mesh.yaml"), fleetYaml(server.port, ["blocked", "c1", "c2", "c3"]));
     const tokenFile = join(dir, "operator.token");
-    up = startMesh(["up", join(dir, "mesh.yaml"), "--state", state(), "--operator-token-file", tokenFile], {
-      MESH_POSTGRES_URL: adminUrl,
-      MESH_EVERY: "1s",
-      MESH_FAILING_AFTER: "1s",
-    });
+    up = startMesh(
+      [
+        "up",
+        join(dir, "mesh.yaml"),
+        "--state",
+        state(),
+        "--isolation",
+        "auto",
+        "--operator-token-file",
+        tokenFile,
+      ],
+      {
+        MESH_POSTGRES_URL: adminUrl,
+        MESH_EVERY: "1s",
+        MESH_FAILING_AFTER: "1s",
+      },
+    );
     await up.waitFor(/the dashboard: http:\/\/127\.0\.0\.1:\d+\//);
     base = /the dashboard: (http:\/\/127\.0\.0\.1:\d+)\//.exec(up.output())?.[1] ?? "";
     token = (await readFile(tokenFile, "utf8")).trim();

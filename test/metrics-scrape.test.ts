@@ -53,7 +53,13 @@ modules:
     manifest: ${PG_MANIFEST}
     node: node-a
     endpoint: { host: 127.0.0.1, port: ${port} }
-  redis: { manifest: ${REDIS_MANIFEST}, node: node-a }
+    admin: { env: MESH_POSTGRES_URL }
+    env: { MESH_EVERY: 1s }
+  redis:
+    manifest: ${REDIS_MANIFEST}
+    node: node-a
+    admin: { env: MESH_REDIS_URL }
+    env: { MESH_EVERY: 1s }
   notes: { manifest: ${NOTES_MANIFEST}, node: node-b }
 ${
   withBlog
@@ -105,16 +111,20 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
       taken = busy;
       await new Promise<void>((resolve) => busy.listen(0, "127.0.0.1", resolve));
       const takenPort = (busy.address() as { port: number }).port;
-      up = spawn(process.execPath, [MESH, "up", fleet, "--state", join(dir, "state")], {
-        env: {
-          ...process.env,
-          MESH_POSTGRES_URL: adminUrl,
-          MESH_REDIS_URL: redis.adminUrl,
-          MESH_EVERY: "1s",
-          MESH_METRICS: `127.0.0.1:${takenPort}`,
+      up = spawn(
+        process.execPath,
+        [MESH, "up", fleet, "--state", join(dir, "state"), "--isolation", "auto"],
+        {
+          env: {
+            ...process.env,
+            MESH_POSTGRES_URL: adminUrl,
+            MESH_REDIS_URL: redis.adminUrl,
+            MESH_EVERY: "1s",
+            MESH_METRICS: `127.0.0.1:${takenPort}`,
+          },
+          stdio: ["ignore", "pipe", "pipe"],
         },
-        stdio: ["ignore", "pipe", "pipe"],
-      });
+      );
       up.stdout?.on("data", (d: Buffer) => (output += d.toString()));
       up.stderr?.on("data", (d: Buffer) => (output += d.toString()));
       const base = await until("mesh up to print its HTTP address", () => {
@@ -221,7 +231,7 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
       // A clean stop takes each provider's metrics.url with it.
       const files = [...modules.values()]
         .filter((m) => m.metrics !== undefined && m.log !== undefined)
-        .map((m) => join(dirname(m.log ?? ""), "metrics.url"));
+        .map((m) => join(dirname(m.log ?? ""), "home", "metrics.url"));
       assert.equal(files.length, 2);
       await Promise.all(files.map((f) => access(f)));
       await stopUp();

@@ -98,7 +98,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
   const recorded = async (module: string, check: (r: Recorded) => boolean): Promise<Recorded> =>
     eventually(`${module}'s recorded environment`, async () => {
       const r = JSON.parse(
-        await readFile(join(agentState(), "modules", module, "env.json"), "utf8"),
+        await readFile(join(agentState(), "modules", module, "home", "env.json"), "utf8"),
       ) as Recorded;
       return check(r) ? r : undefined;
     });

@@ -50,9 +50,12 @@ describe("mesh plan says what applying the fleet change then does", { timeout: 1
   const state = () => join(dir, "state");
   const fleetFile = () => join(dir, "mesh.yaml");
   const nextFile = () => join(dir, "mesh.next.yaml");
-  const control = (provider: string) => join(state(), "nodes", "node-1", "modules", provider, "control.sock");
+  const control = (provider: string) =>
+    join(state(), "nodes", "node-1", "modules", provider, "home", "control.sock");
   const secretOf = (node: string, consumer: string, iface: string) =>
-    readFile(join(state(), "nodes", node, "secrets", consumer, iface), "utf8").then((s) => s.trim());
+    readFile(join(state(), "nodes", node, "modules", consumer, "passwords", iface), "utf8").then((s) =>
+      s.trim(),
+    );
   const status = (provider: string) =>
     callControl(control(provider), { tool: "status", args: [], who: "test" }) as Promise<StatusReport>;
   const retireList = (provider: string) =>
@@ -99,7 +102,8 @@ describe("mesh plan says what applying the fleet change then does", { timeout: 1
   const fleetYaml = (modules: Record<string, Placed>): string => {
     const provider = (name: string, at: { host: string; port: number }) =>
       `  ${name}:\n    manifest: ${JSON.stringify(join(root, "providers", name, "module.json"))}\n` +
-      `    node: node-1\n    endpoint: { host: ${at.host}, port: ${at.port} }\n`;
+      `    node: node-1\n    endpoint: { host: ${at.host}, port: ${at.port} }\n` +
+      `    admin: { env: MESH_${name.toUpperCase()}_URL }\n    env: { MESH_EVERY: 250ms }\n`;
     return [
       "nodes:\n  node-1: {}\n  node-2: {}\nmodules:\n",
       provider("postgres", postgres),
@@ -136,7 +140,7 @@ describe("mesh plan says what applying the fleet change then does", { timeout: 1
         tally: { node: "node-1", manifest: redisApp() },
       }),
     );
-    up = startMesh(["up", fleetFile(), "--state", state()], {
+    up = startMesh(["up", fleetFile(), "--state", state(), "--isolation", "auto"], {
       MESH_POSTGRES_URL: adminUrl,
       MESH_REDIS_URL: redis.adminUrl,
       MESH_EVERY: "250ms",

@@ -66,10 +66,12 @@ modules:
     manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
     node: node-a
     endpoint: { host: 127.0.0.1, port: ${server.port} }
+    admin: { env: MESH_POSTGRES_URL }
+    env: { MESH_EVERY: 1s }
   notes: { manifest: ./notes/module.json, node: node-a }
 `,
     );
-    up = startMesh(["up", join(dir, "mesh.yaml"), "--state", state()], {
+    up = startMesh(["up", join(dir, "mesh.yaml"), "--state", state(), "--isolation", "auto"], {
       MESH_POSTGRES_URL: url.toString(),
       MESH_EVERY: "1s",
     });

@@ -4,7 +4,7 @@
 // shows each call with who asked and what came of it. No password is printed or kept on the way.
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -63,6 +63,9 @@ describe("a tool asked through the mesh", { timeout: 300_000 }, () => {
     server = await startPostgres();
     const adminUrl = await server.createAdmin("mesh_admin");
     dir = await mkdtemp(join(tmpdir(), "mesh-tool-through-"));
+    // Traversable, so that where the checkout is readable by other users the provider and notes run
+    // as their own users (--isolation auto runs them as this one otherwise).
+    await chmod(dir, 0o755);
     await writeFile(
       join(dir, "mesh.yaml"),
       `nodes:
@@ -72,13 +75,19 @@ modules:
     manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
     node: node-1
     endpoint: { host: 127.0.0.1, port: ${server.port} }
+    admin: { env: MESH_POSTGRES_URL }
+    env: { MESH_EVERY: 1s }
   notes: { manifest: ${JSON.stringify(join(root, "examples", "fleet", "notes", "module.json"))}, node: node-1 }
 `,
     );
-    up = spawn(process.execPath, [MESH, "up", join(dir, "mesh.yaml"), "--state", state()], {
-      env: { ...process.env, MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    up = spawn(
+      process.execPath,
+      [MESH, "up", join(dir, "mesh.yaml"), "--state", state(), "--isolation", "auto"],
+      {
+        env: { ...process.env, MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     up.stdout?.on("data", (d: Buffer) => (output += d.toString()));
     up.stderr?.on("data", (d: Buffer) => (output += d.toString()));
   });
@@ -177,7 +186,10 @@ modules:
 
   it("no password appears in what the tools printed or in the ledger", async () => {
     const secret = (
-      await readFile(join(state(), "nodes", "node-1", "secrets", "notes", "postgres-database"), "utf8")
+      await readFile(
+        join(state(), "nodes", "node-1", "modules", "notes", "passwords", "postgres-database"),
+        "utf8",
+      )
     ).trim();
     assert.ok(secret.length > 20);
     const ledger = await mesh("ledger", "postgres", "--json", "--limit", "100");

@@ -40,6 +40,8 @@ modules:
     manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
     node: node-a
     endpoint: { host: 127.0.0.1, port: ${server.port} }
+    admin: { env: MESH_POSTGRES_URL }
+    env: { MESH_EVERY: 1s }
   notes: { manifest: ${notes}, node: node-b }
   blog:
     manifest: ${notes}
@@ -47,10 +49,14 @@ modules:
     needs: { postgres-database: { values: { name: blog } } }
 `,
     );
-    up = spawn(process.execPath, [MESH, "up", join(dir, "mesh.yaml"), "--state", state()], {
-      env: { ...process.env, MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    up = spawn(
+      process.execPath,
+      [MESH, "up", join(dir, "mesh.yaml"), "--state", state(), "--isolation", "auto"],
+      {
+        env: { ...process.env, MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     up.stdout?.on("data", (d: Buffer) => (output += d.toString()));
     up.stderr?.on("data", (d: Buffer) => (output += d.toString()));
   });
@@ -95,17 +101,42 @@ modules:
   });
 
   it("node-b receives notes' secret and never blog's; every secret file is 0600", async () => {
-    const bFiles = await filesUnder(join(state(), "nodes", "node-b", "secrets"));
+    // A node's password copies: each consumer's own, and each provider's flat secrets directory.
+    const secretsOf = async (node: string): Promise<string[]> => {
+      const modules = join(state(), "nodes", node, "modules");
+      const files = await filesUnder(modules);
+      return files
+        .map((f) => f.slice(modules.length + 1))
+        .filter((f) => /^[^/]+\/(passwords|secrets)\//.test(f))
+        .sort();
+    };
+    const bFiles = await secretsOf("node-b");
     assert.deepEqual(
-      bFiles.map((f) => f.slice(join(state(), "nodes", "node-b", "secrets").length + 1)),
-      ["notes/postgres-database"],
+      bFiles,
+      ["notes/passwords/postgres-database"],
       "node-b holds only its own consumer's secret",
     );
-    const aFiles = await filesUnder(join(state(), "nodes", "node-a", "secrets"));
-    assert.equal(aFiles.length, 2, "node-a, the provider's node, holds both");
-    for (const f of [...aFiles, ...bFiles]) assert.equal((await stat(f)).mode & 0o777, 0o600, `${f} is 0600`);
+    const aFiles = await secretsOf("node-a");
+    assert.deepEqual(
+      aFiles,
+      [
+        "blog/passwords/postgres-database",
+        "postgres/secrets/blog.postgres-database",
+        "postgres/secrets/notes.postgres-database",
+      ],
+      "node-a, the provider's node, holds the provider's copy of both and blog's own",
+    );
+    for (const [node, files] of [
+      ["node-a", aFiles],
+      ["node-b", bFiles],
+    ] as const) {
+      for (const f of files) {
+        const path = join(state(), "nodes", node, "modules", f);
+        assert.equal((await stat(path)).mode & 0o777, 0o600, `${path} is 0600`);
+      }
+    }
     const blog = await readFile(
-      join(state(), "nodes", "node-a", "secrets", "blog", "postgres-database"),
+      join(state(), "nodes", "node-a", "modules", "blog", "passwords", "postgres-database"),
       "utf8",
     );
     const everythingOnB = await Promise.all(
@@ -133,7 +164,7 @@ modules:
     assert.deepEqual(answer.nodes.map((n) => n.name).sort(), ["node-a", "node-b"]);
     assert.deepEqual(answer.consumers.map((c) => c.login).sort(), ["blog_postgres", "notes_postgres"]);
 
-    const secret = join(state(), "nodes", "node-b", "secrets", "notes", "postgres-database");
+    const secret = join(state(), "nodes", "node-b", "modules", "notes", "passwords", "postgres-database");
     const before = await readFile(secret, "utf8");
     const rotated = await run("rotate", "notes", "postgres-database");
     assert.equal(rotated.code, 0, rotated.out);

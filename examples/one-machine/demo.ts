@@ -39,9 +39,13 @@ interface Served {
 }
 
 function fleetYaml(withNotes: boolean, pg: Served, redis: Served): string {
+  // A provider's admin URL reaches that provider alone: the agent hands it the variable its entry names.
   const m = (name: string, manifest: string, at?: Served) =>
     `  ${name}:\n    manifest: ${JSON.stringify(manifest)}\n    node: node-1\n` +
-    (at ? `    endpoint: { host: ${at.host}, port: ${at.port} }\n` : "");
+    (at
+      ? `    endpoint: { host: ${at.host}, port: ${at.port} }\n` +
+        `    admin: { env: MESH_${name.toUpperCase()}_URL }\n    env: { MESH_EVERY: 1s }\n`
+      : "");
   return [
     "nodes:\n  node-1: {}\nmodules:\n",
     m("postgres", join(root, "providers", "postgres", "module.json"), pg),
@@ -108,8 +112,10 @@ async function main(): Promise<void> {
 
     step("mesh up");
     say(dim("(the providers pass every second for this demonstration; the default is 5 s)"));
-    up = spawn(process.execPath, [mesh, "up", fleet, "--state", state], {
-      env: { ...process.env, MESH_POSTGRES_URL: postgresUrl, MESH_REDIS_URL: redisUrl, MESH_EVERY: "1s" },
+    // --isolation auto: each module runs as its own user where it can read its checkout, else as
+    // this user (a checkout under /root), and `mesh status` says which.
+    up = spawn(process.execPath, [mesh, "up", fleet, "--state", state, "--isolation", "auto"], {
+      env: { ...process.env, MESH_POSTGRES_URL: postgresUrl, MESH_REDIS_URL: redisUrl },
       stdio: ["ignore", "pipe", "pipe"],
     });
     const echo = (d: Buffer) => {
@@ -167,7 +173,7 @@ async function main(): Promise<void> {
     await until("notes_postgres retired", async () => {
       const s = await new Promise<string>((resolve) => {
         // Asked of the provider's own socket: a poll through the mesh would fill its ledger.
-        const control = join(state, "nodes", "node-1", "modules", "postgres", "control.sock");
+        const control = join(state, "nodes", "node-1", "modules", "postgres", "home", "control.sock");
         const args = ["tool", "--control", control, "status", "--json"];
         const c = spawn(process.execPath, [mesh, ...args], { stdio: "pipe" });
         let out = "";

@@ -1,13 +1,22 @@
-// Turns one delivery into files on this node: each secret unsealed into its own file, each provider
-// module's contributions file and each consumer module's credential files, all derived here with
-// @mesh/manifest from the plan and this node's state directory. Secrets go first, so a provider never
-// reads a contributions entry whose secret file is not there yet.
+// Turns one delivery into files on this node: each secret unsealed into a copy for each module of
+// this node that reads it (the consumer's own, and its provider's when the provider runs here too),
+// each provider module's contributions file and each consumer module's credential files, all
+// derived here with @mesh/manifest from the plan and this node's state directory, each owned by the
+// module that reads it. Secrets go first, so a provider never reads a contributions entry whose
+// secret file is not there yet.
 import { readdir, rm, rmdir } from "node:fs/promises";
-import { join } from "node:path";
-import { unseal, type BusLogger, type NodeKeys } from "@mesh/bus";
-import { contributionsFor, credentialsFor, secretPath } from "@mesh/manifest";
+import { dirname, join } from "node:path";
+import { unseal, type BusLogger, type FileOwner, type NodeKeys } from "@mesh/bus";
+import {
+  contributionsFor,
+  credentialsFor,
+  providerSecretPath,
+  secretPath,
+  secretsDirPath,
+} from "@mesh/manifest";
 import type { Delivery } from "@mesh/manifest";
 import { writeFileAtomic, type WriteOutcome } from "@mesh/bus";
+import { ensureDir } from "./module-isolation.ts";
 
 /** What applying a delivery did. */
 export interface ApplyResult {
@@ -31,6 +40,11 @@ export interface ApplyContext {
   readonly logger: BusLogger;
   /** Stale files already said, so each is said once across deliveries. */
   readonly said?: Set<string>;
+  /**
+   * The user a module's files are handed to (the one it runs as); undefined: the agent's own. A
+   * file with another owner counts as changed and is written again.
+   */
+  readonly ownerOf?: (module: string) => FileOwner | undefined;
 }
 
 /**
@@ -71,11 +85,34 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
   };
   const rejected: SecretRejectedError[] = [];
   const secretFiles = new Set<string>();
+  const ownerOf = (module: string): FileOwner | undefined => ctx.ownerOf?.(module);
+  const dirs = new Set<string>();
+  // Each directory the agent writes into is the agent's, readable by the module's group alone.
+  const write = async (module: string, path: string, data: string, mode: number): Promise<void> => {
+    const owner = ownerOf(module);
+    const dir = dirname(path);
+    if (!dirs.has(dir)) {
+      await ensureDir(dir, owner === undefined ? 0o700 : 0o750, agentWith(owner));
+      dirs.add(dir);
+    }
+    count(await writeFileAtomic(path, data, mode, owner));
+  };
+
+  for (const instance of delivery.plan.instances) {
+    if (instance.node !== ctx.node || !delivery.modules.some((m) => m.name === instance.provider)) continue;
+    const dir = secretsDirPath(ctx.stateDir, instance.provider);
+    if (dirs.has(dir)) continue;
+    const owner = ownerOf(instance.provider);
+    // Made when it holds nothing yet: the provider watches it from its start.
+    await ensureDir(dir, owner === undefined ? 0o700 : 0o750, agentWith(owner));
+    dirs.add(dir);
+  }
 
   for (const [key, box] of Object.entries(delivery.secrets)) {
     const [consumer = "", iface = ""] = key.split("/");
-    const path = secretPath(ctx.stateDir, consumer, iface);
-    secretFiles.add(path);
+    const readers = readersOf(delivery, ctx, consumer, iface);
+    for (const reader of readers) secretFiles.add(reader.path);
+    if (readers.length === 0) continue;
     let password: string;
     try {
       password = await unseal(box, ctx.sealKeys);
@@ -85,7 +122,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
       rejected.push(error);
       continue;
     }
-    count(await writeFileAtomic(path, password, SECRET_MODE));
+    for (const reader of readers) await write(reader.module, reader.path, password, SECRET_MODE);
   }
 
   for (const module of delivery.modules) {
@@ -103,7 +140,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
       continue;
     }
     for (const file of files) {
-      count(await writeFileAtomic(file.path, `${JSON.stringify(file.contents, null, 2)}\n`, FILE_MODE));
+      await write(module.name, file.path, `${JSON.stringify(file.contents, null, 2)}\n`, FILE_MODE);
     }
     await sayLeftInPlace(ctx, module.name, new Set(files.map((f) => f.path)));
   }
@@ -112,25 +149,74 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
   return { written, unchanged, rejected, removed };
 }
 
+// The root-owned directory a module's files go in: the agent's, with the module's group.
+function agentWith(owner: FileOwner | undefined): FileOwner | undefined {
+  return owner === undefined ? undefined : { uid: process.getuid?.() ?? 0, gid: owner.gid };
+}
+
+// Who on this node reads `consumer`'s password for `iface`: the consumer, when it runs here, in its
+// own directory; its provider, when it runs here, in the provider's flat secrets directory.
+function readersOf(
+  delivery: Delivery,
+  ctx: ApplyContext,
+  consumer: string,
+  iface: string,
+): { module: string; path: string }[] {
+  const readers: { module: string; path: string }[] = [];
+  const here = new Set(delivery.modules.map((m) => m.name));
+  for (const instance of delivery.plan.instances) {
+    for (const entry of instance.consumers) {
+      if (entry.consumer !== consumer || entry.interface !== iface) continue;
+      if (entry.consumerNode === ctx.node && here.has(consumer)) {
+        readers.push({ module: consumer, path: secretPath(ctx.stateDir, consumer, iface) });
+      }
+      if (instance.node === ctx.node && here.has(instance.provider)) {
+        readers.push({
+          module: instance.provider,
+          path: providerSecretPath(ctx.stateDir, instance.provider, consumer, iface),
+        });
+      }
+    }
+  }
+  return readers;
+}
+
 // A secret no longer delivered belongs to a consumer gone from this node: neither the contributions
 // nor the credential files written from this delivery name it, so no module here reads it any more.
+// The flat `<state>/secrets/<consumer>/<iface>` of an older agent is removed the same way.
 async function removeUnusedSecrets(ctx: ApplyContext, delivered: ReadonlySet<string>): Promise<string[]> {
-  const root = join(ctx.stateDir, "secrets");
   const removed: string[] = [];
-  for (const consumer of await list(root)) {
-    const dir = join(root, consumer);
-    for (const iface of await list(dir)) {
-      const path = join(dir, iface);
-      if (delivered.has(path)) continue;
-      await rm(path, { force: true });
-      removed.push(path);
-      ctx.logger.info(
-        `removed the secret file ${path}: consumer ${consumer}'s password for ${iface} is no longer ` +
-          `delivered to node ${ctx.node}, so no module here uses it (its provider retires the login)`,
+  const remove = async (path: string, what: string): Promise<void> => {
+    if (delivered.has(path)) return;
+    await rm(path, { force: true });
+    removed.push(path);
+    ctx.logger.info(
+      `removed the secret file ${path}: ${what} is no longer delivered to node ${ctx.node}, so no ` +
+        `module here uses it (its provider retires the login)`,
+    );
+  };
+  const modules = join(ctx.stateDir, "modules");
+  for (const module of await list(modules)) {
+    for (const name of await list(join(modules, module, "passwords"))) {
+      await remove(join(modules, module, "passwords", name), `consumer ${module}'s password for ${name}`);
+    }
+    for (const name of await list(join(modules, module, "secrets"))) {
+      const [consumer, iface] = name.split(".");
+      await remove(
+        join(modules, module, "secrets", name),
+        `provider ${module}'s copy of consumer ${consumer}'s password for ${iface}`,
       );
+    }
+  }
+  const legacy = join(ctx.stateDir, "secrets");
+  for (const consumer of await list(legacy)) {
+    const dir = join(legacy, consumer);
+    for (const iface of await list(dir)) {
+      await remove(join(dir, iface), `consumer ${consumer}'s password for ${iface}`);
     }
     await rmdir(dir).catch(() => undefined);
   }
+  await rmdir(legacy).catch(() => undefined);
   return removed;
 }
 

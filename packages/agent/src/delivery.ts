@@ -68,6 +68,17 @@ export function parseDelivery(value: unknown, node: string): Delivery {
         bad(`modules[${i}].metrics`, `is not HOST:PORT (${err.reason})`);
       }
     }
+    const env = m["env"];
+    if (env !== undefined && (!isObject(env) || Object.values(env).some((v) => typeof v !== "string"))) {
+      bad(`modules[${i}].env`, "is not an object of strings");
+    }
+    const admin = m["admin"];
+    if (
+      admin !== undefined &&
+      !(isObject(admin) && (typeof admin["file"] === "string" || typeof admin["env"] === "string"))
+    ) {
+      bad(`modules[${i}].admin`, "is neither { file } nor { env }");
+    }
     names.add(m["name"]);
   });
 

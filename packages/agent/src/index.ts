@@ -47,3 +47,19 @@ export {
 } from "./provider-standings.ts";
 export * from "./start-agent.ts";
 export * from "./tool-runner.ts";
+export {
+  ModuleIsolations,
+  ModuleDirError,
+  ownerOf,
+  type ModuleIdentity,
+  type ModuleIsolation,
+} from "./module-isolation.ts";
+export {
+  ISOLATION_MODES,
+  ModuleUserError,
+  ModuleUsers,
+  moduleUserName,
+  type IsolationMode,
+  type ModuleUser,
+} from "./module-users.ts";
+export { UnsafeModuleFileError } from "./safe-open.ts";

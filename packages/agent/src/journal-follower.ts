@@ -3,9 +3,9 @@
 // `<state>/modules/<module>/actions.jsonl`; the agent appends each new complete line to the
 // module's ledger on the module's own ledger connection, and keeps how far it got in the module's
 // snapshots, so a restarted agent neither appends a line twice nor skips one.
-import { open, stat } from "node:fs/promises";
 import { LedgerEntryError, type BusLogger, type ModuleLedger } from "@mesh/bus";
 import { actionJournalPath, FileWatcher } from "@mesh/sdk";
+import { openModuleFile } from "./safe-open.ts";
 
 /** The snapshot key under which a module's ledger keeps how far its journal was appended. */
 export const JOURNAL_SNAPSHOT_KEY = "journal";
@@ -108,7 +108,9 @@ export class JournalFollower {
     let size: number;
     let inode: number;
     try {
-      const st = await stat(file);
+      // The journal is in the module's own directory: never through a link it planted, only its own file.
+      const handle = await openModuleFile(file);
+      const st = await handle.stat().finally(() => handle.close());
       size = st.size;
       inode = st.ino;
     } catch (err) {
@@ -284,7 +286,7 @@ export class JournalFollowers {
 }
 
 async function readSome(file: string, offset: number, length: number): Promise<Buffer> {
-  const handle = await open(file, "r");
+  const handle = await openModuleFile(file);
   try {
     const buffer = Buffer.alloc(length);
     const { bytesRead } = await handle.read(buffer, 0, length, offset);

@@ -12,6 +12,7 @@ import {
   readFileIfExists,
   writeFileAtomic,
   type BusLogger,
+  type FileOwner,
   type UserKeys,
   type WriteOutcome,
 } from "@mesh/bus";
@@ -35,12 +36,15 @@ export interface LedgerCredential {
   readonly seed: string;
 }
 
-/** `<state>/modules/<module>/keys.json` (0600): the module's two key pairs, seeds included. */
+/**
+ * `<state>/modules/<module>/keys.json` (0600, the agent's: the module never reads it, and gets only
+ * its `bus.creds`): the module's two key pairs, seeds included.
+ */
 export function moduleKeysPath(stateDir: string, module: string): string {
   return join(stateDir, "modules", module, "keys.json");
 }
 
-/** `<state>/modules/<module>/bus.creds` (0600): the module's bus credential (MESH_BUS_CREDS). */
+/** `<state>/modules/<module>/bus.creds` (0600, the module's own): its bus credential (MESH_BUS_CREDS). */
 export function moduleCredsPath(stateDir: string, module: string): string {
   return join(stateDir, "modules", module, "bus.creds");
 }
@@ -135,9 +139,13 @@ export class ModuleKeyring {
    * Writes each delivered module's `bus.creds` from its bus JWT and the `ledgers` file from the
    * ledger JWTs (`{}` when none), both 0600, atomically, only when changed. A JWT issued for a key
    * other than the module's current one is skipped, and what the files held for the module stays.
+   * Each `bus.creds` is handed to `ownerOf(module)` (the user the module runs as), when given.
    * @throws FileWriteError when a file cannot be written.
    */
-  async writeCredentials(delivery: Delivery): Promise<ModuleCredentialsResult> {
+  async writeCredentials(
+    delivery: Delivery,
+    ownerOf: (module: string) => FileOwner | undefined = () => undefined,
+  ): Promise<ModuleCredentialsResult> {
     let written = 0;
     let unchanged = 0;
     const count = (outcome: WriteOutcome): void => {
@@ -157,6 +165,7 @@ export class ModuleKeyring {
             credsPath,
             new TextDecoder().decode(credsFor(issued.bus, keys.bus.seed)),
             SECRET_MODE,
+            ownerOf(module),
           ),
         );
       }

@@ -1,20 +1,59 @@
 // How a module of this node is started, derived from its manifest's `run` and the plan: the
 // environment is the contract between the agent and every module, so it is built in one place.
+import { constants } from "node:fs";
+import { open } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { credentialPath, loadManifest, receivesPath } from "@mesh/manifest";
+import {
+  ADMIN_URL_VARIABLE,
+  credentialPath,
+  loadManifest,
+  moduleHomePath,
+  receivesPath,
+  secretsDirPath,
+  type AdminUrlSource,
+} from "@mesh/manifest";
 import { metricsUrlPath } from "@mesh/sdk";
 import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import { moduleCredsPath } from "./module-keys.ts";
+import type { ModuleIdentity } from "./module-isolation.ts";
 import type { ModuleLaunch } from "./module-process.ts";
 
 /** What the agent knows of itself when it starts a module. */
 export interface LaunchContext {
   readonly node: string;
   readonly stateDir: string;
-  /** The environment every module inherits (the agent's own, by default). */
+  /**
+   * The agent's own environment. A module never inherits it: only PATH, LANG and TZ are taken
+   * from it, and a variable a provider's fleet entry names as its admin URL (for that provider).
+   */
   readonly baseEnv: Readonly<Record<string, string | undefined>>;
   /** The bus as modules reach it: absent, no module gets MESH_BUS_*. */
   readonly bus?: ModuleBusAccess;
+  /** Who each module runs as (see `ModuleIsolations`); absent: every module runs as the agent. */
+  readonly identity?: (module: string) => ModuleIdentity | undefined;
+}
+
+/** The agent's variables a module gets: what a program needs to find its tools and speak. */
+export const PASSED_VARIABLES: readonly string[] = ["PATH", "LANG", "TZ"];
+
+const DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin";
+
+/** The largest admin URL file read. */
+export const ADMIN_URL_MAX_BYTES = 4_096;
+
+/** A provider's admin URL, as its fleet entry says where it is, cannot be had. */
+export class AdminUrlError extends Error {
+  override name = "AdminUrlError";
+  constructor(
+    readonly module: string,
+    readonly source: string,
+    why: string,
+  ) {
+    super(
+      `the admin URL of ${module} (${source}) ${why}: ${module} is not started until it is; ` +
+        `write the URL alone in a file the agent's user owns, mode 0600, or set the variable for the agent`,
+    );
+  }
 }
 
 /** What a module needs to connect to the bus with its own credential. */
@@ -28,22 +67,16 @@ export interface ModuleBusAccess {
   readonly users: ReadonlyMap<string, string>;
 }
 
-// What the agent was given for a module of its own must not leak into another module.
-const NOT_INHERITED = new Set([
-  "MESH_RECEIVES",
-  "MESH_CREDENTIALS",
-  "MESH_BUS_SERVERS",
-  "MESH_BUS_CREDS",
-  "MESH_BUS_USER",
-  "MESH_MANIFEST",
-  "MESH_SEATS",
-]);
-
 /** A module's launch, or why it is not started (its manifest has no `run`, or cannot be read). */
 export type LaunchDecision =
   | { readonly kind: "run"; readonly launch: ModuleLaunch }
   | { readonly kind: "not-run"; readonly why: string }
-  | { readonly kind: "unreadable"; readonly why: string };
+  | {
+      readonly kind: "unreadable";
+      readonly why: string;
+      /** What cannot be had, when not its manifest ("module store's admin URL cannot be read"). */
+      readonly what?: string;
+    };
 
 /** `<state>/modules/<name>/log`. */
 export function moduleLogPath(stateDir: string, module: string): string {
@@ -53,19 +86,20 @@ export function moduleLogPath(stateDir: string, module: string): string {
 /** Where a module serves its metrics when the fleet file does not say: loopback, a port the kernel picks. */
 export const DEFAULT_MODULE_METRICS = "127.0.0.1:0";
 
-/** `<state>/modules/<name>/control.sock`: where the module answers its tools. */
+/** `<state>/modules/<name>/home/control.sock` (in its own writable directory): where the module answers its tools. */
 export function moduleControlPath(stateDir: string, module: string): string {
-  return join(stateDir, "modules", module, "control.sock");
+  return join(moduleHomePath(stateDir, module), "control.sock");
 }
 
 /**
- * The environment of `module` (without the base): MESH_NODE, MESH_MODULE, MESH_STATE_DIR (the
- * node's state directory), MESH_INSTANCE, MESH_CONTROL, MESH_MANIFEST (its module.json), MESH_SEATS
+ * The mesh's variables for `module`: HOME (its own writable directory), MESH_NODE, MESH_MODULE,
+ * MESH_STATE_DIR (the node's state directory), MESH_INSTANCE, MESH_CONTROL, MESH_MANIFEST (its module.json), MESH_SEATS
  * (`seats`, the seats it holds, comma-separated; empty when none), MESH_METRICS (where a provider
  * serves its metrics: the fleet file's `metrics`, else `DEFAULT_MODULE_METRICS`; the provider writes
  * the URL it bound to `metricsUrlPath`), and MESH_RECEIVES (its first
  * provided interface's contributions file) and MESH_CREDENTIALS (its credential files' directory)
- * when it provides or needs anything in the plan. When it has a bus credential: MESH_BUS_SERVERS
+ * when it provides or needs anything in the plan, and MESH_SECRETS_DIR (its flat directory of its
+ * consumers' passwords) when it provides. When it has a bus credential: MESH_BUS_SERVERS
  * (comma-separated URLs), MESH_BUS_CREDS (its creds file) and MESH_BUS_USER (the credential's
  * public key, so a replaced credential changes the launch and restarts the module).
  */
@@ -76,6 +110,7 @@ export function moduleEnv(
   seats: readonly string[] = [],
 ): Record<string, string> {
   const env: Record<string, string> = {
+    HOME: moduleHomePath(ctx.stateDir, module),
     MESH_NODE: ctx.node,
     MESH_MODULE: module,
     MESH_STATE_DIR: ctx.stateDir,
@@ -93,7 +128,10 @@ export function moduleEnv(
     env["MESH_BUS_USER"] = user;
   }
   const provided = delivery.plan.instances.find((i) => i.provider === module);
-  if (provided !== undefined) env["MESH_RECEIVES"] = receivesPath(ctx.stateDir, module, provided.interface);
+  if (provided !== undefined) {
+    env["MESH_RECEIVES"] = receivesPath(ctx.stateDir, module, provided.interface);
+    env["MESH_SECRETS_DIR"] = secretsDirPath(ctx.stateDir, module);
+  }
   const need = delivery.plan.instances.flatMap((i) => i.consumers).find((c) => c.consumer === module);
   if (need !== undefined) {
     env["MESH_CREDENTIALS"] = dirname(credentialPath(ctx.stateDir, module, need.interface));
@@ -103,7 +141,9 @@ export function moduleEnv(
 
 /**
  * Decides how `module` is started: its manifest's `run` (relative paths read from the manifest's
- * directory), with the base environment and `moduleEnv`.
+ * directory), as the user its identity says, with an environment built from nothing: PATH, LANG
+ * and TZ of the agent, the fleet entry's `env`, its admin URL when it is a provider whose entry
+ * names one, and `moduleEnv`.
  */
 export async function decideLaunch(
   module: DeliveredModule,
@@ -120,9 +160,26 @@ export async function decideLaunch(
   if (run === undefined) {
     return { kind: "not-run", why: `its manifest ${module.manifest} has no "run"` };
   }
+  const identity = ctx.identity?.(module.name);
+  if (identity?.kind === "refused") return { kind: "not-run", why: identity.reason };
   const env: Record<string, string> = {};
-  for (const [key, value] of Object.entries(ctx.baseEnv)) {
-    if (value !== undefined && !NOT_INHERITED.has(key)) env[key] = value;
+  for (const key of PASSED_VARIABLES) {
+    const value = ctx.baseEnv[key];
+    if (value !== undefined) env[key] = value;
+  }
+  env["PATH"] ??= DEFAULT_PATH;
+  Object.assign(env, module.env ?? {});
+  if (module.admin !== undefined) {
+    try {
+      Object.assign(env, await adminUrlOf(module.name, module.admin, delivery, ctx));
+    } catch (err) {
+      if (!(err instanceof AdminUrlError)) throw err;
+      return {
+        kind: "unreadable",
+        why: err.message,
+        what: `module ${module.name}'s admin URL cannot be read`,
+      };
+    }
   }
   // A module holds the seats its manifest declares (the controller grants it the same).
   Object.assign(env, moduleEnv(module.name, delivery, ctx, seats));
@@ -136,6 +193,70 @@ export async function decideLaunch(
       env,
       logFile: moduleLogPath(ctx.stateDir, module.name),
       staleFiles: [metricsUrlPath(ctx.stateDir, module.name)],
+      ...(identity?.kind === "own-user" ? { uid: identity.user.uid, gid: identity.user.gid } : {}),
+      ...(identity === undefined ? {} : { isolation: identity.isolation }),
     },
   };
+}
+
+/**
+ * The variable holding `module`'s admin URL, read from where its fleet entry says: a file (0600,
+ * a regular file, at most 4 KiB) as `ADMIN_URL_VARIABLE`, or a variable of the agent's under its
+ * own name. Only a module that provides something on this node gets one.
+ * @throws AdminUrlError when the module provides nothing here, or the URL cannot be had.
+ */
+export async function adminUrlOf(
+  module: string,
+  admin: AdminUrlSource,
+  delivery: Delivery,
+  ctx: LaunchContext,
+): Promise<Record<string, string>> {
+  const source = "file" in admin ? `the file ${admin.file}` : `the agent's variable ${admin.env}`;
+  if (!delivery.plan.instances.some((i) => i.provider === module && i.node === ctx.node)) {
+    throw new AdminUrlError(
+      module,
+      source,
+      "is not handed over: it provides nothing on this node, and an admin URL never reaches a consumer",
+    );
+  }
+  if ("env" in admin) {
+    const value = ctx.baseEnv[admin.env];
+    if (value === undefined || value === "") throw new AdminUrlError(module, source, "is not set");
+    return { [admin.env]: value };
+  }
+  let text: string;
+  try {
+    const handle = await open(admin.file, constants.O_RDONLY | constants.O_NONBLOCK);
+    try {
+      const st = await handle.stat();
+      if (!st.isFile()) throw new AdminUrlError(module, source, "is not a regular file");
+      if ((st.mode & 0o077) !== 0) {
+        throw new AdminUrlError(
+          module,
+          source,
+          `is readable by others (mode ${(st.mode & 0o777).toString(8)}, not 600)`,
+        );
+      }
+      if (st.uid !== (process.getuid?.() ?? st.uid) && st.uid !== 0) {
+        throw new AdminUrlError(module, source, `is owned by uid ${st.uid}, not by the agent's user or root`);
+      }
+      const buffer = Buffer.alloc(ADMIN_URL_MAX_BYTES + 1);
+      const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
+      if (bytesRead > ADMIN_URL_MAX_BYTES) {
+        throw new AdminUrlError(module, source, `is larger than ${ADMIN_URL_MAX_BYTES} bytes`);
+      }
+      text = buffer.subarray(0, bytesRead).toString("utf8").trim();
+    } finally {
+      await handle.close();
+    }
+  } catch (err) {
+    if (err instanceof AdminUrlError) throw err;
+    throw new AdminUrlError(
+      module,
+      source,
+      `cannot be read (${(err as NodeJS.ErrnoException).code ?? "error"})`,
+    );
+  }
+  if (text === "") throw new AdminUrlError(module, source, "is empty");
+  return { [ADMIN_URL_VARIABLE]: text };
 }

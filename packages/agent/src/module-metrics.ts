@@ -1,8 +1,9 @@
 // Where each running module serves its metrics, as it said in its metrics.url: read at every
 // report (the agent also watches the files, so a new URL is reported at once, not at the next tick).
-import { closeSync, openSync, readSync } from "node:fs";
+import { closeSync, readSync } from "node:fs";
 import { METRICS_URL_MAX_LENGTH, metricsUrlOf, metricsUrlPath } from "@mesh/sdk";
 import type { ModuleStatus } from "./module-process.ts";
+import { openModuleFileSync } from "./safe-open.ts";
 
 /**
  * The metrics URL `module` wrote to its `metricsUrlPath` under `stateDir`, or undefined when there
@@ -12,7 +13,8 @@ import type { ModuleStatus } from "./module-process.ts";
 export function readModuleMetricsUrl(stateDir: string, module: string): string | undefined {
   let fd: number | undefined;
   try {
-    fd = openSync(metricsUrlPath(stateDir, module), "r");
+    // In the module's own directory: never through a link it planted, only its own regular file.
+    fd = openModuleFileSync(metricsUrlPath(stateDir, module));
     const buffer = Buffer.alloc(METRICS_URL_MAX_LENGTH + 2);
     const read = readSync(fd, buffer, 0, buffer.length, 0);
     return metricsUrlOf(buffer.subarray(0, read).toString("utf8"));

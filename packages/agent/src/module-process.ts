@@ -5,6 +5,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { rmSync } from "node:fs";
 import type { BusLogger } from "@mesh/bus";
 import { ModuleLog, type ModuleLogFormat } from "./module-log.ts";
+import type { ModuleIsolation } from "./module-isolation.ts";
 
 /** How a module is started: everything that, when it changes, calls for a restart. */
 export interface ModuleLaunch {
@@ -21,6 +22,11 @@ export interface ModuleLaunch {
    * start, so what a process that died left is never taken for what the next one says.
    */
   readonly staleFiles?: readonly string[];
+  /** The user and group it runs as (its own, made by the agent); absent: the agent's. */
+  readonly uid?: number;
+  readonly gid?: number;
+  /** Whether it runs apart from the agent and the other modules, and why not. */
+  readonly isolation?: ModuleIsolation;
 }
 
 /** A module's lifecycle as reported: `crashing` once it exits too often, whatever it does right now. */
@@ -45,6 +51,8 @@ export interface ModuleStatus {
   readonly log: string;
   /** `http://HOST:PORT/metrics` while it runs and serves Prometheus metrics (what it wrote to its metrics.url). */
   readonly metrics?: string;
+  /** Whether it runs as its own user (`mesh-<module>`), or as the agent's and why. */
+  readonly isolation?: ModuleIsolation;
 }
 
 /** The delays and limits of supervision. */
@@ -114,6 +122,7 @@ export class ModuleProcess {
       restarts: this.#restarts,
       ...(this.#lastExit === undefined ? {} : { lastExit: this.#lastExit }),
       log: this.launch.logFile,
+      ...(this.launch.isolation === undefined ? {} : { isolation: this.launch.isolation }),
     };
   }
 
@@ -177,7 +186,7 @@ export class ModuleProcess {
   }
 
   #spawn(): void {
-    const { name, command, args, cwd, env, logFile } = this.launch;
+    const { name, command, args, cwd, env, logFile, uid, gid } = this.launch;
     for (const stale of this.launch.staleFiles ?? []) {
       try {
         rmSync(stale, { force: true });
@@ -200,8 +209,16 @@ export class ModuleProcess {
     let child: ChildProcess;
     try {
       // Its own process group, so stopping it reaches whatever it started too.
-      // Piped, so each line is timestamped as it comes and the file rotates (module-log.ts).
-      child = spawn(command, [...args], { cwd, env, stdio: ["ignore", "pipe", "pipe"], detached: true });
+      // Piped, so each line is timestamped as it comes and the file rotates (module-log.ts); as its
+      // own user when it has one (libuv drops the agent's supplementary groups with it).
+      const user = uid === undefined || gid === undefined ? {} : { uid, gid };
+      child = spawn(command, [...args], {
+        cwd,
+        env,
+        stdio: ["ignore", "pipe", "pipe"],
+        detached: true,
+        ...user,
+      });
     } catch (err) {
       this.#exited(null, null, `it cannot be started (${(err as Error).message})`);
       return;

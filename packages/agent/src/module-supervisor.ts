@@ -53,7 +53,7 @@ export class ModuleSupervisor {
         this.#sayOnce(
           "warn",
           `unreadable ${module.name} ${decision.why}`,
-          `module ${module.name}'s manifest cannot be read, so it is ${current ? "left running as it was" : "not started"}: ${decision.why}`,
+          `${decision.what ?? `module ${module.name}'s manifest cannot be read`}, so it is ${current ? "left running as it was" : "not started"}: ${decision.why}`,
         );
         if (current === undefined) this.#idle.set(module.name, module.logFile);
         continue;
@@ -110,6 +110,7 @@ export class ModuleSupervisor {
 
 function sameLaunch(a: ModuleLaunch, b: ModuleLaunch): boolean {
   return (
-    JSON.stringify([a.command, a.args, a.cwd, a.env]) === JSON.stringify([b.command, b.args, b.cwd, b.env])
+    JSON.stringify([a.command, a.args, a.cwd, a.env, a.uid, a.gid]) ===
+    JSON.stringify([b.command, b.args, b.cwd, b.env, b.uid, b.gid])
   );
 }

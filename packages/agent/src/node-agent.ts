@@ -20,6 +20,8 @@ import { FileWatcher, metricsUrlPath } from "@mesh/sdk";
 import { parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
+import { ModuleIsolations, ownerOf } from "./module-isolation.ts";
+import type { IsolationMode } from "./module-users.ts";
 import { withMetricsUrls } from "./module-metrics.ts";
 import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
@@ -52,6 +54,8 @@ export interface NodeAgentOptions {
   readonly logger: BusLogger;
   readonly baseEnv: Readonly<Record<string, string | undefined>>;
   readonly timings: AgentTimings;
+  /** Whether a module its own user cannot run is refused (`strict`) or run as the agent (`auto`, the default). */
+  readonly isolation?: IsolationMode;
 }
 
 /** One node's agent at work. Made by `startAgent`. */
@@ -60,6 +64,7 @@ export class NodeAgent {
   readonly #supervisor: ModuleSupervisor;
   readonly #keyring: ModuleKeyring;
   readonly #standings: ProviderStandings;
+  readonly #isolations: ModuleIsolations;
   // A provider says where it serves its metrics once it listens: reported then, not at the next tick.
   readonly #metricsFiles = new FileWatcher(() => this.#changed());
   #modules: readonly string[] = [];
@@ -86,6 +91,12 @@ export class NodeAgent {
     this.#keyring = new ModuleKeyring(options.stateDir, options.logger);
     const { stateDir, logger, baseEnv: env } = options;
     this.#standings = new ProviderStandings({ stateDir, logger, env, onChange: () => this.#changed() });
+    this.#isolations = new ModuleIsolations({
+      stateDir: options.stateDir,
+      mode: options.isolation ?? "auto",
+      logger: options.logger,
+      env: options.baseEnv,
+    });
   }
 
   /** Starts following deliveries, watching the connection and reporting. */
@@ -186,10 +197,14 @@ export class NodeAgent {
     }
     const { node, stateDir, logger } = this.#o;
     const sealKeys = this.#o.identity.seal;
-    const result = await applyDelivery(delivery, { node, stateDir, sealKeys, logger, said: this.#saidStale });
+    // Who each module runs as comes first: every file written for it is handed to that user.
+    const identities = await this.#isolations.resolve(delivery);
+    const owner = (module: string) => ownerOf(identities.get(module));
+    const said = this.#saidStale;
+    const result = await applyDelivery(delivery, { node, stateDir, sealKeys, logger, said, ownerOf: owner });
     // Each module's own keys, then the credentials the controller issued for them.
     await this.#keyring.reconcile(delivery);
-    const credentials = await this.#keyring.writeCredentials(delivery);
+    const credentials = await this.#keyring.writeCredentials(delivery, owner);
     this.#busUsers = credentials.busUsers;
     this.#files = {
       written: result.written + credentials.written,
@@ -215,6 +230,7 @@ export class NodeAgent {
       stateDir: this.#o.stateDir,
       baseEnv: this.#o.baseEnv,
       bus: { servers: this.#o.servers, users: this.#busUsers },
+      identity: (module: string) => this.#isolations.identity(module),
     };
     return Promise.all(
       delivery.modules.map(async (m) => ({
@@ -263,7 +279,11 @@ export class NodeAgent {
       node: this.#o.node,
       generation: this.#generation,
       at: new Date().toISOString(),
-      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()),
+      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()).map((m) => {
+        // A module refused for want of isolation is not running: its status still says why.
+        const isolation = m.isolation ?? this.#isolations.identity(m.name)?.isolation;
+        return isolation === undefined ? m : { ...m, isolation };
+      }),
       files: { ...this.#files },
       moduleKeys: this.#keyring.publicKeys(),
       providers: this.#standings.standings(),

@@ -151,5 +151,6 @@ export async function readBusServers(files: IdentityFiles): Promise<string[] | u
  * @throws FileWriteError.
  */
 export async function writeBusServers(files: IdentityFiles, servers: readonly string[]): Promise<void> {
-  await writeFileAtomic(files.bus, `${JSON.stringify({ servers }, null, 2)}\n`, 0o644);
+  // The agent's own (0600): its modules learn the bus from MESH_BUS_SERVERS, and read nothing of the node's.
+  await writeFileAtomic(files.bus, `${JSON.stringify({ servers }, null, 2)}\n`, SECRET_MODE);
 }

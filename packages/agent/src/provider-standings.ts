@@ -4,7 +4,6 @@
 // announcement on the bus is for the ledger and the alerts. The report stays small: the failing
 // consumers (at most MAX_REPORTED_FAILING), the set waiting for a person, and counts, never every
 // consumer.
-import { lstat } from "node:fs/promises";
 import type { BusLogger } from "@mesh/bus";
 import {
   callControl,
@@ -15,6 +14,7 @@ import {
   type StatusReport,
 } from "@mesh/sdk";
 import { moduleControlPath } from "./module-launch.ts";
+import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";
 import { nodeSecrets, scrubValue } from "./tool-runner.ts";
 
 /** The most failing consumers one provider's standing lists; `counts.failing` says how many there are. */
@@ -179,10 +179,16 @@ export class ProviderStandings {
       failing: [],
       waiting: null,
     });
-    // A module may put anything at its own socket's path: only a socket is asked, never what a link names.
-    const found = await lstat(path).catch(() => undefined);
-    if (found === undefined) return unanswered(`nothing listens at its control socket ${path} yet`);
-    if (!found.isSocket()) return unanswered(`its control socket ${path} is not a socket: it is not asked`);
+    // A module may put anything at its own socket's path: only its own socket is asked, never what a
+    // link names (the same check as a tool call's).
+    try {
+      if ((await checkModuleSocket(path)) === "missing") {
+        return unanswered(`nothing listens at its control socket ${path} yet`);
+      }
+    } catch (err) {
+      const why = err instanceof UnsafeModuleFileError ? err.message : String(err);
+      return unanswered(why);
+    }
     let status: StatusReport;
     try {
       status = await callControl(path, { tool: "status", who: "agent" }, { timeoutMs });

@@ -1,7 +1,7 @@
 // Starting a node's agent: its identity (made on first start, kept after), its enrollment (only
 // when it has no credentials yet, or the bus no longer takes them and a join token is at hand),
 // its bus connection, and then the agent at work.
-import { mkdir } from "node:fs/promises";
+import { chmod, mkdir } from "node:fs/promises";
 import { isAbsolute } from "node:path";
 import {
   assertNodeName,
@@ -29,6 +29,7 @@ import {
   writeNodeCreds,
 } from "./node-identity.ts";
 import { serveTools } from "./tool-runner.ts";
+import type { IsolationMode } from "./module-users.ts";
 
 /** How to start a node's agent. */
 export interface StartAgentOptions {
@@ -45,6 +46,12 @@ export interface StartAgentOptions {
   readonly servers?: string | readonly string[];
   /** Shorter delays, for tests. */
   readonly timings?: Partial<AgentTimings>;
+  /**
+   * When the agent runs as root, a module whose own user cannot read its command or manifest
+   * directory is refused (`strict`: what `mesh up` and `mesh agent` do unless told) or run as the
+   * agent's user (`auto`, the default here, and `npm start`'s).
+   */
+  readonly isolation?: IsolationMode;
 }
 
 /** A running agent. */
@@ -89,6 +96,8 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
   const timings: AgentTimings = { ...DEFAULT_AGENT_TIMINGS, ...options.timings };
   const token = options.joinToken === undefined ? undefined : parseJoinToken(options.joinToken, node);
   await mkdir(stateDir, { recursive: true, mode: 0o700 });
+  // Traverse only: each module reaches its own directory under it, and lists nothing.
+  await chmod(stateDir, 0o711);
 
   const files = identityFiles(stateDir);
   const { identity, made } = await loadOrMakeIdentity(files);
@@ -135,6 +144,7 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
     logger,
     baseEnv: options.env ?? process.env,
     timings,
+    ...(options.isolation === undefined ? {} : { isolation: options.isolation }),
   });
   agent.run();
   // Asked on every tool call and every journal pass: not `status()`, which reads each module's metrics.url.

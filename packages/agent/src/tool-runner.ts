@@ -3,7 +3,7 @@
 // call and its result to the module's ledger on the module's own ledger connection. A ledger that
 // cannot be written never hides what the tool did: the answer says the entry is missing and why.
 import { readdir, readFile } from "node:fs/promises";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { toolSubject, type BusLogger, type LedgerKind } from "@mesh/bus";
 import {
   BadControlRequestError,
@@ -21,6 +21,7 @@ import {
 } from "@mesh/sdk";
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { moduleControlPath } from "./module-launch.ts";
+import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";
 
 // A type, not an interface: a ledger takes any JSON object, which an interface is not known to be.
 /** What a tool call leaves in the module's ledger (never a password: every string is scrubbed). */
@@ -196,6 +197,8 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
   const path = moduleControlPath(options.stateDir, module);
   let outcome: { ok: true; answer: unknown } | { ok: false; error: string; code: string };
   try {
+    // The socket is in the module's own directory: never a link to another module's socket.
+    await checkModuleSocket(path);
     const answer = await callControl(
       path,
       { tool, args, who },
@@ -204,7 +207,13 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
     outcome = { ok: true, answer };
   } catch (err) {
     if (err instanceof ToolError) outcome = { ok: false, error: err.message, code: err.code };
-    else if (err instanceof NoProviderListeningError) {
+    else if (err instanceof UnsafeModuleFileError) {
+      outcome = {
+        ok: false,
+        code: "provider-unreachable",
+        error: `${module} on node ${node}: ${err.message}`,
+      };
+    } else if (err instanceof NoProviderListeningError) {
       outcome = {
         ok: false,
         code: "provider-not-listening",
@@ -317,7 +326,7 @@ export function scrubValue(value: unknown, secrets: readonly string[]): unknown 
 }
 
 /**
- * Every secret this node holds: the passwords in its secret files (`<state>/secrets/<consumer>/<interface>`)
+ * Every secret this node holds: the passwords in its secret files (each module's `passwords/` and `secrets/`)
  * and the passwords of the server URLs in `env` (a provider's admin URL). Unreadable files are skipped.
  */
 export async function nodeSecrets(
@@ -328,12 +337,23 @@ export async function nodeSecrets(
   for (const value of Object.values(env)) {
     if (value !== undefined && isServerUrl(value)) for (const s of secretsOfUrl(value)) found.add(s);
   }
-  const root = join(stateDir, "secrets");
-  const entries = await readdir(root, { recursive: true, withFileTypes: true }).catch(() => []);
-  for (const entry of entries) {
+  // Every copy of a password on this node: each consumer's own, each provider's, and an older agent's.
+  const files: string[] = [];
+  const modules = join(stateDir, "modules");
+  for (const module of await readdir(modules).catch((): string[] => [])) {
+    for (const kind of ["passwords", "secrets"]) {
+      const dir = join(modules, module, kind);
+      for (const name of await readdir(dir).catch((): string[] => [])) files.push(join(dir, name));
+    }
+  }
+  const legacy = await readdir(join(stateDir, "secrets"), { recursive: true, withFileTypes: true }).catch(
+    () => [],
+  );
+  for (const entry of legacy) if (entry.isFile()) files.push(join(entry.parentPath, entry.name));
+  for (const file of files) {
     // Dot files are the atomic writer's temp files.
-    if (!entry.isFile() || entry.name.startsWith(".")) continue;
-    const text = await readFile(join(entry.parentPath, entry.name), "utf8").catch(() => "");
+    if (basename(file).startsWith(".")) continue;
+    const text = await readFile(file, "utf8").catch(() => "");
     const password = text.replace(/\r?\n$/, "");
     if (password !== "") found.add(password);
   }

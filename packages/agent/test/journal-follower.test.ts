@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { connectBus, credsFor, ledgerInboxPrefix, ModuleLedger } from "@mesh/bus";
 import {
@@ -227,7 +227,7 @@ void describe("a provider's actions reach its module's ledger through the action
     const redis = await mesh.credentialFor("mariadb");
     await mesh.writeLedgers(ledgersFile, { postgres, mariadb: redis });
     const file = actionJournalPath(stateDir, "mariadb");
-    await mkdir(join(stateDir, "modules", "mariadb"), { recursive: true });
+    await mkdir(dirname(file), { recursive: true });
     await writeFile(file, `not json\n${JSON.stringify(action("created", "shop_db"))}\n{"partial":`, {
       mode: 0o600,
     });

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Delivery } from "@mesh/manifest";
 import { metricsUrlPath } from "@mesh/sdk";
@@ -48,7 +48,7 @@ void describe("a module's metrics address", () => {
     assert.equal(moduleEnv("postgres", d, ctx)["MESH_METRICS"], "127.0.0.1:0");
     assert.equal(moduleEnv("redis", d, ctx)["MESH_METRICS"], "0.0.0.0:9464");
 
-    // The whole launch, base environment included: the inherited address never reaches a module.
+    // The whole launch: neither the inherited address nor anything else of the agent's reaches a module.
     for (const m of d.modules) {
       await mkdir(join(dir, m.name), { recursive: true });
       await writeFile(m.manifest, JSON.stringify({ name: m.name, run: { command: "node", args: [] } }));
@@ -58,8 +58,8 @@ void describe("a module's metrics address", () => {
     assert.deepEqual(
       env.map((e) => [e["MESH_METRICS"], e["KEEP"]]),
       [
-        ["127.0.0.1:0", "yes"],
-        ["0.0.0.0:9464", "yes"],
+        ["127.0.0.1:0", undefined],
+        ["0.0.0.0:9464", undefined],
       ],
     );
     const staleFiles = launches.map((l) => (l.kind === "run" ? l.launch.staleFiles : undefined));
@@ -94,7 +94,7 @@ void describe("the metrics URL a module wrote", () => {
     log: "",
   });
   const write = async (module: string, text: string): Promise<void> => {
-    await mkdir(join(dir, "modules", module), { recursive: true });
+    await mkdir(dirname(metricsUrlPath(dir, module)), { recursive: true });
     await writeFile(metricsUrlPath(dir, module), text);
   };
 

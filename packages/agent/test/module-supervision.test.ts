@@ -45,7 +45,7 @@ void describe("an agent supervises its node's modules", () => {
     agent?.status().modules.find((m) => m.name === name);
   // What a module's script recorded once it was up (it may not have yet when the agent says running).
   const recorded = async (name: string): Promise<Recorded> => {
-    const path = join(stateDir, "modules", name, "env.json");
+    const path = join(stateDir, "modules", name, "home", "env.json");
     let text = "";
     await eventually(async () => {
       text = await readFile(path, "utf8").catch(() => "");
@@ -86,7 +86,7 @@ void describe("an agent supervises its node's modules", () => {
     await rm(stateDir, { recursive: true, force: true });
   });
 
-  void it("starts each module with the contract's environment, from its manifest's directory", async () => {
+  void it("starts each module with the contract's environment and none of the agent's, from its manifest's directory", async () => {
     await mesh.publish("n1", {
       generation: 1,
       modules: ["store", "app", "worker", "flaky", "stubborn"].map((m) => fleet.module(m)),
@@ -100,25 +100,26 @@ void describe("an agent supervises its node's modules", () => {
     const store = await recorded("store");
     assert.equal(store.cwd, join(fleet.dir, "store"));
     assert.deepEqual(store.env, {
-      AGENT_TEST: "inherited",
+      HOME: join(stateDir, "modules", "store", "home"),
       MESH_NODE: "n1",
       MESH_MODULE: "store",
       MESH_STATE_DIR: stateDir,
       MESH_INSTANCE: "store",
-      MESH_CONTROL: join(stateDir, "modules", "store", "control.sock"),
+      MESH_CONTROL: join(stateDir, "modules", "store", "home", "control.sock"),
       MESH_RECEIVES: receivesPath(stateDir, "store", "kv-store"),
+      MESH_SECRETS_DIR: join(stateDir, "modules", "store", "secrets"),
       MESH_MANIFEST: join(fleet.dir, "store", "module.json"),
       MESH_SEATS: "",
       MESH_METRICS: "127.0.0.1:0",
     });
     const app = await recorded("app");
     assert.deepEqual(app.env, {
-      AGENT_TEST: "inherited",
+      HOME: join(stateDir, "modules", "app", "home"),
       MESH_NODE: "n1",
       MESH_MODULE: "app",
       MESH_STATE_DIR: stateDir,
       MESH_INSTANCE: "app",
-      MESH_CONTROL: join(stateDir, "modules", "app", "control.sock"),
+      MESH_CONTROL: join(stateDir, "modules", "app", "home", "control.sock"),
       MESH_CREDENTIALS: dirname(credentialPath(stateDir, "app", "kv-store")),
       MESH_MANIFEST: join(fleet.dir, "app", "module.json"),
       MESH_SEATS: "",

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import {
   serveControl,
@@ -16,6 +16,7 @@ import {
 } from "@mesh/sdk";
 import { moduleControlPath } from "../src/index.ts";
 import { MAX_REPORTED_FAILING, ProviderStandings } from "../src/provider-standings.ts";
+import { secretPath } from "@mesh/manifest";
 import { until } from "@mesh/testkit";
 import { recordingLogger } from "./test-mesh.ts";
 
@@ -55,8 +56,9 @@ describe("the agent's reading of its providers' status", () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), "mesh-provider-standings-"));
     // A secret of the node: what no report may carry, whatever the provider wrote into an error.
-    await mkdir(join(dir, "secrets", "notes"), { recursive: true });
-    await writeFile(join(dir, "secrets", "notes", "postgres-database"), `${PASSWORD}\n`, { mode: 0o600 });
+    const secret = secretPath(dir, "notes", "postgres-database");
+    await mkdir(dirname(secret), { recursive: true });
+    await writeFile(secret, `${PASSWORD}\n`, { mode: 0o600 });
   });
   after(async () => {
     for (const s of standings) s.stop();
@@ -65,7 +67,7 @@ describe("the agent's reading of its providers' status", () => {
   });
 
   const serve = async (module: string, tools: ProvisionerTools): Promise<void> => {
-    await mkdir(join(dir, "modules", module), { recursive: true });
+    await mkdir(dirname(moduleControlPath(dir, module)), { recursive: true });
     servers.push(await serveControl(tools, moduleControlPath(dir, module)));
   };
   const follow = (modules: string[]) => {
@@ -140,8 +142,8 @@ describe("the agent's reading of its providers' status", () => {
   });
 
   it("says a provider that does not listen, and never follows a link planted at its socket", async () => {
-    await mkdir(join(dir, "modules", "pg4"), { recursive: true });
-    await mkdir(join(dir, "modules", "pg5"), { recursive: true });
+    await mkdir(dirname(moduleControlPath(dir, "pg4")), { recursive: true });
+    await mkdir(dirname(moduleControlPath(dir, "pg5")), { recursive: true });
     await symlink(moduleControlPath(dir, "pg1"), moduleControlPath(dir, "pg5"));
     const { s } = follow(["pg4", "pg5"]);
     const got = await until(
@@ -157,6 +159,6 @@ describe("the agent's reading of its providers' status", () => {
       ],
     );
     assert.match(got[0]?.problem ?? "", /nothing listens at its control socket/);
-    assert.match(got[1]?.problem ?? "", /is not a socket: it is not asked/);
+    assert.match(got[1]?.problem ?? "", /is a symlink, and a symlink is never followed/);
   });
 });

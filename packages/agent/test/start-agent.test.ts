@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { newNodeKeys, seal } from "@mesh/bus";
-import { contributionsFor, credentialsFor, secretPath } from "@mesh/manifest";
+import { contributionsFor, credentialsFor, providerSecretPath, secretPath } from "@mesh/manifest";
 import {
   AgentNotEnrolledError,
   EnrollmentError,
@@ -78,7 +78,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     });
   });
 
-  void it("writes each secret (0600), the provider's contributions and the consumer's credentials", async () => {
+  void it("writes each secret (0600) for each reader, the provider's contributions and the consumer's credentials", async () => {
     await mesh.publish("n1", draft);
     await eventually(() => agent?.status().generation === 1, "delivery 1 applied");
     for (const [consumer, password] of [
@@ -86,10 +86,14 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
       ["worker", "pw-worker-1"],
       ["remote", "pw-remote-1"],
     ] as const) {
-      const path = secretPath(stateDir, consumer, "kv-store");
+      const path = providerSecretPath(stateDir, "store", consumer, "kv-store");
       assert.equal(await readFile(path, "utf8"), password);
       assert.equal(await mode(path), 0o600);
     }
+    // The consumer on this node has its own copy; one whose module runs elsewhere has none here.
+    assert.equal(await readFile(secretPath(stateDir, "worker", "kv-store"), "utf8"), "pw-worker-1");
+    assert.equal(await mode(secretPath(stateDir, "worker", "kv-store")), 0o600);
+    await assert.rejects(stat(secretPath(stateDir, "app", "kv-store")), { code: "ENOENT" });
     const [contributions] = contributionsFor(draft.plan, "store", stateDir);
     assert.ok(contributions);
     assert.deepEqual(JSON.parse(await readFile(contributions.path, "utf8")), contributions.contents);
@@ -101,15 +105,16 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     assert.ok(credential);
     assert.deepEqual(JSON.parse(await readFile(credential.path, "utf8")), credential.contents);
     assert.equal(credential.contents.passwordFile, secretPath(stateDir, "worker", "kv-store"));
-    // Five files of the plan, and the `ledgers` file (`{}`: no module has a ledger credential).
-    assert.deepEqual(agent?.status().files, { written: 6, unchanged: 0 });
+    // Six files of the plan, and the `ledgers` file (`{}`: no module has a ledger credential).
+    assert.deepEqual(agent?.status().files, { written: 7, unchanged: 0 });
     await eventually(() => mesh.reports.some((r) => r.generation === 1), "a report of delivery 1");
     assert.equal(logger.lines.join("\n").includes("pw-"), false, "no password in the log");
   });
 
   void it("restarted without a join token, it reuses its keys and credentials and rewrites nothing the same", async () => {
     const paths = [
-      secretPath(stateDir, "app", "kv-store"),
+      providerSecretPath(stateDir, "store", "app", "kv-store"),
+      secretPath(stateDir, "worker", "kv-store"),
       ...contributionsFor(draft.plan, "store", stateDir).map((f) => f.path),
       ...credentialsFor(draft.plan, "worker", stateDir).map((f) => f.path),
     ];
@@ -118,7 +123,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     await agent?.stop();
     agent = await startAgent({ node: "n1", stateDir, logger, timings: FAST });
     await eventually(() => agent?.status().generation === 1, "delivery 1 applied again");
-    assert.deepEqual(agent.status().files, { written: 0, unchanged: 6 });
+    assert.deepEqual(agent.status().files, { written: 0, unchanged: 7 });
     assert.deepEqual(await Promise.all(paths.map(async (p) => (await stat(p)).mtimeMs)), before);
     assert.equal(await readFile(join(stateDir, "keys.json"), "utf8"), keys);
     assert.equal(mesh.enrollments(), 1, "no second enrollment");
@@ -145,9 +150,11 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
       ),
     );
     assert.ok(errors.some((l) => /consumer worker for kv-store/.test(l)));
-    assert.equal(await readFile(secretPath(stateDir, "app", "kv-store"), "utf8"), "pw-app-1");
+    const copy = (consumer: string) => providerSecretPath(stateDir, "store", consumer, "kv-store");
+    assert.equal(await readFile(copy("app"), "utf8"), "pw-app-1");
+    assert.equal(await readFile(copy("worker"), "utf8"), "pw-worker-1");
     assert.equal(await readFile(secretPath(stateDir, "worker", "kv-store"), "utf8"), "pw-worker-1");
-    assert.equal(await readFile(secretPath(stateDir, "remote", "kv-store"), "utf8"), "pw-remote-2");
+    assert.equal(await readFile(copy("remote"), "utf8"), "pw-remote-2");
   });
 
   void it("removes, and says, a secret no longer delivered, and leaves a stale credential file in place", async () => {
@@ -159,6 +166,9 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     });
     await eventually(() => agent?.status().generation === 3, "delivery 3 applied");
     await assert.rejects(stat(secretPath(stateDir, "worker", "kv-store")), { code: "ENOENT" });
+    await assert.rejects(stat(providerSecretPath(stateDir, "store", "worker", "kv-store")), {
+      code: "ENOENT",
+    });
     assert.ok(logger.lines.some((l) => /removed the secret file .*worker.*no longer delivered/.test(l)));
     const [stale] = credentialsFor(draft.plan, "worker", stateDir);
     assert.ok(stale);
@@ -186,7 +196,10 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
       }
     }, "the bus to take delivery 4");
     await eventually(() => agent?.status().generation === 4, "delivery 4 applied after the restart", 60_000);
-    assert.equal(await readFile(secretPath(stateDir, "app", "kv-store"), "utf8"), "pw-app-4");
+    assert.equal(
+      await readFile(providerSecretPath(stateDir, "store", "app", "kv-store"), "utf8"),
+      "pw-app-4",
+    );
     assert.equal(agent?.status().connected, true);
   });
 

@@ -8,7 +8,7 @@ import { derivePlan, loadFleet, loadFleetManifests, type DeliveredModule, type P
 const STAY = `import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 if (process.argv.includes("--ignore-sigterm")) process.on("SIGTERM", () => console.log("SIGTERM ignored"));
-const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith("MESH_") || k === "AGENT_TEST"));
+const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith("MESH_") || k === "AGENT_TEST" || k === "HOME"));
 writeFileSync(join(dirname(process.env.MESH_CONTROL), "env.json"), JSON.stringify({ pid: process.pid, cwd: process.cwd(), env }));
 console.log("up and running");
 setInterval(() => {}, 1000);

@@ -2,9 +2,9 @@
 // reaches a real control socket, the answer comes back scrubbed of the node's secrets, and a `tool`
 // entry lands in the module's ledger stream, written on the module's own ledger credential.
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import {
   closeBus,
@@ -130,7 +130,7 @@ void describe("the agent's tool runner", () => {
     const secret = secretPath(stateDir, "notes", "postgres-database");
     await mkdir(join(secret, ".."), { recursive: true });
     await writeFile(secret, `${PASSWORD}\n`, { mode: 0o600 });
-    await mkdir(join(stateDir, "modules", "postgres"), { recursive: true });
+    await mkdir(dirname(moduleControlPath(stateDir, "postgres")), { recursive: true });
     tools = fakeTools();
     control = await serveControl(tools, moduleControlPath(stateDir, "postgres"));
 
@@ -278,9 +278,25 @@ void describe("the agent's tool runner", () => {
     }
   });
 
+  it("refuses a control socket that a module replaced with a symlink to another module's", async () => {
+    const planted = moduleControlPath(stateDir, "notes");
+    await mkdir(dirname(planted), { recursive: true });
+    await symlink(moduleControlPath(stateDir, "postgres"), planted);
+    const before = tools.calls.length;
+    try {
+      const reply = await ask({ module: "notes", tool: "status", args: [], who: "alice" });
+      assert.ok(!reply.ok);
+      assert.equal(reply.code, "provider-unreachable");
+      assert.match(reply.error, /control\.sock is refused: it is a symlink/);
+      assert.equal(tools.calls.length, before, "postgres was not asked in notes' name");
+    } finally {
+      await rm(planted, { force: true });
+    }
+  });
+
   it("answers all the same when the ledger cannot be written, and says why the entry is missing", async () => {
     modules = ["postgres", "notes", "mystery"];
-    await mkdir(join(stateDir, "modules", "mystery"), { recursive: true });
+    await mkdir(dirname(moduleControlPath(stateDir, "mystery")), { recursive: true });
     const mystery = await serveControl(fakeTools(), moduleControlPath(stateDir, "mystery"));
     try {
       const reply = await ask({ module: "mystery", tool: "cleanup list", args: [], who: "alice" });

@@ -3,7 +3,7 @@
 // sees the old contents or the new, never half of each; and a file already holding the same bytes is
 // left alone, so a restarted agent touches nothing.
 import { randomBytes } from "node:crypto";
-import { mkdir, open, readFile, rename, rm, stat } from "node:fs/promises";
+import { lstat, mkdir, open, readFile, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 
 /** What `writeFileAtomic` did: wrote the file, or found it already as asked. */
@@ -25,15 +25,28 @@ export class FileWriteError extends Error {
   }
 }
 
+/** Who a written file belongs to: the module that reads it (the agent runs as root). */
+export interface FileOwner {
+  readonly uid: number;
+  readonly gid: number;
+}
+
 /**
  * Writes `data` to `path` atomically with `mode` (0600 unless told: most of what the mesh keeps is
  * secret; the parent directories are made 0700), unless
- * the file already holds exactly `data` with exactly `mode`.
+ * the file already holds exactly `data` with exactly `mode` (and `owner`, when given).
+ * With `owner`, the file is handed to that user through its open handle before the rename, so it
+ * is never in place with another owner; a file with another owner counts as changed.
  * @throws FileWriteError when the file cannot be written.
  */
-export async function writeFileAtomic(path: string, data: string, mode = 0o600): Promise<WriteOutcome> {
+export async function writeFileAtomic(
+  path: string,
+  data: string,
+  mode = 0o600,
+  owner?: FileOwner,
+): Promise<WriteOutcome> {
   const bytes = Buffer.from(data, "utf8");
-  if (await holds(path, bytes, mode)) return "unchanged";
+  if (await holds(path, bytes, mode, owner)) return "unchanged";
   const temp = join(dirname(path), `.${basename(path)}.${randomBytes(6).toString("hex")}.tmp`);
   try {
     await mkdir(dirname(path), { recursive: true, mode: 0o700 });
@@ -42,6 +55,7 @@ export async function writeFileAtomic(path: string, data: string, mode = 0o600):
       await handle.writeFile(bytes);
       // The umask may have narrowed the mode open() was given, and a wider one must never stay.
       await handle.chmod(mode);
+      if (owner !== undefined) await handle.chown(owner.uid, owner.gid);
       await handle.sync();
     } finally {
       await handle.close();
@@ -55,10 +69,12 @@ export async function writeFileAtomic(path: string, data: string, mode = 0o600):
   return "written";
 }
 
-async function holds(path: string, bytes: Buffer, mode: number): Promise<boolean> {
+async function holds(path: string, bytes: Buffer, mode: number, owner?: FileOwner): Promise<boolean> {
   try {
-    const st = await stat(path);
+    // lstat: a symlink in the file's place is never taken for the file; the rename replaces it.
+    const st = await lstat(path);
     if (!st.isFile() || (st.mode & 0o777) !== mode || st.size !== bytes.length) return false;
+    if (owner !== undefined && (st.uid !== owner.uid || st.gid !== owner.gid)) return false;
     return (await readFile(path)).equals(bytes);
   } catch {
     return false;

@@ -2,11 +2,11 @@
 // an agent for each node of the fleet (or those named), and through them the fleet's modules.
 // `mesh status` asks the running controller what it knows.
 import { randomBytes } from "node:crypto";
-import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic } from "@mesh/bus";
-import type { Agent } from "@mesh/agent";
+import type { Agent, IsolationMode } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
 import { ListenError, untilStopSignal } from "@mesh/sdk";
 import { askController, stateDirOf } from "./controller-request.ts";
@@ -45,6 +45,11 @@ export function addUpCommands(program: Command, io: CliIo): void {
       "--operator-token-file <path>",
       "the operator token the dashboard and /metrics ask for (made there, 0600, when the file does not exist); needed for an --http other machines reach",
     )
+    .option(
+      "--isolation <mode>",
+      "strict: a module its own user cannot run (its directory unreadable to it) is refused; auto: it runs as the agent's user, and mesh status says so",
+      "strict",
+    )
     .addHelpText(
       "after",
       `
@@ -65,8 +70,10 @@ Examples:
           listen?: string;
           http?: string;
           operatorTokenFile?: string;
+          isolation: string;
         } & LogFlags,
       ) => {
+        isolationOf(flags.isolation);
         await up(
           resolve(fleet),
           stateDirOf(flags.state, io),
@@ -75,6 +82,7 @@ Examples:
           logIo(io, flags),
           flags.http,
           flags.operatorTokenFile,
+          isolationOf(flags.isolation),
         );
       },
     );
@@ -85,6 +93,11 @@ Examples:
     .requiredOption("--node <name>", "the node's name, as in the fleet file")
     .option("--join <file>", "the join token file `mesh up` wrote for this node (needed only the first time)")
     .option("--state <dir>", "the node's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option(
+      "--isolation <mode>",
+      "strict: a module its own user cannot run (its directory unreadable to it) is refused; auto: it runs as the agent's user, and mesh status says so",
+      "strict",
+    )
     .addHelpText(
       "after",
       `
@@ -94,8 +107,14 @@ Examples:
   after it has joined once, it reconnects with what it was issued:
   $ mesh agent --node node-2 --state /var/lib/mesh`,
     )
-    .action(async (flags: { node: string; join?: string; state?: string } & LogFlags) => {
-      await agent(flags.node, flags.join, stateDirOf(flags.state, io), logIo(io, flags));
+    .action(async (flags: { node: string; join?: string; state?: string; isolation: string } & LogFlags) => {
+      await agent(
+        flags.node,
+        flags.join,
+        stateDirOf(flags.state, io),
+        logIo(io, flags),
+        isolationOf(flags.isolation),
+      );
     });
 
   program
@@ -158,6 +177,7 @@ async function up(
   io: CliIo,
   http?: string,
   operatorTokenFile?: string,
+  isolation: IsolationMode = "strict",
 ): Promise<void> {
   const {
     loadOrCreateAuthority,
@@ -172,6 +192,10 @@ async function up(
   const { startAgent } = await import("@mesh/agent");
   const say = (m: string) => io.err(`${"mesh up".padEnd(12)}│ ${m}\n`);
   await mkdir(state, { recursive: true, mode: 0o700 });
+  // Traverse only, down to each node's state: a module reaches its own directory and lists nothing.
+  await mkdir(join(state, "nodes"), { recursive: true, mode: 0o711 });
+  await chmod(state, 0o711);
+  await chmod(join(state, "nodes"), 0o711);
   // Listening from the start: a Ctrl-C while starting still stops what has started.
   const signalled = untilStopSignal({ info: say, warn: say, error: say });
   const stopping: (() => Promise<void>)[] = [];
@@ -262,6 +286,7 @@ async function up(
         joinToken: await controller.joinToken(node),
         logger: prefixed(io, node),
         ...agentLogOptions(io),
+        isolation,
       });
       agents.push(agent);
       stopping.push(() => agent.stop());
@@ -275,6 +300,12 @@ async function up(
     await stopAll();
   }
   say("stopped");
+}
+
+// `--isolation`: strict or auto, anything else a usage error.
+function isolationOf(value: string): IsolationMode {
+  if (value === "strict" || value === "auto") return value;
+  throw new CliExit(EXIT_USAGE, `--isolation must be strict or auto, not ${JSON.stringify(value)}`);
 }
 
 /** How many random bytes an operator token holds (as base64url). */
@@ -304,7 +335,13 @@ async function loadOrCreateOperatorToken(path: string): Promise<string> {
   return token;
 }
 
-async function agent(node: string, joinFile: string | undefined, state: string, io: CliIo): Promise<void> {
+async function agent(
+  node: string,
+  joinFile: string | undefined,
+  state: string,
+  io: CliIo,
+  isolation: IsolationMode,
+): Promise<void> {
   const { startAgent } = await import("@mesh/agent");
   const say = (m: string) => io.err(`${node.padEnd(12)}│ ${m}\n`);
   const signalled = untilStopSignal({ info: say, warn: say, error: say });
@@ -323,6 +360,7 @@ async function agent(node: string, joinFile: string | undefined, state: string, 
     joinToken,
     logger: prefixed(io, node),
     ...logs,
+    isolation,
   }).catch((err: unknown) => {
     throw new CliExit(EXIT_REFUSED, (err as Error).message);
   });

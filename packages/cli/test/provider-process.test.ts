@@ -219,6 +219,15 @@ describe("a provider's settings", () => {
     });
   });
 
+  it("take the admin URL from MESH_ADMIN_URL when the agent read it from a file, the provider's own variable first", () => {
+    const env = { MESH_RECEIVES: "/r.json", MESH_ADMIN_URL: "memory://from-file" };
+    assert.equal(resolveProviderSettings(provider, env).adminUrl, "memory://from-file");
+    assert.equal(
+      resolveProviderSettings(provider, { ...env, MESH_MEMORY_URL: "memory://own" }).adminUrl,
+      "memory://own",
+    );
+  });
+
   it("name every missing or bad one at once, with the flag only when there are flags", () => {
     assert.throws(
       () => resolveProviderSettings(provider, { MESH_EVERY: "5" }, {}),

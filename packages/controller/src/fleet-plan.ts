@@ -75,6 +75,8 @@ export async function loadFleetPlan(fleetFile: string): Promise<FleetPlan> {
       node: m.node,
       manifest: resolve(m.manifest),
       ...(m.metrics === undefined ? {} : { metrics: m.metrics }),
+      ...(m.env === undefined ? {} : { env: m.env }),
+      ...(m.admin === undefined ? {} : { admin: m.admin }),
     }))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   return {

@@ -94,6 +94,8 @@ export class NodeDeliveries {
             name: m.name,
             manifest: m.manifest,
             ...(m.metrics === undefined ? {} : { metrics: m.metrics }),
+            ...(m.env === undefined ? {} : { env: m.env }),
+            ...(m.admin === undefined ? {} : { admin: m.admin }),
           }))
       : [];
     const passwords = [];

@@ -19,6 +19,30 @@ export interface ModuleReport {
    * says otherwise), while it runs and serves them; always an http(s) URL without credentials.
    */
   readonly metrics?: string;
+  /** Whether it runs as its own user, the user it runs as, and why it is not isolated. */
+  readonly isolation?: ReportedIsolation;
+}
+
+/** How a module is kept apart from the others, as its node reports it. */
+export interface ReportedIsolation {
+  readonly isolated: boolean;
+  readonly user: string;
+  readonly reason?: string;
+}
+
+// A reason is said to an operator: a line, never a wall of text from a node.
+const REASON_MAX = 500;
+
+function isolationOf(value: unknown): ReportedIsolation | undefined {
+  const v = value as { isolated?: unknown; user?: unknown; reason?: unknown } | null;
+  if (typeof v !== "object" || v === null || typeof v.isolated !== "boolean" || typeof v.user !== "string") {
+    return undefined;
+  }
+  return {
+    isolated: v.isolated,
+    user: v.user.slice(0, 64),
+    ...(typeof v.reason === "string" ? { reason: v.reason.slice(0, REASON_MAX) } : {}),
+  };
 }
 
 /** The last report of one node, and when the controller received it. */
@@ -130,6 +154,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     if (typeof e?.name !== "string" || typeof e.state !== "string" || !STATES.has(e.state)) continue;
     // Shown as a link on the dashboard: only ever a web address, whatever a node sends.
     const metrics = metricsUrlOf(e.metrics);
+    const isolation = isolationOf(e.isolation);
     modules.push({
       name: e.name,
       state: e.state as ModuleReport["state"],
@@ -138,6 +163,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
       ...(e.lastExit !== undefined ? { lastExit: e.lastExit } : {}),
       log: typeof e.log === "string" ? e.log : "",
       ...(metrics !== undefined ? { metrics } : {}),
+      ...(isolation !== undefined ? { isolation } : {}),
     });
   }
   const f = b.files as { written?: unknown; unchanged?: unknown } | undefined;

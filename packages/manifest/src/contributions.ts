@@ -1,11 +1,11 @@
 import type { Plan } from "./plan.ts";
-import { receivesPath, secretPath } from "./state-paths.ts";
+import { providerSecretPath, receivesPath } from "./state-paths.ts";
 
 /** One consumer in a contributions file: a credential grant the provider's harness applies. */
 export interface ContributionEntry {
   /** The derived login. */
   readonly as: string;
-  /** The secret file with the consumer's password, on the provider's node. */
+  /** The provider's copy of the consumer's password, on the provider's node (`providerSecretPath`). */
   readonly secret: string;
   /** The consumer's node. */
   readonly node: string;
@@ -45,7 +45,7 @@ export function contributionsFor(plan: Plan, provider: string, stateDir: string)
         requirement: instance.interface,
         given: instance.consumers.map((c) => ({
           as: c.login,
-          secret: secretPath(stateDir, c.consumer, c.interface),
+          secret: providerSecretPath(stateDir, provider, c.consumer, c.interface),
           node: c.consumerNode,
           ...(c.consumerAt === undefined ? {} : { at: c.consumerAt }),
           values: c.values,

@@ -1,6 +1,7 @@
 // What one node receives: the part of the plan it takes part in and, sealed to its own key, the
 // password of every consumer it runs or provides for. The controller writes it, the agent derives
 // every file from it: one definition for both sides.
+import type { AdminUrlSource } from "./fleet.ts";
 import type { Plan, PlanEntry, PlanInstance } from "./plan.ts";
 
 /** The key the controller writes a node's delivery under, in the node's own bucket. */
@@ -13,6 +14,10 @@ export interface DeliveredModule {
   readonly manifest: string;
   /** HOST:PORT for its Prometheus metrics when the fleet file sets one; absent: loopback, a free port. */
   readonly metrics?: string;
+  /** Variables the fleet file adds to its environment. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** Where the agent reads this provider's admin URL (a path or a variable name, never the URL). */
+  readonly admin?: AdminUrlSource;
 }
 
 /** One node's delivery, written to `nodeDeliveriesBucket(node)` under `DELIVERY_KEY`. */

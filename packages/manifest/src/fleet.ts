@@ -48,8 +48,26 @@ export interface FleetModule {
    * it 127.0.0.1 and a free port. Another host than loopback only ever comes from here.
    */
   readonly metrics?: string | undefined;
+  /** Variables added to the module's environment, as written (the mesh's own MESH_* win over them). */
+  readonly env?: Readonly<Record<string, string>> | undefined;
+  /** Where a provider's agent finds its admin URL, which it hands to that provider alone. */
+  readonly admin?: AdminUrlSource | undefined;
   readonly line?: number | undefined;
 }
+
+/**
+ * Where a provider's admin URL comes from on its node: a file (0600, the URL alone; absolute, or
+ * relative to the fleet file), or a variable of the agent's own environment. The agent reads it
+ * and sets it in that provider's environment only, as `ADMIN_URL_VARIABLE` for a file and under
+ * the variable's own name for a variable (`MESH_POSTGRES_URL`).
+ */
+export type AdminUrlSource = { readonly file: string } | { readonly env: string };
+
+/** The variable a provider finds its admin URL in when the fleet names a file for it. */
+export const ADMIN_URL_VARIABLE = "MESH_ADMIN_URL";
+
+/** What a variable name in a fleet file looks like. */
+export const ENV_NAME_PATTERN = /^[A-Z_][A-Z0-9_]{0,127}$/;
 
 /**
  * A fleet file (`mesh.yaml`): the nodes, and which module runs on which node with what values.
@@ -121,6 +139,27 @@ const moduleSchema = strict(
       },
       "an object like { host: 10.0.0.2, port: 5433 }",
     ).optional(),
+    env: keyed(
+      ENV_NAME_PATTERN,
+      "a variable name of A-Z, 0-9 and _, like MESH_EVERY",
+      z.union([z.string(), z.number(), z.boolean()], {
+        error: mustBe("a string, a number or true/false, like 1s"),
+      }),
+      "an object of variables like { MESH_EVERY: 1s }",
+    ).optional(),
+    admin: z
+      .union(
+        [
+          strict({ file: text("the path of a 0600 file holding the admin URL").min(1) }, "{ file: PATH }"),
+          strict({ env: text("a variable name like MESH_POSTGRES_URL", ENV_NAME_PATTERN) }, "{ env: NAME }"),
+        ],
+        {
+          error: mustBe(
+            "where the provider's admin URL is: { file: /etc/mesh/postgres.url } or { env: MESH_POSTGRES_URL }",
+          ),
+        },
+      )
+      .optional(),
     metrics: text(METRICS_WHAT)
       .superRefine((value, ctx) => {
         try {
@@ -260,6 +299,17 @@ export function parseFleet(text: string, file: string): Fleet {
       needs,
       endpoint: m.endpoint,
       ...(m.metrics === undefined ? {} : { metrics: m.metrics.trim() }),
+      ...(m.env === undefined
+        ? {}
+        : { env: Object.fromEntries(Object.entries(m.env).map(([k, v]) => [k, String(v)])) }),
+      ...(m.admin === undefined
+        ? {}
+        : {
+            admin:
+              "file" in m.admin
+                ? { file: isAbsolute(m.admin.file) ? m.admin.file : join(dir, m.admin.file) }
+                : { env: m.admin.env },
+          }),
       line: positions.lineOf(["modules", name]),
     });
   }

@@ -37,12 +37,59 @@ export function receivesPath(stateDir: string, provider: string, iface: string):
 }
 
 /**
- * The secret file holding `consumer`'s password for `iface`, on every node that needs it (the
- * consumer's and the provider's): `<state>/secrets/<consumer>/<iface>`.
+ * `<state>/modules/<module>`: the directory of everything the agent keeps for `module` (its log,
+ * keys, bus credential, contributions, credentials and secrets). The agent's own (0750, group the
+ * module's user): the module reads there and writes nothing.
+ * @throws InvalidNameError for a name that is not a module name; StateDirError.
+ */
+export function moduleDir(stateDir: string, module: string): string {
+  return under(stateDir, "modules", assertModuleName(module));
+}
+
+/**
+ * `<state>/modules/<module>/home`: the one directory `module` writes (owned by its user): its
+ * HOME, its control socket, its metrics URL and its action journal. Whatever the agent opens there
+ * it opens as a file the module may have planted.
+ * @throws InvalidNameError for a name that is not a module name; StateDirError.
+ */
+export function moduleHomePath(stateDir: string, module: string): string {
+  return join(moduleDir(stateDir, module), "home");
+}
+
+/**
+ * `<state>/modules/<provider>/secrets`: the provider's own flat directory of its consumers'
+ * passwords (one directory watch covers them all); what the agent sets MESH_SECRETS_DIR to.
+ * @throws InvalidNameError for a name that is not a module name; StateDirError.
+ */
+export function secretsDirPath(stateDir: string, provider: string): string {
+  return join(moduleDir(stateDir, provider), "secrets");
+}
+
+/**
+ * The provider's copy of `consumer`'s password for `iface`, which its contributions entry names:
+ * `<state>/modules/<provider>/secrets/<consumer>.<iface>` (names hold no ".", so it is one-to-one).
+ * @throws InvalidNameError for a name that is not a module or interface name; StateDirError.
+ */
+export function providerSecretPath(
+  stateDir: string,
+  provider: string,
+  consumer: string,
+  iface: string,
+): string {
+  return join(
+    secretsDirPath(stateDir, provider),
+    `${assertModuleName(consumer)}.${assertInterfaceName(iface)}`,
+  );
+}
+
+/**
+ * The consumer's own copy of its password for `iface`, which its credential file names:
+ * `<state>/modules/<consumer>/passwords/<iface>`. A provider on the same node reads its own copy
+ * (`providerSecretPath`): each copy is owned by the one module that reads it.
  * @throws InvalidNameError for a name that is not a module or interface name; StateDirError.
  */
 export function secretPath(stateDir: string, consumer: string, iface: string): string {
-  return under(stateDir, "secrets", assertModuleName(consumer), assertInterfaceName(iface));
+  return join(moduleDir(stateDir, consumer), "passwords", assertInterfaceName(iface));
 }
 
 /**

@@ -13,6 +13,7 @@ import {
 } from "@mesh/manifest";
 
 const FILE = "fleets/home/mesh.yaml";
+const MESH_REDIS_ENV = "MESH_REDIS_URL";
 
 function problemsOf(text: string): readonly Problem[] {
   try {
@@ -217,6 +218,35 @@ modules:
       ).message,
       /must be HOST:PORT .* not 9464/,
     );
+  });
+
+  it("reads where a provider's admin URL is and the variables its entry adds, never the URL itself", () => {
+    const fleet = parseFleet(
+      `nodes: { node-1: {} }
+modules:
+  postgres:
+    manifest: ./pg/module.json
+    node: node-1
+    admin: { file: ./secrets/postgres.url }
+    env: { MESH_EVERY: 1s, WORKERS: 4, VERBOSE: true }
+  redis: { manifest: ./redis/module.json, node: node-1, admin: { env: MESH_REDIS_URL } }
+`,
+      FILE,
+    );
+    const postgres = fleet.modules.get("postgres");
+    assert.deepEqual(postgres?.admin, { file: join("fleets/home", "secrets/postgres.url") });
+    assert.deepEqual(postgres?.env, { MESH_EVERY: "1s", WORKERS: "4", VERBOSE: "true" });
+    assert.deepEqual(fleet.modules.get("redis")?.admin, { env: MESH_REDIS_ENV });
+  });
+
+  it("refuses an admin entry that names neither a file nor a variable, and a bad variable name", () => {
+    const base = "nodes: { node-1: {} }\nmodules:\n  pg:\n    manifest: ./pg.json\n    node: node-1\n";
+    assert.match(
+      problemOf(`${base}    admin: postgres://a:b@h/db\n`, "modules.pg.admin").message,
+      /file|env/,
+    );
+    assert.ok(problemsOf(`${base}    admin: { env: "lower case" }\n`).length > 0);
+    assert.ok(problemsOf(`${base}    env: { "not a name": x }\n`).length > 0);
   });
 
   it("refuses two modules of one node on one fixed metrics port, and lets port 0 repeat", () => {

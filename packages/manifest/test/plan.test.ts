@@ -9,6 +9,8 @@ import {
   InvalidNameError,
   receivesPath,
   secretPath,
+  providerSecretPath,
+  moduleHomePath,
   StateDirError,
   TemplateError,
   type PlanEntry,
@@ -48,8 +50,13 @@ describe("state paths", () => {
     );
     assert.equal(
       secretPath(STATE, "notes", "postgres-database"),
-      "/var/lib/mesh/secrets/notes/postgres-database",
+      "/var/lib/mesh/modules/notes/passwords/postgres-database",
     );
+    assert.equal(
+      providerSecretPath(STATE, "postgres", "notes", "postgres-database"),
+      "/var/lib/mesh/modules/postgres/secrets/notes.postgres-database",
+    );
+    assert.equal(moduleHomePath(STATE, "notes"), "/var/lib/mesh/modules/notes/home");
     assert.equal(
       credentialPath(STATE, "notes", "postgres-database"),
       "/var/lib/mesh/modules/notes/credentials/postgres-database.json",
@@ -181,7 +188,7 @@ describe("contributionsFor", () => {
         given: [
           {
             as: "blog_postgres",
-            secret: "/srv/db-state/secrets/blog/postgres-database",
+            secret: "/srv/db-state/modules/postgres/secrets/blog.postgres-database",
             node: "db",
             at: "db.internal",
             values: { extensions: ["pgcrypto"] },
@@ -189,7 +196,7 @@ describe("contributionsFor", () => {
           },
           {
             as: "notes_postgres",
-            secret: "/srv/db-state/secrets/notes/postgres-database",
+            secret: "/srv/db-state/modules/postgres/secrets/notes.postgres-database",
             node: "app",
             values: { name: "notes" },
             derived: {},
@@ -218,7 +225,7 @@ describe("credentialFor", () => {
       interface: "postgres-database",
       provider: "postgres",
       login: "notes_postgres",
-      passwordFile: "/srv/app-state/secrets/notes/postgres-database",
+      passwordFile: "/srv/app-state/modules/notes/passwords/postgres-database",
       endpoint: { scheme: "postgresql", host: "db.internal", port: 5432, path: "/notes" },
       url: "postgresql://notes_postgres@db.internal:5432/notes",
       values: { name: "notes" },
@@ -265,7 +272,7 @@ describe("credentialFor", () => {
     const credential = credentialFor(entry, undefined, STATE);
     assert.equal(credential.url, undefined);
     assert.equal(credential.endpoint, undefined);
-    assert.equal(credential.passwordFile, "/var/lib/mesh/secrets/notes/postgres-database");
+    assert.equal(credential.passwordFile, "/var/lib/mesh/modules/notes/passwords/postgres-database");
   });
 
   it("refuses an endpoint naming a value the consumer does not have", () => {

@@ -2,17 +2,17 @@
 // file beside the module's other files. The agent follows that file into the module's ledger, so
 // what the loop did survives the provider, the agent and the bus being away, in that order.
 import { mkdir, open, type FileHandle } from "node:fs/promises";
-import { dirname, isAbsolute, join } from "node:path";
-import { assertModuleName, StateDirError } from "@mesh/manifest";
+import { dirname, join } from "node:path";
+import { moduleHomePath } from "@mesh/manifest";
 import type { ActionEntry, ActionLog, Logger } from "./collaborators.ts";
 
 /**
- * `<state>/modules/<module>/actions.jsonl`: where a provider run by the agent journals its actions.
+ * `<state>/modules/<module>/home/actions.jsonl` (in the module's own writable directory): where a
+ * provider run by the agent journals its actions.
  * @throws StateDirError for a state directory that is not absolute; InvalidNameError for a bad module name.
  */
 export function actionJournalPath(stateDir: string, module: string): string {
-  if (!isAbsolute(stateDir)) throw new StateDirError(stateDir);
-  return join(stateDir, "modules", assertModuleName(module), "actions.jsonl");
+  return join(moduleHomePath(stateDir, module), "actions.jsonl");
 }
 
 /**

@@ -2,21 +2,21 @@
 // a free port, so only the provider knows the port, and it writes the URL to a file beside the
 // module's other files for the agent to report. The file says nothing secret.
 import { rm } from "node:fs/promises";
-import { isAbsolute, join } from "node:path";
+import { join } from "node:path";
 import { writeFileAtomic } from "@mesh/bus";
-import { assertModuleName, StateDirError } from "@mesh/manifest";
+import { moduleHomePath } from "@mesh/manifest";
 
 /** The longest metrics URL read back; a URL longer than this is not one a provider wrote. */
 export const METRICS_URL_MAX_LENGTH = 2_048;
 
 /**
- * `<state>/modules/<module>/metrics.url`: where a provider run by the agent writes the URL of its
- * /metrics server, once it listens, and removes it on a clean stop.
+ * `<state>/modules/<module>/home/metrics.url` (in the module's own writable directory): where a
+ * provider run by the agent writes the URL of its /metrics server, once it listens, and removes it
+ * on a clean stop.
  * @throws StateDirError for a state directory that is not absolute; InvalidNameError for a bad module name.
  */
 export function metricsUrlPath(stateDir: string, module: string): string {
-  if (!isAbsolute(stateDir)) throw new StateDirError(stateDir);
-  return join(stateDir, "modules", assertModuleName(module), "metrics.url");
+  return join(moduleHomePath(stateDir, module), "metrics.url");
 }
 
 /**

@@ -309,7 +309,8 @@ export function resolveProviderSettings(
         `(the file the mesh writes for ${provider.interface})`,
     );
   }
-  const adminUrl = pick(flags?.adminUrl, provider.adminUrlEnv);
+  // MESH_ADMIN_URL: what the agent sets when the provider's fleet entry names a file for it.
+  const adminUrl = pick(flags?.adminUrl, provider.adminUrlEnv) ?? pick(undefined, "MESH_ADMIN_URL");
   if (adminUrl === undefined) {
     problems.push(
       `the admin URL is missing: ${howToGive("--admin-url URL", provider.adminUrlEnv)} ` +

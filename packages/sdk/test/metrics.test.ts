@@ -369,7 +369,7 @@ describe("a provider process's metrics", () => {
     const agent = { ...env, MESH_STATE_DIR: "/var/lib/mesh", MESH_MODULE: "memory" };
     assert.equal(
       resolveProviderSettings(p, { ...agent, MESH_METRICS: "127.0.0.1:0" }).metricsUrlFile,
-      "/var/lib/mesh/modules/memory/metrics.url",
+      "/var/lib/mesh/modules/memory/home/metrics.url",
     );
     assert.equal(resolveProviderSettings(p, agent).metricsUrlFile, undefined, "no metrics, no file");
     assert.equal(
@@ -430,7 +430,10 @@ describe("metrics URLs", () => {
   });
 
   it("are kept under the module's directory, for a valid module name and an absolute state directory", () => {
-    assert.equal(metricsUrlPath("/var/lib/mesh", "postgres"), "/var/lib/mesh/modules/postgres/metrics.url");
+    assert.equal(
+      metricsUrlPath("/var/lib/mesh", "postgres"),
+      "/var/lib/mesh/modules/postgres/home/metrics.url",
+    );
     assert.throws(() => metricsUrlPath("relative", "postgres"));
     assert.throws(() => metricsUrlPath("/var/lib/mesh", "../etc"));
   });

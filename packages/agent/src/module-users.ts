@@ -1,0 +1,209 @@
+// Each module of a node runs as its own system user when the agent runs as root, so that no module
+// can read another's secrets or the node's keys. Node has no getpwnam: users are made with
+// `useradd` and read back with `getent passwd`; whether a user can reach a path is asked of the
+// system itself, by a shell run as that user, so ACLs and mounts count as they do for the module.
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+
+/** The system user a module runs as. */
+export interface ModuleUser {
+  readonly name: string;
+  readonly uid: number;
+  readonly gid: number;
+}
+
+/** How the agent separates its modules: `strict` refuses what cannot be separated, `auto` runs it as the agent. */
+export type IsolationMode = "strict" | "auto";
+
+/** The isolation modes, as the `--isolation` flag takes them. */
+export const ISOLATION_MODES: readonly IsolationMode[] = ["strict", "auto"];
+
+/** The longest user name `useradd` takes on Debian, as logins are cut. */
+export const USER_NAME_MAX = 32;
+const HASH_CHARS = 8;
+
+/**
+ * The system user of `module`: `mesh-<module>`, or, when that is longer than 32 characters, its
+ * first 23 characters, `-` and 8 hex characters of a hash of the module's name (stable, so every
+ * start finds the same user; exactly 32, so it never equals a written-out name).
+ */
+export function moduleUserName(module: string): string {
+  const full = `mesh-${module}`;
+  if (full.length <= USER_NAME_MAX) return full;
+  const hash = createHash("sha256").update(module).digest("hex").slice(0, HASH_CHARS);
+  return `${full.slice(0, USER_NAME_MAX - 1 - HASH_CHARS)}-${hash}`;
+}
+
+/** A module's system user could not be made or read back. */
+export class ModuleUserError extends Error {
+  override name = "ModuleUserError";
+  constructor(
+    readonly user: string,
+    why: string,
+  ) {
+    super(
+      `the system user ${user} could not be made or read (${why}): its module is not started; ` +
+        `check that useradd and getent work on this machine (the agent must run as root to separate modules)`,
+    );
+  }
+}
+
+/** What running a command gave: its exit code (null when it could not run) and its output. */
+interface Ran {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+function run(
+  command: string,
+  args: readonly string[],
+  options: { uid?: number; gid?: number } = {},
+): Promise<Ran> {
+  return new Promise((resolve) => {
+    execFile(
+      command,
+      [...args],
+      // A fixed PATH and nothing else: what decides is the system, not the agent's environment.
+      { ...options, env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }, timeout: 15_000, encoding: "utf8" },
+      (err, stdout, stderr) => {
+        const code = err === null ? 0 : typeof err.code === "number" ? err.code : null;
+        resolve({ code, stdout, stderr: stderr || (err !== null && code === null ? err.message : "") });
+      },
+    );
+  });
+}
+
+/** `getent passwd NAME` as a user, or undefined when there is none. */
+async function lookUp(name: string): Promise<ModuleUser | undefined> {
+  const got = await run("getent", ["passwd", name]);
+  if (got.code === 2) return undefined;
+  if (got.code !== 0) throw new ModuleUserError(name, `getent exited ${got.code}: ${got.stderr.trim()}`);
+  const fields = got.stdout.trim().split(":");
+  const uid = Number(fields[2]);
+  const gid = Number(fields[3]);
+  if (!Number.isInteger(uid) || !Number.isInteger(gid)) {
+    throw new ModuleUserError(name, `getent said ${JSON.stringify(got.stdout.trim())}`);
+  }
+  return { name, uid, gid };
+}
+
+/**
+ * The system users of one node's modules: made once when missing (`useradd --system
+ * --no-create-home --shell /usr/sbin/nologin`, "already exists" counting as success, since another
+ * agent may make it at the same moment), then read back and kept. Calls are serialized.
+ */
+export class ModuleUsers {
+  readonly #known = new Map<string, ModuleUser>();
+  #queue: Promise<unknown> = Promise.resolve();
+
+  /**
+   * The user of `module`, made when missing.
+   * @throws ModuleUserError when it cannot be made or read back.
+   */
+  ensure(module: string): Promise<ModuleUser> {
+    const next = this.#queue.then(() => this.#ensure(module));
+    this.#queue = next.catch(() => undefined);
+    return next;
+  }
+
+  async #ensure(module: string): Promise<ModuleUser> {
+    const name = moduleUserName(module);
+    const known = this.#known.get(name);
+    if (known !== undefined) return known;
+    let user = await lookUp(name);
+    if (user === undefined) {
+      const made = await run("useradd", [
+        "--system",
+        "--no-create-home",
+        "--user-group",
+        "--home-dir",
+        "/nonexistent",
+        "--shell",
+        "/usr/sbin/nologin",
+        "--comment",
+        `mesh module ${module}`,
+        name,
+      ]);
+      // 9: the name is taken (by another agent just now): that user is the one.
+      if (made.code !== 0 && made.code !== 9) {
+        throw new ModuleUserError(name, `useradd exited ${made.code}: ${made.stderr.trim()}`);
+      }
+      user = await lookUp(name);
+      if (user === undefined) throw new ModuleUserError(name, "getent does not know it after useradd");
+    }
+    this.#known.set(name, user);
+    return user;
+  }
+}
+
+/** Whether this agent can run modules as other users: it runs as root. */
+export function canSeparateModules(): boolean {
+  return process.getuid?.() === 0;
+}
+
+/** One thing a module's user must be able to do for the module to run. */
+export interface Reach {
+  /** `read`: list and enter a directory (or read a file); `enter`: traverse; `run`: execute; `write`. */
+  readonly need: "read" | "enter" | "run" | "write";
+  readonly path: string;
+  /** What the path is to the module, for the message: "its manifest directory". */
+  readonly what: string;
+}
+
+/** A path a module's user cannot reach as it must. */
+export interface Unreachable extends Reach {
+  /** In words: "user mesh-notes cannot read its manifest directory /root/mesh/notes". */
+  readonly why: string;
+}
+
+const TESTS: Record<Reach["need"], string> = {
+  read: 'test -r "$p" && { test ! -d "$p" || test -x "$p"; }',
+  enter: 'test -x "$p"',
+  run: 'test -f "$p" && test -x "$p"',
+  write: 'test -w "$p" && test -x "$p"',
+};
+
+/**
+ * The first of `reaches` that `user` cannot do, asked of a shell run as that user (so every
+ * ancestor directory, ACL and mount counts), or undefined when it can do them all.
+ */
+export async function firstUnreachable(
+  user: ModuleUser,
+  reaches: readonly Reach[],
+): Promise<Unreachable | undefined> {
+  if (reaches.length === 0) return undefined;
+  const script = reaches.map((r, i) => `p=$${i + 1}; ${TESTS[r.need]} || { echo ${i}; exit 0; }`).join("\n");
+  const got = await run("/bin/sh", ["-c", script, "sh", ...reaches.map((r) => r.path)], {
+    uid: user.uid,
+    gid: user.gid,
+  });
+  if (got.code !== 0) {
+    const first = reaches[0] as Reach;
+    return {
+      ...first,
+      why: `user ${user.name} cannot be checked (${got.stderr.trim() || `exit ${got.code}`})`,
+    };
+  }
+  const failed = got.stdout.trim();
+  if (failed === "") return undefined;
+  const reach = reaches[Number(failed)] as Reach;
+  const verb = { read: "read", enter: "enter", run: "run", write: "write to" }[reach.need];
+  return { ...reach, why: `user ${user.name} cannot ${verb} ${reach.what} ${reach.path}` };
+}
+
+/**
+ * Where a bare command (`node`) is found on `path` as `user` sees it, or undefined when nowhere.
+ */
+export async function commandPathAs(
+  user: ModuleUser,
+  command: string,
+  path: string,
+): Promise<string | undefined> {
+  const got = await run("/bin/sh", ["-c", 'PATH=$1; command -v "$2"', "sh", path, command], {
+    uid: user.uid,
+    gid: user.gid,
+  });
+  const found = got.stdout.trim();
+  return got.code === 0 && found.startsWith("/") ? found : undefined;
+}

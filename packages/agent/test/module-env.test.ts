@@ -1,0 +1,101 @@
+// A module's environment is built from nothing: PATH, LANG and TZ of the agent, the fleet entry's
+// variables, the mesh's own, and, for a provider whose fleet entry names one, its admin URL (from a
+// 0600 file or a variable of the agent's). A consumer never gets an admin URL.
+import assert from "node:assert/strict";
+import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import type { DeliveredModule, Delivery } from "@mesh/manifest";
+import { decideLaunch, type LaunchDecision } from "../src/index.ts";
+
+const ADMIN = "kv://admin:sekrit-admin@127.0.0.1:1/";
+
+void describe("a module's environment", () => {
+  let dir: string;
+  let delivery: Delivery;
+  const ctx = (): Parameters<typeof decideLaunch>[2] => ({
+    node: "n1",
+    stateDir: join(dir, "state"),
+    baseEnv: { PATH: "/usr/bin:/bin", LANG: "C.UTF-8", KV_ADMIN_URL: ADMIN, SECRET_OF_AGENT: "x" },
+  });
+  const decide = (module: DeliveredModule): Promise<LaunchDecision> => decideLaunch(module, delivery, ctx());
+  const envOf = (decision: LaunchDecision): Readonly<Record<string, string>> => {
+    assert.equal(decision.kind, "run", JSON.stringify(decision));
+    return decision.kind === "run" ? decision.launch.env : {};
+  };
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "mesh-module-env-"));
+    for (const name of ["store", "app"]) {
+      await mkdir(join(dir, name));
+      await writeFile(
+        join(dir, name, "module.json"),
+        JSON.stringify({ name, run: { command: "/bin/true", args: [] } }),
+      );
+    }
+    delivery = {
+      node: "n1",
+      generation: 1,
+      fleetFile: join(dir, "mesh.yaml"),
+      modules: [],
+      plan: { instances: [{ provider: "store", node: "n1", interface: "kv-store", consumers: [] }] },
+      secrets: {},
+    };
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  void it("holds PATH, LANG, the fleet entry's variables and the mesh's, and nothing else of the agent's", async () => {
+    const env = envOf(
+      await decide({ name: "app", manifest: join(dir, "app", "module.json"), env: { GREETING: "hi" } }),
+    );
+    assert.equal(env["PATH"], "/usr/bin:/bin");
+    assert.equal(env["LANG"], "C.UTF-8");
+    assert.equal(env["GREETING"], "hi");
+    assert.equal(env["MESH_MODULE"], "app");
+    assert.equal(env["HOME"], join(dir, "state", "modules", "app", "home"));
+    assert.equal(env["SECRET_OF_AGENT"], undefined);
+    assert.equal(env["KV_ADMIN_URL"], undefined);
+  });
+
+  void it("hands a provider the agent's variable its fleet entry names, under that name", async () => {
+    const env = envOf(
+      await decide({
+        name: "store",
+        manifest: join(dir, "store", "module.json"),
+        admin: { env: "KV_ADMIN_URL" },
+      }),
+    );
+    assert.equal(env["KV_ADMIN_URL"], ADMIN);
+    assert.equal(env["MESH_SECRETS_DIR"], join(dir, "state", "modules", "store", "secrets"));
+  });
+
+  void it("hands a provider the URL in a 0600 file as MESH_ADMIN_URL, and refuses a file others can read", async () => {
+    const file = join(dir, "admin.url");
+    await writeFile(file, `${ADMIN}\n`, { mode: 0o600 });
+    await chmod(file, 0o600);
+    const store = { name: "store", manifest: join(dir, "store", "module.json"), admin: { file } };
+    assert.equal(envOf(await decide(store))["MESH_ADMIN_URL"], ADMIN);
+    await chmod(file, 0o644);
+    const refused = await decide(store);
+    assert.equal(refused.kind, "unreadable");
+    assert.match(
+      refused.kind === "unreadable" ? (refused.what ?? "") : "",
+      /store.s admin URL cannot be read/,
+    );
+    assert.match(
+      refused.kind === "unreadable" ? refused.why : "",
+      /readable by others \(mode 644, not 600\)/,
+    );
+    assert.equal(JSON.stringify(refused).includes("sekrit-admin"), false, "the URL is never said");
+  });
+
+  void it("never hands an admin URL to a module that provides nothing here", async () => {
+    const app = { name: "app", manifest: join(dir, "app", "module.json"), admin: { env: "KV_ADMIN_URL" } };
+    const decision = await decide(app);
+    assert.equal(decision.kind, "unreadable");
+    assert.match(decision.kind === "unreadable" ? decision.why : "", /never reaches a consumer/);
+  });
+});
