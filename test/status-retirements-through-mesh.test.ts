@@ -37,6 +37,8 @@ modules:
     manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
     node: node-a
     endpoint: { host: 127.0.0.1, port: ${server.port} }
+    admin: { env: MESH_POSTGRES_URL }
+    env: { MESH_EVERY: 1s }
 ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`).join("\n")}
 `,
     );
@@ -66,7 +68,9 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
       );
     }
     await writeFleet(CONSUMERS);
-    up = startMesh(["up", fleet(), "--state", state()], { MESH_POSTGRES_URL: adminUrl, MESH_EVERY: "1s" });
+    up = startMesh(["up", fleet(), "--state", state(), "--isolation", "auto"], {
+      MESH_POSTGRES_URL: adminUrl,
+    });
     await up.waitFor(/4\/4 the modules start/);
   });
 
