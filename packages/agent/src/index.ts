@@ -29,3 +29,16 @@ export * from "./node-agent.ts";
 export * from "./node-identity.ts";
 export * from "./start-agent.ts";
 export * from "./tool-runner.ts";
+export {
+  findProcessesByEnv,
+  isRunning,
+  processStartTime,
+  ProcessRecords,
+  stopLeftovers,
+  stopProcesses,
+  type LeftoversOptions,
+  type LeftProcess,
+  type ProcessRecord,
+  type StopProcessesOptions,
+} from "./process-records.ts";
+export { lockStateDir, stateLockPath, StateLockedError, type StateLock } from "./state-lock.ts";

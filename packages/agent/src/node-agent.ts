@@ -24,6 +24,10 @@ import { withMetricsUrls } from "./module-metrics.ts";
 import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
 import type { NodeIdentity } from "./node-identity.ts";
+import type { ProcessRecords } from "./process-records.ts";
+
+/** What a module waits for when the controller has not yet issued its bus credential. */
+const WAITING_FOR_CREDENTIAL = "its bus credential";
 
 /** Every delay the agent keeps; tests shorten them. */
 export interface AgentTimings extends SupervisionTimings {
@@ -33,6 +37,11 @@ export interface AgentTimings extends SupervisionTimings {
   readonly enrollWithinMs: number;
   /** The pause before trying again what failed for want of the bus. */
   readonly retryMs: number;
+  /**
+   * How long a module is held back, before its first start, for its bus credential; after that it
+   * starts without one (its events off), and restarts once the credential comes.
+   */
+  readonly credentialWaitMs: number;
 }
 
 /** What the agent says about itself: its last report, and whether it has the bus now. */
@@ -51,6 +60,8 @@ export interface NodeAgentOptions {
   readonly logger: BusLogger;
   readonly baseEnv: Readonly<Record<string, string | undefined>>;
   readonly timings: AgentTimings;
+  /** Where each module process is recorded while it runs (the next start stops what a crash left). */
+  readonly records?: ProcessRecords;
 }
 
 /** One node's agent at work. Made by `startAgent`. */
@@ -77,10 +88,19 @@ export class NodeAgent {
   #following: Promise<void> = Promise.resolve();
   #saidWaiting = "";
   readonly #saidStale = new Set<string>();
+  /** Module -> when it began waiting for its bus credential (ms since the epoch). */
+  readonly #credentialWait = new Map<string, number>();
+  #lastValue: unknown;
+  #waitTimer: NodeJS.Timeout | undefined;
 
   constructor(options: NodeAgentOptions) {
     this.#o = options;
-    this.#supervisor = new ModuleSupervisor(options.logger, options.timings, () => this.#changed());
+    this.#supervisor = new ModuleSupervisor(
+      options.logger,
+      options.timings,
+      () => this.#changed(),
+      options.records,
+    );
     this.#keyring = new ModuleKeyring(options.stateDir, options.logger);
   }
 
@@ -108,6 +128,7 @@ export class NodeAgent {
     this.#stopped = true;
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
+    clearTimeout(this.#waitTimer);
     this.#metricsFiles.close();
     this.#watch?.stop();
     this.#wake?.();
@@ -171,6 +192,7 @@ export class NodeAgent {
   async #apply(value: unknown): Promise<void> {
     const text = JSON.stringify(value);
     if (this.#stopped || text === this.#lastApplied || text === this.#lastRefused) return;
+    this.#lastValue = value;
     let delivery: Delivery;
     try {
       delivery = parseDelivery(value, this.#o.node);
@@ -203,20 +225,56 @@ export class NodeAgent {
     this.#changed();
   }
 
-  #assigned(delivery: Delivery): Promise<AssignedModule[]> {
+  async #assigned(delivery: Delivery): Promise<AssignedModule[]> {
     const ctx = {
       node: this.#o.node,
       stateDir: this.#o.stateDir,
       baseEnv: this.#o.baseEnv,
       bus: { servers: this.#o.servers, users: this.#busUsers },
     };
-    return Promise.all(
+    const assigned = await Promise.all(
       delivery.modules.map(async (m) => ({
         name: m.name,
         logFile: moduleLogPath(this.#o.stateDir, m.name),
         decision: await decideLaunch(m, delivery, ctx),
       })),
     );
+    return assigned.map((m) => {
+      const waiting = this.#waitsForCredential(m.name, m.decision.kind === "run");
+      return waiting ? { ...m, waiting: WAITING_FOR_CREDENTIAL } : m;
+    });
+  }
+
+  // A module starts once, with its credential: the controller issues it after this agent reports
+  // the module's keys, a moment after the first delivery. Bounded: a controller that never issues
+  // must not keep the module down for ever.
+  #waitsForCredential(module: string, runs: boolean): boolean {
+    if (!runs || this.#busUsers.has(module)) {
+      this.#credentialWait.delete(module);
+      return false;
+    }
+    const now = Date.now();
+    const since = this.#credentialWait.get(module) ?? now;
+    this.#credentialWait.set(module, since);
+    const left = since + this.#o.timings.credentialWaitMs - now;
+    if (left <= 0) {
+      if (!this.#saidStale.has(`wait ${module}`)) {
+        this.#saidStale.add(`wait ${module}`);
+        this.#o.logger.warn(
+          `module ${module} has waited ${this.#o.timings.credentialWaitMs / 1000} s for its bus credential: ` +
+            `it starts without one (its events off), and restarts once the controller issues it`,
+        );
+      }
+      return false;
+    }
+    if (this.#waitTimer === undefined) {
+      this.#waitTimer = setTimeout(() => {
+        this.#waitTimer = undefined;
+        this.#lastApplied = undefined;
+        if (this.#lastValue !== undefined) this.#enqueue(this.#lastValue);
+      }, left + 10);
+    }
+    return true;
   }
 
   // Reads the delivery as it is now, for what a watch may have missed while the bus was away.

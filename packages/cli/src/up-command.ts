@@ -2,15 +2,15 @@
 // an agent for each node of the fleet (or those named), and through them the fleet's modules.
 // `mesh status` asks the running controller what it knows.
 import { randomBytes } from "node:crypto";
-import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic, type BusLogger } from "@mesh/bus";
-import type { Agent } from "@mesh/agent";
+import type { Agent, StateLock } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
-import { ListenError, untilStopSignal } from "@mesh/sdk";
+import { ListenError, parseDuration } from "@mesh/sdk";
 import { askController, stateDirOf } from "./controller-request.ts";
-import { startEmbeddedBus, type EmbeddedBus } from "./embedded-bus.ts";
+import type { EmbeddedBus } from "./embedded-bus.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -26,6 +26,20 @@ function prefixed(io: CliIo, who: string): BusLogger {
 async function writePrivate(path: string, data: string | Uint8Array): Promise<void> {
   await writeFile(`${path}.tmp`, data, { mode: 0o600 });
   await rename(`${path}.tmp`, path);
+}
+
+/** How long a module has after SIGTERM before SIGKILL, when `--grace` does not say. */
+export const DEFAULT_GRACE = "10s";
+
+/** How much longer than the grace period a whole stop may take: the agents, the controller, the bus. */
+const STOP_MARGIN_MS = 4_000;
+
+function graceOf(text: string | undefined): number {
+  try {
+    return parseDuration(text ?? DEFAULT_GRACE);
+  } catch (err) {
+    throw new CliExit(EXIT_USAGE, `--grace: ${(err as Error).message}`);
+  }
 }
 
 /** Adds `mesh up` and `mesh status` to `program`. */
@@ -51,10 +65,17 @@ export function addUpCommands(program: Command, io: CliIo): void {
       "--operator-token-file <path>",
       "the operator token the dashboard and /metrics ask for (made there, 0600, when the file does not exist); needed for an --http other machines reach",
     )
+    .option(
+      "--grace <duration>",
+      `how long a module has to stop after SIGTERM before SIGKILL; mesh up stops within this plus 5 s (default: ${DEFAULT_GRACE})`,
+    )
     .addHelpText(
       "after",
       `
-It says each step as it starts (on standard error) and runs until Ctrl-C or SIGTERM.
+It says each step as it starts (on standard error) and runs until Ctrl-C or SIGTERM (once or twice):
+then it stops the modules, the agents, the controller and the bus, in that order. One mesh per
+state directory: a second mesh up on it refuses, naming the process that holds it; what a mesh
+killed with -9 left running (nats-server, modules) is stopped when the next one starts.
 
 Examples:
   $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470
@@ -71,6 +92,7 @@ Examples:
           listen?: string;
           http?: string;
           operatorTokenFile?: string;
+          grace?: string;
         },
       ) => {
         await up(
@@ -81,6 +103,7 @@ Examples:
           io,
           flags.http,
           flags.operatorTokenFile,
+          graceOf(flags.grace),
         );
       },
     );
@@ -92,6 +115,10 @@ Examples:
     .requiredOption("--node <name>", "the node's name, as in the fleet file")
     .option("--join <file>", "the join token file `mesh up` wrote for this node (needed only the first time)")
     .option("--state <dir>", "the node's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option(
+      "--grace <duration>",
+      `how long a module has to stop after SIGTERM before SIGKILL (default: ${DEFAULT_GRACE})`,
+    )
     .addHelpText(
       "after",
       `
@@ -101,8 +128,8 @@ Examples:
   after it has joined once, it reconnects with what it was issued:
   $ mesh agent --node node-2 --state /var/lib/mesh`,
     )
-    .action(async (flags: { node: string; join?: string; state?: string }) => {
-      await agent(flags.node, flags.join, stateDirOf(flags.state, io), io);
+    .action(async (flags: { node: string; join?: string; state?: string; grace?: string }) => {
+      await agent(flags.node, flags.join, stateDirOf(flags.state, io), io, graceOf(flags.grace));
     });
 
   program
@@ -165,6 +192,7 @@ async function up(
   io: CliIo,
   http?: string,
   operatorTokenFile?: string,
+  graceMs = parseDuration(DEFAULT_GRACE),
 ): Promise<void> {
   const {
     loadOrCreateAuthority,
@@ -176,16 +204,38 @@ async function up(
     startControllerHttp,
     dashboardRoutes,
   } = await import("@mesh/controller");
-  const { startAgent } = await import("@mesh/agent");
+  const { startAgent, AgentStartAbortedError, stopLeftoverModules } = await import("@mesh/agent");
+  const { startEmbeddedBus } = await import("./embedded-bus.ts");
+  const { watchStopSignals, killRecorded } = await import("./stop-signals.ts");
   const say = (m: string) => io.err(`${"mesh up".padEnd(12)}│ ${m}\n`);
   await mkdir(state, { recursive: true, mode: 0o700 });
-  // Listening from the start: a Ctrl-C while starting still stops what has started.
-  const signalled = untilStopSignal({ info: say, warn: say, error: say });
+  const busDir = join(state, "bus");
+  const nodesDir = join(state, "nodes");
+  const nodeDirs = async (): Promise<string[]> =>
+    (await readdir(nodesDir).catch(() => [] as string[])).map((n) => join(nodesDir, n));
+  let recordDirs: string[] = [busDir];
+  // Listening from the start: a Ctrl-C while starting still stops what has started, in order.
+  const stops = watchStopSignals({
+    say,
+    withinMs: graceMs + STOP_MARGIN_MS,
+    onDeadline: () => killRecorded(recordDirs),
+  });
+  const lock = await takeLock(state, "mesh up", say).catch((err: unknown) => {
+    stops.dispose();
+    throw err;
+  });
+  const agents: Agent[] = [];
   const stopping: (() => Promise<void>)[] = [];
   const stopAll = async () => {
+    // Modules first (each agent stops its own, all nodes at once), then the controller, the bus last.
+    await Promise.all(agents.map((a) => a.stop().catch(() => {})));
     for (const stop of stopping.reverse()) await stop().catch(() => {});
   };
+  const stopped = (): boolean => stops.signal.aborted;
   try {
+    // What a mesh killed with -9 left: its modules first (they use the bus), then its nats-server.
+    recordDirs = [busDir, ...(await nodeDirs())];
+    for (const dir of await nodeDirs()) await stopLeftoverModules(dir, graceMs, prefixed(io, "mesh up"));
     // First: an address it must not listen on is refused before anything starts; an operator token
     // lets it listen elsewhere, and the dashboard and /metrics then ask for it.
     const operatorToken =
@@ -207,16 +257,19 @@ async function up(
     });
     stopping.push(() => server.close());
     say(`the controller's HTTP server: ${server.url} (Prometheus metrics at ${server.url}/metrics)`);
-    say(`1/4 the bus: starting nats-server (state in ${join(state, "bus")})`);
+    say(`1/4 the bus: starting nats-server (state in ${busDir})`);
     const authority = await loadOrCreateAuthority(join(state, "controller"));
     let bus: EmbeddedBus;
     try {
-      bus = await startEmbeddedBus(join(state, "bus"), authority, listen);
+      bus = await startEmbeddedBus(busDir, authority, listen, prefixed(io, "mesh up"));
     } catch (err) {
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
     }
     stopping.push(() => bus.stop());
-    say(`    nats-server answers on ${bus.url}; a connection without credentials is refused`);
+    say(
+      `    nats-server (pid ${bus.pid}) answers on ${bus.url}; a connection without credentials is refused`,
+    );
+    if (stopped()) return;
 
     // The operator's own credentials, for `mesh status` from another shell.
     const keys = newUserKeys();
@@ -243,6 +296,7 @@ async function up(
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
     }
     stopping.push(() => controller.stop());
+    if (stopped()) return;
     metrics.follow(() => controller.status());
     for (const route of dashboardRoutes({ sources: controller, tokenRequired: operatorToken !== undefined }))
       server.route(route);
@@ -260,27 +314,60 @@ async function up(
     for (const node of nodes) {
       if (!fleet.nodes.includes(node)) throw new CliExit(EXIT_USAGE, `node ${node} is not in ${fleetFile}`);
     }
+    recordDirs = [busDir, ...nodes.map((n) => join(nodesDir, n))];
     say(`3/4 the agents: ${nodes.join(", ")}`);
-    const agents: Agent[] = [];
     for (const node of nodes) {
-      const agent = await startAgent({
-        node,
-        stateDir: join(state, "nodes", node),
-        joinToken: await controller.joinToken(node),
-        logger: prefixed(io, node),
-      });
-      agents.push(agent);
-      stopping.push(() => agent.stop());
+      try {
+        // The bus that serves now, never the port a stored join token remembers.
+        const agent = await startAgent({
+          node,
+          stateDir: join(nodesDir, node),
+          joinToken: await controller.joinToken(node),
+          servers: [bus.url],
+          logger: prefixed(io, node),
+          signal: stops.signal,
+          timings: { stopGraceMs: graceMs },
+        });
+        agents.push(agent);
+      } catch (err) {
+        if (err instanceof AgentStartAbortedError) return;
+        throw new CliExit(EXIT_REFUSED, (err as Error).message);
+      }
+      if (stopped()) return;
     }
     say(
       `4/4 the modules start on their nodes; \`mesh status --state ${state}\` shows them. Ctrl-C stops everything.`,
     );
-    const signal = await signalled;
-    say(`${signal}: stopping the agents (and their modules), the controller and the bus`);
+    await stops.signalled;
   } finally {
+    if (stopped()) say("stopping the modules, the agents, the controller and the bus");
     await stopAll();
+    await lock.release();
+    stops.dispose();
   }
   say("stopped");
+}
+
+// One mesh per state directory: a second one refuses (exit 1) naming the process that holds it.
+async function takeLock(
+  dir: string,
+  who: string,
+  say: (m: string) => void,
+): Promise<StateLock> {
+  const { lockStateDir, StateLockedError } = await import("@mesh/agent");
+  try {
+    const lock = await lockStateDir(dir, who);
+    if (lock.tookOver !== undefined) {
+      say(
+        `took over the lock of ${dir} from ${lock.tookOver.who} (${lock.tookOver.why}); ` +
+          "what it left running is stopped before anything starts",
+      );
+    }
+    return lock;
+  } catch (err) {
+    if (err instanceof StateLockedError) throw new CliExit(EXIT_REFUSED, err.message);
+    throw err;
+  }
 }
 
 /** How many random bytes an operator token holds (as base64url). */
@@ -310,25 +397,51 @@ async function loadOrCreateOperatorToken(path: string): Promise<string> {
   return token;
 }
 
-async function agent(node: string, joinFile: string | undefined, state: string, io: CliIo): Promise<void> {
-  const { startAgent } = await import("@mesh/agent");
+async function agent(
+  node: string,
+  joinFile: string | undefined,
+  state: string,
+  io: CliIo,
+  graceMs: number,
+): Promise<void> {
+  const { startAgent, AgentStartAbortedError, StateLockedError } = await import("@mesh/agent");
+  const { watchStopSignals, killRecorded } = await import("./stop-signals.ts");
   const say = (m: string) => io.err(`${node.padEnd(12)}│ ${m}\n`);
-  const signalled = untilStopSignal({ info: say, warn: say, error: say });
-  let joinToken: string | undefined;
-  if (joinFile !== undefined) {
-    joinToken = (
-      await readFile(joinFile, "utf8").catch(() => {
-        throw new CliExit(EXIT_USAGE, `cannot read the join token file ${joinFile}`);
-      })
-    ).trim();
-  }
-  const running = await startAgent({ node, stateDir: state, joinToken, logger: prefixed(io, node) }).catch(
-    (err: unknown) => {
+  const stops = watchStopSignals({
+    say,
+    withinMs: graceMs + STOP_MARGIN_MS,
+    onDeadline: () => killRecorded([state]),
+  });
+  try {
+    let joinToken: string | undefined;
+    if (joinFile !== undefined) {
+      joinToken = (
+        await readFile(joinFile, "utf8").catch(() => {
+          throw new CliExit(EXIT_USAGE, `cannot read the join token file ${joinFile}`);
+        })
+      ).trim();
+    }
+    let running: Agent;
+    try {
+      running = await startAgent({
+        node,
+        stateDir: state,
+        joinToken,
+        logger: prefixed(io, node),
+        signal: stops.signal,
+        timings: { stopGraceMs: graceMs },
+      });
+    } catch (err) {
+      if (err instanceof AgentStartAbortedError) return;
+      if (err instanceof StateLockedError) throw new CliExit(EXIT_REFUSED, err.message);
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
-    },
-  );
-  await signalled;
-  await running.stop();
+    }
+    await stops.signalled;
+    say("stopping the modules, then the agent");
+    await running.stop();
+  } finally {
+    stops.dispose();
+  }
 }
 
 /** Asks the running controller `what` (status or rotate) with the operator's credentials. */
