@@ -239,8 +239,10 @@ export class NodeAgent {
         decision: await decideLaunch(m, delivery, ctx),
       })),
     );
+    // A delivery without `credentials` comes from a controller that issues none: nothing to wait for.
+    const issues = delivery.credentials !== undefined;
     return assigned.map((m) => {
-      const waiting = this.#waitsForCredential(m.name, m.decision.kind === "run");
+      const waiting = this.#waitsForCredential(m.name, issues && m.decision.kind === "run");
       return waiting ? { ...m, waiting: WAITING_FOR_CREDENTIAL } : m;
     });
   }
