@@ -50,6 +50,10 @@ export function watchStopSignals(options: StopSignalsOptions): StopSignals {
   };
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
+  // A stop goes on when whoever read the output is gone (a closed pipe): its children must not be left.
+  const ignore = (): void => undefined;
+  process.stdout.on("error", ignore);
+  process.stderr.on("error", ignore);
   return {
     signalled,
     signal: controller.signal,
@@ -57,6 +61,8 @@ export function watchStopSignals(options: StopSignalsOptions): StopSignals {
       clearTimeout(deadline);
       process.off("SIGINT", onSignal);
       process.off("SIGTERM", onSignal);
+      process.stdout.off("error", ignore);
+      process.stderr.off("error", ignore);
     },
   };
 }

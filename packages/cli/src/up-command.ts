@@ -315,6 +315,12 @@ async function up(
       if (!fleet.nodes.includes(node)) throw new CliExit(EXIT_USAGE, `node ${node} is not in ${fleetFile}`);
     }
     recordDirs = [busDir, ...nodes.map((n) => join(nodesDir, n))];
+    // The other nodes join with `mesh agent`, from the token file written here for each.
+    for (const node of fleet.nodes.filter((n) => !nodes.includes(n))) {
+      const tokenFile = join(state, "join", `${node}.token`);
+      await writeFileAtomic(tokenFile, `${await controller.joinToken(node)}\n`, 0o600);
+      say(`    node ${node} joins with: mesh agent --node ${node} --join ${tokenFile} (copy the file there)`);
+    }
     say(`3/4 the agents: ${nodes.join(", ")}`);
     for (const node of nodes) {
       try {
