@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { createServer, type AddressInfo, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -73,6 +74,14 @@ describe(
     let pgAdmin: string;
     let dir: string;
     const children = new Set<ChildProcess>();
+    const listeners: Server[] = [];
+    const takenPort = (): Promise<number> =>
+      new Promise((resolve, reject) => {
+        const server = createServer();
+        listeners.push(server);
+        server.once("error", reject);
+        server.listen(0, "127.0.0.1", () => resolve((server.address() as AddressInfo).port));
+      });
     const converged: Record<string, number> = {};
     const upState = () => join(dir, "up");
     const nodeDir = (node: string) =>
@@ -128,6 +137,8 @@ describe(
           ...env,
         }),
         stdio: ["ignore", "pipe", "pipe"],
+        // Its own process group, as a shell's job: a signal to the group is a terminal's Ctrl-C.
+        detached: true,
       });
       children.add(child);
       let out = "";
@@ -371,8 +382,14 @@ describe(
         console.log(`kill matrix: ${what}`);
         await kill9(up);
         const orphans = marked();
+        // The port the bus had is taken meanwhile: the new bus gets another one, and the agent must
+        // use it, not the port the stored join token names.
+        const oldPort = Number((await readFile(join(busDir(), "port"), "utf8")).trim());
+        await writeFile(join(busDir(), "port"), `${await takenPort()}\n`);
         startUp();
         await checkConverged(what, before, [...killed, ...orphans]);
+        const newPort = Number((await readFile(join(busDir(), "port"), "utf8")).trim());
+        assert.notEqual(newPort, oldPort, `${what}: the bus moved to another port`);
         await after(run);
         converged[name] += 1;
       }
@@ -416,6 +433,7 @@ describe(
       console.log(`kill matrix (seed ${SEED}): ${counts.join("; ")}`);
       // Everything this test started, whichever run: the mesh processes, then all they left.
       for (const child of children) child.kill("SIGKILL");
+      for (const server of listeners) server.close();
       for (let i = 0; i < 3; i++) {
         for (const p of marked()) {
           try {
@@ -511,6 +529,54 @@ describe(
         assert.equal(await starts(), startsBefore + 1, `${what}: sleeper-2 started once after the restart`);
         converged["mesh agent writing deliveries"] += 1;
       }
+    });
+
+    void it("a second mesh up or mesh agent on a state directory in use exits 1, naming the PID that holds it", async () => {
+      const second = spawnMesh(["up", join(dir, "mesh.yaml"), "--state", upState(), "--node", "node-1"]);
+      await second.exited;
+      assert.equal(second.child.exitCode, 1, second.output());
+      assert.match(second.output(), new RegExp(`is in use by mesh up \\(pid ${up?.child.pid}\\)`));
+      const agent = spawnMesh(["agent", "--node", "node-2", "--state", nodeDir("node-2")]);
+      await agent.exited;
+      assert.equal(agent.child.exitCode, 1, agent.output());
+      assert.match(
+        agent.output(),
+        new RegExp(`in use by the agent of node node-2 \\(pid ${agent2?.child.pid}\\)`),
+      );
+    });
+
+    void it("Ctrl-C twice to the whole group stops the modules, the agents, the controller, the bus, in that order, within the grace period plus 5 s, leaving no process", async () => {
+      for (const s of [agent2, up]) {
+        assert.ok(s !== undefined && s.child.exitCode === null, "the mesh runs");
+        const pid = s.child.pid!;
+        const began = Date.now();
+        process.kill(-pid, "SIGINT");
+        await new Promise((r) => setTimeout(r, 100));
+        try {
+          process.kill(-pid, "SIGINT");
+        } catch {
+          // it had stopped already
+        }
+        await s.exited;
+        const took = Date.now() - began;
+        assert.ok(took < 3_000 + 5_000, `stopped in ${took} ms`);
+        assert.equal(s.child.exitCode, 0, s.output());
+        assert.doesNotMatch(s.output(), /lost the bus/, "the bus stops last");
+      }
+      assert.deepEqual(marked(), [], "no process of the mesh is left");
+    });
+
+    void it("one SIGTERM stops mesh agent promptly while it is still waiting for a bus that does not answer", async () => {
+      const busFile = join(nodeDir("node-2"), "bus.json");
+      await writeFile(busFile, JSON.stringify({ servers: ["nats://127.0.0.1:1"] }));
+      const waiting = spawnMesh(["agent", "--node", "node-2", "--state", nodeDir("node-2")]);
+      await until("mesh agent to wait for the bus", () => /keeps trying/.test(waiting.output()), 60);
+      const began = Date.now();
+      waiting.child.kill("SIGTERM");
+      await waiting.exited;
+      const took = Date.now() - began;
+      assert.ok(took < 5_000, `stopped in ${took} ms`);
+      assert.equal(waiting.child.exitCode, 0, waiting.output());
     });
   },
 );

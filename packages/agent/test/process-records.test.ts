@@ -20,7 +20,11 @@ describe("process records", () => {
   let dir: string;
   const started: ChildProcess[] = [];
   const run = (command: string, args: string[], env: Record<string, string> = {}): ChildProcess => {
-    const child = spawn(command, args, { detached: true, stdio: "ignore", env: { PATH: process.env["PATH"], ...env } });
+    const child = spawn(command, args, {
+      detached: true,
+      stdio: "ignore",
+      env: { PATH: process.env["PATH"], ...env },
+    });
     started.push(child);
     return child;
   };
@@ -54,7 +58,9 @@ describe("process records", () => {
     assert.deepEqual(JSON.parse(await readFile(records.path, "utf8")), [
       { kind: "bus", name: "nats-server", pid: 12, start: 6 },
     ]);
-    assert.deepEqual(new ProcessRecords(state).list(), [{ kind: "bus", name: "nats-server", pid: 12, start: 6 }]);
+    assert.deepEqual(new ProcessRecords(state).list(), [
+      { kind: "bus", name: "nats-server", pid: 12, start: 6 },
+    ]);
     assert.deepEqual(
       (await readdir(state)).filter((n) => n.startsWith(".")),
       [],
@@ -70,7 +76,12 @@ describe("process records", () => {
     const innocent = run("sleep", ["300"]);
     await new Promise((r) => setTimeout(r, 100));
     records.add({ kind: "module", name: "m", pid: module.pid!, start: processStartTime(module.pid!)! });
-    records.add({ kind: "module", name: "reused", pid: innocent.pid!, start: processStartTime(innocent.pid!)! - 1 });
+    records.add({
+      kind: "module",
+      name: "reused",
+      pid: innocent.pid!,
+      start: processStartTime(innocent.pid!)! - 1,
+    });
     const stopped = await stopLeftovers({
       records,
       kind: "module",

@@ -56,7 +56,10 @@ describe("the state directory's lock", () => {
     const state = await fresh("reused");
     await lockStateDir(state, "x").then((l) => l.release());
     const start = processStartTime(process.pid)!;
-    await writeFile(stateLockPath(state), JSON.stringify({ pid: process.pid, start: start - 1, who: "mesh agent" }));
+    await writeFile(
+      stateLockPath(state),
+      JSON.stringify({ pid: process.pid, start: start - 1, who: "mesh agent" }),
+    );
     const lock = await lockStateDir(state, "mesh up");
     assert.equal(lock.tookOver?.why, `pid ${process.pid} is now another process`);
     await lock.release();

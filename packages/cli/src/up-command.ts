@@ -5,7 +5,15 @@ import { randomBytes } from "node:crypto";
 import { mkdir, readdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic, type BusLogger } from "@mesh/bus";
+import {
+  credsFor,
+  decodeJoinToken,
+  encodeJoinToken,
+  newUserKeys,
+  readFileIfExists,
+  writeFileAtomic,
+  type BusLogger,
+} from "@mesh/bus";
 import type { Agent, StateLock } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
 import { ListenError, parseDuration } from "@mesh/sdk";
@@ -318,7 +326,9 @@ async function up(
     // The other nodes join with `mesh agent`, from the token file written here for each.
     for (const node of fleet.nodes.filter((n) => !nodes.includes(n))) {
       const tokenFile = join(state, "join", `${node}.token`);
-      await writeFileAtomic(tokenFile, `${await controller.joinToken(node)}\n`, 0o600);
+      // The token was made once; the bus it names is the one that serves now.
+      const token = { ...decodeJoinToken(await controller.joinToken(node)), servers: [bus.url] };
+      await writeFileAtomic(tokenFile, `${encodeJoinToken(token)}\n`, 0o600);
       say(`    node ${node} joins with: mesh agent --node ${node} --join ${tokenFile} (copy the file there)`);
     }
     say(`3/4 the agents: ${nodes.join(", ")}`);
@@ -355,11 +365,7 @@ async function up(
 }
 
 // One mesh per state directory: a second one refuses (exit 1) naming the process that holds it.
-async function takeLock(
-  dir: string,
-  who: string,
-  say: (m: string) => void,
-): Promise<StateLock> {
+async function takeLock(dir: string, who: string, say: (m: string) => void): Promise<StateLock> {
   const { lockStateDir, StateLockedError } = await import("@mesh/agent");
   try {
     const lock = await lockStateDir(dir, who);
