@@ -90,6 +90,7 @@ export class NodeAgent {
   readonly #saidStale = new Set<string>();
   /** Module -> when it began waiting for its bus credential (ms since the epoch). */
   readonly #credentialWait = new Map<string, number>();
+  readonly #saidStartedWithout = new Set<string>();
   #lastValue: unknown;
   #waitTimer: NodeJS.Timeout | undefined;
 
@@ -260,8 +261,8 @@ export class NodeAgent {
     this.#credentialWait.set(module, since);
     const left = since + this.#o.timings.credentialWaitMs - now;
     if (left <= 0) {
-      if (!this.#saidStale.has(`wait ${module}`)) {
-        this.#saidStale.add(`wait ${module}`);
+      if (!this.#saidStartedWithout.has(module)) {
+        this.#saidStartedWithout.add(module);
         this.#o.logger.warn(
           `module ${module} has waited ${this.#o.timings.credentialWaitMs / 1000} s for its bus credential: ` +
             `it starts without one (its events off), and restarts once the controller issues it`,
