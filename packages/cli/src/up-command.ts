@@ -134,7 +134,11 @@ Examples:
   on the new machine, with the token file copied from <state>/join/node-2.token:
   $ mesh agent --node node-2 --join node-2.token --state /var/lib/mesh
   after it has joined once, it reconnects with what it was issued:
-  $ mesh agent --node node-2 --state /var/lib/mesh`,
+  $ mesh agent --node node-2 --state /var/lib/mesh
+
+One agent per state directory: a second one refuses, naming the process that holds it; the modules
+a killed agent left running are stopped when the next one starts. SIGINT or SIGTERM (once or twice)
+stops the modules (SIGKILL after --grace), then the agent.`,
     )
     .action(async (flags: { node: string; join?: string; state?: string; grace?: string }) => {
       await agent(flags.node, flags.join, stateDirOf(flags.state, io), io, graceOf(flags.grace));
