@@ -177,7 +177,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     await rm(dir, { recursive: true, force: true });
   });
 
-  void it("starts a module with its creds file (0600) and the contract's environment once its credential is issued", async () => {
+  void it("starts a module once, with its creds file (0600) and the contract's environment, after its credential is issued", async () => {
     const notes = await recorded("notes", withBus);
     const creds = moduleCredsPath(agentState(), "notes");
     assert.equal((await stat(creds)).mode & 0o777, 0o600);
@@ -187,8 +187,10 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     assert.equal(notes.env["MESH_SEATS"], "notebook");
     assert.equal(notes.env["MESH_MODULE"], "notes");
     assert.equal(notes.env["MESH_BUS_USER"], await busKeyOf("notes"));
-    // It ran before its credential came (events off), and was restarted to connect with it.
-    assert.ok(agentLog.lines.includes("info: restarting notes: its command or environment changed"));
+    // It waited for its credential and started once, with it: never first without, then again.
+    assert.ok(agentLog.lines.includes("info: notes waits for its bus credential before it starts"));
+    assert.ok(!agentLog.lines.some((l) => l.startsWith("info: restarting notes")), agentLog.lines.join("\n"));
+    assert.equal(agentLog.lines.filter((l) => /^info: notes started \(pid/.test(l)).length, 1);
     const listener = await recorded("listener", withBus);
     assert.equal(listener.env["MESH_SEATS"], "");
     const d = await delivery();

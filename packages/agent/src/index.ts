@@ -63,3 +63,16 @@ export {
   type ModuleUser,
 } from "./module-users.ts";
 export { UnsafeModuleFileError } from "./safe-open.ts";
+export {
+  findProcessesByEnv,
+  isRunning,
+  processStartTime,
+  ProcessRecords,
+  stopLeftovers,
+  stopProcesses,
+  type LeftoversOptions,
+  type LeftProcess,
+  type ProcessRecord,
+  type StopProcessesOptions,
+} from "./process-records.ts";
+export { lockStateDir, stateLockPath, StateLockedError, type StateLock } from "./state-lock.ts";

@@ -47,6 +47,8 @@ export interface ModuleStatus {
   readonly pid?: number;
   /** Restarts after an exit, since the agent started the module. */
   readonly restarts: number;
+  /** Not started yet, and what it waits for ("its bus credential"); its state is then `starting`. */
+  readonly waiting?: string;
   readonly lastExit?: ModuleExit;
   readonly log: string;
   /** `http://HOST:PORT/metrics` while it runs and serves Prometheus metrics (what it wrote to its metrics.url). */
@@ -82,6 +84,15 @@ export const DEFAULT_SUPERVISION: SupervisionTimings = {
   crashExits: 5,
 };
 
+/**
+ * Told of each process a module runs, as soon as it has a PID and once it has exited: the agent
+ * records them, so the next start finds what a `kill -9` of the agent left.
+ */
+export interface ModuleProcessHooks {
+  started(name: string, pid: number): void;
+  exited(name: string, pid: number): void;
+}
+
 /** A supervised module process. Made by the supervisor; `start()` once, `stop()` at the end. */
 export class ModuleProcess {
   readonly launch: ModuleLaunch;
@@ -100,9 +111,17 @@ export class ModuleProcess {
   #timer: NodeJS.Timeout | undefined;
   #stopping: Promise<void> | undefined;
   #saidCrashing = false;
+  readonly #hooks: ModuleProcessHooks | undefined;
 
-  constructor(launch: ModuleLaunch, logger: BusLogger, timings: SupervisionTimings, onChange: () => void) {
+  constructor(
+    launch: ModuleLaunch,
+    logger: BusLogger,
+    timings: SupervisionTimings,
+    onChange: () => void,
+    hooks?: ModuleProcessHooks,
+  ) {
     this.launch = launch;
+    this.#hooks = hooks;
     this.#logger = logger;
     this.#timings = timings;
     this.#onChange = onChange;
@@ -227,6 +246,8 @@ export class ModuleProcess {
     if (child.stderr) log.follow(child.stderr, "err");
     this.#child = child;
     this.#startedAt = Date.now();
+    const pid = child.pid;
+    if (pid !== undefined) this.#hooks?.started(name, pid);
     let ended = false;
     child.once("spawn", () => {
       this.#running = true;
@@ -240,6 +261,7 @@ export class ModuleProcess {
       this.#exited(null, null, `${command} cannot be started (${err.message})`);
     });
     child.once("exit", (code, signal) => {
+      if (pid !== undefined) this.#hooks?.exited(name, pid);
       if (ended) return;
       ended = true;
       this.#exited(code, signal);

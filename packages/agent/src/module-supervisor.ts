@@ -1,10 +1,14 @@
 // The set of modules this node runs, brought in line with each delivery: new ones started, those no
 // longer assigned stopped, those whose command or environment changed restarted, the rest untouched.
+// A module whose bus credential has not come yet is held back: it starts once, with it.
 import type { BusLogger } from "@mesh/bus";
 import type { LaunchDecision } from "./module-launch.ts";
+import type { ProcessRecords } from "./process-records.ts";
+import { processStartTime } from "./process-records.ts";
 import {
   ModuleProcess,
   type ModuleLaunch,
+  type ModuleProcessHooks,
   type ModuleStatus,
   type SupervisionTimings,
 } from "./module-process.ts";
@@ -14,6 +18,11 @@ export interface AssignedModule {
   readonly name: string;
   readonly logFile: string;
   readonly decision: LaunchDecision;
+  /**
+   * What it waits for before its first start ("its bus credential"): a module not running yet is
+   * not started; one already running is left as it is.
+   */
+  readonly waiting?: string;
 }
 
 /** Supervises every module of one node. Calls to `reconcile` and `stopAll` must not overlap. */
@@ -24,12 +33,22 @@ export class ModuleSupervisor {
   readonly #running = new Map<string, ModuleProcess>();
   /** Assigned modules the agent does not start, with the log path they would have. */
   readonly #idle = new Map<string, string>();
+  /** Assigned modules held back before their first start: their log path and what they wait for. */
+  readonly #waiting = new Map<string, { log: string; why: string }>();
   readonly #said = new Set<string>();
+  readonly #hooks: ModuleProcessHooks | undefined;
 
-  constructor(logger: BusLogger, timings: SupervisionTimings, onChange: () => void) {
+  /** `records`, when given, holds every module process this supervisor starts, while it runs. */
+  constructor(
+    logger: BusLogger,
+    timings: SupervisionTimings,
+    onChange: () => void,
+    records?: ProcessRecords,
+  ) {
     this.#logger = logger;
     this.#timings = timings;
     this.#onChange = onChange;
+    this.#hooks = records === undefined ? undefined : recordingHooks(records, logger);
   }
 
   /** Brings the running modules in line with `assigned`. */
@@ -43,11 +62,20 @@ export class ModuleSupervisor {
       stopping.push(process.stop());
     }
     for (const name of this.#idle.keys()) if (!names.has(name)) this.#idle.delete(name);
+    for (const name of this.#waiting.keys()) if (!names.has(name)) this.#waiting.delete(name);
     await Promise.all(stopping);
 
     for (const module of assigned) {
       const current = this.#running.get(module.name);
       const { decision } = module;
+      if (module.waiting !== undefined && current === undefined && decision.kind === "run") {
+        if (this.#waiting.get(module.name)?.why !== module.waiting) {
+          this.#logger.info(`${module.name} waits for ${module.waiting} before it starts`);
+        }
+        this.#waiting.set(module.name, { log: module.logFile, why: module.waiting });
+        continue;
+      }
+      this.#waiting.delete(module.name);
       if (decision.kind === "unreadable") {
         // The last good launch stands: a manifest being edited must not take a running module down.
         this.#sayOnce(
@@ -72,12 +100,23 @@ export class ModuleSupervisor {
         continue;
       }
       this.#idle.delete(module.name);
-      if (current !== undefined && sameLaunch(current.launch, decision.launch)) continue;
+      if (
+        current !== undefined &&
+        (module.waiting !== undefined || sameLaunch(current.launch, decision.launch))
+      ) {
+        continue;
+      }
       if (current !== undefined) {
         this.#logger.info(`restarting ${module.name}: its command or environment changed`);
         await current.stop();
       }
-      const process = new ModuleProcess(decision.launch, this.#logger, this.#timings, this.#onChange);
+      const process = new ModuleProcess(
+        decision.launch,
+        this.#logger,
+        this.#timings,
+        this.#onChange,
+        this.#hooks,
+      );
       this.#running.set(module.name, process);
       process.start();
     }
@@ -88,6 +127,9 @@ export class ModuleSupervisor {
   statuses(): ModuleStatus[] {
     const all: ModuleStatus[] = [...this.#running.values()].map((p) => p.status());
     for (const [name, log] of this.#idle) all.push({ name, state: "stopped", restarts: 0, log });
+    for (const [name, { log, why }] of this.#waiting) {
+      all.push({ name, state: "starting", restarts: 0, log, waiting: why });
+    }
     return all.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
@@ -106,6 +148,29 @@ export class ModuleSupervisor {
     this.#said.add(key);
     this.#logger[level](message);
   }
+}
+
+// A record is written as soon as the process has a PID, before anything else can happen to it.
+function recordingHooks(records: ProcessRecords, logger: BusLogger): ModuleProcessHooks {
+  return {
+    started(name, pid) {
+      const start = processStartTime(pid);
+      try {
+        if (start !== undefined) records.add({ kind: "module", name, pid, start });
+      } catch (err) {
+        logger.warn(
+          `${name} (pid ${pid}) could not be recorded in ${records.path}: ${(err as Error).message}`,
+        );
+      }
+    },
+    exited(_name, pid) {
+      try {
+        records.remove(pid);
+      } catch {
+        // kept: the next start finds the PID gone, or reused with another start time
+      }
+    },
+  };
 }
 
 function sameLaunch(a: ModuleLaunch, b: ModuleLaunch): boolean {

@@ -27,6 +27,10 @@ import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
 import { ProviderStandings } from "./provider-standings.ts";
 import type { NodeIdentity } from "./node-identity.ts";
+import type { ProcessRecords } from "./process-records.ts";
+
+/** What a module waits for when the controller has not yet issued its bus credential. */
+const WAITING_FOR_CREDENTIAL = "its bus credential";
 
 /** Every delay the agent keeps; tests shorten them. */
 export interface AgentTimings extends SupervisionTimings {
@@ -36,6 +40,11 @@ export interface AgentTimings extends SupervisionTimings {
   readonly enrollWithinMs: number;
   /** The pause before trying again what failed for want of the bus. */
   readonly retryMs: number;
+  /**
+   * How long a module is held back, before its first start, for its bus credential; after that it
+   * starts without one (its events off), and restarts once the credential comes.
+   */
+  readonly credentialWaitMs: number;
 }
 
 /** What the agent says about itself: its last report, and whether it has the bus now. */
@@ -56,6 +65,8 @@ export interface NodeAgentOptions {
   readonly timings: AgentTimings;
   /** Whether a module its own user cannot run is refused (`strict`) or run as the agent (`auto`, the default). */
   readonly isolation?: IsolationMode;
+  /** Where each module process is recorded while it runs (the next start stops what a crash left). */
+  readonly records?: ProcessRecords;
 }
 
 /** One node's agent at work. Made by `startAgent`. */
@@ -84,10 +95,20 @@ export class NodeAgent {
   #following: Promise<void> = Promise.resolve();
   #saidWaiting = "";
   readonly #saidStale = new Set<string>();
+  /** Module -> when it began waiting for its bus credential (ms since the epoch). */
+  readonly #credentialWait = new Map<string, number>();
+  readonly #saidStartedWithout = new Set<string>();
+  #lastValue: unknown;
+  #waitTimer: NodeJS.Timeout | undefined;
 
   constructor(options: NodeAgentOptions) {
     this.#o = options;
-    this.#supervisor = new ModuleSupervisor(options.logger, options.timings, () => this.#changed());
+    this.#supervisor = new ModuleSupervisor(
+      options.logger,
+      options.timings,
+      () => this.#changed(),
+      options.records,
+    );
     this.#keyring = new ModuleKeyring(options.stateDir, options.logger);
     const { stateDir, logger, baseEnv: env } = options;
     this.#standings = new ProviderStandings({ stateDir, logger, env, onChange: () => this.#changed() });
@@ -123,6 +144,7 @@ export class NodeAgent {
     this.#stopped = true;
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
+    clearTimeout(this.#waitTimer);
     this.#metricsFiles.close();
     this.#standings.stop();
     this.#watch?.stop();
@@ -187,6 +209,7 @@ export class NodeAgent {
   async #apply(value: unknown): Promise<void> {
     const text = JSON.stringify(value);
     if (this.#stopped || text === this.#lastApplied || text === this.#lastRefused) return;
+    this.#lastValue = value;
     let delivery: Delivery;
     try {
       delivery = parseDelivery(value, this.#o.node);
@@ -224,7 +247,7 @@ export class NodeAgent {
     this.#changed();
   }
 
-  #assigned(delivery: Delivery): Promise<AssignedModule[]> {
+  async #assigned(delivery: Delivery): Promise<AssignedModule[]> {
     const ctx = {
       node: this.#o.node,
       stateDir: this.#o.stateDir,
@@ -232,13 +255,51 @@ export class NodeAgent {
       bus: { servers: this.#o.servers, users: this.#busUsers },
       identity: (module: string) => this.#isolations.identity(module),
     };
-    return Promise.all(
+    const assigned = await Promise.all(
       delivery.modules.map(async (m) => ({
         name: m.name,
         logFile: moduleLogPath(this.#o.stateDir, m.name),
         decision: await decideLaunch(m, delivery, ctx),
       })),
     );
+    // A delivery without `credentials` comes from a controller that issues none: nothing to wait for.
+    const issues = delivery.credentials !== undefined;
+    return assigned.map((m) => {
+      const waiting = this.#waitsForCredential(m.name, issues && m.decision.kind === "run");
+      return waiting ? { ...m, waiting: WAITING_FOR_CREDENTIAL } : m;
+    });
+  }
+
+  // A module starts once, with its credential: the controller issues it after this agent reports
+  // the module's keys, a moment after the first delivery. Bounded: a controller that never issues
+  // must not keep the module down for ever.
+  #waitsForCredential(module: string, runs: boolean): boolean {
+    if (!runs || this.#busUsers.has(module)) {
+      this.#credentialWait.delete(module);
+      return false;
+    }
+    const now = Date.now();
+    const since = this.#credentialWait.get(module) ?? now;
+    this.#credentialWait.set(module, since);
+    const left = since + this.#o.timings.credentialWaitMs - now;
+    if (left <= 0) {
+      if (!this.#saidStartedWithout.has(module)) {
+        this.#saidStartedWithout.add(module);
+        this.#o.logger.warn(
+          `module ${module} has waited ${this.#o.timings.credentialWaitMs / 1000} s for its bus credential: ` +
+            `it starts without one (its events off), and restarts once the controller issues it`,
+        );
+      }
+      return false;
+    }
+    if (this.#waitTimer === undefined) {
+      this.#waitTimer = setTimeout(() => {
+        this.#waitTimer = undefined;
+        this.#lastApplied = undefined;
+        if (this.#lastValue !== undefined) this.#enqueue(this.#lastValue);
+      }, left + 10);
+    }
+    return true;
   }
 
   // Reads the delivery as it is now, for what a watch may have missed while the bus was away.

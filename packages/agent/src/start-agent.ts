@@ -1,12 +1,13 @@
 // Starting a node's agent: its identity (made on first start, kept after), its enrollment (only
 // when it has no credentials yet, or the bus no longer takes them and a join token is at hand),
 // its bus connection, and then the agent at work.
-import { chmod, mkdir } from "node:fs/promises";
-import { isAbsolute } from "node:path";
+import { chmod, mkdir, readdir, rm } from "node:fs/promises";
+import { isAbsolute, join } from "node:path";
 import {
   assertNodeName,
   BusCredentialsRefusedError,
   BusUnreachableError,
+  closeBus,
   connectBus,
   credsFor,
   inboxPrefix,
@@ -28,6 +29,8 @@ import {
   writeBusServers,
   writeNodeCreds,
 } from "./node-identity.ts";
+import { ProcessRecords, stopLeftovers } from "./process-records.ts";
+import { lockStateDir, type StateLock } from "./state-lock.ts";
 import { serveTools } from "./tool-runner.ts";
 import type { IsolationMode } from "./module-users.ts";
 
@@ -44,7 +47,7 @@ export interface StartAgentOptions {
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** The bus's URLs, when they differ from the join token's or the last enrollment's. */
   readonly servers?: string | readonly string[];
-  /** Shorter delays, for tests. */
+  /** Shorter delays, for tests; `stopGraceMs` is the grace period a module has after SIGTERM. */
   readonly timings?: Partial<AgentTimings>;
   /**
    * When the agent runs as root, a module whose own user cannot read its command or manifest
@@ -52,11 +55,18 @@ export interface StartAgentOptions {
    * agent's user (`auto`, the default here, and `npm start`'s).
    */
   readonly isolation?: IsolationMode;
+  /** Aborted while the agent starts (waiting for the bus, enrolling): it gives up at once. */
+  readonly signal?: AbortSignal;
+  /**
+   * Whether the agent takes the lock of its state directory (default true): one agent per state
+   * directory. Only a caller that holds the lock itself says false.
+   */
+  readonly lock?: boolean;
 }
 
 /** A running agent. */
 export interface Agent {
-  /** Stops every module (SIGTERM, SIGKILL after 10 s), reports a last time and leaves the bus. */
+  /** Stops every module (SIGTERM, SIGKILL after the grace period), reports a last time, leaves the bus and releases the state lock. */
   stop(): Promise<void>;
   /** Its report as of now (modules, files, generation) and whether it has the bus. */
   status(): AgentStatus;
@@ -74,40 +84,89 @@ export class AgentNotEnrolledError extends Error {
   }
 }
 
-/** The contract's delays: report every 10 s, restart after 1 s doubling to 1 min, 10 s to stop. */
+/** The agent was stopped (its `signal` aborted) before it had started. */
+export class AgentStartAbortedError extends Error {
+  override name = "AgentStartAbortedError";
+  constructor(readonly node: string) {
+    super(`the agent of node ${node} was stopped while it started`);
+  }
+}
+
+/**
+ * The contract's delays: report every 10 s, restart after 1 s doubling to 1 min, 10 s to stop, and
+ * a module waits up to 30 s for its bus credential before its first start.
+ */
 export const DEFAULT_AGENT_TIMINGS: AgentTimings = {
   ...DEFAULT_SUPERVISION,
   reportEveryMs: 10_000,
   enrollWithinMs: ENROLL_WITHIN_MS,
   retryMs: 1_000,
+  credentialWaitMs: 30_000,
 };
 
 /**
  * Starts the agent of `options.node`: makes or loads its keys, enrolls with the join token when it
  * has no credentials, connects to the bus (waiting for a bus that does not answer yet), and follows
- * its deliveries. Resolves once connected.
- * @throws InvalidNodeNameError; StateDirError; JoinTokenError; KeysFileError; AgentNotEnrolledError;
- * EnrollmentError; BusCredentialsRefusedError when the bus refuses the node and no join token is given.
+ * its deliveries. Resolves once connected. It first takes the state directory's lock and stops
+ * whatever module processes the last agent of this directory left running.
+ * @throws InvalidNodeNameError; StateDirError; StateLockedError when another agent holds the state
+ * directory; JoinTokenError; KeysFileError; AgentNotEnrolledError; EnrollmentError;
+ * BusCredentialsRefusedError when the bus refuses the node and no join token is given;
+ * AgentStartAbortedError when `signal` is aborted first.
  */
 export async function startAgent(options: StartAgentOptions): Promise<Agent> {
   const node = assertNodeName(options.node);
   const { stateDir, logger } = options;
   if (!isAbsolute(stateDir)) throw new StateDirError(stateDir);
-  const timings: AgentTimings = { ...DEFAULT_AGENT_TIMINGS, ...options.timings };
   const token = options.joinToken === undefined ? undefined : parseJoinToken(options.joinToken, node);
   await mkdir(stateDir, { recursive: true, mode: 0o700 });
   // Traverse only: each module reaches its own directory under it, and lists nothing.
   await chmod(stateDir, 0o711);
+  let lock: StateLock | undefined;
+  if (options.lock !== false) {
+    lock = await lockStateDir(stateDir, `the agent of node ${node}`);
+    if (lock.tookOver !== undefined) {
+      logger.warn(
+        `took over the lock of ${stateDir} from ${lock.tookOver.who} (${lock.tookOver.why}): ` +
+          `what it left running is stopped`,
+      );
+    }
+  }
+  try {
+    return await startLocked(node, token, options, lock);
+  } catch (err) {
+    await lock?.release();
+    throw err;
+  }
+}
+
+async function startLocked(
+  node: string,
+  token: ReturnType<typeof parseJoinToken> | undefined,
+  options: StartAgentOptions,
+  lock: StateLock | undefined,
+): Promise<Agent> {
+  const { stateDir, logger, signal } = options;
+  const timings: AgentTimings = { ...DEFAULT_AGENT_TIMINGS, ...options.timings };
+  const aborted = (): void => {
+    if (signal?.aborted === true) throw new AgentStartAbortedError(node);
+  };
+  const records = new ProcessRecords(stateDir);
+  await stopLeftoverModules(stateDir, timings.stopGraceMs, logger, records);
+  await removeTempFiles(stateDir);
+  aborted();
 
   const files = identityFiles(stateDir);
   const { identity, made } = await loadOrMakeIdentity(files);
   if (made) logger.info(`node ${node} made its key pairs; the private halves stay in ${files.keys}`);
   const given = typeof options.servers === "string" ? [options.servers] : options.servers;
-  const servers = given ?? token?.servers ?? (await readBusServers(files));
-  if (servers === undefined || servers.length === 0) {
+  // The join token's servers serve to enroll; after that, the ones last used come first.
+  const stored = await readBusServers(files);
+  const servers = given ?? unique([...(stored ?? []), ...(token?.servers ?? [])]);
+  if (servers.length === 0) {
     throw new AgentNotEnrolledError(node, files.bus, "does not know where the bus is");
   }
-  if (given !== undefined || token !== undefined) await writeBusServers(files, servers);
+  if (JSON.stringify(servers) !== JSON.stringify(stored)) await writeBusServers(files, servers);
 
   // Keys made just now cannot match credentials left from before: those belong to other keys.
   const jwt = made ? undefined : await readIssuedJwt(files);
@@ -115,7 +174,11 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
   let enrolledNow = false;
   const enroll = async (why: string): Promise<Uint8Array> => {
     if (token === undefined) throw new AgentNotEnrolledError(node, files.creds, why);
-    const issued = await enrollNode(token, identity, logger, timings.enrollWithinMs);
+    const issued = await untilAborted(
+      node,
+      signal,
+      enrollNode(token, identity, logger, timings.enrollWithinMs),
+    );
     enrolledNow = true;
     logger.info(`node ${node} enrolled; its credentials are in ${files.creds}`);
     return writeNodeCreds(files, issued, identity);
@@ -124,13 +187,19 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
 
   let nc: NatsConnection;
   try {
-    nc = await connectNode(node, servers, () => creds, logger, timings.retryMs);
+    nc = await connectNode(node, servers, () => creds, logger, timings.retryMs, signal);
   } catch (err) {
     if (!(err instanceof BusCredentialsRefusedError) || token === undefined || enrolledNow) throw err;
     logger.warn(`the bus refused node ${node}'s credentials; enrolling again with the join token`);
     creds = await enroll("was refused by the bus");
-    nc = await connectNode(node, servers, () => creds, logger, timings.retryMs);
+    nc = await connectNode(node, servers, () => creds, logger, timings.retryMs, signal);
   }
+  if (signal?.aborted === true) {
+    await closeBus(nc);
+    throw new AgentStartAbortedError(node);
+  }
+  // An agent not told where the bus is learns the cluster's other servers from the one it reached.
+  if (given === undefined) learnServers(nc, files, servers, logger);
 
   // Each module's ledger: written on its own connection, from the `ledgers` secret the agent keeps.
   const ledgerFile = ledgersFileOf(stateDir, options.env ?? process.env);
@@ -145,6 +214,7 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
     baseEnv: options.env ?? process.env,
     timings,
     ...(options.isolation === undefined ? {} : { isolation: options.isolation }),
+    records,
   });
   agent.run();
   // Asked on every tool call and every journal pass: not `status()`, which reads each module's metrics.url.
@@ -165,6 +235,7 @@ export async function startAgent(options: StartAgentOptions): Promise<Agent> {
     await agent.stop();
     await journals.stop();
     await ledgers.stop();
+    await lock?.release();
   };
   return { stop, status: () => agent.status() };
 }
@@ -176,9 +247,11 @@ async function connectNode(
   creds: () => Uint8Array | undefined,
   logger: BusLogger,
   retryMs: number,
+  signal?: AbortSignal,
 ): Promise<NatsConnection> {
   let said = false;
   for (;;) {
+    if (signal?.aborted === true) throw new AgentStartAbortedError(node);
     try {
       return await connectBus({
         servers,
@@ -191,7 +264,101 @@ async function connectNode(
       if (!(err instanceof BusUnreachableError)) throw err;
       if (!said) logger.warn(`${err.message}; node ${node} keeps trying`);
       said = true;
-      await new Promise((r) => setTimeout(r, retryMs));
+      await abortableSleep(retryMs, signal);
     }
   }
+}
+
+function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+// What the promise gives, or AgentStartAbortedError as soon as `signal` is aborted.
+function untilAborted<T>(node: string, signal: AbortSignal | undefined, promise: Promise<T>): Promise<T> {
+  if (signal === undefined) return promise;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(new AgentStartAbortedError(node));
+    if (signal.aborted) onAbort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+function unique(values: readonly string[]): string[] {
+  return [...new Set(values)];
+}
+
+/**
+ * Stops every module process that the last agent of `stateDir` left running: those in its records
+ * (same PID and start time) and any process whose environment says it is a module of this state
+ * directory (`MESH_STATE_DIR` and `MESH_MODULE`), one killed before its record was written. Each
+ * gets SIGTERM, then SIGKILL after `graceMs`. Never adopted: its log pipe died with the agent.
+ */
+export async function stopLeftoverModules(
+  stateDir: string,
+  graceMs: number,
+  logger: BusLogger,
+  records: ProcessRecords = new ProcessRecords(stateDir),
+): Promise<void> {
+  await stopLeftovers({
+    records,
+    kind: "module",
+    marked: (env) => env.get("MESH_STATE_DIR") === stateDir && env.has("MESH_MODULE"),
+    graceMs,
+    logger,
+    where: `node state ${stateDir}`,
+  });
+}
+
+// A write cut short by a kill leaves its temp file (`.<name>.<hex>.tmp`), never a partial file:
+// those are removed at start, under the lock, when no write of this directory is under way.
+async function removeTempFiles(dir: string, depth = 0): Promise<void> {
+  if (depth > 4) return;
+  let entries;
+  try {
+    entries = await readdir(dir, { withFileTypes: true });
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) await removeTempFiles(path, depth + 1);
+    else if (entry.isFile() && /^\..+\.[0-9a-f]{12}\.tmp$/.test(entry.name)) await rm(path, { force: true });
+  }
+}
+
+// The bus's INFO names the cluster's servers (`connect_urls`): kept in bus.json with those the
+// agent used, so a restart reaches the cluster even when the one it first joined is gone.
+function learnServers(
+  nc: NatsConnection,
+  files: ReturnType<typeof identityFiles>,
+  used: readonly string[],
+  logger: BusLogger,
+): void {
+  let known = [...used];
+  const learn = (): void => {
+    const urls = (nc.info?.connect_urls ?? []).map((u) => (u.includes("://") ? u : `nats://${u}`));
+    const next = unique([...known, ...urls]);
+    if (next.length === known.length) return;
+    known = next;
+    writeBusServers(files, known).then(
+      () => logger.info(`the bus servers are now ${known.join(", ")} (kept in ${files.bus})`),
+      (err: unknown) =>
+        logger.warn(`could not keep the bus servers in ${files.bus}: ${(err as Error).message}`),
+    );
+  };
+  learn();
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === "update" || status.type === "reconnect") learn();
+    }
+  })().catch(() => undefined);
 }

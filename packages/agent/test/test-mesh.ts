@@ -37,6 +37,8 @@ export interface DeliveryDraft {
   readonly plan: Plan;
   /** `${consumer}/${interface}` → password in the clear, or a box given as is (`{ box }`). */
   readonly secrets: Readonly<Record<string, string | { box: string }>>;
+  /** The modules' credentials, as a controller that issues them sends (absent: one that does not). */
+  readonly credentials?: Delivery["credentials"];
 }
 
 export interface TestMesh {
@@ -138,6 +140,7 @@ export async function startTestMesh(): Promise<TestMesh> {
         modules: draft.modules,
         plan: draft.plan,
         secrets: sealed,
+        ...(draft.credentials === undefined ? {} : { credentials: draft.credentials }),
       };
       const state = await openState<Delivery>(nc, nodeDeliveriesBucket(node));
       await state.put("delivery", delivery);

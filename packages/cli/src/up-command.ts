@@ -2,15 +2,22 @@
 // an agent for each node of the fleet (or those named), and through them the fleet's modules.
 // `mesh status` asks the running controller what it knows.
 import { randomBytes } from "node:crypto";
-import { chmod, mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic } from "@mesh/bus";
-import type { Agent, IsolationMode } from "@mesh/agent";
+import {
+  credsFor,
+  decodeJoinToken,
+  encodeJoinToken,
+  newUserKeys,
+  readFileIfExists,
+  writeFileAtomic,
+} from "@mesh/bus";
+import type { Agent, IsolationMode, StateLock } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
-import { ListenError, untilStopSignal } from "@mesh/sdk";
+import { ListenError, parseDuration } from "@mesh/sdk";
 import { askController, stateDirOf } from "./controller-request.ts";
-import { startEmbeddedBus, type EmbeddedBus } from "./embedded-bus.ts";
+import type { EmbeddedBus } from "./embedded-bus.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -21,6 +28,20 @@ import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.
 async function writePrivate(path: string, data: string | Uint8Array): Promise<void> {
   await writeFile(`${path}.tmp`, data, { mode: 0o600 });
   await rename(`${path}.tmp`, path);
+}
+
+/** How long a module has after SIGTERM before SIGKILL, when `--grace` does not say. */
+export const DEFAULT_GRACE = "10s";
+
+/** How much longer than the grace period a whole stop may take: the agents, the controller, the bus. */
+const STOP_MARGIN_MS = 4_000;
+
+function graceOf(text: string | undefined): number {
+  try {
+    return parseDuration(text ?? DEFAULT_GRACE);
+  } catch (err) {
+    throw new CliExit(EXIT_USAGE, `--grace: ${(err as Error).message}`);
+  }
 }
 
 /** Adds `mesh up` and `mesh status` to `program`. */
@@ -50,10 +71,17 @@ export function addUpCommands(program: Command, io: CliIo): void {
       "strict: a module its own user cannot run (its directory unreadable to it) is refused; auto: it runs as the agent's user, and mesh status says so",
       "strict",
     )
+    .option(
+      "--grace <duration>",
+      `how long a module has to stop after SIGTERM before SIGKILL; mesh up stops within this plus 5 s (default: ${DEFAULT_GRACE})`,
+    )
     .addHelpText(
       "after",
       `
-It says each step as it starts (on standard error) and runs until Ctrl-C or SIGTERM.
+It says each step as it starts (on standard error) and runs until Ctrl-C or SIGTERM (once or twice):
+then it stops the modules, the agents, the controller and the bus, in that order. One mesh per
+state directory: a second mesh up on it refuses, naming the process that holds it; what a mesh
+killed with -9 left running (nats-server, modules) is stopped when the next one starts.
 
 Examples:
   $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470
@@ -71,6 +99,7 @@ Examples:
           http?: string;
           operatorTokenFile?: string;
           isolation: string;
+          grace?: string;
         } & LogFlags,
       ) => {
         isolationOf(flags.isolation);
@@ -82,6 +111,7 @@ Examples:
           logIo(io, flags),
           flags.http,
           flags.operatorTokenFile,
+          graceOf(flags.grace),
           isolationOf(flags.isolation),
         );
       },
@@ -94,6 +124,10 @@ Examples:
     .option("--join <file>", "the join token file `mesh up` wrote for this node (needed only the first time)")
     .option("--state <dir>", "the node's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
     .option(
+      "--grace <duration>",
+      `how long a module has to stop after SIGTERM before SIGKILL (default: ${DEFAULT_GRACE})`,
+    )
+    .option(
       "--isolation <mode>",
       "strict: a module its own user cannot run (its directory unreadable to it) is refused; auto: it runs as the agent's user, and mesh status says so",
       "strict",
@@ -105,17 +139,26 @@ Examples:
   on the new machine, with the token file copied from <state>/join/node-2.token:
   $ mesh agent --node node-2 --join node-2.token --state /var/lib/mesh
   after it has joined once, it reconnects with what it was issued:
-  $ mesh agent --node node-2 --state /var/lib/mesh`,
+  $ mesh agent --node node-2 --state /var/lib/mesh
+
+One agent per state directory: a second one refuses, naming the process that holds it; the modules
+a killed agent left running are stopped when the next one starts. SIGINT or SIGTERM (once or twice)
+stops the modules (SIGKILL after --grace), then the agent.`,
     )
-    .action(async (flags: { node: string; join?: string; state?: string; isolation: string } & LogFlags) => {
-      await agent(
-        flags.node,
-        flags.join,
-        stateDirOf(flags.state, io),
-        logIo(io, flags),
-        isolationOf(flags.isolation),
-      );
-    });
+    .action(
+      async (
+        flags: { node: string; join?: string; state?: string; isolation: string; grace?: string } & LogFlags,
+      ) => {
+        await agent(
+          flags.node,
+          flags.join,
+          stateDirOf(flags.state, io),
+          logIo(io, flags),
+          graceOf(flags.grace),
+          isolationOf(flags.isolation),
+        );
+      },
+    );
 
   program
     .command("rotate")
@@ -177,6 +220,7 @@ async function up(
   io: CliIo,
   http?: string,
   operatorTokenFile?: string,
+  graceMs = parseDuration(DEFAULT_GRACE),
   isolation: IsolationMode = "strict",
 ): Promise<void> {
   const {
@@ -189,20 +233,42 @@ async function up(
     startControllerHttp,
     dashboardRoutes,
   } = await import("@mesh/controller");
-  const { startAgent } = await import("@mesh/agent");
+  const { startAgent, AgentStartAbortedError, stopLeftoverModules } = await import("@mesh/agent");
+  const { startEmbeddedBus } = await import("./embedded-bus.ts");
+  const { watchStopSignals, killRecorded } = await import("./stop-signals.ts");
   const say = (m: string) => io.err(`${"mesh up".padEnd(12)}│ ${m}\n`);
   await mkdir(state, { recursive: true, mode: 0o700 });
   // Traverse only, down to each node's state: a module reaches its own directory and lists nothing.
   await mkdir(join(state, "nodes"), { recursive: true, mode: 0o711 });
   await chmod(state, 0o711);
   await chmod(join(state, "nodes"), 0o711);
-  // Listening from the start: a Ctrl-C while starting still stops what has started.
-  const signalled = untilStopSignal({ info: say, warn: say, error: say });
+  const busDir = join(state, "bus");
+  const nodesDir = join(state, "nodes");
+  const nodeDirs = async (): Promise<string[]> =>
+    (await readdir(nodesDir).catch(() => [] as string[])).map((n) => join(nodesDir, n));
+  let recordDirs: string[] = [busDir];
+  // Listening from the start: a Ctrl-C while starting still stops what has started, in order.
+  const stops = watchStopSignals({
+    say,
+    withinMs: graceMs + STOP_MARGIN_MS,
+    onDeadline: () => killRecorded(recordDirs),
+  });
+  const lock = await takeLock(state, "mesh up", say).catch((err: unknown) => {
+    stops.dispose();
+    throw err;
+  });
+  const agents: Agent[] = [];
   const stopping: (() => Promise<void>)[] = [];
   const stopAll = async () => {
+    // Modules first (each agent stops its own, all nodes at once), then the controller, the bus last.
+    await Promise.all(agents.map((a) => a.stop().catch(() => {})));
     for (const stop of stopping.reverse()) await stop().catch(() => {});
   };
+  const stopped = (): boolean => stops.signal.aborted;
   try {
+    // What a mesh killed with -9 left: its modules first (they use the bus), then its nats-server.
+    recordDirs = [busDir, ...(await nodeDirs())];
+    for (const dir of await nodeDirs()) await stopLeftoverModules(dir, graceMs, prefixed(io, "mesh up"));
     // First: an address it must not listen on is refused before anything starts; an operator token
     // lets it listen elsewhere, and the dashboard and /metrics then ask for it.
     const operatorToken =
@@ -224,16 +290,19 @@ async function up(
     });
     stopping.push(() => server.close());
     say(`the controller's HTTP server: ${server.url} (Prometheus metrics at ${server.url}/metrics)`);
-    say(`1/4 the bus: starting nats-server (state in ${join(state, "bus")})`);
+    say(`1/4 the bus: starting nats-server (state in ${busDir})`);
     const authority = await loadOrCreateAuthority(join(state, "controller"));
     let bus: EmbeddedBus;
     try {
-      bus = await startEmbeddedBus(join(state, "bus"), authority, listen);
+      bus = await startEmbeddedBus(busDir, authority, listen, prefixed(io, "mesh up"));
     } catch (err) {
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
     }
     stopping.push(() => bus.stop());
-    say(`    nats-server answers on ${bus.url}; a connection without credentials is refused`);
+    say(
+      `    nats-server (pid ${bus.pid}) answers on ${bus.url}; a connection without credentials is refused`,
+    );
+    if (stopped()) return;
 
     // The operator's own credentials, for `mesh status` from another shell.
     const keys = newUserKeys();
@@ -260,6 +329,7 @@ async function up(
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
     }
     stopping.push(() => controller.stop());
+    if (stopped()) return;
     metrics.follow(() => controller.status());
     for (const route of dashboardRoutes({ sources: controller, tokenRequired: operatorToken !== undefined }))
       server.route(route);
@@ -277,29 +347,65 @@ async function up(
     for (const node of nodes) {
       if (!fleet.nodes.includes(node)) throw new CliExit(EXIT_USAGE, `node ${node} is not in ${fleetFile}`);
     }
+    recordDirs = [busDir, ...nodes.map((n) => join(nodesDir, n))];
+    // The other nodes join with `mesh agent`, from the token file written here for each.
+    for (const node of fleet.nodes.filter((n) => !nodes.includes(n))) {
+      const tokenFile = join(state, "join", `${node}.token`);
+      // The token was made once; the bus it names is the one that serves now.
+      const token = { ...decodeJoinToken(await controller.joinToken(node)), servers: [bus.url] };
+      await writeFileAtomic(tokenFile, `${encodeJoinToken(token)}\n`, 0o600);
+      say(`    node ${node} joins with: mesh agent --node ${node} --join ${tokenFile} (copy the file there)`);
+    }
     say(`3/4 the agents: ${nodes.join(", ")}`);
-    const agents: Agent[] = [];
     for (const node of nodes) {
-      const agent = await startAgent({
-        node,
-        stateDir: join(state, "nodes", node),
-        joinToken: await controller.joinToken(node),
-        logger: prefixed(io, node),
-        ...agentLogOptions(io),
-        isolation,
-      });
-      agents.push(agent);
-      stopping.push(() => agent.stop());
+      try {
+        // The bus that serves now, never the port a stored join token remembers.
+        const agent = await startAgent({
+          node,
+          stateDir: join(nodesDir, node),
+          joinToken: await controller.joinToken(node),
+          servers: [bus.url],
+          logger: prefixed(io, node),
+          signal: stops.signal,
+          timings: { ...agentLogOptions(io).timings, stopGraceMs: graceMs },
+          isolation,
+        });
+        agents.push(agent);
+      } catch (err) {
+        if (err instanceof AgentStartAbortedError) return;
+        throw new CliExit(EXIT_REFUSED, (err as Error).message);
+      }
+      if (stopped()) return;
     }
     say(
       `4/4 the modules start on their nodes; \`mesh status --state ${state}\` shows them. Ctrl-C stops everything.`,
     );
-    const signal = await signalled;
-    say(`${signal}: stopping the agents (and their modules), the controller and the bus`);
+    await stops.signalled;
   } finally {
+    if (stopped()) say("stopping the modules, the agents, the controller and the bus");
     await stopAll();
+    await lock.release();
+    stops.dispose();
   }
   say("stopped");
+}
+
+// One mesh per state directory: a second one refuses (exit 1) naming the process that holds it.
+async function takeLock(dir: string, who: string, say: (m: string) => void): Promise<StateLock> {
+  const { lockStateDir, StateLockedError } = await import("@mesh/agent");
+  try {
+    const lock = await lockStateDir(dir, who);
+    if (lock.tookOver !== undefined) {
+      say(
+        `took over the lock of ${dir} from ${lock.tookOver.who} (${lock.tookOver.why}); ` +
+          "what it left running is stopped before anything starts",
+      );
+    }
+    return lock;
+  } catch (err) {
+    if (err instanceof StateLockedError) throw new CliExit(EXIT_REFUSED, err.message);
+    throw err;
+  }
 }
 
 // `--isolation`: strict or auto, anything else a usage error.
@@ -340,32 +446,48 @@ async function agent(
   joinFile: string | undefined,
   state: string,
   io: CliIo,
+  graceMs: number,
   isolation: IsolationMode,
 ): Promise<void> {
-  const { startAgent } = await import("@mesh/agent");
+  const { startAgent, AgentStartAbortedError, StateLockedError } = await import("@mesh/agent");
+  const { watchStopSignals, killRecorded } = await import("./stop-signals.ts");
   const say = (m: string) => io.err(`${node.padEnd(12)}│ ${m}\n`);
-  const signalled = untilStopSignal({ info: say, warn: say, error: say });
-  let joinToken: string | undefined;
-  if (joinFile !== undefined) {
-    joinToken = (
-      await readFile(joinFile, "utf8").catch(() => {
-        throw new CliExit(EXIT_USAGE, `cannot read the join token file ${joinFile}`);
-      })
-    ).trim();
-  }
-  const logs = agentLogOptions(io);
-  const running = await startAgent({
-    node,
-    stateDir: state,
-    joinToken,
-    logger: prefixed(io, node),
-    ...logs,
-    isolation,
-  }).catch((err: unknown) => {
-    throw new CliExit(EXIT_REFUSED, (err as Error).message);
+  const stops = watchStopSignals({
+    say,
+    withinMs: graceMs + STOP_MARGIN_MS,
+    onDeadline: () => killRecorded([state]),
   });
-  await signalled;
-  await running.stop();
+  try {
+    let joinToken: string | undefined;
+    if (joinFile !== undefined) {
+      joinToken = (
+        await readFile(joinFile, "utf8").catch(() => {
+          throw new CliExit(EXIT_USAGE, `cannot read the join token file ${joinFile}`);
+        })
+      ).trim();
+    }
+    let running: Agent;
+    try {
+      running = await startAgent({
+        node,
+        stateDir: state,
+        joinToken,
+        logger: prefixed(io, node),
+        signal: stops.signal,
+        timings: { ...agentLogOptions(io).timings, stopGraceMs: graceMs },
+        isolation,
+      });
+    } catch (err) {
+      if (err instanceof AgentStartAbortedError) return;
+      if (err instanceof StateLockedError) throw new CliExit(EXIT_REFUSED, err.message);
+      throw new CliExit(EXIT_REFUSED, (err as Error).message);
+    }
+    await stops.signalled;
+    say("stopping the modules, then the agent");
+    await running.stop();
+  } finally {
+    stops.dispose();
+  }
 }
 
 /** Asks the running controller `what` (status or rotate) with the operator's credentials. */

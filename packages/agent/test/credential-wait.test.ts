@@ -1,0 +1,68 @@
+// A module starts once: held back until its bus credential has come, then started with it. A
+// controller that never issues one must not keep it down for ever: after a bounded wait it starts
+// without (its events off), and that is said.
+import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { startAgent, type Agent, type AgentTimings, type ModuleStatus } from "../src/index.ts";
+import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
+import { eventually, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
+
+const FAST: Partial<AgentTimings> = {
+  reportEveryMs: 500,
+  retryMs: 200,
+  stopGraceMs: 1_500,
+  credentialWaitMs: 2_000,
+};
+
+void describe("a module waits for its bus credential before its first start", () => {
+  let mesh: TestMesh;
+  let fleet: TestFleet;
+  let stateDir: string;
+  let agent: Agent | undefined;
+  const logger = recordingLogger();
+  const module = (name: string): ModuleStatus | undefined =>
+    agent?.status().modules.find((m) => m.name === name);
+
+  before(async () => {
+    mesh = await startTestMesh();
+    fleet = await writeTestFleet(await mkdtemp(join(tmpdir(), "mesh-wait-fleet-")));
+    stateDir = await mkdtemp(join(tmpdir(), "mesh-wait-state-"));
+    agent = await startAgent({
+      node: "n1",
+      stateDir,
+      joinToken: await mesh.joinToken("n1"),
+      logger,
+      timings: FAST,
+    });
+  });
+  after(async () => {
+    await agent?.stop();
+    await mesh.stop();
+    await rm(fleet.dir, { recursive: true, force: true });
+    await rm(stateDir, { recursive: true, force: true });
+  });
+
+  void it("is reported as waiting for its bus credential, then starts once without it after the bounded wait", async () => {
+    const began = Date.now();
+    await mesh.publish("n1", {
+      generation: 1,
+      modules: [fleet.module("store")],
+      plan: planFor(fleet.plan, "n1", []),
+      secrets: {},
+      credentials: {},
+    });
+    await eventually(() => module("store")?.waiting === "its bus credential", "store to wait");
+    assert.equal(module("store")?.state, "starting");
+    assert.equal(module("store")?.pid, undefined, "not started while it waits");
+    await eventually(() => module("store")?.state === "running", "store to start after the wait", 30_000);
+    assert.ok(Date.now() - began >= 2_000, "it waited the bounded time first");
+    assert.ok(
+      logger.lines.some((l) => /store has waited 2 s for its bus credential: it starts without one/.test(l)),
+    );
+    const log = await readFile(join(stateDir, "modules", "store", "log"), "utf8");
+    assert.equal(log.match(/mesh agent starts store/g)?.length, 1, "started once");
+  });
+});

@@ -1,0 +1,613 @@
+// The kill matrix: crash-only, shown on real servers. A real `mesh up` (the CLI binary, as an
+// operator runs it: nats-server, the controller, the agents, the Postgres and Redis providers against
+// real servers, and a module with a process of its own) is killed with -9 at a random point of a
+// fleet change, a rotation and a retirement, then started again on the same state directory; a
+// `mesh agent` run on its own is killed while it writes a delivery's files. After each restart the
+// mesh must converge: every asked consumer logs in with its password (none minted again), nothing
+// asked for is retired, one nats-server and one copy of each module run, nothing of the killed run
+// is left, and `mesh status` agrees with the backends.
+//
+// The kill points are random: the seed is printed, MESH_KILL_SEED=<seed> replays it, and
+// MESH_KILL_RUNS=<n> asks for more than the 3 per case.
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { createServer, type AddressInfo, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { findProcessesByEnv, isRunning, moduleControlPath, processStartTime } from "@mesh/agent";
+import { credentialPath, deriveLogin } from "@mesh/manifest";
+import { callControl, type StatusReport } from "@mesh/sdk";
+import { startPostgres, startRedis, type PostgresServer, type RedisServer, until } from "@mesh/testkit";
+import { runCli } from "../packages/cli/src/cli.ts";
+import { cleanEnv, MESH_BIN } from "../packages/cli/test/run-mesh.ts";
+import { connectAs } from "../providers/redis/test/conformance-target.ts";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const PG = "postgres-database";
+const REDIS = "redis-namespace";
+const SEED = Number(process.env["MESH_KILL_SEED"] ?? Math.floor(Math.random() * 2 ** 31));
+const RUNS = Math.max(1, Number(process.env["MESH_KILL_RUNS"] ?? 3));
+const GRACE = "3s";
+
+/** A small seeded generator (mulberry32): the same seed gives the same kill points. */
+function generator(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A `mesh` process of the matrix: its output kept, for a failure to show. */
+interface Spawned {
+  readonly child: ChildProcess;
+  output(): string;
+  readonly exited: Promise<void>;
+}
+
+interface Consumer {
+  readonly iface: typeof PG | typeof REDIS;
+  readonly node: string;
+}
+
+/** A process of the mesh as /proc shows it. */
+interface Seen {
+  readonly pid: number;
+  readonly start: number;
+  readonly what: string;
+}
+
+describe(
+  "the kill matrix: kill -9 at a random point, start again, and the mesh converges",
+  { timeout: 900_000 },
+  () => {
+    const random = generator(SEED);
+    let postgres: PostgresServer;
+    let redis: RedisServer;
+    let pgAdmin: string;
+    let dir: string;
+    const children = new Set<ChildProcess>();
+    const listeners: Server[] = [];
+    const takenPort = (): Promise<number> =>
+      new Promise((resolve, reject) => {
+        const server = createServer();
+        listeners.push(server);
+        server.once("error", reject);
+        server.listen(0, "127.0.0.1", () => resolve((server.address() as AddressInfo).port));
+      });
+    const converged: Record<string, number> = {};
+    const upState = () => join(dir, "up");
+    const nodeDir = (node: string) =>
+      node === "node-2" ? join(dir, "agent-2") : join(upState(), "nodes", node);
+    const busDir = () => join(upState(), "bus");
+
+    // What the fleet asks for now: consumer -> where and what.
+    const asked = new Map<string, Consumer>();
+    // Modules with a process of their own: name -> node.
+    const running = new Map<string, string>([
+      ["postgres", "node-1"],
+      ["redis", "node-1"],
+      ["sleeper", "node-1"],
+    ]);
+
+    const fleetYaml = (): string => {
+      const provider = (name: string, at: { host: string; port: number }) =>
+        `  ${name}:\n    manifest: ${JSON.stringify(join(root, "providers", name, "module.json"))}\n` +
+        `    node: node-1\n    endpoint: { host: ${at.host}, port: ${at.port} }\n` +
+        // The agent hands each provider its own admin URL and timings; a module inherits nothing.
+        `    admin: { env: MESH_${name.toUpperCase()}_URL }\n` +
+        "    env: { MESH_EVERY: 250ms, MESH_VERIFY_EVERY: 2s }\n";
+      const lines = [
+        "nodes:\n  node-1: {}\n  node-2: {}\nmodules:\n",
+        provider("postgres", postgres),
+        provider("redis", redis),
+      ];
+      for (const [name, node] of running) {
+        if (name === "postgres" || name === "redis") continue;
+        lines.push(
+          `  ${name}:\n    manifest: ${JSON.stringify(join(dir, "sleeper", "module.json"))}\n    node: ${node}\n`,
+        );
+      }
+      for (const [name, c] of asked) {
+        if (running.has(name)) continue;
+        const app = c.iface === PG ? "pg-app" : "redis-app";
+        lines.push(
+          `  ${name}:\n    manifest: ${JSON.stringify(join(dir, app, "module.json"))}\n    node: ${c.node}\n`,
+        );
+      }
+      return lines.join("");
+    };
+    // Whole or not at all: the controller's watcher never reads half a fleet.
+    const writeFleet = async (): Promise<void> => {
+      await writeFile(join(dir, "mesh.next.yaml"), fleetYaml());
+      await rename(join(dir, "mesh.next.yaml"), join(dir, "mesh.yaml"));
+    };
+
+    const spawnMesh = (args: string[], env: Record<string, string> = {}): Spawned => {
+      const child = spawn(process.execPath, [MESH_BIN, ...args], {
+        env: cleanEnv({
+          MESH_POSTGRES_URL: pgAdmin,
+          MESH_REDIS_URL: redis.adminUrl,
+          MESH_EVERY: "250ms",
+          MESH_VERIFY_EVERY: "2s",
+          ...env,
+        }),
+        stdio: ["ignore", "pipe", "pipe"],
+        // Its own process group, as a shell's job: a signal to the group is a terminal's Ctrl-C.
+        detached: true,
+      });
+      children.add(child);
+      let out = "";
+      child.stdout?.on("data", (c: Buffer) => void (out += c.toString("utf8")));
+      child.stderr?.on("data", (c: Buffer) => void (out += c.toString("utf8")));
+      const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+      void exited.then(() => children.delete(child));
+      return { child, output: () => out, exited };
+    };
+    let up: Spawned | undefined;
+    let agent2: Spawned | undefined;
+    const startUp = (): Spawned =>
+      (up = spawnMesh([
+        "up",
+        join(dir, "mesh.yaml"),
+        "--state",
+        upState(),
+        "--node",
+        "node-1",
+        "--grace",
+        GRACE,
+        // The test's fleet is in a directory only root reads: modules run as the agent's user.
+        "--isolation",
+        "auto",
+      ]));
+    const startAgent2 = (join_?: string): Spawned =>
+      (agent2 = spawnMesh([
+        "agent",
+        "--node",
+        "node-2",
+        "--state",
+        nodeDir("node-2"),
+        "--grace",
+        GRACE,
+        "--isolation",
+        "auto",
+        ...(join_ === undefined ? [] : ["--join", join_]),
+      ]));
+    const kill9 = async (s: Spawned | undefined): Promise<void> => {
+      if (s === undefined || s.child.exitCode !== null || s.child.signalCode !== null) return;
+      s.child.kill("SIGKILL");
+      await s.exited;
+    };
+
+    /** `mesh args…` in this process: a spawned CLI costs seconds of start on a loaded machine. */
+    const mesh = async (...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> => {
+      let stdout = "";
+      let stderr = "";
+      const code = await runCli(args, {
+        out: (t) => void (stdout += t),
+        err: (t) => void (stderr += t),
+        env: {},
+        stdin: process.stdin,
+      });
+      return { code, stdout, stderr };
+    };
+
+    // Every process marked as this test's mesh (nats-server by its bus directory, modules by their
+    // node's state directory), whichever run started it.
+    const marked = (): Seen[] =>
+      findProcessesByEnv((env) =>
+        [env.get("MESH_BUS_DIR"), env.get("MESH_STATE_DIR")].some(
+          (v) => v !== undefined && v.startsWith(dir),
+        ),
+      ).flatMap((pid) => {
+        const start = processStartTime(pid);
+        return start === undefined ? [] : [{ pid, start, what: whatIs(pid) }];
+      });
+    const whatIs = (pid: number): string => {
+      try {
+        const env = new Map(
+          readFileSyncSafe(`/proc/${pid}/environ`)
+            .split("\0")
+            .map((p) => [p.slice(0, p.indexOf("=")), p.slice(p.indexOf("=") + 1)] as const),
+        );
+        if (env.has("MESH_BUS_DIR")) return `bus ${env.get("MESH_BUS_DIR")}`;
+        return `module ${env.get("MESH_MODULE")} of ${env.get("MESH_STATE_DIR")}`;
+      } catch {
+        return "gone";
+      }
+    };
+    const leaders = (): Seen[] => marked().filter((p) => pgrpOf(p.pid) === p.pid);
+
+    const passwordOf = async (consumer: string, c: Consumer): Promise<string> => {
+      const file = credentialPath(nodeDir(c.node), consumer, c.iface);
+      const credential = JSON.parse(await readFile(file, "utf8")) as { passwordFile: string };
+      return (await readFile(credential.passwordFile, "utf8")).trim();
+    };
+    const loginOf = (consumer: string, c: Consumer): string => deriveLogin(consumer, c.iface);
+    const canLogin = async (consumer: string, c: Consumer, password: string): Promise<boolean> => {
+      const login = loginOf(consumer, c);
+      if (c.iface === REDIS) {
+        try {
+          (await connectAs(redis, login, password)).disconnect();
+          return true;
+        } catch {
+          return false;
+        }
+      }
+      const { default: pg } = await import("pg");
+      const client = new pg.Client({
+        host: postgres.host,
+        port: postgres.port,
+        user: login,
+        password,
+        database: "postgres",
+      });
+      client.on("error", () => {});
+      try {
+        await client.connect();
+        return true;
+      } catch {
+        return false;
+      } finally {
+        await client.end().catch(() => {});
+      }
+    };
+    const providerStatus = (provider: string): Promise<StatusReport> =>
+      callControl(moduleControlPath(nodeDir("node-1"), provider), {
+        tool: "status",
+        args: [],
+        who: "kill-matrix",
+      }) as Promise<StatusReport>;
+
+    /** Every asked consumer's password now, by consumer. */
+    const passwords = async (): Promise<Map<string, string>> => {
+      const out = new Map<string, string>();
+      for (const [name, c] of asked) out.set(name, await passwordOf(name, c).catch(() => ""));
+      return out;
+    };
+
+    /**
+     * Waits for the mesh to converge and checks it: `kept` are the passwords from before the kill that
+     * must not change; `before` the processes of the killed run.
+     */
+    const checkConverged = async (
+      what: string,
+      kept: ReadonlyMap<string, string>,
+      killed: readonly Seen[],
+    ): Promise<void> => {
+      try {
+        await checkConvergedNow(what, kept, killed);
+      } catch (err) {
+        const tail = (s: Spawned | undefined): string =>
+          (s?.output() ?? "").split("\n").slice(-80).join("\n");
+        throw new Error(
+          `${(err as Error).message}\n--- mesh up said (the end):\n${tail(up)}\n--- mesh agent said (the end):\n${tail(agent2)}`,
+          { cause: err },
+        );
+      }
+    };
+    const checkConvergedNow = async (
+      what: string,
+      kept: ReadonlyMap<string, string>,
+      killed: readonly Seen[],
+    ) => {
+      // First the new run has stopped every process of the killed one (until then, an orphaned
+      // provider may still answer on the control socket).
+      await until(
+        `${what}: nothing of the killed run left`,
+        () => {
+          const left = killed.filter((p) => isRunning(p.pid, p.start));
+          if (left.length > 0) throw new Error(`still running: ${JSON.stringify(left)}`);
+          return true;
+        },
+        60,
+      );
+      // One nats-server, one copy of each module, nothing of the killed run.
+      const oneOfEach = (): true => {
+        const count = new Map<string, number>();
+        for (const p of leaders()) count.set(p.what, (count.get(p.what) ?? 0) + 1);
+        const want = new Map<string, number>([[`bus ${busDir()}`, 1]]);
+        for (const [name, node] of running) want.set(`module ${name} of ${nodeDir(node)}`, 1);
+        const got = JSON.stringify([...count].sort());
+        if (got !== JSON.stringify([...want].sort()))
+          throw new Error(`running: ${got}; wanted ${JSON.stringify([...want].sort())}`);
+        return true;
+      };
+      await until(`${what}: one process of each module and one nats-server`, oneOfEach, 90);
+      // Every asked consumer active in its provider and logging in with the password its files hold.
+      await until(
+        `${what}: every asked consumer active and logging in with its password`,
+        async () => {
+          const states = new Map<string, string>();
+          for (const provider of ["postgres", "redis"]) {
+            for (const c of (await providerStatus(provider)).consumers) states.set(c.login, c.state);
+          }
+          for (const [name, c] of asked) {
+            if (states.get(loginOf(name, c)) !== "active")
+              throw new Error(`${loginOf(name, c)} is ${states.get(loginOf(name, c))}`);
+            if (!(await canLogin(name, c, await passwordOf(name, c))))
+              throw new Error(`${name} cannot log in`);
+          }
+          return true;
+        },
+        { seconds: 150, everyMs: 300 },
+      );
+      const now = await passwords();
+      for (const [name, password] of kept) {
+        assert.equal(now.get(name), password, `${what}: ${name}'s password was not minted again`);
+      }
+      // `mesh status` names what the backends hold, and the modules as running.
+      await until(
+        `${what}: mesh status agreeing with the backends`,
+        async () => {
+          const run = await mesh("status", "--state", upState(), "--json");
+          if (run.code !== 0) throw new Error(run.stderr);
+          const answer = JSON.parse(run.stdout) as {
+            consumers?: { consumer: string; login: string }[];
+            nodes?: { name: string; modules?: { name: string; state: string }[] }[];
+            failing?: unknown[];
+          };
+          const listed = new Set((answer.consumers ?? []).map((c) => c.consumer));
+          for (const name of asked.keys()) if (!listed.has(name)) throw new Error(`status lacks ${name}`);
+          for (const name of listed) if (!asked.has(name)) throw new Error(`status names ${name}, not asked`);
+          for (const [name, node] of running) {
+            const m = answer.nodes?.find((n) => n.name === node)?.modules?.find((x) => x.name === name);
+            if (m?.state !== "running") throw new Error(`status shows ${name} as ${m?.state}`);
+          }
+          if ((answer.failing ?? []).length > 0)
+            throw new Error(`status names failing consumers: ${JSON.stringify(answer.failing)}`);
+          return true;
+        },
+        60,
+      );
+      // And still one of each, once everything has settled.
+      oneOfEach();
+    };
+    const kept = async (): Promise<Map<string, string>> =>
+      new Map([...(await passwords())].filter(([, password]) => password !== ""));
+
+    /** Runs `change` RUNS times; each run kills `victim` at a random point of it and starts it again. */
+    const matrix = async (
+      name: string,
+      windowMs: number,
+      change: (run: number) => Promise<Map<string, string>>,
+      after: (run: number) => Promise<void> = async () => {},
+    ): Promise<void> => {
+      converged[name] = 0;
+      for (let run = 1; run <= RUNS; run++) {
+        const killed = marked();
+        const before = await change(run);
+        const at = Math.floor(random() * windowMs);
+        await new Promise((r) => setTimeout(r, at));
+        const what = `${name}, run ${run} (killed ${at} ms into it)`;
+        console.log(`kill matrix: ${what}`);
+        await kill9(up);
+        const orphans = marked();
+        // The port the bus had is taken meanwhile: the new bus gets another one, and the agent must
+        // use it, not the port the stored join token names.
+        const oldPort = Number((await readFile(join(busDir(), "port"), "utf8")).trim());
+        await writeFile(join(busDir(), "port"), `${await takenPort()}\n`);
+        startUp();
+        await checkConverged(what, before, [...killed, ...orphans]);
+        const newPort = Number((await readFile(join(busDir(), "port"), "utf8")).trim());
+        assert.notEqual(newPort, oldPort, `${what}: the bus moved to another port`);
+        await after(run);
+        converged[name] += 1;
+      }
+    };
+
+    before(async () => {
+      console.log(
+        `kill matrix: seed ${SEED} (MESH_KILL_SEED=${SEED} replays it), ${RUNS} kill point(s) per case`,
+      );
+      [postgres, redis] = await Promise.all([startPostgres(), startRedis()]);
+      pgAdmin = await postgres.createAdmin("mesh_admin");
+      dir = await mkdtemp(join(tmpdir(), "mesh-kill-"));
+      for (const [name, iface] of [
+        ["pg-app", PG],
+        ["redis-app", REDIS],
+      ] as const) {
+        await mkdir(join(dir, name));
+        await writeFile(join(dir, name, "module.json"), JSON.stringify({ name, needs: { [iface]: {} } }));
+      }
+      await mkdir(join(dir, "sleeper"));
+      await writeFile(
+        join(dir, "sleeper", "module.json"),
+        JSON.stringify({
+          name: "sleeper",
+          needs: { [REDIS]: {} },
+          run: { command: "sleep", args: ["3600"] },
+        }),
+      );
+      for (const name of ["db-a", "db-b", ...Array.from({ length: RUNS }, (_, i) => `db-r${i + 1}`)]) {
+        asked.set(name, { iface: PG, node: "node-1" });
+      }
+      asked.set("sleeper", { iface: REDIS, node: "node-1" });
+      asked.set("rd-a", { iface: REDIS, node: "node-1" });
+      await writeFleet();
+      startUp();
+      await checkConverged("the first start", new Map(), []);
+    });
+
+    after(async () => {
+      const counts = Object.entries(converged).map(([k, v]) => `${k}: ${v}/${RUNS} converged`);
+      console.log(`kill matrix (seed ${SEED}): ${counts.join("; ")}`);
+      // Everything this test started, whichever run: the mesh processes, then all they left.
+      for (const child of children) child.kill("SIGKILL");
+      for (const server of listeners) server.close();
+      for (let i = 0; i < 3; i++) {
+        for (const p of marked()) {
+          try {
+            process.kill(pgrpOf(p.pid) === p.pid ? -p.pid : p.pid, "SIGKILL");
+          } catch {
+            // gone meanwhile
+          }
+        }
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      await Promise.all([postgres?.stop(), redis?.stop()]);
+      if (dir) await rm(dir, { recursive: true, force: true });
+    });
+
+    void it("mesh up killed -9 during a fleet change that adds 20 consumers converges after a restart", async () => {
+      await matrix("a fleet change adding 20 consumers", 3_000, async (run) => {
+        const before = await kept();
+        for (let i = 1; i <= 20; i++) asked.set(`rd-${run}-${i}`, { iface: REDIS, node: "node-1" });
+        await writeFleet();
+        return before;
+      });
+    });
+
+    void it("mesh up killed -9 during a rotation converges after a restart, and only the rotated password changes", async () => {
+      await matrix("a rotation", 1_500, async (run) => {
+        const before = await kept();
+        const rotated = run % 2 === 1 ? "db-a" : "rd-a";
+        before.delete(rotated);
+        void mesh("rotate", rotated, asked.get(rotated)!.iface, "--state", upState()).catch(() => undefined);
+        return before;
+      });
+    });
+
+    void it("mesh up killed -9 during a retirement converges after a restart, and retires only what is no longer asked", async () => {
+      await matrix(
+        "a retirement",
+        3_000,
+        async (run) => {
+          asked.delete(`db-r${run}`);
+          const before = await kept();
+          await writeFleet();
+          return before;
+        },
+        async (run) => {
+          const login = `db_r${run}_postgres`;
+          await until(
+            `${login} retired (it is no longer asked for)`,
+            async () => {
+              const c = (await providerStatus("postgres")).consumers.find((x) => x.login === login);
+              return c?.state === "retired";
+            },
+            60,
+          );
+        },
+      );
+    });
+
+    void it("mesh agent killed -9 while it writes deliveries leaves no partial file, and no module starts twice", async () => {
+      converged["mesh agent writing deliveries"] = 0;
+      const token = join(upState(), "join", "node-2.token");
+      await until("the join token of node-2", () => stat(token).then(() => true), 30);
+      running.set("sleeper-2", "node-2");
+      asked.set("sleeper-2", { iface: REDIS, node: "node-2" });
+      await writeFleet();
+      startAgent2(token);
+      const log = join(nodeDir("node-2"), "modules", "sleeper-2", "log");
+      const starts = async (): Promise<number> =>
+        ((await readFile(log, "utf8").catch(() => "")).match(/mesh agent starts sleeper-2/g) ?? []).length;
+      await checkConverged("node-2's first start", await kept(), []);
+      assert.equal(await starts(), 1, "sleeper-2 started once, with its bus credential");
+
+      for (let run = 1; run <= RUNS; run++) {
+        const before = await kept();
+        const killed = marked().filter((p) => p.what.includes(nodeDir("node-2")));
+        for (let i = 1; i <= 20; i++) asked.set(`rd2-${run}-${i}`, { iface: REDIS, node: "node-2" });
+        await writeFleet();
+        const at = Math.floor(random() * 1_500);
+        await new Promise((r) => setTimeout(r, at));
+        const what = `mesh agent writing deliveries, run ${run} (killed ${at} ms into it)`;
+        console.log(`kill matrix: ${what}`);
+        const startsBefore = await starts();
+        await kill9(agent2);
+        startAgent2();
+        await checkConverged(what, before, killed);
+        // Every file whole: no temp file left, every JSON file parses, every secret is one line.
+        for (const file of await filesUnder(nodeDir("node-2"))) {
+          const name = file.slice(file.lastIndexOf("/") + 1);
+          assert.ok(!name.endsWith(".tmp"), `${what}: ${file} is left half-written`);
+          if (name.endsWith(".json")) JSON.parse(await readFile(file, "utf8"));
+          if (file.includes("/secrets/"))
+            assert.match(await readFile(file, "utf8"), /^\S+$/, `${file} is whole`);
+        }
+        assert.equal(await starts(), startsBefore + 1, `${what}: sleeper-2 started once after the restart`);
+        converged["mesh agent writing deliveries"] += 1;
+      }
+    });
+
+    void it("a second mesh up or mesh agent on a state directory in use exits 1, naming the PID that holds it", async () => {
+      const second = spawnMesh(["up", join(dir, "mesh.yaml"), "--state", upState(), "--node", "node-1"]);
+      await second.exited;
+      assert.equal(second.child.exitCode, 1, second.output());
+      assert.match(second.output(), new RegExp(`is in use by mesh up \\(pid ${up?.child.pid}\\)`));
+      const agent = spawnMesh(["agent", "--node", "node-2", "--state", nodeDir("node-2")]);
+      await agent.exited;
+      assert.equal(agent.child.exitCode, 1, agent.output());
+      assert.match(
+        agent.output(),
+        new RegExp(`in use by the agent of node node-2 \\(pid ${agent2?.child.pid}\\)`),
+      );
+    });
+
+    void it("Ctrl-C twice to the whole group stops the modules, the agents, the controller, the bus, in that order, within the grace period plus 5 s, leaving no process", async () => {
+      for (const s of [agent2, up]) {
+        assert.ok(s !== undefined && s.child.exitCode === null, "the mesh runs");
+        const pid = s.child.pid!;
+        const began = Date.now();
+        process.kill(-pid, "SIGINT");
+        await new Promise((r) => setTimeout(r, 100));
+        try {
+          process.kill(-pid, "SIGINT");
+        } catch {
+          // it had stopped already
+        }
+        await s.exited;
+        const took = Date.now() - began;
+        assert.ok(took < 3_000 + 5_000, `stopped in ${took} ms`);
+        assert.equal(s.child.exitCode, 0, s.output());
+        assert.doesNotMatch(s.output(), /lost the bus/, "the bus stops last");
+      }
+      assert.deepEqual(marked(), [], "no process of the mesh is left");
+    });
+
+    void it("one SIGTERM stops mesh agent promptly while it is still waiting for a bus that does not answer", async () => {
+      const busFile = join(nodeDir("node-2"), "bus.json");
+      await writeFile(busFile, JSON.stringify({ servers: ["nats://127.0.0.1:1"] }));
+      const waiting = spawnMesh(["agent", "--node", "node-2", "--state", nodeDir("node-2")]);
+      await until("mesh agent to wait for the bus", () => /keeps trying/.test(waiting.output()), 60);
+      const began = Date.now();
+      waiting.child.kill("SIGTERM");
+      await waiting.exited;
+      const took = Date.now() - began;
+      assert.ok(took < 5_000, `stopped in ${took} ms`);
+      assert.equal(waiting.child.exitCode, 0, waiting.output());
+    });
+  },
+);
+
+function pgrpOf(pid: number): number | undefined {
+  try {
+    const text = readFileSyncSafe(`/proc/${pid}/stat`);
+    return Number(text.slice(text.lastIndexOf(")") + 2).split(" ")[2]);
+  } catch {
+    return undefined;
+  }
+}
+
+function readFileSyncSafe(path: string): string {
+  return readFileSync(path, "latin1");
+}
+
+async function filesUnder(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...(await filesUnder(path)));
+    else if (entry.isFile()) out.push(path);
+  }
+  return out;
+}
