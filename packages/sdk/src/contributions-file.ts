@@ -9,7 +9,18 @@ export interface Contribution {
   readonly at?: string | undefined;
   readonly values: Readonly<Record<string, unknown>>;
   readonly derived: Readonly<Record<string, unknown>>;
+  /**
+   * Why this entry cannot be served as it stands (its values nest too deep or are too large): the
+   * consumer is still asked for, so it is never retired for it, and it fails alone with this reason.
+   * Its `values` and `derived` are then empty.
+   */
+  readonly refused?: string | undefined;
 }
+
+/** How deep an entry's `values` or `derived` may nest (an object or list inside another is one level). */
+export const MAX_VALUE_DEPTH = 32;
+/** How large an entry's `values` or `derived` may be, each, written as JSON (64 KiB). */
+export const MAX_VALUE_BYTES = 64 * 1024;
 
 /** What reading the contributions file gave: the consumers asked for, or why nothing can be said. */
 export type ContributionsRead =
@@ -92,14 +103,57 @@ export function parseContributions(raw: string, path: string, iface: string): Co
       };
     }
     seen.add(entry.as);
+    const values = entry.values ?? {};
+    const derived = entry.derived ?? {};
+    const refused = boundsProblem("values", values) ?? boundsProblem("derived", derived);
     given.push({
       as: entry.as,
       secret: entry.secret,
       node: entry.node ?? undefined,
       at: entry.at ?? undefined,
-      values: entry.values ?? {},
-      derived: entry.derived ?? {},
+      values: refused === undefined ? values : {},
+      derived: refused === undefined ? derived : {},
+      ...(refused === undefined ? {} : { refused }),
     });
   }
   return { ok: true, given, skipped };
+}
+
+/**
+ * Why `value` (an entry's `values` or `derived`) breaks the bounds, or undefined. Walked without
+ * recursion: a value nested thousands of levels deep must fail its own consumer, not every pass.
+ */
+function boundsProblem(field: string, value: unknown): string | undefined {
+  const stack: { value: unknown; depth: number }[] = [{ value, depth: 1 }];
+  // Counted as it is walked: strings and keys as JSON would write them (near enough), so a huge
+  // value is refused before anything is made of it.
+  let bytes = 0;
+  while (stack.length > 0) {
+    const { value: v, depth } = stack.pop() as { value: unknown; depth: number };
+    if (typeof v === "string") bytes += v.length + 2;
+    else if (v === null || typeof v !== "object") bytes += 8;
+    else {
+      if (depth > MAX_VALUE_DEPTH) {
+        return `its ${field} nest deeper than ${MAX_VALUE_DEPTH} levels; the entry is not applied until it is fixed`;
+      }
+      bytes += 2;
+      if (Array.isArray(v)) {
+        for (const item of v) stack.push({ value: item, depth: depth + 1 });
+      } else {
+        for (const [key, item] of Object.entries(v)) {
+          bytes += key.length + 4;
+          stack.push({ value: item, depth: depth + 1 });
+        }
+      }
+    }
+    if (bytes > MAX_VALUE_BYTES) {
+      return `its ${field} are larger than ${MAX_VALUE_BYTES} bytes; the entry is not applied until it is fixed`;
+    }
+  }
+  // Exact, now that it is known to be bounded.
+  const exact = Buffer.byteLength(JSON.stringify(value));
+  if (exact > MAX_VALUE_BYTES) {
+    return `its ${field} are ${exact} bytes as JSON, larger than ${MAX_VALUE_BYTES}; the entry is not applied until it is fixed`;
+  }
+  return undefined;
 }
