@@ -293,7 +293,7 @@ function answerConnection(socket: Socket, tools: ProvisionerTools, logger: Logge
       if (text.trim() === "") continue;
       queue = queue.then(async () => {
         const response = await answer(text, tools, logger);
-        if (!socket.destroyed) socket.write(`${JSON.stringify(response)}\n`);
+        if (!socket.destroyed) socket.write(`${serialize(response)}\n`);
       });
     }
     if (buffered.length > MAX_REQUEST_BYTES) {
@@ -377,6 +377,26 @@ export function checkControlRequest(raw: unknown): { tool: ControlTool; args: st
     );
   }
   return { tool: tool as ControlTool, args, who };
+}
+
+/**
+ * The JSON of each result already sent, by the result itself: the read-only tools answer the same
+ * snapshot object until the next pass, so 100,000 consumers are written out once per pass, not once
+ * per request.
+ */
+const serialized = new WeakMap<object, string>();
+
+function serialize(response: ControlResponse): string {
+  if (!response.ok || typeof response.result !== "object" || response.result === null) {
+    return JSON.stringify(response);
+  }
+  let result = serialized.get(response.result);
+  if (result === undefined) {
+    result = JSON.stringify(response.result);
+    // Only what will not change: a frozen snapshot, never a result made for one request.
+    if (Object.isFrozen(response.result)) serialized.set(response.result, result);
+  }
+  return `{"ok":true,"result":${result}}`;
 }
 
 async function answer(

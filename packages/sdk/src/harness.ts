@@ -759,7 +759,7 @@ class Provisioner implements ProvisionerHandle {
       consumers: Object.freeze(consumers),
     });
     this.#cleanupList = Object.freeze(cleanup.sort((a, b) => a.login.localeCompare(b.login)));
-    this.#retireList = this.#makeRetireList(held, consumers);
+    this.#retireList = Object.freeze(this.#makeRetireList(held, consumers));
   }
 
   #statusOf(
