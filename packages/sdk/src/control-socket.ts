@@ -461,7 +461,8 @@ export function callControl<T extends ControlTool>(
   const timeoutMs = options.timeoutMs ?? DEFAULT_CONTROL_TIMEOUT_MS;
   return new Promise((resolve, reject) => {
     const socket = connect(path);
-    let buffered = Buffer.alloc(0);
+    const chunks: Buffer[] = [];
+    let received = 0;
     let settled = false;
     const settle = (fn: () => void): void => {
       if (settled) return;
@@ -496,16 +497,19 @@ export function callControl<T extends ControlTool>(
       unreachable(`the provider at ${path} hung up before answering ${request.tool}; its log may say why`),
     );
     socket.on("data", (chunk: Buffer) => {
-      buffered = Buffer.concat([buffered, chunk]);
-      if (buffered.length > MAX_RESPONSE_BYTES) {
+      // Kept as chunks and joined once: a status of 100,000 consumers is many megabytes, and joining
+      // at every chunk would copy it hundreds of times.
+      const newline = chunk.indexOf(0x0a);
+      chunks.push(newline === -1 ? chunk : chunk.subarray(0, newline));
+      received += chunk.length;
+      if (received > MAX_RESPONSE_BYTES) {
         unreachable(
           `the answer from ${path} is larger than ${MAX_RESPONSE_BYTES} bytes; is it a mesh provider?`,
         );
         return;
       }
-      const newline = buffered.indexOf(0x0a);
       if (newline === -1) return;
-      const response = readResponse(buffered.subarray(0, newline).toString("utf8"));
+      const response = readResponse(Buffer.concat(chunks).toString("utf8"));
       if (response === undefined) {
         unreachable(
           `what answers at ${path} does not speak the mesh control protocol; is it a mesh provider?`,

@@ -639,7 +639,9 @@ class Provisioner implements ProvisionerHandle {
       // No race: the file is there and breaks the rule, so it is said loudly at once (and rarely after).
       if (!miss || miss.loudAt === undefined || now - miss.loudAt >= SECRET_SAY_AGAIN) {
         this.#secretMisses.set(g.as, { since: miss?.since ?? now, loudAt: now });
-        this.#log.error(`${g.as}: its secret is REFUSED (${text}); nothing is provisioned for it until that is fixed`);
+        this.#log.error(
+          `${g.as}: its secret is REFUSED (${text}); nothing is provisioned for it until that is fixed`,
+        );
       }
     } else if (!miss) {
       this.#secretMisses.set(g.as, { since: now, loudAt: undefined });

@@ -84,7 +84,10 @@ describe("secrets are files the mesh wrote", () => {
       }
       // Said loudly at once: no race will fix a file that breaks the rule.
       assert.ok(f.lines.some((l) => l.startsWith("error ") && l.includes("shadow: its secret is REFUSED")));
-      assert.ok(!f.lines.some((l) => l.includes("written by someone else")), "the outside password is never said");
+      assert.ok(
+        !f.lines.some((l) => l.includes("written by someone else")),
+        "the outside password is never said",
+      );
     });
   });
 
