@@ -1,5 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { z } from "zod";
+import { YieldTimer, yieldToEventLoop } from "./concurrency.ts";
 
 /** One consumer the mesh asks this provider to serve, as the contributions file gives it. */
 export interface Contribution {
@@ -41,14 +42,20 @@ const entrySchema = z.looseObject({
 
 const fileSchema = z.looseObject({
   requirement: z.string().optional(),
-  given: z.array(entrySchema),
+  given: z.array(z.unknown()),
 });
+
+/** How many entries are checked between two looks at whether the event loop is due a turn. */
+const ENTRIES_PER_STEP = 500;
 
 /**
  * Reads the contributions file for `iface`. Never throws: a file that cannot be read, is not JSON,
  * is for another requirement, has no `given` list, has an entry of the wrong shape, or names one
  * login twice is a problem, and a problem is not "nobody asks" — the caller applies and retires
  * nothing until it clears. Entries without `as` or `secret` are not credential grants and are skipped.
+ * An entry whose values break the bounds is kept, `refused` (see `Contribution`). The entries are
+ * checked a few hundred at a time, letting the event loop turn between, so a file of 100,000 holds
+ * no tool's answer.
  */
 export async function readContributions(path: string, iface: string): Promise<ContributionsRead> {
   let raw: string;
@@ -59,11 +66,26 @@ export async function readContributions(path: string, iface: string): Promise<Co
     const what = code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(err)})`;
     return { ok: false, problem: `contributions file ${path} ${what}` };
   }
-  return parseContributions(raw, path, iface);
+  const steps = parseSteps(raw, path, iface);
+  const turns = new YieldTimer();
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+    if (turns.due()) await yieldToEventLoop();
+  }
 }
 
-/** The parsing half of `readContributions`, for text already read. */
+/** The parsing half of `readContributions`, for text already read, all at once. */
 export function parseContributions(raw: string, path: string, iface: string): ContributionsRead {
+  const steps = parseSteps(raw, path, iface);
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
+
+/** Parses and checks the file, pausing (yielding nothing) every `ENTRIES_PER_STEP` entries. */
+function* parseSteps(raw: string, path: string, iface: string): Generator<void, ContributionsRead> {
   if (raw.trim() === "") return { ok: false, problem: `contributions file ${path} is empty` };
   let doc: unknown;
   try {
@@ -71,6 +93,7 @@ export function parseContributions(raw: string, path: string, iface: string): Co
   } catch (err) {
     return { ok: false, problem: `contributions file ${path} is not JSON (${(err as Error).message})` };
   }
+  yield;
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
     return { ok: false, problem: `contributions file ${path} is not a JSON object with a "given" list` };
   }
@@ -81,17 +104,27 @@ export function parseContributions(raw: string, path: string, iface: string): Co
       problem: `contributions file ${path} is for ${JSON.stringify(requirement)}, not ${JSON.stringify(iface)}`,
     };
   }
+  const invalid = (where: readonly PropertyKey[], why: string): ContributionsRead => ({
+    ok: false,
+    problem: `contributions file ${path} is not valid at ${where.map(String).join(".") || "(top)"}: ${why}`,
+  });
   const parsed = fileSchema.safeParse(doc);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    const where = issue ? issue.path.join(".") || "(top)" : "(top)";
-    const why = issue?.message ?? "invalid";
-    return { ok: false, problem: `contributions file ${path} is not valid at ${where}: ${why}` };
+    return invalid(issue?.path ?? [], issue?.message ?? "invalid");
   }
   const given: Contribution[] = [];
   const seen = new Set<string>();
   let skipped = 0;
-  for (const entry of parsed.data.given) {
+  const entries = parsed.data.given;
+  for (let i = 0; i < entries.length; i++) {
+    if (i % ENTRIES_PER_STEP === ENTRIES_PER_STEP - 1) yield;
+    const checked = entrySchema.safeParse(entries[i]);
+    if (!checked.success) {
+      const issue = checked.error.issues[0];
+      return invalid(["given", i, ...(issue?.path ?? [])], issue?.message ?? "invalid");
+    }
+    const entry = checked.data;
     if (!entry.as || !entry.secret) {
       skipped++;
       continue;
