@@ -75,7 +75,7 @@ interface Subject {
 const SUBJECTS: readonly Subject[] = [
   {
     provider: postgresProvider,
-    windows: { create: 1500, retire: 300, delete: 250 },
+    windows: { create: 600, retire: 60, delete: 100 },
     async start() {
       const server = await startPostgres();
       const adminUrl = await server.createAdmin("mesh_admin");
@@ -96,7 +96,7 @@ const SUBJECTS: readonly Subject[] = [
   },
   {
     provider: redisProvider,
-    windows: { create: 60, retire: 40, delete: 25 },
+    windows: { create: 40, retire: 20, delete: 12 },
     async start() {
       const server = await startRedis();
       const client = new Redis(server.adminUrl, { lazyConnect: true, maxRetriesPerRequest: 2 });
@@ -116,7 +116,7 @@ const SUBJECTS: readonly Subject[] = [
   },
   {
     provider: mariadbProvider,
-    windows: { create: 800, retire: 150, delete: 120 },
+    windows: { create: 400, retire: 40, delete: 40 },
     async start() {
       const server = await startMariadb();
       const adminUrl = await server.createAdmin("mesh_admin");
@@ -380,17 +380,18 @@ for (const subject of SUBJECTS) {
             randomBytes(18).toString("base64url"),
           );
         }
+        const before = (await backend.logins(prefix)).length;
         await mesh.write();
         const delay = Math.floor(random() * subject.windows.create);
         await sleep(delay);
         await kill();
-        const made = (await backend.logins(prefix)).length;
+        const made = (await backend.logins(prefix)).length - before;
         await restart();
         const { problems } = await convergedWithinTwoPasses(mesh, adapter, prefix, false);
         assert.deepEqual(problems, [], `create, killed after ${delay} ms (seed ${SEED})`);
         converged++;
         process.stderr.write(
-          `${name} create: killed after ${delay} ms (${made} logins there at the kill); converged\n`,
+          `${name} create: killed after ${delay} ms (${made} of ${CREATES_PER_RUN} logins made at the kill); converged\n`,
         );
       }
       tally.push(`${name}, during create: ${converged} of ${RUNS} converged within 2 passes`);
