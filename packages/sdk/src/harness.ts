@@ -306,7 +306,12 @@ class Provisioner implements ProvisionerHandle {
     }
     this.#sayProblem(null);
     this.#asked = new Map(read.given.map((g) => [g.as, g]));
-    this.#watcher?.watchFiles([this.options.receives, ...read.given.map((g) => g.secret)]);
+    // Only secrets that can be read are watched: an entry naming /etc/shadow or /dev/zero sets no
+    // watch on /etc or /dev.
+    this.#watcher?.watchFiles([
+      this.options.receives,
+      ...read.given.map((g) => g.secret).filter((secret) => this.#secretsDir.mayHold(secret)),
+    ]);
 
     const verifying = now - this.#verifiedAt >= this.#s.verifyEvery;
     if (verifying) this.#verifiedAt = now;

@@ -1,6 +1,6 @@
 import { close, constants, fstat, open, read, type Stats } from "node:fs";
 import { realpath } from "node:fs/promises";
-import { basename, dirname, isAbsolute, join, sep } from "node:path";
+import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 
 /** The largest secret file read, in bytes: a password, never a document. */
 export const MAX_SECRET_BYTES = 4096;
@@ -74,6 +74,14 @@ export class SecretsDirectory {
   refresh(): void {
     this.#real = undefined;
     this.#dirs.clear();
+  }
+
+  /**
+   * Whether `secret` names a file under this directory as written (no filesystem is asked, so a
+   * symlink may still lead out: `read` judges by the real path).
+   */
+  mayHold(secret: string): boolean {
+    return isAbsolute(secret) && isWithin(resolve(secret), resolve(this.path));
   }
 
   /**
