@@ -7,7 +7,15 @@ import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { MAX_SECRET_BYTES, SecretUnreadableError, readSecret } from "@mesh/sdk";
+import {
+  MAX_SECRET_BYTES,
+  ProviderSettingsError,
+  SecretUnreadableError,
+  readSecret,
+  resolveProviderSettings,
+  type ProviderModule,
+} from "@mesh/sdk";
+import { MemoryAdapter } from "@mesh/testkit";
 import { makeFixture, IFACE, type Fixture } from "./harness-fixture.ts";
 
 async function withFixture(fn: (f: Fixture, outside: string) => Promise<void>): Promise<void> {
@@ -175,5 +183,28 @@ describe("secrets are files the mesh wrote", () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+
+  it("a provider process takes its secrets directory from --secrets-dir, else MESH_SECRETS_DIR, and refuses a relative one", () => {
+    const provider: ProviderModule = {
+      name: "memory",
+      interface: IFACE,
+      adminUrlEnv: "MESH_MEMORY_URL",
+      adminUrlExample: "memory://mesh_admin:<password>@127.0.0.1:1/store",
+      createAdapter: () => new MemoryAdapter(),
+    };
+    const env = { MESH_RECEIVES: "/r/c.json", MESH_MEMORY_URL: "memory://mesh_admin:pw@127.0.0.1:1/store" };
+    assert.equal(resolveProviderSettings(provider, env).secretsDir, undefined, "the harness defaults to /r");
+    assert.equal(resolveProviderSettings(provider, { ...env, MESH_SECRETS_DIR: "/s" }).secretsDir, "/s");
+    assert.equal(
+      resolveProviderSettings(provider, { ...env, MESH_SECRETS_DIR: "/s" }, { secretsDir: "/flag" })
+        .secretsDir,
+      "/flag",
+    );
+    assert.throws(
+      () => resolveProviderSettings(provider, env, { secretsDir: "relative" }),
+      (err: unknown) =>
+        err instanceof ProviderSettingsError && /--secrets-dir DIR or set MESH_SECRETS_DIR/.test(err.message),
+    );
   });
 });
