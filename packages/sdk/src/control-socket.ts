@@ -5,6 +5,7 @@
 import { chmod, lstat, mkdtemp, rename, rm, stat, unlink } from "node:fs/promises";
 import { type Server, type Socket, connect, createServer } from "node:net";
 import { basename, dirname, join } from "node:path";
+import { cachedJson } from "./cached-json.ts";
 import type { Logger } from "./collaborators.ts";
 import { isValidLogin } from "./login.ts";
 import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport, ToolErrorCode } from "./tools.ts";
@@ -379,24 +380,9 @@ export function checkControlRequest(raw: unknown): { tool: ControlTool; args: st
   return { tool: tool as ControlTool, args, who };
 }
 
-/**
- * The JSON of each result already sent, by the result itself: the read-only tools answer the same
- * snapshot object until the next pass, so 100,000 consumers are written out once per pass, not once
- * per request.
- */
-const serialized = new WeakMap<object, string>();
-
 function serialize(response: ControlResponse): string {
-  if (!response.ok || typeof response.result !== "object" || response.result === null) {
-    return JSON.stringify(response);
-  }
-  let result = serialized.get(response.result);
-  if (result === undefined) {
-    result = JSON.stringify(response.result);
-    // Only what will not change: a frozen snapshot, never a result made for one request.
-    if (Object.isFrozen(response.result)) serialized.set(response.result, result);
-  }
-  return `{"ok":true,"result":${result}}`;
+  // A snapshot's JSON is made once (by the harness, or at its first request), not once per request.
+  return response.ok ? `{"ok":true,"result":${cachedJson(response.result)}}` : JSON.stringify(response);
 }
 
 async function answer(

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { dirname } from "node:path";
 import type { Adapter, FailureClass, Provision } from "./adapter.ts";
+import { rememberJson } from "./cached-json.ts";
 import {
   consoleLogger,
   discardActions,
@@ -736,6 +737,7 @@ class Provisioner implements ProvisionerHandle {
     const turns = new YieldTimer();
     const consumers: ConsumerStatus[] = [];
     const cleanup: CleanupEntry[] = [];
+    const texts: string[] = [];
     let held = 0;
     for (const login of sorted) {
       if (turns.due()) await yieldToEventLoop();
@@ -754,17 +756,22 @@ class Provisioner implements ProvisionerHandle {
       const was = this.#stateSince.get(login);
       const since = status.since ?? (was && was.state === status.state ? was.since : now);
       this.#stateSince.set(login, { state: status.state, since });
-      consumers.push({ ...status, since: new Date(since).toISOString() });
+      const entry = Object.freeze({ ...status, since: new Date(since).toISOString() });
+      consumers.push(entry);
+      // Written out here, a little at a time, so no request has to write 100,000 at once.
+      texts.push(JSON.stringify(entry));
     }
     for (const login of this.#stateSince.keys()) if (!logins.has(login)) this.#stateSince.delete(login);
-    this.#snapshot = Object.freeze({
+    const head = {
       interface: this.iface,
       instance: this.#s.instance,
       receives: this.options.receives,
       lastPassAt: this.#lastPassAt === null ? null : new Date(this.#lastPassAt).toISOString(),
       contributionsProblem: this.#problem,
-      consumers: Object.freeze(consumers),
-    });
+    };
+    const snapshot: StatusReport = Object.freeze({ ...head, consumers: Object.freeze(consumers) });
+    rememberJson(snapshot, `${JSON.stringify(head).slice(0, -1)},"consumers":[${texts.join(",")}]}`);
+    this.#snapshot = snapshot;
     this.#cleanupList = Object.freeze(cleanup.sort((a, b) => a.login.localeCompare(b.login)));
     this.#retireList = Object.freeze(this.#makeRetireList(held, consumers));
   }

@@ -146,6 +146,8 @@ describe("one hostile entry stalls nothing", () => {
       assert.equal(adapter.backend.size, N, "every entry was created");
       const first = await callControl(control.path, { tool: "status" });
       assert.equal(first.consumers.length, N);
+      // The JSON the harness wrote out ahead is exactly the snapshot's.
+      assert.deepEqual(first, JSON.parse(JSON.stringify(handle.status())));
 
       // Every value changed: the next pass applies all 100,000 again, which takes a while.
       await writeFile(receives, entries("second"));
