@@ -17,6 +17,7 @@ import { PROVIDER_NAMES, type ProviderName, loadProvider } from "./providers.ts"
 
 interface ProviderCommandFlags {
   readonly receives?: string;
+  readonly secretsDir?: string;
   readonly adminUrl?: string;
   readonly control?: string;
   readonly instance?: string;
@@ -33,6 +34,11 @@ export function addProviderCommand(program: Command, io: CliIo): void {
     .description("run one provider in the foreground until Ctrl-C or SIGTERM")
     .addArgument(new Argument("<name>", "which provider").choices(PROVIDER_NAMES))
     .option("--receives <file>", "the contributions file the mesh writes for it (default: $MESH_RECEIVES)")
+    .option(
+      "--secrets-dir <dir>",
+      "read consumers' secrets only from regular files under this directory (default: $MESH_SECRETS_DIR, " +
+        "else the contributions file's directory)",
+    )
     .option(
       "--admin-url <url>",
       "how it reaches its server as an admin (default: $MESH_<NAME>_URL, e.g. $MESH_POSTGRES_URL; " +

@@ -1,16 +1,58 @@
 import type { Clock } from "./collaborators.ts";
 
-/** Runs `fn` over `items` with at most `limit` at once; resolves when all have settled. */
+/** How long work over many items runs before it lets the event loop answer others (ms). */
+const YIELD_EVERY_MS = 10;
+
+/**
+ * Lets timers, sockets and file events run before going on. A promise that settles at once (an
+ * in-memory backend, a cached answer) never leaves the microtask queue, so work over 100,000 items
+ * would otherwise hold the process until it ends.
+ */
+export function yieldToEventLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/**
+ * Says when work done in one go (no I/O in between) has held the event loop long enough: the
+ * caller then awaits `yieldToEventLoop()`, so a tool asked meanwhile is answered.
+ */
+export class YieldTimer {
+  #since = performance.now();
+
+  /** True once a few milliseconds have passed since it last said so (or was made). */
+  due(): boolean {
+    const now = performance.now();
+    if (now - this.#since < YIELD_EVERY_MS) return false;
+    this.#since = now;
+    return true;
+  }
+}
+
+/**
+ * Runs `fn` over `items` with at most `limit` at once; resolves when all have settled. It yields to
+ * the event loop at least every few milliseconds, so tools and signals are answered while it runs.
+ */
 export async function forEachLimited<T>(
   items: readonly T[],
   limit: number,
   fn: (item: T) => Promise<void>,
 ): Promise<void> {
   let next = 0;
+  let yieldedAt = performance.now();
+  // One pause shared by every worker: were each to yield on its own, the others would go on in
+  // microtasks and the event loop would wait for all of them.
+  let pause: Promise<void> | undefined;
   const worker = async (): Promise<void> => {
     while (next < items.length) {
       const item = items[next++] as T;
       await fn(item);
+      if (pause === undefined && performance.now() - yieldedAt >= YIELD_EVERY_MS) {
+        pause = yieldToEventLoop().then(() => {
+          pause = undefined;
+          yieldedAt = performance.now();
+        });
+      }
+      if (pause !== undefined) await pause;
     }
   };
   await Promise.all(Array.from({ length: Math.min(Math.max(1, limit), items.length) }, worker));

@@ -1,5 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { z } from "zod";
+import { YieldTimer, yieldToEventLoop } from "./concurrency.ts";
 
 /** One consumer the mesh asks this provider to serve, as the contributions file gives it. */
 export interface Contribution {
@@ -9,7 +10,18 @@ export interface Contribution {
   readonly at?: string | undefined;
   readonly values: Readonly<Record<string, unknown>>;
   readonly derived: Readonly<Record<string, unknown>>;
+  /**
+   * Why this entry cannot be served as it stands (its values nest too deep or are too large): the
+   * consumer is still asked for, so it is never retired for it, and it fails alone with this reason.
+   * Its `values` and `derived` are then empty.
+   */
+  readonly refused?: string | undefined;
 }
+
+/** How deep an entry's `values` or `derived` may nest (an object or list inside another is one level). */
+export const MAX_VALUE_DEPTH = 32;
+/** How large an entry's `values` or `derived` may be, each, written as JSON (64 KiB). */
+export const MAX_VALUE_BYTES = 64 * 1024;
 
 /** What reading the contributions file gave: the consumers asked for, or why nothing can be said. */
 export type ContributionsRead =
@@ -30,14 +42,20 @@ const entrySchema = z.looseObject({
 
 const fileSchema = z.looseObject({
   requirement: z.string().optional(),
-  given: z.array(entrySchema),
+  given: z.array(z.unknown()),
 });
+
+/** How many entries are checked between two looks at whether the event loop is due a turn. */
+const ENTRIES_PER_STEP = 500;
 
 /**
  * Reads the contributions file for `iface`. Never throws: a file that cannot be read, is not JSON,
  * is for another requirement, has no `given` list, has an entry of the wrong shape, or names one
  * login twice is a problem, and a problem is not "nobody asks" — the caller applies and retires
  * nothing until it clears. Entries without `as` or `secret` are not credential grants and are skipped.
+ * An entry whose values break the bounds is kept, `refused` (see `Contribution`). The entries are
+ * checked a few hundred at a time, letting the event loop turn between, so a file of 100,000 holds
+ * no tool's answer.
  */
 export async function readContributions(path: string, iface: string): Promise<ContributionsRead> {
   let raw: string;
@@ -48,11 +66,26 @@ export async function readContributions(path: string, iface: string): Promise<Co
     const what = code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(err)})`;
     return { ok: false, problem: `contributions file ${path} ${what}` };
   }
-  return parseContributions(raw, path, iface);
+  const steps = parseSteps(raw, path, iface);
+  const turns = new YieldTimer();
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+    if (turns.due()) await yieldToEventLoop();
+  }
 }
 
-/** The parsing half of `readContributions`, for text already read. */
+/** The parsing half of `readContributions`, for text already read, all at once. */
 export function parseContributions(raw: string, path: string, iface: string): ContributionsRead {
+  const steps = parseSteps(raw, path, iface);
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
+
+/** Parses and checks the file, pausing (yielding nothing) every `ENTRIES_PER_STEP` entries. */
+function* parseSteps(raw: string, path: string, iface: string): Generator<void, ContributionsRead> {
   if (raw.trim() === "") return { ok: false, problem: `contributions file ${path} is empty` };
   let doc: unknown;
   try {
@@ -60,6 +93,7 @@ export function parseContributions(raw: string, path: string, iface: string): Co
   } catch (err) {
     return { ok: false, problem: `contributions file ${path} is not JSON (${(err as Error).message})` };
   }
+  yield;
   if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
     return { ok: false, problem: `contributions file ${path} is not a JSON object with a "given" list` };
   }
@@ -70,17 +104,27 @@ export function parseContributions(raw: string, path: string, iface: string): Co
       problem: `contributions file ${path} is for ${JSON.stringify(requirement)}, not ${JSON.stringify(iface)}`,
     };
   }
+  const invalid = (where: readonly PropertyKey[], why: string): ContributionsRead => ({
+    ok: false,
+    problem: `contributions file ${path} is not valid at ${where.map(String).join(".") || "(top)"}: ${why}`,
+  });
   const parsed = fileSchema.safeParse(doc);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    const where = issue ? issue.path.join(".") || "(top)" : "(top)";
-    const why = issue?.message ?? "invalid";
-    return { ok: false, problem: `contributions file ${path} is not valid at ${where}: ${why}` };
+    return invalid(issue?.path ?? [], issue?.message ?? "invalid");
   }
   const given: Contribution[] = [];
   const seen = new Set<string>();
   let skipped = 0;
-  for (const entry of parsed.data.given) {
+  const entries = parsed.data.given;
+  for (let i = 0; i < entries.length; i++) {
+    if (i % ENTRIES_PER_STEP === ENTRIES_PER_STEP - 1) yield;
+    const checked = entrySchema.safeParse(entries[i]);
+    if (!checked.success) {
+      const issue = checked.error.issues[0];
+      return invalid(["given", i, ...(issue?.path ?? [])], issue?.message ?? "invalid");
+    }
+    const entry = checked.data;
     if (!entry.as || !entry.secret) {
       skipped++;
       continue;
@@ -92,14 +136,57 @@ export function parseContributions(raw: string, path: string, iface: string): Co
       };
     }
     seen.add(entry.as);
+    const values = entry.values ?? {};
+    const derived = entry.derived ?? {};
+    const refused = boundsProblem("values", values) ?? boundsProblem("derived", derived);
     given.push({
       as: entry.as,
       secret: entry.secret,
       node: entry.node ?? undefined,
       at: entry.at ?? undefined,
-      values: entry.values ?? {},
-      derived: entry.derived ?? {},
+      values: refused === undefined ? values : {},
+      derived: refused === undefined ? derived : {},
+      ...(refused === undefined ? {} : { refused }),
     });
   }
   return { ok: true, given, skipped };
+}
+
+/**
+ * Why `value` (an entry's `values` or `derived`) breaks the bounds, or undefined. Walked without
+ * recursion: a value nested thousands of levels deep must fail its own consumer, not every pass.
+ */
+function boundsProblem(field: string, value: unknown): string | undefined {
+  const stack: { value: unknown; depth: number }[] = [{ value, depth: 1 }];
+  // Counted as it is walked: strings and keys as JSON would write them (near enough), so a huge
+  // value is refused before anything is made of it.
+  let bytes = 0;
+  while (stack.length > 0) {
+    const { value: v, depth } = stack.pop() as { value: unknown; depth: number };
+    if (typeof v === "string") bytes += v.length + 2;
+    else if (v === null || typeof v !== "object") bytes += 8;
+    else {
+      if (depth > MAX_VALUE_DEPTH) {
+        return `its ${field} nest deeper than ${MAX_VALUE_DEPTH} levels; the entry is not applied until it is fixed`;
+      }
+      bytes += 2;
+      if (Array.isArray(v)) {
+        for (const item of v) stack.push({ value: item, depth: depth + 1 });
+      } else {
+        for (const [key, item] of Object.entries(v)) {
+          bytes += key.length + 4;
+          stack.push({ value: item, depth: depth + 1 });
+        }
+      }
+    }
+    if (bytes > MAX_VALUE_BYTES) {
+      return `its ${field} are larger than ${MAX_VALUE_BYTES} bytes; the entry is not applied until it is fixed`;
+    }
+  }
+  // Exact, now that it is known to be bounded.
+  const exact = Buffer.byteLength(JSON.stringify(value));
+  if (exact > MAX_VALUE_BYTES) {
+    return `its ${field} are ${exact} bytes as JSON, larger than ${MAX_VALUE_BYTES}; the entry is not applied until it is fixed`;
+  }
+  return undefined;
 }

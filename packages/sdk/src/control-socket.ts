@@ -5,6 +5,7 @@
 import { chmod, lstat, mkdtemp, rename, rm, stat, unlink } from "node:fs/promises";
 import { type Server, type Socket, connect, createServer } from "node:net";
 import { basename, dirname, join } from "node:path";
+import { cachedJson } from "./cached-json.ts";
 import type { Logger } from "./collaborators.ts";
 import { isValidLogin } from "./login.ts";
 import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport, ToolErrorCode } from "./tools.ts";
@@ -293,7 +294,7 @@ function answerConnection(socket: Socket, tools: ProvisionerTools, logger: Logge
       if (text.trim() === "") continue;
       queue = queue.then(async () => {
         const response = await answer(text, tools, logger);
-        if (!socket.destroyed) socket.write(`${JSON.stringify(response)}\n`);
+        if (!socket.destroyed) socket.write(`${serialize(response)}\n`);
       });
     }
     if (buffered.length > MAX_REQUEST_BYTES) {
@@ -379,6 +380,11 @@ export function checkControlRequest(raw: unknown): { tool: ControlTool; args: st
   return { tool: tool as ControlTool, args, who };
 }
 
+function serialize(response: ControlResponse): string {
+  // A snapshot's JSON is made once (by the harness, or at its first request), not once per request.
+  return response.ok ? `{"ok":true,"result":${cachedJson(response.result)}}` : JSON.stringify(response);
+}
+
 async function answer(
   text: string,
   tools: ProvisionerTools,
@@ -441,7 +447,8 @@ export function callControl<T extends ControlTool>(
   const timeoutMs = options.timeoutMs ?? DEFAULT_CONTROL_TIMEOUT_MS;
   return new Promise((resolve, reject) => {
     const socket = connect(path);
-    let buffered = Buffer.alloc(0);
+    const chunks: Buffer[] = [];
+    let received = 0;
     let settled = false;
     const settle = (fn: () => void): void => {
       if (settled) return;
@@ -476,16 +483,19 @@ export function callControl<T extends ControlTool>(
       unreachable(`the provider at ${path} hung up before answering ${request.tool}; its log may say why`),
     );
     socket.on("data", (chunk: Buffer) => {
-      buffered = Buffer.concat([buffered, chunk]);
-      if (buffered.length > MAX_RESPONSE_BYTES) {
+      // Kept as chunks and joined once: a status of 100,000 consumers is many megabytes, and joining
+      // at every chunk would copy it hundreds of times.
+      const newline = chunk.indexOf(0x0a);
+      chunks.push(newline === -1 ? chunk : chunk.subarray(0, newline));
+      received += chunk.length;
+      if (received > MAX_RESPONSE_BYTES) {
         unreachable(
           `the answer from ${path} is larger than ${MAX_RESPONSE_BYTES} bytes; is it a mesh provider?`,
         );
         return;
       }
-      const newline = buffered.indexOf(0x0a);
       if (newline === -1) return;
-      const response = readResponse(buffered.subarray(0, newline).toString("utf8"));
+      const response = readResponse(Buffer.concat(chunks).toString("utf8"));
       if (response === undefined) {
         unreachable(
           `what answers at ${path} does not speak the mesh control protocol; is it a mesh provider?`,

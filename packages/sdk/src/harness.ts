@@ -1,5 +1,7 @@
 import { createHash } from "node:crypto";
+import { dirname } from "node:path";
 import type { Adapter, FailureClass, Provision } from "./adapter.ts";
+import { rememberJson } from "./cached-json.ts";
 import {
   consoleLogger,
   discardActions,
@@ -11,13 +13,20 @@ import {
   type Clock,
   type Logger,
 } from "./collaborators.ts";
-import { forEachLimited, Mutex, TimeoutError, withTimeout } from "./concurrency.ts";
+import {
+  forEachLimited,
+  Mutex,
+  TimeoutError,
+  withTimeout,
+  YieldTimer,
+  yieldToEventLoop,
+} from "./concurrency.ts";
 import { readContributions, type Contribution } from "./contributions-file.ts";
 import { InvalidLoginError, isValidLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
 import { DEFAULT_RETIREMENT_LIMITS, RetirementCounter } from "./retirement.ts";
 import { classOf, describeError } from "./scrub.ts";
-import { readSecret } from "./secret-file.ts";
+import { SecretsDirectory, SecretUnreadableError } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
 import {
   ToolError,
@@ -34,6 +43,11 @@ import { FileWatcher } from "./watcher.ts";
 export interface ProvisionerOptions {
   /** The contributions file the mesh writes for this interface. */
   readonly receives: string;
+  /**
+   * The directory consumers' secrets are read from: a secret is read only when it is a regular file
+   * of at most 4 KiB under it (see `SecretsDirectory`). Default: the contributions file's directory.
+   */
+  readonly secretsDir?: string;
   /** Names this provider in the marks it writes and the messages it says. Default "default". */
   readonly instance?: string;
   /** The node this provider runs on, said in standings. */
@@ -161,6 +175,7 @@ class Provisioner implements ProvisionerHandle {
   readonly #retirement: RetirementCounter;
   readonly #standings: Standings;
   readonly #watcher: FileWatcher | undefined;
+  readonly #secretsDir: SecretsDirectory;
 
   /** What this provider made: seeded from the backend's marks, then kept as it acts. */
   readonly #known = new Map<string, Known>();
@@ -181,6 +196,9 @@ class Provisioner implements ProvisionerHandle {
   #verifiedAt = Number.NEGATIVE_INFINITY;
   #lastPassAt: number | null = null;
   #snapshot: StatusReport;
+  /** What `cleanup list` and `retire list` answer, made with the snapshot, so no request walks every consumer. */
+  #cleanupList: readonly CleanupEntry[] = [];
+  #retireList: RetireList | undefined;
   #timer: unknown;
   #watchTimer: unknown;
   #watchQueued = false;
@@ -213,7 +231,8 @@ class Provisioner implements ProvisionerHandle {
             "`status` names it until it succeeds",
         ),
     );
-    this.#snapshot = this.#buildSnapshot();
+    this.#secretsDir = new SecretsDirectory(options.secretsDir ?? dirname(options.receives));
+    this.#snapshot = this.#emptySnapshot();
     if (options.watch !== false) this.#watcher = new FileWatcher(() => this.#poke());
     this.#watcher?.watchFiles([options.receives]);
     this.ready = this.#runPass("periodic").then(() => this.#schedule());
@@ -283,12 +302,17 @@ class Provisioner implements ProvisionerHandle {
       // Nothing read is not nobody asking: nothing is applied, nothing retired, the count restarts.
       this.#sayProblem(read.problem);
       this.#retirement.reset();
-      this.#finishPass(now);
+      await this.#finishPass(now);
       return;
     }
     this.#sayProblem(null);
     this.#asked = new Map(read.given.map((g) => [g.as, g]));
-    this.#watcher?.watchFiles([this.options.receives, ...read.given.map((g) => g.secret)]);
+    // Only secrets that can be read are watched: an entry naming /etc/shadow or /dev/zero sets no
+    // watch on /etc or /dev.
+    this.#watcher?.watchFiles([
+      this.options.receives,
+      ...read.given.map((g) => g.secret).filter((secret) => this.#secretsDir.mayHold(secret)),
+    ]);
 
     const verifying = now - this.#verifiedAt >= this.#s.verifyEvery;
     if (verifying) this.#verifiedAt = now;
@@ -296,16 +320,24 @@ class Provisioner implements ProvisionerHandle {
     const creates: CreateJob[] = [];
     const passwords: string[] = [];
     const checks: { p: Provision; digest: string }[] = [];
+    // Resolved again each pass: a secrets directory replaced since the last one is judged as it is now.
+    this.#secretsDir.refresh();
     await forEachLimited(read.given, 64, async (g) => {
       if (!isValidLogin(g.as)) {
         this.#metrics.failed("validate", "refused");
         this.#standings.failed(g.as, g.node, "refused", new InvalidLoginError(g.as).message);
         return;
       }
+      if (g.refused !== undefined) {
+        // Still asked for, so never retired for it; it fails alone, and what it had stays as it was.
+        this.#metrics.failed("validate", "refused");
+        this.#standings.failed(g.as, g.node, "refused", `contributions entry for ${g.as}: ${g.refused}`);
+        return;
+      }
       if (this.#inFlight.has(g.as)) return;
       let password: string;
       try {
-        password = await readSecret(g.secret);
+        password = await this.#secretsDir.read(g.secret);
       } catch (err) {
         this.#secretMissing(g, err, now);
         return;
@@ -377,7 +409,7 @@ class Provisioner implements ProvisionerHandle {
         this.#secretMisses.delete(login);
       }
     }
-    this.#finishPass(now);
+    await this.#finishPass(now);
   }
 
   /** Reads what this provider made from the backend's own marks, once it can. */
@@ -609,7 +641,15 @@ class Provisioner implements ProvisionerHandle {
   #secretMissing(g: Contribution, err: unknown, now: number): void {
     const text = this.#describe(err, []);
     const miss = this.#secretMisses.get(g.as);
-    if (!miss) {
+    if (err instanceof SecretUnreadableError && err.breaksRule) {
+      // No race: the file is there and breaks the rule, so it is said loudly at once (and rarely after).
+      if (!miss || miss.loudAt === undefined || now - miss.loudAt >= SECRET_SAY_AGAIN) {
+        this.#secretMisses.set(g.as, { since: miss?.since ?? now, loudAt: now });
+        this.#log.error(
+          `${g.as}: its secret is REFUSED (${text}); nothing is provisioned for it until that is fixed`,
+        );
+      }
+    } else if (!miss) {
       this.#secretMisses.set(g.as, { since: now, loudAt: undefined });
       this.#log.info(`${g.as}: secret not readable yet (${text}); waiting for it`);
     } else if (now - miss.since >= SECRET_PATIENCE) {
@@ -666,33 +706,74 @@ class Provisioner implements ProvisionerHandle {
 
   // ---- snapshot and tools -------------------------------------------------------------------
 
-  #finishPass(now: number): void {
+  async #finishPass(now: number): Promise<void> {
     this.#lastPassAt = now;
-    this.#snapshot = this.#buildSnapshot();
+    await this.#rebuildSnapshot();
   }
 
-  #buildSnapshot(): StatusReport {
+  #emptySnapshot(): StatusReport {
+    return Object.freeze({
+      interface: this.iface,
+      instance: this.#s.instance,
+      receives: this.options.receives,
+      lastPassAt: null,
+      contributionsProblem: null,
+      consumers: Object.freeze([]),
+    });
+  }
+
+  /**
+   * Makes what the read-only tools answer until the next rebuild: the status report, `cleanup list`
+   * and `retire list`. It yields to the event loop as it goes, so over 100,000 consumers a tool asked
+   * meanwhile is answered from the previous snapshot at once.
+   */
+  async #rebuildSnapshot(): Promise<void> {
     const now = this.#clock.now();
     const waiting = this.#retirement.waiting;
-    const logins = new Set([...this.#asked.keys(), ...this.#known.keys()]);
+    const waitingLogins = new Set(waiting?.logins ?? []);
+    const logins = new Set(this.#asked.keys());
+    for (const login of this.#known.keys()) logins.add(login);
+    const sorted = [...logins].sort();
+    const turns = new YieldTimer();
     const consumers: ConsumerStatus[] = [];
-    for (const login of [...logins].sort()) {
-      const status = this.#statusOf(login, waiting?.logins.includes(login) ?? false, waiting?.id);
+    const cleanup: CleanupEntry[] = [];
+    const texts: string[] = [];
+    let held = 0;
+    for (const login of sorted) {
+      if (turns.due()) await yieldToEventLoop();
+      const known = this.#known.get(login);
+      if (known?.state === "active") held++;
+      if (known?.state === "retired") {
+        cleanup.push({
+          login,
+          retiredAt: known.retiredAt === undefined ? null : new Date(known.retiredAt).toISOString(),
+          why: known.why ?? "",
+          derived: known.derived,
+        });
+      }
+      const status = this.#statusOf(login, waitingLogins.has(login), waiting?.id);
       if (!status) continue;
       const was = this.#stateSince.get(login);
       const since = status.since ?? (was && was.state === status.state ? was.since : now);
       this.#stateSince.set(login, { state: status.state, since });
-      consumers.push({ ...status, since: new Date(since).toISOString() });
+      const entry = Object.freeze({ ...status, since: new Date(since).toISOString() });
+      consumers.push(entry);
+      // Written out here, a little at a time, so no request has to write 100,000 at once.
+      texts.push(JSON.stringify(entry));
     }
     for (const login of this.#stateSince.keys()) if (!logins.has(login)) this.#stateSince.delete(login);
-    return Object.freeze({
+    const head = {
       interface: this.iface,
       instance: this.#s.instance,
       receives: this.options.receives,
       lastPassAt: this.#lastPassAt === null ? null : new Date(this.#lastPassAt).toISOString(),
       contributionsProblem: this.#problem,
-      consumers: Object.freeze(consumers),
-    });
+    };
+    const snapshot: StatusReport = Object.freeze({ ...head, consumers: Object.freeze(consumers) });
+    rememberJson(snapshot, `${JSON.stringify(head).slice(0, -1)},"consumers":[${texts.join(",")}]}`);
+    this.#snapshot = snapshot;
+    this.#cleanupList = Object.freeze(cleanup.sort((a, b) => a.login.localeCompare(b.login)));
+    this.#retireList = Object.freeze(this.#makeRetireList(held, consumers));
   }
 
   #statusOf(
@@ -754,11 +835,14 @@ class Provisioner implements ProvisionerHandle {
   }
 
   retireList(): RetireList {
+    return this.#retireList ?? this.#makeRetireList(0, []);
+  }
+
+  #makeRetireList(held: number, consumers: readonly ConsumerStatus[]): RetireList {
     const waiting = this.#retirement.waiting;
-    const held = [...this.#known.values()].filter((k) => k.state === "active").length;
     if (waiting)
       return { id: waiting.id, logins: waiting.logins, held: waiting.held, reason: waiting.reason };
-    const unasked = this.#snapshot.consumers.filter((c) => c.state === "unasked").map((c) => c.login);
+    const unasked = consumers.filter((c) => c.state === "unasked").map((c) => c.login);
     return {
       id: null,
       logins: [],
@@ -800,7 +884,7 @@ class Provisioner implements ProvisionerHandle {
         .sort();
       if (now.join("\n") !== waiting.logins.join("\n")) {
         this.#retirement.reset();
-        this.#snapshot = this.#buildSnapshot();
+        await this.#rebuildSnapshot();
         throw new ToolError(
           "set-changed",
           `the set no longer asked for is now ${now.join(", ") || "empty"}, not the one approved (${waiting.id}); nothing retired`,
@@ -811,21 +895,13 @@ class Provisioner implements ProvisionerHandle {
       }
       const why = `no longer asked for in ${this.options.receives}; retirement of ${waiting.logins.length} approved by ${who}`;
       const retired = await this.#retire(waiting.logins, why, who);
-      this.#snapshot = this.#buildSnapshot();
+      await this.#rebuildSnapshot();
       return { id: waiting.id, retired };
     });
   }
 
-  cleanupList(): CleanupEntry[] {
-    return [...this.#known]
-      .filter(([, k]) => k.state === "retired")
-      .map(([login, k]) => ({
-        login,
-        retiredAt: k.retiredAt === undefined ? null : new Date(k.retiredAt).toISOString(),
-        why: k.why ?? "",
-        derived: k.derived,
-      }))
-      .sort((a, b) => a.login.localeCompare(b.login));
+  cleanupList(): readonly CleanupEntry[] {
+    return this.#cleanupList;
   }
 
   cleanupDelete(login: string, who = "operator"): Promise<{ login: string; freedBytes: number }> {
@@ -895,7 +971,7 @@ class Provisioner implements ProvisionerHandle {
       this.#log.info(`${login}: deleted by ${who}, login and data (${freedBytes} bytes freed)`);
       this.#record({ action: "deleted", login, who, why: `cleanup delete by ${who}`, freedBytes });
       this.#metrics.deleted();
-      this.#snapshot = this.#buildSnapshot();
+      await this.#rebuildSnapshot();
       return { login, freedBytes };
     });
   }

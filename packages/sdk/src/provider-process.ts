@@ -2,6 +2,7 @@
 // harness, and the control socket, said plainly at start and never with the admin URL's password.
 // Run by the agent with a bus credential, it announces its standings on the bus, best effort.
 
+import { dirname, isAbsolute } from "node:path";
 import type { Announcer, Logger, StandingEvent } from "./collaborators.ts";
 import { consoleLogger } from "./collaborators.ts";
 import type { ControlServer } from "./control-socket.ts";
@@ -28,6 +29,8 @@ export interface ProviderProcessOptions {
   readonly provider: ProviderModule;
   /** The contributions file the mesh writes for the provider's interface. */
   readonly receives: string;
+  /** Where consumers' secrets are read from (see `SecretsDirectory`); default: the contributions file's directory. */
+  readonly secretsDir?: string | undefined;
   /** Where the adapter reaches its backend as an admin. Its password is never said. */
   readonly adminUrl: string;
   /** Names this provider in the marks it writes. Default: the provider's name. */
@@ -94,6 +97,7 @@ export class ProviderStartError extends Error {
  */
 export async function startProviderProcess(options: ProviderProcessOptions): Promise<ProviderProcess> {
   const { provider, receives, adminUrl, control } = options;
+  const secretsDir = options.secretsDir ?? dirname(receives);
   const secrets = secretsOfUrl(adminUrl);
   const logger = redactingLogger(options.logger ?? consoleLogger, secrets);
   const instance = options.instance ?? provider.name;
@@ -105,7 +109,7 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
   logger.info(
     `mesh provider ${provider.name} (instance ${instance}) provides ${provider.interface} to the consumers ` +
       `listed in ${receives}, through ${redactUrl(adminUrl)}; a pass every ${formatDuration(every)}, ` +
-      `each consumer verified every ${formatDuration(verifyEvery)}`,
+      `each consumer verified every ${formatDuration(verifyEvery)}; secrets are read only from ${secretsDir}`,
   );
 
   // The control socket comes first: a second copy of a running provider must be refused before it
@@ -162,6 +166,7 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
     try {
       handle = runProvisioner(provider.interface, adapter, {
         receives,
+        secretsDir,
         instance,
         every,
         verifyEvery,
@@ -236,6 +241,7 @@ function toolsOnceStarted(current: () => ProvisionerTools | undefined): Provisio
 /** What `mesh provider` was given on its command line; each one beats its environment variable. */
 export interface ProviderFlags {
   readonly receives?: string | undefined;
+  readonly secretsDir?: string | undefined;
   readonly adminUrl?: string | undefined;
   readonly control?: string | undefined;
   readonly instance?: string | undefined;
@@ -247,6 +253,8 @@ export interface ProviderFlags {
 /** A provider's settings, read and checked. */
 export interface ProviderSettings {
   readonly receives: string;
+  /** MESH_SECRETS_DIR (the agent sets it) or `--secrets-dir`; absent: the contributions file's directory. */
+  readonly secretsDir?: string | undefined;
   readonly adminUrl: string;
   readonly control: string | undefined;
   readonly instance: string;
@@ -281,7 +289,7 @@ export class ProviderSettingsError extends Error {
 
 /**
  * Reads a provider's settings from `flags` (when run as `mesh provider`) and `env`: MESH_RECEIVES,
- * the provider's admin URL variable, MESH_CONTROL, MESH_INSTANCE, MESH_EVERY, MESH_VERIFY_EVERY,
+ * MESH_SECRETS_DIR, the provider's admin URL variable, MESH_CONTROL, MESH_INSTANCE, MESH_EVERY, MESH_VERIFY_EVERY,
  * MESH_METRICS; and from `env` only: MESH_NODE, MESH_FAILING_AFTER, MESH_SAY_AGAIN_EVERY, and the
  * bus variables the agent sets (see `busEnvOf`).
  * A flag beats its variable; an empty variable counts as unset. Messages name the flag only when
@@ -307,6 +315,13 @@ export function resolveProviderSettings(
     problems.push(
       `the contributions file is missing: ${howToGive("--receives FILE", "MESH_RECEIVES")} ` +
         `(the file the mesh writes for ${provider.interface})`,
+    );
+  }
+  const secretsDir = pick(flags?.secretsDir, "MESH_SECRETS_DIR");
+  if (secretsDir !== undefined && !isAbsolute(secretsDir)) {
+    problems.push(
+      `the secrets directory ${JSON.stringify(secretsDir)} is not an absolute path: ` +
+        `${howToGive("--secrets-dir DIR", "MESH_SECRETS_DIR")} as one`,
     );
   }
   // MESH_ADMIN_URL: what the agent sets when the provider's fleet entry names a file for it.
@@ -380,6 +395,7 @@ export function resolveProviderSettings(
   }
   return {
     receives,
+    ...(secretsDir === undefined ? {} : { secretsDir }),
     adminUrl,
     control: pick(flags?.control, "MESH_CONTROL"),
     instance: pick(flags?.instance, "MESH_INSTANCE") ?? provider.name,
