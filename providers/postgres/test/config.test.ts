@@ -1,14 +1,15 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { PostgresConfigError, resolvePostgresConfig } from "../src/index.ts";
+import { AdminSettingError } from "@mesh/sdk";
+import { resolvePostgresConfig } from "../src/index.ts";
 
 const resolve = (adminUrl: string, instance = "main") => resolvePostgresConfig({ adminUrl, instance });
 
-function refusal(adminUrl: string, instance = "main"): PostgresConfigError {
+function refusal(adminUrl: string, instance = "main"): AdminSettingError {
   try {
     resolve(adminUrl, instance);
   } catch (err) {
-    assert.ok(err instanceof PostgresConfigError, String(err));
+    assert.ok(err instanceof AdminSettingError, String(err));
     return err;
   }
   assert.fail(`${adminUrl} was accepted`);
