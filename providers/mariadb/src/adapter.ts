@@ -12,13 +12,8 @@ import {
   LOGIN_PATTERN,
   NotMadeHereError,
   ValueRefusedError,
-  type BatchedAdapter,
-  type Deleted,
-  type FailureClass,
-  type InventoryEntry,
-  type Provision,
-  type Retired,
 } from "@mesh/sdk";
+import type { BatchedAdapter, Deleted, FailureClass, InventoryEntry, Provision, Retired } from "@mesh/sdk";
 import {
   MARKS_SCHEMA,
   resolveMariadbConfig,
@@ -460,12 +455,7 @@ export class MariadbAdapter implements BatchedAdapter {
    * Locks the account, ends its sessions, and marks it retired with `at` and `why`. Data is kept.
    * @throws NotMadeHereError when this instance did not make `as`.
    */
-  async retire(
-    login: string,
-    _derived: Readonly<Record<string, unknown>>,
-    why: string,
-    at: Date,
-  ): Promise<void> {
+  async retire(login: string, _derived: Retired["derived"], why: string, at: Date): Promise<void> {
     const [mark] = await this.#markRows("login = ?", [login]);
     if (mark === undefined || mark.instance !== this.#config.instance) {
       const madeBy = mark ? `it was made by provider instance ${mark.instance}` : "it carries no mesh mark";
@@ -570,10 +560,10 @@ export class MariadbAdapter implements BatchedAdapter {
 export function createMariadbAdapter(config: MariadbAdapterConfig): MariadbAdapter {
   const c = resolveMariadbConfig(config);
   const pool = mysql.createPool({
-    host: c.host,
-    port: c.port,
-    user: c.adminUser,
-    password: c.adminPassword,
+    host: c.admin.host,
+    port: c.admin.port,
+    user: c.admin.user,
+    password: c.admin.password,
     connectionLimit: c.poolSize,
     maxIdle: c.poolSize,
     idleTimeout: 60_000,

@@ -1,11 +1,17 @@
 // What is MariaDB's own in the provider's settings: the admin URL's form, the grant the admin needs,
 // the schema of the marks, the pool. The sdk checks the instance name and parses the URL.
 
-import { assertInstance, parseAdminUrl, positiveSetting, type AdminUrlRules, type Logger } from "@mesh/sdk";
+import { checkAdminSettings, positiveSetting } from "@mesh/sdk";
+import type { AdminSettings, AdminUrlRules, CheckedAdminSettings } from "@mesh/sdk";
 import type { MariadbPool } from "./adapter.ts";
 
-/** Where the admin URL is read from when no flag gives it. */
-export const ADMIN_URL_ENV = "MESH_MARIADB_URL";
+/** How the MariaDB admin URL looks; checked by the sdk's `parseAdminUrl`. */
+export const MARIADB_ADMIN_URL: AdminUrlRules = {
+  backend: "MariaDB",
+  ports: { "mysql:": 3306, "mariadb:": 3306 },
+  env: "MESH_MARIADB_URL",
+  example: "mysql://mesh_admin:<password>@127.0.0.1:3306",
+};
 
 /**
  * The schema holding the provider's marks. Consumers are granted only their own database, so none
@@ -24,14 +30,11 @@ export const REQUIRED_ADMIN_GRANT =
   "LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, ALTER ROUTINE, EVENT, TRIGGER, " +
   "DELETE HISTORY, CREATE USER, PROCESS, CONNECTION ADMIN ON *.* TO '<admin>'@'<host>' WITH GRANT OPTION";
 
-/** What `createMariadbAdapter` is given. */
-export interface MariadbAdapterConfig {
-  /** `mysql://<admin>:<password>@<host>:<port>`; the admin needs `REQUIRED_ADMIN_GRANT`. */
-  readonly adminUrl: string;
-  /** Names this provider instance in every mark it writes; two instances never touch each other's. */
-  readonly instance: string;
-  /** Accepted as every provider's config takes one; this adapter has nothing of its own to say. */
-  readonly logger?: Logger | undefined;
+/**
+ * What `createMariadbAdapter` is given. The admin URL is `mysql://<admin>:<password>@<host>:<port>`;
+ * the admin needs `REQUIRED_ADMIN_GRANT`.
+ */
+export interface MariadbAdapterConfig extends AdminSettings {
   /** Admin connections kept open at most (4). */
   readonly poolSize?: number | undefined;
   /** How long to wait for a connection to the server (10 000 ms). */
@@ -44,41 +47,18 @@ export interface MariadbAdapterConfig {
 }
 
 /** The checked configuration. */
-export interface ResolvedMariadbConfig {
-  readonly host: string;
-  readonly port: number;
-  readonly adminUser: string;
-  readonly adminPassword: string;
-  /** `host:port`, for messages: never the URL, which holds the admin's password. */
-  readonly endpoint: string;
-  readonly instance: string;
+export interface ResolvedMariadbConfig extends CheckedAdminSettings {
   readonly poolSize: number;
   readonly connectTimeoutMs: number;
 }
-
-/** How the MariaDB admin URL looks; checked by the sdk's `parseAdminUrl`. */
-export const MARIADB_ADMIN_URL: AdminUrlRules = {
-  backend: "MariaDB",
-  schemes: ["mysql:", "mariadb:"],
-  defaultPort: 3306,
-  env: ADMIN_URL_ENV,
-  example: "mysql://<admin>:<password>@<host>:<port>",
-};
 
 /**
  * Checks and resolves the adapter's configuration.
  * @throws AdminSettingError naming the setting and the fix, never echoing the password.
  */
 export function resolveMariadbConfig(config: MariadbAdapterConfig): ResolvedMariadbConfig {
-  const instance = assertInstance(config.instance);
-  const url = parseAdminUrl(config.adminUrl, MARIADB_ADMIN_URL);
   return {
-    host: url.host,
-    port: url.port,
-    adminUser: url.user,
-    adminPassword: url.password,
-    endpoint: url.endpoint,
-    instance,
+    ...checkAdminSettings(config, MARIADB_ADMIN_URL),
     poolSize: positiveSetting("poolSize", config.poolSize, 4),
     connectTimeoutMs: positiveSetting("connectTimeoutMs", config.connectTimeoutMs, 10_000),
   };

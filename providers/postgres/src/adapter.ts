@@ -13,13 +13,15 @@ import {
   NotMadeHereError,
   RefusalError,
   ValueRefusedError,
-  type BatchedAdapter,
-  type Deleted,
-  type FailureClass,
-  type InventoryEntry,
-  type Logger,
-  type Provision,
-  type Retired,
+} from "@mesh/sdk";
+import type {
+  BatchedAdapter,
+  Deleted,
+  FailureClass,
+  InventoryEntry,
+  Logger,
+  Provision,
+  Retired,
 } from "@mesh/sdk";
 import { resolvePostgresConfig, type PostgresAdapterConfig, type ResolvedPostgresConfig } from "./config.ts";
 import { scramVerifier, verifierMatches } from "./scram.ts";
@@ -209,7 +211,7 @@ export function createPostgresAdapter(config: PostgresAdapterConfig): PostgresAd
     application_name: `mesh-postgres:${c.instance}`,
   });
   const pool = new pg.Pool({
-    ...options(c.adminUser, c.adminPassword, c.adminDatabase),
+    ...options(c.admin.user, c.admin.password, c.adminDatabase),
     max: c.poolSize,
     idleTimeoutMillis: 30_000,
     allowExitOnIdle: true,
@@ -250,7 +252,7 @@ export class PostgresAdapter implements BatchedAdapter {
 
   #admin(database: string): PostgresConnection {
     const c = this.#config;
-    return this.#clients.connection(c.adminUser, c.adminPassword, database);
+    return this.#clients.connection(c.admin.user, c.admin.password, database);
   }
 
   #adminFacts(): Promise<AdminFacts> {
@@ -541,12 +543,7 @@ export class PostgresAdapter implements BatchedAdapter {
    * open sessions. Its database and data stay. A role that is gone has nothing to retire.
    * @throws NotMadeHereError for a role this instance did not make.
    */
-  async retire(
-    login: string,
-    _derived: Readonly<Record<string, unknown>>,
-    why: string,
-    at: Date,
-  ): Promise<void> {
+  async retire(login: string, _derived: Retired["derived"], why: string, at: Date): Promise<void> {
     const role = (await this.#roles([login])).get(login);
     if (!role) {
       this.#logger.warn(`postgres: ${login} has no role any more; there is nothing of it to retire`);

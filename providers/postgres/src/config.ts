@@ -2,25 +2,23 @@
 // database, the pool and its timeouts. The sdk checks the instance name and parses the URL.
 
 import { readFileSync } from "node:fs";
-import {
-  adminUrlError,
-  assertInstance,
-  parseAdminUrl,
-  positiveSetting,
-  type AdminUrlRules,
-  type Logger,
-} from "@mesh/sdk";
+import { adminUrlError, checkAdminSettings, positiveSetting } from "@mesh/sdk";
+import type { AdminSettings, AdminUrlRules, CheckedAdminSettings } from "@mesh/sdk";
 
-/** Where the admin URL is read from when no flag gives it. */
-export const ADMIN_URL_ENV = "MESH_POSTGRES_URL";
+/** How the Postgres admin URL looks; checked by the sdk's `parseAdminUrl`. */
+export const POSTGRES_ADMIN_URL: AdminUrlRules = {
+  backend: "Postgres",
+  ports: { "postgresql:": 5432, "postgres:": 5432 },
+  env: "MESH_POSTGRES_URL",
+  example: "postgresql://mesh_admin:<password>@127.0.0.1:5432/postgres",
+};
 
-/** What `createPostgresAdapter` is given. */
-export interface PostgresAdapterConfig {
-  /** `postgresql://admin:password@host:port/database`; the admin must be able to CREATE ROLE and CREATE DATABASE. */
-  readonly adminUrl: string;
-  /** Names this provider instance in every mark it writes; two instances never touch each other's. */
-  readonly instance: string;
-  readonly logger?: Logger | undefined;
+/**
+ * What `createPostgresAdapter` is given. The admin URL is
+ * `postgresql://<admin>:<password>@<host>:<port>/<database>`; the admin must be able to CREATE ROLE
+ * and CREATE DATABASE.
+ */
+export interface PostgresAdapterConfig extends AdminSettings {
   /** Admin connections kept open at most (5). */
   readonly poolSize?: number | undefined;
   /** How long to wait for a connection to the server, admin or consumer (10 000 ms). */
@@ -37,34 +35,22 @@ export interface ServerAddress {
 }
 
 /** The checked configuration. */
-export interface ResolvedPostgresConfig {
+export interface ResolvedPostgresConfig extends CheckedAdminSettings {
   readonly server: ServerAddress;
-  readonly adminUser: string;
-  readonly adminPassword: string;
   /** The database the admin connects to; never a template, whose open sessions block CREATE DATABASE. */
   readonly adminDatabase: string;
-  readonly instance: string;
   readonly poolSize: number;
   readonly connectTimeoutMs: number;
   readonly statementTimeoutMs: number;
 }
-
-/** How the Postgres admin URL looks; checked by the sdk's `parseAdminUrl`. */
-export const POSTGRES_ADMIN_URL: AdminUrlRules = {
-  backend: "Postgres",
-  schemes: ["postgresql:", "postgres:"],
-  defaultPort: 5432,
-  env: ADMIN_URL_ENV,
-  example: "postgresql://<admin>:<password>@<host>:<port>/<database>",
-};
 
 /**
  * Checks and resolves the adapter's configuration.
  * @throws AdminSettingError naming the setting and the fix (and never the password).
  */
 export function resolvePostgresConfig(config: PostgresAdapterConfig): ResolvedPostgresConfig {
-  const instance = assertInstance(config.instance);
-  const url = parseAdminUrl(config.adminUrl, POSTGRES_ADMIN_URL);
+  const checked = checkAdminSettings(config, POSTGRES_ADMIN_URL);
+  const url = checked.admin;
   const refuse = (why: string, cause?: unknown) => adminUrlError(POSTGRES_ADMIN_URL, url.text, why, cause);
   const adminDatabase = url.path || "postgres";
   if (adminDatabase === "template0" || adminDatabase === "template1") {
@@ -102,11 +88,9 @@ export function resolvePostgresConfig(config: PostgresAdapterConfig): ResolvedPo
       throw refuse(`has sslmode=${JSON.stringify(sslmode)}, which is not one PostgreSQL knows`);
   }
   return {
+    ...checked,
     server: { host: url.host, port: url.port, ssl },
-    adminUser: url.user,
-    adminPassword: url.password,
     adminDatabase,
-    instance,
     poolSize: positiveSetting("poolSize", config.poolSize, 5),
     connectTimeoutMs: positiveSetting("connectTimeoutMs", config.connectTimeoutMs, 10_000),
     statementTimeoutMs: positiveSetting("statementTimeoutMs", config.statementTimeoutMs, 120_000),

@@ -19,8 +19,8 @@ void describe("the Postgres provider's configuration", () => {
   void it("reads host, port, admin and database from the URL, with defaults", () => {
     const c = resolve("postgresql://mesh_admin:p%40ss@db.example:6543/meshdb?sslmode=require");
     assert.deepEqual(c.server, { host: "db.example", port: 6543, ssl: { rejectUnauthorized: false } });
-    assert.equal(c.adminUser, "mesh_admin");
-    assert.equal(c.adminPassword, "p@ss");
+    assert.equal(c.admin.user, "mesh_admin");
+    assert.equal(c.admin.password, "p@ss");
     assert.equal(c.adminDatabase, "meshdb");
     assert.equal(c.poolSize, 5);
     const d = resolve("postgres://a:b@127.0.0.1");
