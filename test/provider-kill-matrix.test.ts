@@ -18,7 +18,13 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
 import mysql from "mysql2/promise";
-import { callControl, type Adapter, type InventoryEntry, type ProviderModule } from "@mesh/sdk";
+import {
+  callControl,
+  guardAdapter,
+  type GuardedAdapter,
+  type InventoryEntry,
+  type ProviderModule,
+} from "@mesh/sdk";
 import { provider as mariadbProvider } from "@mesh/provider-mariadb";
 import { provider as postgresProvider } from "@mesh/provider-postgres";
 import { provider as redisProvider } from "@mesh/provider-redis";
@@ -256,7 +262,7 @@ const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout
 /** What the backend holds of this instance, checked against what is asked. Returns the problems found. */
 async function convergence(
   mesh: MeshDir,
-  adapter: Adapter,
+  adapter: GuardedAdapter,
   prefix: string,
   allowUnaskedActive: boolean,
 ): Promise<{ problems: string[]; inventory: Map<string, InventoryEntry> }> {
@@ -293,7 +299,7 @@ async function convergence(
 /** Waits for two passes of a freshly started provider (its first is done), then checks convergence. */
 async function convergedWithinTwoPasses(
   mesh: MeshDir,
-  adapter: Adapter,
+  adapter: GuardedAdapter,
   prefix: string,
   allowUnaskedActive: boolean,
 ): Promise<{ problems: string[]; inventory: Map<string, InventoryEntry> }> {
@@ -320,7 +326,7 @@ for (const subject of SUBJECTS) {
     const random = seeded(SEED + name.length * 7919);
     let backend: Backend;
     let mesh: MeshDir;
-    let adapter: Adapter;
+    let adapter: GuardedAdapter;
     let running: Running | undefined;
     const prefix = "km";
     let serial = 0;
@@ -331,11 +337,11 @@ for (const subject of SUBJECTS) {
       mesh = new MeshDir(dir, subject, backend);
       await mkdir(mesh.secrets, { mode: 0o700 });
       await mesh.write();
-      adapter = subject.provider.createAdapter({
-        adminUrl: backend.adminUrl,
-        instance: INSTANCE,
-        logger: quiet,
-      });
+      // Guarded as the harness runs it: `holds` is there whether the adapter wrote it or `holdsMany`.
+      adapter = guardAdapter(
+        subject.provider.createAdapter({ adminUrl: backend.adminUrl, instance: INSTANCE, logger: quiet }),
+        { instance: INSTANCE },
+      );
       running = await mesh.start();
     });
 

@@ -1,6 +1,8 @@
 import { createHash } from "node:crypto";
 import { dirname } from "node:path";
-import type { Adapter, FailureClass, Provision } from "./adapter.ts";
+import type { FailureClass, Provision, ProviderAdapter } from "./adapter.ts";
+import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
+import { assertInstance } from "./admin-settings.ts";
 import { rememberJson } from "./cached-json.ts";
 import {
   consoleLogger,
@@ -25,6 +27,7 @@ import { readContributions, type Contribution } from "./contributions-file.ts";
 import { InvalidLoginError, isValidLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
 import { DEFAULT_RETIREMENT_LIMITS, RetirementCounter } from "./retirement.ts";
+import { isRefusal } from "./refusals.ts";
 import { classOf, describeError } from "./scrub.ts";
 import { SecretsDirectory, SecretUnreadableError } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
@@ -112,10 +115,14 @@ export interface ProvisionerHandle extends ProvisionerTools {
  */
 export function runProvisioner(
   iface: string,
-  adapter: Adapter,
+  adapter: ProviderAdapter,
   options: ProvisionerOptions,
 ): ProvisionerHandle {
-  return new Provisioner(iface, adapter, options);
+  const guarded = guardAdapter(adapter, {
+    instance: options.instance ?? DEFAULTS.instance,
+    logger: options.logger,
+  });
+  return new Provisioner(iface, guarded, options);
 }
 
 const DEFAULTS = {
@@ -206,7 +213,7 @@ class Provisioner implements ProvisionerHandle {
 
   constructor(
     readonly iface: string,
-    readonly adapter: Adapter,
+    readonly adapter: GuardedAdapter,
     readonly options: ProvisionerOptions,
   ) {
     this.#s = settingsOf(options);
@@ -448,7 +455,7 @@ class Provisioner implements ProvisionerHandle {
   async #check(checks: readonly { p: Provision; digest: string }[]): Promise<CreateJob[]> {
     if (checks.length === 0) return [];
     const answers = new Map<string, boolean | Error>();
-    if (this.adapter.holdsMany) {
+    if (this.adapter.batched) {
       const many = this.adapter.holdsMany.bind(this.adapter);
       // In batches, each with its own timeout: a backend that must be asked once per consumer (a login
       // each) would not answer a thousand within one.
@@ -626,6 +633,7 @@ class Provisioner implements ProvisionerHandle {
   // ---- failures, secrets, problems ----------------------------------------------------------
 
   #classify(err: unknown, text: string): FailureClass {
+    if (isRefusal(err)) return "refused";
     let said: FailureClass | undefined;
     try {
       said = this.adapter.classify?.(err);
@@ -983,8 +991,7 @@ function settingsOf(options: ProvisionerOptions): Settings {
     const value = options[key];
     if (value === undefined) continue;
     if (key === "instance") {
-      if (typeof value !== "string" || value === "") throw new TypeError("instance must be a non-empty name");
-      s.instance = value;
+      s.instance = assertInstance(value);
       continue;
     }
     if (typeof value !== "number" || !(value > 0)) {

@@ -28,3 +28,29 @@ export * from "./metrics.ts";
 export * from "./metrics-url.ts";
 export * from "./watcher.ts";
 export * from "./action-journal.ts";
+export { guardAdapter, GuardedAdapter, WHY_MOST, type GuardOptions } from "./adapter-guard.ts";
+export { forEachLimited } from "./concurrency.ts";
+export {
+  RefusalError,
+  NotMadeHereError,
+  NotRetiredError,
+  ValueRefusedError,
+  DerivedChangedError,
+  findInChain,
+  isRefusal,
+  quoteValue,
+  type NotMadeHereDetail,
+} from "./refusals.ts";
+export {
+  INSTANCE_PATTERN,
+  AdminSettingError,
+  assertInstance,
+  checkAdminSettings,
+  adminUrlError,
+  parseAdminUrl,
+  positiveSetting,
+  type AdminSettings,
+  type AdminUrl,
+  type AdminUrlRules,
+  type CheckedAdminSettings,
+} from "./admin-settings.ts";
