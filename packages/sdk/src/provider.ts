@@ -11,6 +11,15 @@ export interface ProviderModule {
   readonly adminUrlEnv: string;
   /** An example admin URL for help texts (no real password). */
   readonly adminUrlExample: string;
-  /** Makes the adapter. `instance` names this provider in every mark it writes. */
-  createAdapter(config: { adminUrl: string; instance: string; logger: Logger }): Adapter;
+  /**
+   * Makes the adapter. `instance` names this provider in every mark it writes. `emit` announces one
+   * of the module's own events (its manifest's `emits`) on its bus, best effort: it never throws,
+   * and does nothing when the provider runs without a bus.
+   */
+  createAdapter(config: {
+    adminUrl: string;
+    instance: string;
+    logger: Logger;
+    emit?: ((localName: string, body: Readonly<Record<string, unknown>>) => void) | undefined;
+  }): Adapter;
 }
