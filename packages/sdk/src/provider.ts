@@ -1,4 +1,4 @@
-import type { Adapter } from "./adapter.ts";
+import type { ProviderAdapter } from "./adapter.ts";
 import type { Logger } from "./collaborators.ts";
 
 /** How a provider package describes itself to `mesh provider <name>` and to its own entry point. */
@@ -12,14 +12,15 @@ export interface ProviderModule {
   /** An example admin URL for help texts (no real password). */
   readonly adminUrlExample: string;
   /**
-   * Makes the adapter. `instance` names this provider in every mark it writes. `emit` announces one
-   * of the module's own events (its manifest's `emits`) on its bus, best effort: it never throws,
-   * and does nothing when the provider runs without a bus.
+   * Makes the adapter (and the vendor client it speaks through). `instance` names this provider in
+   * every mark it writes. The harness runs it inside the guard (adapter-guard.ts). `emit` announces
+   * one of the module's own events (its manifest's `emits`) on its bus, best effort: it never
+   * throws, and does nothing when the provider runs without a bus.
    */
   createAdapter(config: {
     adminUrl: string;
     instance: string;
     logger: Logger;
     emit?: ((localName: string, body: Readonly<Record<string, unknown>>) => void) | undefined;
-  }): Adapter;
+  }): ProviderAdapter;
 }
