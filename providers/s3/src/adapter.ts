@@ -12,11 +12,15 @@ import { SignatureV4 } from "@smithy/signature-v4";
 import { Hash } from "@smithy/hash-node";
 import { CreateBucketCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
 import {
-  assertLogin,
   consoleLogger,
+  DerivedChangedError,
   isNetworkError,
   isValidLogin,
-  type Adapter,
+  NotMadeHereError,
+  NotRetiredError,
+  RefusalError,
+  ValueRefusedError,
+  type BatchedAdapter,
   type Deleted,
   type FailureClass,
   type InventoryEntry,
@@ -128,66 +132,12 @@ export class S3AdminError extends Error {
   }
 }
 
-/** A gateway user of that uid exists without this instance's mark: made by a person or another provider. */
-export class S3LoginNotOursError extends Error {
-  override name = "S3LoginNotOursError";
-  constructor(
-    readonly login: string,
-    readonly instance: string,
-  ) {
-    super(
-      `RADOS Gateway user ${JSON.stringify(login)} exists but was not made by mesh provider instance ` +
-        `${JSON.stringify(instance)} (its display name carries no mark of this instance), so it is left ` +
-        `untouched; give the consumer another name, or remove the user by hand if nobody needs it`,
-    );
-  }
-}
-
-/** `delete` was asked for a login this instance never made (or whose mark is gone). */
-export class S3ConsumerNotFoundError extends Error {
-  override name = "S3ConsumerNotFoundError";
-  constructor(
-    readonly login: string,
-    readonly instance: string,
-  ) {
-    super(
-      `no S3 consumer ${JSON.stringify(login)} made by mesh provider instance ${JSON.stringify(instance)}: ` +
-        `nothing deleted; see the retired consumers with \`cleanup list\``,
-    );
-  }
-}
-
-/** `delete` was asked for a consumer that is not retired; only a retired one is ever deleted. */
-export class S3ConsumerNotRetiredError extends Error {
-  override name = "S3ConsumerNotRetiredError";
-  constructor(
-    readonly login: string,
-    why: string,
-  ) {
-    super(
-      `S3 consumer ${JSON.stringify(login)} is not retired (${why}): nothing deleted; only a retired ` +
-        `consumer can be deleted`,
-    );
-  }
-}
-
-/** A consumer's values ask for something it may not have: another bucket than its own. */
-export class S3ValueRefusedError extends Error {
-  override name = "S3ValueRefusedError";
-  constructor(
-    readonly login: string,
-    readonly field: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
 /** The password cannot be an S3 secret key: those are printable ASCII. */
-export class S3PasswordRefusedError extends Error {
+export class S3PasswordRefusedError extends RefusalError {
   override name = "S3PasswordRefusedError";
-  constructor(readonly login: string) {
+  constructor(login: string) {
     super(
+      login,
       `the password of S3 consumer ${JSON.stringify(login)} holds characters an S3 secret key cannot ` +
         `(only printable ASCII signs requests): nothing changed; mint it again (mesh rotate) ` +
         `rather than writing one by hand`,
@@ -198,22 +148,6 @@ export class S3PasswordRefusedError extends Error {
 /** Whether `text` is printable ASCII, as an S3 secret key must be. */
 export function isPrintableAscii(text: string): boolean {
   return /^[\x20-\x7e]+$/.test(text);
-}
-
-/** The consumer's bucket exists and belongs to another gateway user. */
-export class S3BucketTakenError extends Error {
-  override name = "S3BucketTakenError";
-  constructor(
-    readonly login: string,
-    readonly bucket: string,
-    readonly owner: string,
-  ) {
-    super(
-      `the bucket ${JSON.stringify(bucket)} of S3 consumer ${JSON.stringify(login)} already belongs to ` +
-        `gateway user ${JSON.stringify(owner)}: nothing changed; give the consumer another name, or ` +
-        `remove or rename that bucket by hand if nobody needs it`,
-    );
-  }
 }
 
 /** What a mark says about one consumer this instance made. */
@@ -236,13 +170,13 @@ interface GatewayUser {
 
 const MARK_PREFIX = "mesh-mark ";
 const WHY_LIMIT = 500;
-const INVENTORY_CONCURRENCY = 16;
+const CONCURRENCY = 16;
 
 /**
  * Makes the `s3-bucket` adapter for one RADOS Gateway: admin requests signed with SigV4 by
  * `@smithy/signature-v4`, consumer checks with `@aws-sdk/client-s3`. Nothing is kept open, so a
  * gateway that is down makes calls fail (class `unreachable`) and one that is back serves again.
- * @throws S3ConfigError when the admin URL or the instance name cannot be used.
+ * @throws AdminSettingError when the admin URL or the instance name cannot be used.
  */
 export function createS3Adapter(config: S3AdapterConfig): S3BucketAdapter {
   const resolved = resolveS3Config(config);
@@ -256,7 +190,7 @@ export function createS3Adapter(config: S3AdapterConfig): S3BucketAdapter {
 }
 
 /** The `s3-bucket` adapter over an admin API and an S3 client the caller made. */
-export class S3BucketAdapter implements Adapter {
+export class S3BucketAdapter implements BatchedAdapter {
   constructor(
     private readonly admin: GatewayAdmin,
     private readonly s3: ConsumerS3,
@@ -268,22 +202,21 @@ export class S3BucketAdapter implements Adapter {
   /**
    * Creates or repairs the consumer's gateway user and bucket, re-enabling a retired one as it was
    * and clearing its mark; writes nothing when all is already in place.
-   * @throws S3LoginNotOursError, S3ValueRefusedError or S3BucketTakenError, having changed nothing.
+   * @throws NotMadeHereError (the user, its access key or its bucket is someone else's),
+   *   ValueRefusedError, DerivedChangedError or S3PasswordRefusedError, having changed nothing.
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
-    const login = assertLogin(p.as);
+    const login = p.as;
     const bucket = this.bucketAskedFor(login, p.values, p.derived);
     if (!isPrintableAscii(p.password)) throw new S3PasswordRefusedError(login);
     let user = await this.readUser(login, signal);
-    let mark = user === undefined ? undefined : this.markOf(user);
-    if (user !== undefined && mark === undefined) throw new S3LoginNotOursError(login, this.config.instance);
-    const wasRetired = mark?.state === "retired";
-    const activeMark = markText({
-      instance: this.config.instance,
-      state: "active",
-      bucket: mark?.bucket ?? bucket,
-    });
-    const bucketExists = await this.refuseTakenBucket(login, mark?.bucket ?? bucket, signal);
+    const mark = user === undefined ? undefined : this.markOf(user);
+    if (user !== undefined && mark === undefined) throw this.notOurs(login, user);
+    if (mark !== undefined && mark.bucket !== bucket) {
+      throw new DerivedChangedError(login, "bucket", mark.bucket, bucket);
+    }
+    const activeMark = markText({ instance: this.config.instance, state: "active", bucket });
+    const bucketExists = await this.refuseTakenBucket(login, bucket, signal);
 
     if (user === undefined) {
       const made = await this.admin.request(
@@ -299,14 +232,14 @@ export class S3BucketAdapter implements Adapter {
         },
         signal,
       );
-      // Made by someone else between the read and the write: read again and go on as for an existing user.
       if (made.status === 409) {
+        // Another user holds the access key, or a user of this uid was made since the read.
         user = await this.readUser(login, signal);
-        mark = user === undefined ? undefined : this.markOf(user);
-        if (user === undefined || mark === undefined) {
-          throw made.code === "KeyExists"
-            ? new S3LoginNotOursError(login, this.config.instance)
-            : this.failure(made, `create gateway user ${login}`);
+        if (user === undefined || this.markOf(user) === undefined) {
+          throw new NotMadeHereError(login, this.config.instance, {
+            resource: `the access key ${JSON.stringify(login)} on the RADOS Gateway`,
+            madeBy: `the gateway answered ${made.code || "409"}: another gateway user holds it`,
+          });
         }
       } else {
         this.check(made, `create gateway user ${login}`);
@@ -318,47 +251,34 @@ export class S3BucketAdapter implements Adapter {
     // be answered TooManyBuckets rather than "owned already", so an existing one is not asked again.
     const made = bucketExists
       ? "owned-already"
-      : await this.s3.createBucket(mark?.bucket ?? bucket, login, p.password, signal);
+      : await this.s3.createBucket(bucket, login, p.password, signal);
     if (made !== "ok" && made !== "owned-already") {
-      throw new S3AdminError(
-        `create bucket ${mark?.bucket ?? bucket} as consumer ${login}`,
-        made.status,
-        made.refused,
-      );
+      throw new S3AdminError(`create bucket ${bucket} as consumer ${login}`, made.status, made.refused);
     }
-    if (made === "ok" || wasRetired) {
-      this.announce("bucket.created", {
-        bucket: mark?.bucket ?? bucket,
-        login,
-        endpoint: this.config.endpoint,
-      });
+    if (made === "ok" || mark?.state === "retired") {
+      this.announce("bucket.created", { bucket, login, endpoint: this.config.endpoint });
     }
   }
 
   /** Whether the consumer's own key lists its bucket, under a user this instance marked active. */
   async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
-    const login = assertLogin(p.as);
-    const user = await this.readUser(login, signal);
+    const user = await this.readUser(p.as, signal);
     const mark = user === undefined ? undefined : this.markOf(user);
-    if (user === undefined || mark?.state !== "active" || user.suspended || user.maxBuckets !== 1)
+    if (user === undefined || mark?.state !== "active" || user.suspended || user.maxBuckets !== 1) {
       return false;
-    const answer = await this.s3.listBucket(mark.bucket, login, p.password, signal);
-    return answer === "ok";
+    }
+    return (await this.s3.listBucket(mark.bucket, p.as, p.password, signal)) === "ok";
   }
 
   /**
-   * `holds` for many consumers: one admin read lists every gateway user, so the logins it does not
-   * hold are answered without a request each; the gateway has no batched read of users' keys and
-   * display names, so the rest are asked one by one, a few at a time.
+   * `holds` for many consumers: one admin read lists every gateway user, so a login the gateway
+   * does not hold is answered without a request of its own. The gateway has no batched read of
+   * users' keys and display names, so the others are asked one by one, a few at a time.
    */
   async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
     const known = new Set(await this.listUids(signal));
     const answers = new Map<string, boolean | Error>();
-    await eachLimited(ps, INVENTORY_CONCURRENCY, async (p) => {
-      if (!isValidLogin(p.as)) {
-        answers.set(p.as, new Error(`login ${JSON.stringify(p.as)} is not valid; it was not checked`));
-        return;
-      }
+    await eachLimited(ps, CONCURRENCY, async (p) => {
       if (!known.has(p.as)) {
         answers.set(p.as, false);
         return;
@@ -372,18 +292,20 @@ export class S3BucketAdapter implements Adapter {
     return answers;
   }
 
-  /** Suspends the consumer's gateway user and marks it retired. Its bucket and objects stay. */
+  /**
+   * Suspends the consumer's gateway user (S3 then answers 403 UserSuspended) and marks it retired.
+   * Its bucket and objects stay.
+   * @throws NotMadeHereError when there is no such user of this instance.
+   */
   async retire(
     as: string,
     _derived: Readonly<Record<string, unknown>>,
     why: string,
     at: Date,
   ): Promise<void> {
-    const login = assertLogin(as);
-    const user = await this.readUser(login);
+    const user = await this.readUser(as);
     const mark = user === undefined ? undefined : this.markOf(user);
-    if (user === undefined) throw new S3ConsumerNotFoundError(login, this.config.instance);
-    if (mark === undefined) throw new S3LoginNotOursError(login, this.config.instance);
+    if (user === undefined || mark === undefined) throw this.notOurs(as, user);
     const retired = markText({
       instance: this.config.instance,
       state: "retired",
@@ -393,20 +315,21 @@ export class S3BucketAdapter implements Adapter {
     });
     this.check(
       await this.admin.request("POST", "/admin/user", {
-        uid: login,
+        uid: as,
         suspended: "true",
         "display-name": retired,
       }),
-      `suspend gateway user ${login}`,
+      `suspend gateway user ${as}`,
     );
-    this.announce("bucket.removed", { bucket: mark.bucket, login, reason: "retired" });
+    this.announce("bucket.removed", { bucket: mark.bucket, login: as, reason: "retired" });
   }
 
   /** The consumers this instance made, read from their display names. */
   async inventory(): Promise<InventoryEntry[]> {
+    // Only a uid that is a login can be a consumer's: the others (the admin's) are not even read.
     const uids = (await this.listUids()).filter((uid) => isValidLogin(uid));
     const entries: InventoryEntry[] = [];
-    await eachLimited(uids, INVENTORY_CONCURRENCY, async (uid) => {
+    await eachLimited(uids, CONCURRENCY, async (uid) => {
       const user = await this.readUser(uid);
       const mark = user === undefined ? undefined : this.markOf(user);
       if (mark === undefined) return;
@@ -422,40 +345,39 @@ export class S3BucketAdapter implements Adapter {
   }
 
   /**
-   * Deletes a retired consumer: its bucket with every object, then its gateway user. Reports the
-   * bytes its objects held, from the bucket's stats read just before.
-   * @throws S3ConsumerNotFoundError, S3LoginNotOursError or S3ConsumerNotRetiredError, having deleted nothing.
+   * Deletes a retired consumer (the guard has checked its mark): its bucket with every object, then
+   * its gateway user. Reports the bytes its objects held, from the bucket's stats read just before.
+   * @throws NotRetiredError when its user was enabled again by hand; NotMadeHereError when its
+   *   bucket now belongs to someone else; having deleted nothing.
    */
   async delete(r: Retired): Promise<Deleted> {
-    const login = assertLogin(r.as);
+    const login = r.as;
+    const bucket = typeof r.derived["bucket"] === "string" ? r.derived["bucket"] : bucketFor(login);
     const user = await this.readUser(login);
-    if (user === undefined) throw new S3ConsumerNotFoundError(login, this.config.instance);
-    const mark = this.markOf(user);
-    if (mark === undefined) throw new S3LoginNotOursError(login, this.config.instance);
-    if (mark.state !== "retired") throw new S3ConsumerNotRetiredError(login, "its mark says active");
-    if (!user.suspended) throw new S3ConsumerNotRetiredError(login, "its gateway user was enabled again");
-    let freedBytes = 0;
-    const stats = await this.admin.request("GET", "/admin/bucket", { bucket: mark.bucket, stats: "true" });
-    if (stats.status !== 404) {
-      this.check(stats, `read the stats of bucket ${mark.bucket}`);
-      const owner = field(stats.body, "owner");
-      if (owner !== login) throw new S3BucketTakenError(login, mark.bucket, String(owner));
-      freedBytes = bytesOf(stats.body);
-      const purged = await this.admin.request("DELETE", "/admin/bucket", {
-        bucket: mark.bucket,
-        "purge-objects": "true",
-      });
-      if (purged.status !== 404) this.check(purged, `delete bucket ${mark.bucket} and its objects`);
+    if (user !== undefined && !user.suspended) {
+      throw new NotRetiredError(login, "its gateway user was enabled again by hand");
     }
-    const removed = await this.admin.request("DELETE", "/admin/user", { uid: login, "purge-data": "true" });
-    if (removed.status !== 404) this.check(removed, `delete gateway user ${login}`);
-    this.announce("bucket.removed", { bucket: mark.bucket, login, reason: "deleted", freedBytes });
+    let freedBytes = 0;
+    const stats = await this.admin.request("GET", "/admin/bucket", { bucket, stats: "true" });
+    if (stats.status !== 404) {
+      this.check(stats, `read the stats of bucket ${bucket}`);
+      const owner = String(field(stats.body, "owner"));
+      if (owner !== login) throw this.bucketNotOurs(login, bucket, owner);
+      freedBytes = bytesOf(stats.body);
+      const purged = await this.admin.request("DELETE", "/admin/bucket", { bucket, "purge-objects": "true" });
+      if (purged.status !== 404) this.check(purged, `delete bucket ${bucket} and its objects`);
+    }
+    if (user !== undefined) {
+      const removed = await this.admin.request("DELETE", "/admin/user", { uid: login, "purge-data": "true" });
+      if (removed.status !== 404) this.check(removed, `delete gateway user ${login}`);
+    }
+    this.announce("bucket.removed", { bucket, login, reason: "deleted", freedBytes });
     return { freedBytes };
   }
 
   /** Whether a gateway user of this uid exists at all, made by anyone. */
   async exists(as: string): Promise<boolean> {
-    return (await this.readUser(assertLogin(as))) !== undefined;
+    return (await this.readUser(as)) !== undefined;
   }
 
   /** Classes the gateway's answers and this adapter's errors. */
@@ -478,14 +400,16 @@ export class S3BucketAdapter implements Adapter {
       ["derived.bucket", derived["bucket"]],
     ] as const) {
       if (asked === undefined || asked === bucket) continue;
-      throw new S3ValueRefusedError(
+      const fix =
+        where === "values.bucket"
+          ? "remove bucket from the consumer's values: the mesh names it"
+          : `derive it with "bucket": "{login|s3-bucket}" in the provider's manifest`;
+      throw new ValueRefusedError(
         login,
-        where,
-        `S3 consumer ${JSON.stringify(login)} asks for the bucket ${JSON.stringify(asked)} (${where}), ` +
-          `but a consumer owns only the bucket named from its login, ${JSON.stringify(bucket)}: ` +
-          (where === "values.bucket"
-            ? `remove bucket from the consumer's values (the mesh names it)`
-            : `derive it with "bucket": "{login|s3-bucket}" in the provider's manifest`),
+        "bucket",
+        asked,
+        `(${where}) asks for a bucket other than the consumer's own, ${JSON.stringify(bucket)}, which ` +
+          `is the only one it may have: ${fix}`,
       );
     }
     return bucket;
@@ -499,8 +423,8 @@ export class S3BucketAdapter implements Adapter {
     const info = await this.admin.request("GET", "/admin/bucket", { bucket }, signal);
     if (info.status === 404) return false;
     this.check(info, `read bucket ${bucket}`);
-    const owner = field(info.body, "owner");
-    if (owner !== login) throw new S3BucketTakenError(login, bucket, String(owner));
+    const owner = String(field(info.body, "owner"));
+    if (owner !== login) throw this.bucketNotOurs(login, bucket, owner);
     return true;
   }
 
@@ -533,7 +457,12 @@ export class S3BucketAdapter implements Adapter {
         { key: "", uid: login, "access-key": login, "secret-key": password, "generate-key": "false" },
         signal,
       );
-      if (keyed.status === 409) throw new S3LoginNotOursError(login, this.config.instance);
+      if (keyed.status === 409) {
+        throw new NotMadeHereError(login, this.config.instance, {
+          resource: `the access key ${JSON.stringify(login)} on the RADOS Gateway`,
+          madeBy: "another gateway user holds it",
+        });
+      }
       this.check(keyed, `set the key of gateway user ${login}`);
     }
     if (user.suspended || user.displayName !== activeMark || user.maxBuckets !== 1) {
@@ -560,6 +489,27 @@ export class S3BucketAdapter implements Adapter {
     const answer = await this.admin.request("GET", "/admin/metadata/user", {}, signal);
     this.check(answer, "list the gateway's users");
     return Array.isArray(answer.body) ? answer.body.filter((u): u is string => typeof u === "string") : [];
+  }
+
+  private notOurs(login: string, user: GatewayUser | undefined): NotMadeHereError {
+    const other = user === undefined ? undefined : parseMark(user.displayName);
+    return new NotMadeHereError(login, this.config.instance, {
+      resource: `RADOS Gateway user ${JSON.stringify(login)}`,
+      madeBy:
+        user === undefined
+          ? "there is no such user"
+          : other === undefined
+            ? "its display name carries no mark"
+            : `it is marked by instance ${JSON.stringify(other.instance)}`,
+    });
+  }
+
+  private bucketNotOurs(login: string, bucket: string, owner: string): NotMadeHereError {
+    return new NotMadeHereError(login, this.config.instance, {
+      resource: `the bucket ${JSON.stringify(bucket)} named from ${JSON.stringify(login)}`,
+      madeBy: `it belongs to gateway user ${JSON.stringify(owner)}`,
+      fix: "give the consumer another name, or remove or rename that bucket by hand if nobody needs it",
+    });
   }
 
   private markOf(user: GatewayUser): Mark | undefined {
@@ -604,17 +554,8 @@ export function classifyS3Error(err: unknown): FailureClass | undefined {
   for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
     if (e instanceof S3GatewayUnreachableError) return "unreachable";
     if (e instanceof S3AdminCredentialsError) return "credentials-rejected";
-    if (
-      e instanceof S3AdminCapsError ||
-      e instanceof S3LoginNotOursError ||
-      e instanceof S3ConsumerNotFoundError ||
-      e instanceof S3ConsumerNotRetiredError ||
-      e instanceof S3ValueRefusedError ||
-      e instanceof S3PasswordRefusedError ||
-      e instanceof S3BucketTakenError
-    ) {
-      return "refused";
-    }
+    // The kit's refusals (RefusalError) are classed by the harness before it asks.
+    if (e instanceof S3AdminCapsError) return "refused";
     if (isNetworkError(e)) return "unreachable";
     e = e instanceof Error ? e.cause : undefined;
   }

@@ -1,7 +1,15 @@
-// The gateway's admin URL, the instance name and the one rule that names a consumer's bucket,
-// checked once so a mistake is said in words before any request is signed.
+// What is the gateway's own in the settings: its admin URL's keys and region, the caps its admin
+// needs, and the rule that names a consumer's bucket. The instance name, the URL's form and the
+// numbers are checked by the sdk's admin settings, in the words every provider uses.
 
-import type { Logger } from "@mesh/sdk";
+import {
+  adminUrlError,
+  assertInstance,
+  parseAdminUrl,
+  positiveSetting,
+  type AdminUrlRules,
+  type Logger,
+} from "@mesh/sdk";
 import { s3BucketName } from "@mesh/manifest";
 
 /** Where the admin URL is read from when no flag gives it. */
@@ -42,72 +50,41 @@ export interface ResolvedS3Config {
   readonly requestTimeoutMs: number;
 }
 
-/** A setting cannot be used. The message never contains the admin's secret key. */
-export class S3ConfigError extends Error {
-  override name = "S3ConfigError";
-  constructor(
-    readonly setting: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-/** What an instance name may be: it is written into every mark this provider leaves. */
-export const INSTANCE_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
+const URL_RULES: AdminUrlRules = {
+  backend: "RADOS Gateway",
+  schemes: ["http:", "https:"],
+  defaultPort: 7480,
+  env: ADMIN_URL_ENV,
+  example: "http://<access key>:<secret key>@<host>:<port>",
+  needsPassword: true,
+};
 
 const REGION_PATTERN = /^[a-z0-9-]{1,32}$/;
 
 /**
- * Checks the configuration.
- * @throws S3ConfigError naming the setting and the fix, never echoing the secret key.
+ * Checks the configuration with the sdk's admin settings.
+ * @throws AdminSettingError naming the setting and the fix, never echoing the secret key.
  */
 export function resolveS3Config(config: S3AdapterConfig): ResolvedS3Config {
-  const instance = config.instance;
-  if (!INSTANCE_PATTERN.test(instance)) {
-    throw new S3ConfigError(
-      "instance",
-      `provider instance name ${JSON.stringify(instance)} is not usable: it is written into every ` +
-        `mark, so give 1–64 characters of letters, digits, "_", "." and "-"`,
-    );
-  }
-  let url: URL;
-  try {
-    url = new URL(config.adminUrl.trim());
-  } catch {
-    throw badUrl("is not a URL");
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw badUrl(`has scheme ${JSON.stringify(url.protocol)}, not http: or https:`);
-  }
-  if (url.hostname === "") throw badUrl("names no host");
-  if (url.username === "" || url.password === "")
-    throw badUrl("has no access key and secret key: the admin API is signed with them");
-  const region = url.searchParams.get("region") ?? "us-east-1";
-  if (!REGION_PATTERN.test(region))
-    throw badUrl(`has region ${JSON.stringify(region)}; give ?region=us-east-1 or leave it out`);
-  const timeout = config.requestTimeoutMs ?? 15_000;
-  if (!Number.isFinite(timeout) || timeout <= 0) {
-    throw new S3ConfigError(
-      "requestTimeoutMs",
-      `requestTimeoutMs is ${timeout}; give a positive number of milliseconds`,
+  const instance = assertInstance(config.instance);
+  const admin = parseAdminUrl(config.adminUrl, URL_RULES);
+  const region = admin.url.searchParams.get("region") ?? "us-east-1";
+  if (!REGION_PATTERN.test(region)) {
+    throw adminUrlError(
+      URL_RULES,
+      admin.text,
+      `has region ${JSON.stringify(region)}; give ?region=us-east-1 or leave it out`,
     );
   }
   return {
-    endpoint: `${url.protocol}//${url.host}`,
-    accessKey: decodeURIComponent(url.username),
-    secretKey: decodeURIComponent(url.password),
+    // The scheme's own port when the URL names none: an https gateway behind a proxy is on 443.
+    endpoint: `${admin.url.protocol}//${admin.url.host}`,
+    accessKey: admin.user,
+    secretKey: admin.password,
     region,
     instance,
-    requestTimeoutMs: timeout,
+    requestTimeoutMs: positiveSetting("requestTimeoutMs", config.requestTimeoutMs, 15_000),
   };
-}
-
-function badUrl(why: string): S3ConfigError {
-  return new S3ConfigError(
-    "adminUrl",
-    `the RADOS Gateway admin URL ${why}; give http://<access key>:<secret key>@<host>:<port> with --admin-url or ${ADMIN_URL_ENV}`,
-  );
 }
 
 /**
