@@ -598,18 +598,20 @@ export class SignedGatewayAdmin implements GatewayAdmin {
     const search = Object.entries(withFormat)
       .map(([k, v]) => (v === "" ? escapeUri(k) : `${escapeUri(k)}=${escapeUri(v)}`))
       .join("&");
-    const timeout = AbortSignal.timeout(this.config.requestTimeoutMs);
+    // The caller's signal is looked at before the request, not handed to it: a pass shares one
+    // signal among many requests at once, and each would add a listener to it. A request is bounded
+    // by its own timeout.
+    signal?.throwIfAborted();
     let response: Response;
     let text: string;
     try {
       response = await fetch(`${this.config.endpoint}${path}?${search}`, {
         method,
         headers: signed.headers,
-        signal: signal === undefined ? timeout : AbortSignal.any([signal, timeout]),
+        signal: AbortSignal.timeout(this.config.requestTimeoutMs),
       });
       text = await response.text();
     } catch (err) {
-      if (signal?.aborted === true) throw err;
       throw new S3GatewayUnreachableError(this.config.endpoint, { cause: err });
     }
     let body: unknown;
@@ -635,11 +637,9 @@ export class SdkConsumerS3 implements ConsumerS3 {
     secretKey: string,
     signal?: AbortSignal,
   ): Promise<ConsumerAnswer> {
+    signal?.throwIfAborted();
     return this.as(accessKey, secretKey, (c) =>
-      c.send(
-        new ListObjectsV2Command({ Bucket: bucket, MaxKeys: 0 }),
-        signal === undefined ? {} : { abortSignal: signal },
-      ),
+      c.send(new ListObjectsV2Command({ Bucket: bucket, MaxKeys: 0 })),
     );
   }
 
@@ -649,12 +649,8 @@ export class SdkConsumerS3 implements ConsumerS3 {
     secretKey: string,
     signal?: AbortSignal,
   ): Promise<ConsumerAnswer> {
-    return this.as(accessKey, secretKey, (c) =>
-      c.send(
-        new CreateBucketCommand({ Bucket: bucket }),
-        signal === undefined ? {} : { abortSignal: signal },
-      ),
-    );
+    signal?.throwIfAborted();
+    return this.as(accessKey, secretKey, (c) => c.send(new CreateBucketCommand({ Bucket: bucket })));
   }
 
   private async as(
