@@ -37,6 +37,8 @@ export interface CephServer {
   readonly adminUrl: string;
   readonly adminAccessKey: string;
   readonly adminSecretKey: string;
+  /** The cluster's directory (configuration, monitor store, logs); removed by `stop()`. */
+  readonly dir: string;
   /**
    * Makes another gateway user with the given caps (none when empty) and returns its admin URL, for
    * tests of an admin that lacks caps.
@@ -191,6 +193,7 @@ export async function startCeph(): Promise<CephServer> {
       adminUrl,
       adminAccessKey,
       adminSecretKey,
+      dir,
       createUser: (uid, caps) =>
         makeUser(
           uid,
