@@ -110,6 +110,9 @@ export async function startCeph(): Promise<CephServer> {
     await writeFile(config, cephConfig(dir, fsid, monPort, port), { mode: 0o600 });
     const run = (binary: string, args: readonly string[]): Promise<string> =>
       command(binary, ["-c", config, ...args]);
+    // A monitor that has just formed its quorum sometimes refuses the CLI's first question on a
+    // loaded machine ("problem getting command descriptions"); the commands asked are idempotent.
+    const ask = (args: readonly string[]): Promise<string> => retried(() => run(bin.ceph, args));
 
     await command(bin.monmaptool, [
       "--create",
@@ -128,12 +131,12 @@ export async function startCeph(): Promise<CephServer> {
     );
 
     const osdUuid = randomUUID();
-    const id = (await run(bin.ceph, ["osd", "new", osdUuid])).trim();
+    const id = (await ask(["osd", "new", osdUuid])).trim();
     if (id !== "0") throw new CephStartError("ceph osd new", `expected OSD id 0, got ${JSON.stringify(id)}`);
     await run(bin["ceph-osd"], ["-i", "0", "--mkfs", "--osd-uuid", osdUuid]);
     // Placed by hand: with auth off the OSD may send its own start-up CRUSH commands before it has
     // the map, and exit ("wrong fsid").
-    await run(bin.ceph, ["osd", "crush", "add", "osd.0", "1.0", "root=default", "host=localhost"]);
+    await ask(["osd", "crush", "add", "osd.0", "1.0", "root=default", "host=localhost"]);
     children.push(
       await daemon(
         bin["ceph-osd"],
@@ -276,6 +279,18 @@ async function findBinaries(): Promise<Record<keyof typeof BINARIES, string>> {
     if (found[name] === undefined) throw new CephNotFoundError(name);
   }
   return found as Record<keyof typeof BINARIES, string>;
+}
+
+/** `attempt`, tried again up to 4 more times, half a second apart, while it fails. */
+async function retried<T>(attempt: () => Promise<T>): Promise<T> {
+  for (let tries = 1; ; tries++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (tries >= 5) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  }
 }
 
 /** Runs a command to its end; its standard output, or a CephStartError with what it said. */

@@ -14,6 +14,7 @@ import { CreateBucketCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/cl
 import {
   consoleLogger,
   DerivedChangedError,
+  findInChain,
   isNetworkError,
   isValidLogin,
   NotMadeHereError,
@@ -551,13 +552,12 @@ export class S3BucketAdapter implements BatchedAdapter {
  * not ours, missing caps, a bucket asked for that is not the consumer's) is `refused`.
  */
 export function classifyS3Error(err: unknown): FailureClass | undefined {
-  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
-    if (e instanceof S3GatewayUnreachableError) return "unreachable";
-    if (e instanceof S3AdminCredentialsError) return "credentials-rejected";
-    // The kit's refusals (RefusalError) are classed by the harness before it asks.
-    if (e instanceof S3AdminCapsError) return "refused";
-    if (isNetworkError(e)) return "unreachable";
-    e = e instanceof Error ? e.cause : undefined;
+  // The kit's refusals (RefusalError) are classed by the harness before it asks.
+  if (findInChain(err, (e) => e instanceof S3AdminCapsError) !== undefined) return "refused";
+  if (findInChain(err, (e) => e instanceof S3AdminCredentialsError) !== undefined)
+    return "credentials-rejected";
+  if (findInChain(err, (e) => e instanceof S3GatewayUnreachableError || isNetworkError(e)) !== undefined) {
+    return "unreachable";
   }
   return undefined;
 }

@@ -258,6 +258,21 @@ void describe("the s3 adapter on a real RADOS Gateway", { timeout: 300_000 }, ()
     assert.ok(!err.message.includes(new URL(weakUrl).password), "the secret key is not in the message");
   });
 
+  void it("says a wrong admin secret is a rejected credential, without the secret", async () => {
+    const url = new URL(ceph.adminUrl);
+    url.password = "not-the-secret";
+    const wrong = guardAdapter(createS3Adapter({ adminUrl: url.href, instance: "main" }), {
+      instance: "main",
+    });
+    const err = await wrong.inventory().then(
+      () => assert.fail("listed"),
+      (e: unknown) => e as Error,
+    );
+    assert.equal(err.name, "S3AdminCredentialsError");
+    assert.equal(wrong.classify(err), "credentials-rejected");
+    assert.match(err.message, /check the access key and secret key in the admin URL/);
+  });
+
   void it("is unreachable while the gateway is down, and heals without a restart when it is back", async () => {
     const p = provision("patient");
     const outage = createS3Adapter({ adminUrl: ceph.adminUrl, instance: "main", requestTimeoutMs: 5_000 });
