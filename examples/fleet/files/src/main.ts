@@ -4,6 +4,10 @@
 import { GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { main, type Credential, type Session } from "../../lib/consumer.ts";
 
+// The AWS SDK warns, once per process, that its releases after January 2027 will need Node 22; the
+// version pinned here runs on Node 20.
+process.env["AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED"] ??= "true";
+
 async function connect(credential: Credential): Promise<Session> {
   // The provider derives the bucket from the login; the endpoint's path names it too.
   const given = credential.values["bucket"];
