@@ -2,6 +2,8 @@
 // shared by every case: what a consumer's key can and cannot reach, retirement as S3 sees it, the
 // bytes a delete reports, the events, and the refusals a person must act on.
 import assert from "node:assert/strict";
+import { mkdtemp, rename, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
@@ -13,7 +15,14 @@ import {
   PutObjectCommand,
 } from "@aws-sdk/client-s3";
 import { checkModules, credentialFor, deriveValues, loadManifest } from "@mesh/manifest";
-import { guardAdapter, isValidLogin, LOGIN_PATTERN, type GuardedAdapter, type Provision } from "@mesh/sdk";
+import {
+  guardAdapter,
+  isValidLogin,
+  LOGIN_PATTERN,
+  runProvisioner,
+  type GuardedAdapter,
+  type Provision,
+} from "@mesh/sdk";
 import { mintPassword, startCeph, type CephServer } from "@mesh/testkit";
 import { bucketFor, classifyS3Error, createS3Adapter, type S3Events } from "../src/index.ts";
 import { asConsumer, recordingLogger, refusal } from "./conformance-target.ts";
@@ -298,5 +307,71 @@ void describe("the s3 adapter on a real RADOS Gateway", { timeout: 300_000 }, ()
     const answers = await adapter.holdsMany([...ps, unknown], signal());
     assert.ok(ps.every((p) => answers.get(p.as) === true));
     assert.equal(answers.get(unknown.as), false);
+  });
+
+  void it("through the harness: unreachable while the gateway is down, active when it is back, and cleanup delete reports the bytes it removed", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-s3-harness-"));
+    const receives = join(dir, "s3-bucket.json");
+    const write = async (path: string, text: string): Promise<void> => {
+      await writeFile(`${path}.tmp`, text, { mode: 0o600 });
+      await rename(`${path}.tmp`, path);
+    };
+    const p = provision("harnessed");
+    const contributions = (given: Provision[]): string =>
+      JSON.stringify({
+        requirement: "s3-bucket",
+        given: given.map((g) => ({
+          as: g.as,
+          secret: join(dir, g.as),
+          node: "n1",
+          values: {},
+          derived: g.derived,
+        })),
+      });
+    await write(join(dir, p.as), p.password);
+    await write(receives, contributions([p]));
+    const handle = runProvisioner(
+      "s3-bucket",
+      createS3Adapter({ adminUrl: ceph.adminUrl, instance: "harness", requestTimeoutMs: 5_000 }),
+      {
+        receives,
+        instance: "harness",
+        every: 3_600_000,
+        watch: false,
+        stablePasses: 1,
+        logger: recordingLogger(),
+      },
+    );
+    try {
+      await ceph.stopGateway();
+      try {
+        await handle.ready;
+        const failing = handle.status().consumers.find((c) => c.login === p.as);
+        assert.equal(failing?.state, "failing");
+        assert.equal(failing?.class, "unreachable");
+      } finally {
+        await ceph.startGateway();
+      }
+      await handle.pass("periodic");
+      assert.equal(
+        handle.status().consumers.find((c) => c.login === p.as)?.state,
+        "active",
+        "healed, no restart",
+      );
+      await put(p, "a.bin", "a".repeat(4096));
+      await put(p, "b.txt", "bytes");
+      await write(receives, contributions([]));
+      for (let i = 0; i < 3 && handle.cleanupList().length === 0; i++) await handle.pass("periodic");
+      assert.deepEqual(
+        handle.cleanupList().map((e) => e.login),
+        [p.as],
+        "retired once unasked",
+      );
+      const deleted = await handle.cleanupDelete(p.as, "test");
+      assert.equal(deleted.freedBytes, 4096 + 5);
+    } finally {
+      await handle.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
