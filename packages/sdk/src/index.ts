@@ -44,9 +44,12 @@ export {
   INSTANCE_PATTERN,
   AdminSettingError,
   assertInstance,
+  checkAdminSettings,
   adminUrlError,
   parseAdminUrl,
   positiveSetting,
+  type AdminSettings,
   type AdminUrl,
   type AdminUrlRules,
+  type CheckedAdminSettings,
 } from "./admin-settings.ts";

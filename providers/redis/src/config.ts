@@ -1,22 +1,26 @@
-// The admin URL, the instance name and the policy of what a consumer may run, checked once so a
-// mistake is said in words before any connection is tried.
+// What is Redis's own in the provider's settings: its admin URL's form, its timeouts, and the policy
+// of what a consumer and the admin may run. The sdk checks the instance name and the URL.
 
-import type { Logger } from "@mesh/sdk";
+import { checkAdminSettings, positiveSetting } from "@mesh/sdk";
+import type { AdminSettings, AdminUrlRules, CheckedAdminSettings } from "@mesh/sdk";
 
-/** Where the admin URL is read from when no flag gives it. */
-export const ADMIN_URL_ENV = "MESH_REDIS_URL";
+/** How the Redis admin URL looks; checked by the sdk's `parseAdminUrl`. */
+export const REDIS_ADMIN_URL: AdminUrlRules = {
+  backend: "Redis",
+  ports: { "redis:": 6379, "rediss:": 6379 },
+  env: "MESH_REDIS_URL",
+  example: "redis://mesh-admin:<password>@127.0.0.1:6379",
+  // Redis's `default` user is the admin when the URL names none.
+  needsUser: false,
+  needsPassword: true,
+};
 
-/** What `createRedisAdapter` is given. */
-export interface RedisAdapterConfig {
-  /**
-   * `redis://<admin>:<password>@<host>:<port>` (or `rediss://` for TLS). The admin must be allowed
-   * ACL, CLIENT KILL, CONFIG GET, SCAN, MEMORY USAGE, UNLINK and INFO.
-   */
-  readonly adminUrl: string;
-  /** Names this provider instance in every mark it writes; two instances never touch each other's. */
-  readonly instance: string;
-  /** Where the one-time warnings (no ACL file, server gone and back) are said. */
-  readonly logger?: Logger | undefined;
+/**
+ * What `createRedisAdapter` is given. The admin URL is `redis://<admin>:<password>@<host>:<port>`
+ * (or `rediss://` for TLS); the admin must be allowed ADMIN_RULES. The logger hears the one-time
+ * warnings (no ACL file, server gone and back).
+ */
+export interface RedisAdapterConfig extends AdminSettings {
   /** How long to wait for a TCP connection to the server (5 000 ms). */
   readonly connectTimeoutMs?: number | undefined;
   /** How long one command may wait for its reply (15 000 ms). */
@@ -24,31 +28,10 @@ export interface RedisAdapterConfig {
 }
 
 /** The checked configuration. */
-export interface ResolvedRedisConfig {
-  readonly adminUrl: string;
-  /** `host:port`, for messages: never the URL, which holds the admin's password. */
-  readonly endpoint: string;
-  readonly instance: string;
+export interface ResolvedRedisConfig extends CheckedAdminSettings {
   readonly connectTimeoutMs: number;
   readonly commandTimeoutMs: number;
 }
-
-/** A setting cannot be used. The message never contains the admin's password. */
-export class RedisConfigError extends Error {
-  override name = "RedisConfigError";
-  constructor(
-    readonly setting: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-/**
- * What an instance name may be: it becomes part of an ACL user name, which may hold no space, and
- * the `:` that separates it from the login must stay unambiguous.
- */
-export const INSTANCE_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
 
 /**
  * The commands every consumer may run, as ACL rules. Everything but administration and what
@@ -95,50 +78,12 @@ export const ADMIN_RULES: readonly string[] = [
 
 /**
  * Checks the configuration.
- * @throws RedisConfigError naming the setting and the fix, never echoing the password.
+ * @throws AdminSettingError naming the setting and the fix, never echoing the password.
  */
 export function resolveRedisConfig(config: RedisAdapterConfig): ResolvedRedisConfig {
-  const instance = config.instance;
-  if (!INSTANCE_PATTERN.test(instance)) {
-    throw new RedisConfigError(
-      "instance",
-      `provider instance name ${JSON.stringify(instance)} is not usable: it names this provider in ACL ` +
-        `user names, so give 1–64 characters of letters, digits, "_", "." and "-"`,
-    );
-  }
-  let url: URL;
-  try {
-    url = new URL(config.adminUrl.trim());
-  } catch {
-    // Not shown at all: a string that is not a URL may be a password pasted in the wrong place.
-    throw badUrl("is not a URL");
-  }
-  if (url.protocol !== "redis:" && url.protocol !== "rediss:") {
-    throw badUrl(`has scheme ${JSON.stringify(url.protocol)}, not redis: or rediss:`);
-  }
-  if (url.hostname === "") throw badUrl("names no host");
-  if (url.password === "") throw badUrl("has no password: the admin must authenticate");
-  const port = url.port === "" ? "6379" : url.port;
   return {
-    adminUrl: config.adminUrl.trim(),
-    endpoint: `${url.hostname}:${port}`,
-    instance,
-    connectTimeoutMs: positive(config.connectTimeoutMs, 5_000, "connectTimeoutMs"),
-    commandTimeoutMs: positive(config.commandTimeoutMs, 15_000, "commandTimeoutMs"),
+    ...checkAdminSettings(config, REDIS_ADMIN_URL),
+    connectTimeoutMs: positiveSetting("connectTimeoutMs", config.connectTimeoutMs, 5_000),
+    commandTimeoutMs: positiveSetting("commandTimeoutMs", config.commandTimeoutMs, 15_000),
   };
-}
-
-function badUrl(why: string): RedisConfigError {
-  return new RedisConfigError(
-    "adminUrl",
-    `the Redis admin URL ${why}; give redis://<admin>:<password>@<host>:<port> with --admin-url or ${ADMIN_URL_ENV}`,
-  );
-}
-
-function positive(value: number | undefined, fallback: number, setting: string): number {
-  if (value === undefined) return fallback;
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new RedisConfigError(setting, `${setting} is ${value}; give a positive number of milliseconds`);
-  }
-  return value;
 }
