@@ -572,7 +572,7 @@ export class SignedGatewayAdmin implements GatewayAdmin {
     this.signer = new SignatureV4({
       service: "s3",
       region: config.region,
-      credentials: { accessKeyId: config.accessKey, secretAccessKey: config.secretKey },
+      credentials: { accessKeyId: config.admin.user, secretAccessKey: config.admin.password },
       sha256: Hash.bind(null, "sha256"),
       uriEscapePath: false,
     });

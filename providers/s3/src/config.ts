@@ -4,16 +4,22 @@
 
 import {
   adminUrlError,
-  assertInstance,
-  parseAdminUrl,
+  checkAdminSettings,
   positiveSetting,
+  type AdminSettings,
   type AdminUrlRules,
-  type Logger,
+  type CheckedAdminSettings,
 } from "@mesh/sdk";
 import { s3BucketName } from "@mesh/manifest";
 
-/** Where the admin URL is read from when no flag gives it. */
-export const ADMIN_URL_ENV = "MESH_S3_URL";
+/** How the gateway's admin URL looks; checked by the sdk's `parseAdminUrl`. */
+export const S3_ADMIN_URL: AdminUrlRules = {
+  backend: "RADOS Gateway",
+  ports: { "http:": 80, "https:": 443 },
+  env: "MESH_S3_URL",
+  example: "http://<admin access key>:<admin secret key>@127.0.0.1:7480",
+  needsPassword: true,
+};
 
 /** The caps the admin user needs on the gateway (`radosgw-admin caps add --caps=...`). */
 export const ADMIN_CAPS = "users=*;buckets=*;usage=read;metadata=*";
@@ -23,16 +29,12 @@ export interface S3Events {
   emit(localName: "bucket.created" | "bucket.removed", body: Readonly<Record<string, unknown>>): void;
 }
 
-/** What `createS3Adapter` is given. */
-export interface S3AdapterConfig {
-  /**
-   * `http://<admin access key>:<admin secret key>@<host>:<port>` (or `https://`), optionally with
-   * `?region=<name>` (default `us-east-1`) for the signatures. The gateway user needs `ADMIN_CAPS`.
-   */
-  readonly adminUrl: string;
-  /** Names this provider instance in every mark it writes; two instances never touch each other's. */
-  readonly instance: string;
-  readonly logger?: Logger | undefined;
+/**
+ * What `createS3Adapter` is given. The admin URL is `http://<access key>:<secret key>@<host>:<port>`
+ * (or `https://`), optionally with `?region=<name>` (default `us-east-1`) for the signatures; its
+ * gateway user needs `ADMIN_CAPS`.
+ */
+export interface S3AdapterConfig extends AdminSettings {
   /** Where `bucket.created` and `bucket.removed` are announced; nowhere when absent. */
   readonly events?: S3Events | undefined;
   /** How long one request to the gateway may take (15 000 ms). */
@@ -40,49 +42,35 @@ export interface S3AdapterConfig {
 }
 
 /** The checked configuration. */
-export interface ResolvedS3Config {
+export interface ResolvedS3Config extends CheckedAdminSettings {
   /** `http://host:port`, without the keys: where the admin API and S3 are reached. */
   readonly endpoint: string;
-  readonly accessKey: string;
-  readonly secretKey: string;
   readonly region: string;
-  readonly instance: string;
   readonly requestTimeoutMs: number;
 }
-
-const URL_RULES: AdminUrlRules = {
-  backend: "RADOS Gateway",
-  schemes: ["http:", "https:"],
-  defaultPort: 7480,
-  env: ADMIN_URL_ENV,
-  example: "http://<access key>:<secret key>@<host>:<port>",
-  needsPassword: true,
-};
 
 const REGION_PATTERN = /^[a-z0-9-]{1,32}$/;
 
 /**
- * Checks the configuration with the sdk's admin settings.
+ * Checks the configuration: the sdk checks the instance and the URL, this the region and the timeout.
  * @throws AdminSettingError naming the setting and the fix, never echoing the secret key.
  */
 export function resolveS3Config(config: S3AdapterConfig): ResolvedS3Config {
-  const instance = assertInstance(config.instance);
-  const admin = parseAdminUrl(config.adminUrl, URL_RULES);
+  const checked = checkAdminSettings(config, S3_ADMIN_URL);
+  const { admin } = checked;
   const region = admin.url.searchParams.get("region") ?? "us-east-1";
   if (!REGION_PATTERN.test(region)) {
     throw adminUrlError(
-      URL_RULES,
+      S3_ADMIN_URL,
       admin.text,
       `has region ${JSON.stringify(region)}; give ?region=us-east-1 or leave it out`,
     );
   }
   return {
+    ...checked,
     // The scheme's own port when the URL names none: an https gateway behind a proxy is on 443.
     endpoint: `${admin.url.protocol}//${admin.url.host}`,
-    accessKey: admin.user,
-    secretKey: admin.password,
     region,
-    instance,
     requestTimeoutMs: positiveSetting("requestTimeoutMs", config.requestTimeoutMs, 15_000),
   };
 }

@@ -10,9 +10,9 @@
  * const handle = runProvisioner("s3-bucket", adapter, { receives: "/run/mesh/s3-bucket.json" });
  * ```
  */
-import type { ProviderModule } from "@mesh/sdk";
+import { defineProvider } from "@mesh/sdk";
 import { createS3Adapter } from "./adapter.ts";
-import { ADMIN_URL_ENV } from "./config.ts";
+import { S3_ADMIN_URL } from "./config.ts";
 
 export {
   classifyS3Error,
@@ -33,7 +33,7 @@ export {
 } from "./adapter.ts";
 export {
   ADMIN_CAPS,
-  ADMIN_URL_ENV,
+  S3_ADMIN_URL,
   bucketFor,
   resolveS3Config,
   type ResolvedS3Config,
@@ -41,12 +41,11 @@ export {
   type S3Events,
 } from "./config.ts";
 
-/** How `mesh provider s3` finds and starts this provider. */
-export const provider: ProviderModule = {
-  name: "s3",
-  interface: "s3-bucket",
-  adminUrlEnv: ADMIN_URL_ENV,
-  adminUrlExample: "http://<admin access key>:<admin secret key>@127.0.0.1:7480",
-  createAdapter: ({ adminUrl, instance, logger, emit }) =>
+/** How `mesh provider s3` finds and starts this provider; `emit` carries its bucket events to the bus. */
+export const provider = defineProvider(
+  "s3",
+  "s3-bucket",
+  S3_ADMIN_URL,
+  ({ adminUrl, instance, logger, emit }) =>
     createS3Adapter({ adminUrl, instance, logger, ...(emit === undefined ? {} : { events: { emit } }) }),
-};
+);
