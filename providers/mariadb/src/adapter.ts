@@ -156,9 +156,7 @@ function toSqlTime(at: Date): string {
 }
 
 function fromSqlTime(text: string | null): Date | undefined {
-  if (text === null) return undefined;
-  const at = new Date(`${text.replace(" ", "T")}Z`);
-  return Number.isNaN(at.getTime()) ? undefined : at;
+  return text === null ? undefined : new Date(`${text.replace(" ", "T")}Z`);
 }
 
 // ---- the adapter --------------------------------------------------------------------------
@@ -489,17 +487,13 @@ export class MariadbAdapter implements BatchedAdapter {
   /** Active and retired consumers of this instance, from its marks. Users it did not make never appear. */
   async inventory(): Promise<InventoryEntry[]> {
     const rows = await this.#markRows("instance = ? ORDER BY login", [this.#config.instance]);
-    return rows.map((row) =>
-      row.state === "retired"
-        ? {
-            as: row.login,
-            state: "retired",
-            derived: { database: row.db },
-            retiredAt: fromSqlTime(row.retired_at),
-            why: row.why ?? undefined,
-          }
-        : { as: row.login, state: "active", derived: { database: row.db } },
-    );
+    return rows.map((row) => ({
+      as: row.login,
+      state: row.state,
+      derived: { database: row.db },
+      retiredAt: fromSqlTime(row.retired_at),
+      why: row.why ?? undefined,
+    }));
   }
 
   /**

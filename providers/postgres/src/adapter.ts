@@ -8,6 +8,7 @@ import {
   consoleLogger,
   DerivedChangedError,
   findInChain,
+  forEachLimited,
   isValidLogin,
   NETWORK_ERROR_CODES,
   NotMadeHereError,
@@ -499,23 +500,17 @@ export class PostgresAdapter implements BatchedAdapter {
       else logInto.push({ p, database });
     }
 
-    let next = 0;
-    const worker = async (): Promise<void> => {
-      while (next < logInto.length) {
-        const item = logInto[next++];
-        if (!item) break;
-        if (signal.aborted) {
-          answers.set(item.p.as, new Error("postgres: the check was stopped before this consumer's turn"));
-          continue;
-        }
-        try {
-          answers.set(item.p.as, await this.#canLogIn(item.p.as, item.p.password, item.database));
-        } catch (err) {
-          answers.set(item.p.as, err instanceof Error ? err : new Error(String(err)));
-        }
+    await forEachLimited(logInto, LOGIN_CHECKS_AT_ONCE, async ({ p, database }) => {
+      if (signal.aborted) {
+        answers.set(p.as, new Error("postgres: the check was stopped before this consumer's turn"));
+        return;
       }
-    };
-    await Promise.all(Array.from({ length: Math.min(LOGIN_CHECKS_AT_ONCE, logInto.length) }, worker));
+      try {
+        answers.set(p.as, await this.#canLogIn(p.as, p.password, database));
+      } catch (err) {
+        answers.set(p.as, err instanceof Error ? err : new Error(String(err)));
+      }
+    });
     return answers;
   }
 
@@ -553,9 +548,7 @@ export class PostgresAdapter implements BatchedAdapter {
     if (!mark || login === (await this.#adminFacts()).user) throw this.#foreign(role);
     // Retired again keeps the first retirement's when and why.
     const retired: PostgresMark =
-      mark.state === "retired"
-        ? mark
-        : { ...mark, state: "retired", retiredAt: at.toISOString(), why: why.slice(0, 500) };
+      mark.state === "retired" ? mark : { ...mark, state: "retired", retiredAt: at.toISOString(), why };
     await this.#transaction(async (client) => {
       await client.query(`ALTER ROLE ${id(login)} NOLOGIN`);
       await client.query(`COMMENT ON ROLE ${id(login)} IS ${lit(formatMark(retired))}`);
@@ -575,24 +568,13 @@ export class PostgresAdapter implements BatchedAdapter {
         WHERE pg_catalog.shobj_description(r.oid, 'pg_authid') LIKE '{%'
         ORDER BY r.rolname`,
     );
-    const entries: InventoryEntry[] = [];
-    for (const row of rows) {
-      const mark = parseMark(row.comment);
-      if (mark?.instance !== this.#config.instance) continue;
+    return rows.flatMap(({ login, comment }) => {
+      const mark = parseMark(comment);
+      if (mark?.instance !== this.#config.instance) return [];
+      const { state, database, why } = mark;
       const retiredAt = mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt);
-      entries.push({
-        as: row.login,
-        state: mark.state,
-        derived: { database: mark.database },
-        ...(mark.state === "retired"
-          ? {
-              retiredAt: retiredAt && !Number.isNaN(retiredAt.getTime()) ? retiredAt : undefined,
-              why: mark.why,
-            }
-          : {}),
-      });
-    }
-    return entries;
+      return [{ as: login, state, derived: { database }, retiredAt, why }];
+    });
   }
 
   /**

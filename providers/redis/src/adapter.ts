@@ -110,7 +110,6 @@ interface ServerFacts {
 const MARK_PREFIX = "_mesh";
 const PROBE_PREFIX = "_mesh-probe";
 const SCAN_COUNT = 500;
-const WHY_LIMIT = 1_000;
 
 /**
  * Makes the `redis-namespace` adapter for one Redis server. Connects lazily; a server that is down
@@ -218,7 +217,7 @@ export class RedisNamespaceAdapter implements Adapter {
       state: "retired",
       derived: Object.keys(derived).length > 0 ? derived : (mark?.derived ?? {}),
       retiredAt: at.toISOString(),
-      why: why.slice(0, WHY_LIMIT),
+      why,
     };
     const batch = this.client.multi().call("ACL", "SETUSER", this.markName(login), ...markRules(retiredMark));
     if (user !== undefined) batch.call("ACL", "SETUSER", login, "off");
