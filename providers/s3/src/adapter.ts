@@ -15,6 +15,7 @@ import {
   consoleLogger,
   DerivedChangedError,
   findInChain,
+  forEachLimited,
   isNetworkError,
   isValidLogin,
   NotMadeHereError,
@@ -170,7 +171,6 @@ interface GatewayUser {
 }
 
 const MARK_PREFIX = "mesh-mark ";
-const WHY_LIMIT = 500;
 const CONCURRENCY = 16;
 
 /**
@@ -279,7 +279,7 @@ export class S3BucketAdapter implements BatchedAdapter {
   async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
     const known = new Set(await this.listUids(signal));
     const answers = new Map<string, boolean | Error>();
-    await eachLimited(ps, CONCURRENCY, async (p) => {
+    await forEachLimited(ps, CONCURRENCY, async (p) => {
       if (!known.has(p.as)) {
         answers.set(p.as, false);
         return;
@@ -312,7 +312,7 @@ export class S3BucketAdapter implements BatchedAdapter {
       state: "retired",
       bucket: mark.bucket,
       retiredAt: at.toISOString(),
-      why: why.slice(0, WHY_LIMIT),
+      why,
     });
     this.check(
       await this.admin.request("POST", "/admin/user", {
@@ -330,7 +330,7 @@ export class S3BucketAdapter implements BatchedAdapter {
     // Only a uid that is a login can be a consumer's: the others (the admin's) are not even read.
     const uids = (await this.listUids()).filter((uid) => isValidLogin(uid));
     const entries: InventoryEntry[] = [];
-    await eachLimited(uids, CONCURRENCY, async (uid) => {
+    await forEachLimited(uids, CONCURRENCY, async (uid) => {
       const user = await this.readUser(uid);
       const mark = user === undefined ? undefined : this.markOf(user);
       if (mark === undefined) return;
@@ -751,20 +751,4 @@ function field(value: unknown, name: string): unknown {
 
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-/** Runs `fn` over `items`, at most `limit` at once. */
-async function eachLimited<T>(
-  items: readonly T[],
-  limit: number,
-  fn: (item: T) => Promise<void>,
-): Promise<void> {
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < items.length) {
-      const item = items[next++] as T;
-      await fn(item);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
