@@ -28,6 +28,11 @@ export function missingPackages() {
   if (!onPath("mariadbd") && !existsSync("/usr/sbin/mariadbd")) missing.push("mariadb-server");
   if (!onPath("nats-server") && !existsSync("/usr/sbin/nats-server")) missing.push("nats-server");
   if (!existsSync("/usr/bin/chromium")) missing.push("chromium");
+  // The s3 provider's tests run a private Ceph cluster: monitor, OSD, RADOS Gateway and their tools.
+  if (!onPath("radosgw")) missing.push("radosgw");
+  if (!onPath("ceph-mon")) missing.push("ceph-mon");
+  if (!onPath("ceph-osd")) missing.push("ceph-osd");
+  if (!onPath("radosgw-admin") || !onPath("monmaptool")) missing.push("ceph-common");
   return missing;
 }
 

@@ -162,7 +162,12 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
   if (journal !== undefined) logger.info(`actions: journalled to ${journal.path} for the module's ledger`);
 
   try {
-    const adapter = provider.createAdapter({ adminUrl, instance, logger });
+    const adapter = provider.createAdapter({
+      adminUrl,
+      instance,
+      logger,
+      emit: (localName, body) => busAnnouncer?.emit(localName, body),
+    });
     try {
       handle = runProvisioner(provider.interface, adapter, {
         receives,
@@ -459,7 +464,7 @@ export interface BusAnnouncerOptions {
  */
 export class BusAnnouncer implements Announcer {
   readonly #o: Required<Omit<BusAnnouncerOptions, "connect" | "logger">> & BusAnnouncerOptions;
-  readonly #pending = new Map<string, { event: StandingEvent; body: Record<string, unknown> }>();
+  readonly #pending = new Map<string, { event: string; body: Record<string, unknown> }>();
   #bus: StandingsBus | undefined;
   #attempt: Promise<void> | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -484,6 +489,18 @@ export class BusAnnouncer implements Announcer {
   }
 
   announce(event: StandingEvent, body: Readonly<Record<string, unknown>>): void {
+    this.#send(event, typeof body["consumer"] === "string" ? `c:${body["consumer"]}` : undefined, body);
+  }
+
+  /**
+   * Announces one of the module's own events (declared in its manifest's `emits`), stamped like a
+   * standing and kept, each one, while the bus is not there. Never throws.
+   */
+  emit(localName: string, body: Readonly<Record<string, unknown>>): void {
+    this.#send(localName, undefined, body);
+  }
+
+  #send(event: string, consumerKey: string | undefined, body: Readonly<Record<string, unknown>>): void {
     if (this.#closed) return;
     const stamped = {
       ...body,
@@ -494,7 +511,7 @@ export class BusAnnouncer implements Announcer {
       return;
     }
     // Only the newest word on each consumer matters to the controller.
-    const key = typeof body["consumer"] === "string" ? `c:${body["consumer"]}` : `n:${this.#unnamed++}`;
+    const key = consumerKey ?? `n:${this.#unnamed++}`;
     this.#pending.delete(key);
     this.#pending.set(key, { event, body: stamped });
     while (this.#pending.size > this.#o.maxPending) {
@@ -557,7 +574,7 @@ export class BusAnnouncer implements Announcer {
     );
   }
 
-  #emit(bus: StandingsBus, event: StandingEvent, body: Record<string, unknown>): void {
+  #emit(bus: StandingsBus, event: string, body: Record<string, unknown>): void {
     try {
       bus.emit(event, body);
       this.#sent += 1;

@@ -14,9 +14,16 @@ export interface ProviderModule {
   readonly adminUrlExample: string;
   /**
    * Makes the adapter (and the vendor client it speaks through). `instance` names this provider in
-   * every mark it writes. The harness runs it inside the guard (adapter-guard.ts).
+   * every mark it writes. The harness runs it inside the guard (adapter-guard.ts). `emit` announces
+   * one of the module's own events (its manifest's `emits`) on its bus, best effort: it never
+   * throws, and does nothing when the provider runs without a bus.
    */
-  createAdapter(config: { adminUrl: string; instance: string; logger: Logger }): ProviderAdapter;
+  createAdapter(config: {
+    adminUrl: string;
+    instance: string;
+    logger: Logger;
+    emit?: ((localName: string, body: Readonly<Record<string, unknown>>) => void) | undefined;
+  }): ProviderAdapter;
 }
 
 /**

@@ -83,6 +83,27 @@ describe("the bus announcer", () => {
     assert.equal(bus.closed, true);
   });
 
+  it("keeps each of a provider's own events while the bus is not there, and sends them all in order", async () => {
+    const bus = fakeBus();
+    let open: (b: StandingsBus) => void = () => {};
+    const announcer = new BusAnnouncer({
+      connect: () => new Promise((resolve) => (open = resolve)),
+      logger: collectingLogger(),
+      now: () => Date.parse("2026-01-01T10:00:00Z"),
+    });
+    announcer.emit("bucket.created", { bucket: "a-s3", login: "a_s3" });
+    announcer.emit("bucket.removed", { bucket: "a-s3", login: "a_s3" });
+    open(bus);
+    await until("the events to go out", () => bus.emitted.length === 2);
+    assert.deepEqual(
+      bus.emitted.map(([event]) => event),
+      ["bucket.created", "bucket.removed"],
+    );
+    announcer.emit("bucket.created", { bucket: "b-s3" });
+    assert.equal(bus.emitted.at(-1)?.[1].at, "2026-01-01T10:00:00.000Z");
+    await announcer.close();
+  });
+
   it("says once that the bus cannot be reached, never throws at the harness, and says once when it is back", async () => {
     const logger = collectingLogger();
     const bus = fakeBus();

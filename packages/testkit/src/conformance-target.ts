@@ -36,6 +36,11 @@ export interface TargetServer {
   createForeign(as: string, password: string): Promise<void>;
   /** Values that try to break out of quoting; each must be refused or reach the server quoted. */
   readonly hostileValues: readonly Readonly<Record<string, unknown>>[];
+  /**
+   * The awkward passwords this backend can take, when not all of `AWKWARD_PASSWORDS` (an S3 secret
+   * key is printable ASCII); the adapter must refuse the others in words.
+   */
+  readonly awkwardPasswords?: readonly string[];
   /** Values a plain consumer asks for (for example `{}`). */
   readonly plainValues: Readonly<Record<string, unknown>>;
   /** Stops the server, keeping its data, for tests of a backend that goes away (optional). */

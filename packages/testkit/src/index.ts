@@ -14,6 +14,13 @@ export * from "./conformance.ts";
 export * from "./postgres-server.ts";
 export * from "./mariadb-server.ts";
 export * from "./redis-server.ts";
+export {
+  CEPH_ADMIN_CAPS,
+  CephNotFoundError,
+  CephStartError,
+  startCeph,
+  type CephServer,
+} from "./ceph-server.ts";
 export * from "./memory-adapter.ts";
 export * from "./nats-server.ts";
 export * from "./prometheus-scrape.ts";
