@@ -14,6 +14,7 @@ export * from "./conformance.ts";
 export * from "./postgres-server.ts";
 export * from "./mariadb-server.ts";
 export * from "./redis-server.ts";
+export * from "./glewlwyd-server.ts";
 export * from "./memory-adapter.ts";
 export * from "./nats-server.ts";
 export * from "./prometheus-scrape.ts";
