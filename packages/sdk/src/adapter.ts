@@ -82,3 +82,14 @@ export interface Adapter {
   /** Releases connections. Called once by `stop()`. */
   close?(): Promise<void>;
 }
+
+/**
+ * An adapter that only answers in batches: the guard (adapter-guard.ts) supplies its `holds` from
+ * `holdsMany`, so a backend read for many is written once.
+ */
+export type BatchedAdapter = Omit<Adapter, "holds" | "holdsMany"> &
+  Partial<Pick<Adapter, "holds">> &
+  Required<Pick<Adapter, "holdsMany">>;
+
+/** What a provider writes and `runProvisioner` takes: a plain or a batched adapter. */
+export type ProviderAdapter = Adapter | BatchedAdapter;

@@ -1,5 +1,7 @@
 import { createHash } from "node:crypto";
-import type { Adapter, FailureClass, Provision } from "./adapter.ts";
+import type { FailureClass, Provision, ProviderAdapter } from "./adapter.ts";
+import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
+import { assertInstance } from "./admin-settings.ts";
 import {
   consoleLogger,
   discardActions,
@@ -16,6 +18,7 @@ import { readContributions, type Contribution } from "./contributions-file.ts";
 import { InvalidLoginError, isValidLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
 import { DEFAULT_RETIREMENT_LIMITS, RetirementCounter } from "./retirement.ts";
+import { isRefusal } from "./refusals.ts";
 import { classOf, describeError } from "./scrub.ts";
 import { readSecret } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
@@ -98,10 +101,14 @@ export interface ProvisionerHandle extends ProvisionerTools {
  */
 export function runProvisioner(
   iface: string,
-  adapter: Adapter,
+  adapter: ProviderAdapter,
   options: ProvisionerOptions,
 ): ProvisionerHandle {
-  return new Provisioner(iface, adapter, options);
+  const guarded = guardAdapter(adapter, {
+    instance: options.instance ?? DEFAULTS.instance,
+    logger: options.logger,
+  });
+  return new Provisioner(iface, guarded, options);
 }
 
 const DEFAULTS = {
@@ -188,7 +195,7 @@ class Provisioner implements ProvisionerHandle {
 
   constructor(
     readonly iface: string,
-    readonly adapter: Adapter,
+    readonly adapter: GuardedAdapter,
     readonly options: ProvisionerOptions,
   ) {
     this.#s = settingsOf(options);
@@ -416,7 +423,7 @@ class Provisioner implements ProvisionerHandle {
   async #check(checks: readonly { p: Provision; digest: string }[]): Promise<CreateJob[]> {
     if (checks.length === 0) return [];
     const answers = new Map<string, boolean | Error>();
-    if (this.adapter.holdsMany) {
+    if (this.adapter.batched) {
       const many = this.adapter.holdsMany.bind(this.adapter);
       // In batches, each with its own timeout: a backend that must be asked once per consumer (a login
       // each) would not answer a thousand within one.
@@ -594,6 +601,7 @@ class Provisioner implements ProvisionerHandle {
   // ---- failures, secrets, problems ----------------------------------------------------------
 
   #classify(err: unknown, text: string): FailureClass {
+    if (isRefusal(err)) return "refused";
     let said: FailureClass | undefined;
     try {
       said = this.adapter.classify?.(err);
@@ -907,8 +915,7 @@ function settingsOf(options: ProvisionerOptions): Settings {
     const value = options[key];
     if (value === undefined) continue;
     if (key === "instance") {
-      if (typeof value !== "string" || value === "") throw new TypeError("instance must be a non-empty name");
-      s.instance = value;
+      s.instance = assertInstance(value);
       continue;
     }
     if (typeof value !== "number" || !(value > 0)) {

@@ -28,3 +28,25 @@ export * from "./metrics.ts";
 export * from "./metrics-url.ts";
 export * from "./watcher.ts";
 export * from "./action-journal.ts";
+export { guardAdapter, GuardedAdapter, type GuardOptions } from "./adapter-guard.ts";
+export {
+  RefusalError,
+  NotMadeHereError,
+  NotRetiredError,
+  ValueRefusedError,
+  DerivedChangedError,
+  findInChain,
+  isRefusal,
+  quoteValue,
+  type NotMadeHereDetail,
+} from "./refusals.ts";
+export {
+  INSTANCE_PATTERN,
+  AdminSettingError,
+  assertInstance,
+  adminUrlError,
+  parseAdminUrl,
+  positiveSetting,
+  type AdminUrl,
+  type AdminUrlRules,
+} from "./admin-settings.ts";

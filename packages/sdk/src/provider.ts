@@ -1,4 +1,4 @@
-import type { Adapter } from "./adapter.ts";
+import type { ProviderAdapter } from "./adapter.ts";
 import type { Logger } from "./collaborators.ts";
 
 /** How a provider package describes itself to `mesh provider <name>` and to its own entry point. */
@@ -11,6 +11,9 @@ export interface ProviderModule {
   readonly adminUrlEnv: string;
   /** An example admin URL for help texts (no real password). */
   readonly adminUrlExample: string;
-  /** Makes the adapter. `instance` names this provider in every mark it writes. */
-  createAdapter(config: { adminUrl: string; instance: string; logger: Logger }): Adapter;
+  /**
+   * Makes the adapter (and the vendor client it speaks through). `instance` names this provider in
+   * every mark it writes. The harness runs it inside the guard (adapter-guard.ts).
+   */
+  createAdapter(config: { adminUrl: string; instance: string; logger: Logger }): ProviderAdapter;
 }

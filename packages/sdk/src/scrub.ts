@@ -15,15 +15,9 @@ export function clip(text: string): string {
   return oneLine.length <= MOST ? oneLine : `${oneLine.slice(0, MOST)}…`;
 }
 
-const CREDENTIAL_WORDS = [
-  "password authentication failed",
-  "authentication failed",
-  "access denied",
-  "wrongpass",
-  "noauth",
-  "invalid username-password",
-  "unauthorized",
-];
+// Words any backend may use. A backend's own words (Postgres's "the database system is starting
+// up", Redis's WRONGPASS) are its adapter's `classify`, which is asked first.
+const CREDENTIAL_WORDS = ["authentication failed", "access denied", "unauthorized"];
 const UNREACHABLE_WORDS = [
   "econnrefused",
   "connection refused",
@@ -35,11 +29,7 @@ const UNREACHABLE_WORDS = [
   "enotfound",
   "ehostunreach",
   "enetunreach",
-  "connection terminated",
-  "connection is closed",
   "socket closed",
-  "the database system is starting up",
-  "the database system is shutting down",
 ];
 
 /** The operating system's codes for "the server could not be reached", whatever the backend. */

@@ -1,4 +1,4 @@
-import type { Adapter, Provision } from "@mesh/sdk";
+import type { Provision, ProviderAdapter } from "@mesh/sdk";
 
 /**
  * What the conformance kit needs from one provider to check it against its real server. Each
@@ -15,8 +15,11 @@ export interface ConformanceTarget {
 
 /** A running server the kit drives, seen from outside the adapter. */
 export interface TargetServer {
-  /** A new adapter for this server whose marks name `instance`. The kit closes it. */
-  makeAdapter(instance: string): Adapter;
+  /**
+   * A new adapter for this server whose marks name `instance`, as the provider's `create…Adapter`
+   * makes it. The kit runs it inside the sdk's guard, as the harness does, and closes it.
+   */
+  makeAdapter(instance: string): ProviderAdapter;
   /** Whether `as` can log in with `password` right now (false when the server refuses it). */
   canLogin(p: Provision, password?: string): Promise<boolean>;
   /** As the consumer, stores `marker` in its resource (a row, a key...). */

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
-import type { Adapter, InventoryEntry, Provision } from "@mesh/sdk";
+import { guardAdapter, type GuardedAdapter, type InventoryEntry, type Provision } from "@mesh/sdk";
 import type { ConformanceTarget, TargetServer } from "./conformance-target.ts";
 
 /** Logins that must be refused before any command reaches a backend, and leave no trace. */
@@ -64,8 +64,9 @@ const signal = (): AbortSignal => new AbortController().signal;
 export function runConformance(target: ConformanceTarget): void {
   void describe(`${target.name} conformance`, { timeout: 600_000 }, () => {
     let server: TargetServer;
-    let adapter: Adapter;
-    let neighbour: Adapter;
+    // Inside the guard, as the harness runs them: the promises checked are those a provider keeps.
+    let adapter: GuardedAdapter;
+    let neighbour: GuardedAdapter;
     const foreign = { as: "person_made_this", password: mintPassword() };
     let serial = 0;
 
@@ -82,15 +83,18 @@ export function runConformance(target: ConformanceTarget): void {
     });
     const foreignProvision = (): Provision => ({ ...foreign, values: server.plainValues, derived: {} });
 
-    const entryOf = async (a: Adapter, as: string): Promise<InventoryEntry | undefined> =>
+    const entryOf = async (a: GuardedAdapter, as: string): Promise<InventoryEntry | undefined> =>
       (await a.inventory()).find((e) => e.as === as);
-    const listed = async (a: Adapter): Promise<string[]> => (await a.inventory()).map((e) => e.as).sort();
+    const listed = async (a: GuardedAdapter): Promise<string[]> =>
+      (await a.inventory()).map((e) => e.as).sort();
     const wrong = (p: Provision): string => `${p.password}x`;
 
     before(async () => {
       server = await target.start();
-      adapter = server.makeAdapter("conformance");
-      neighbour = server.makeAdapter("conformance-neighbour");
+      adapter = guardAdapter(server.makeAdapter("conformance"), { instance: "conformance" });
+      neighbour = guardAdapter(server.makeAdapter("conformance-neighbour"), {
+        instance: "conformance-neighbour",
+      });
       await server.createForeign(foreign.as, foreign.password);
     });
 

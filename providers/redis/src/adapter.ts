@@ -12,9 +12,11 @@
 import { createHash } from "node:crypto";
 import { Redis } from "ioredis";
 import {
-  assertLogin,
   consoleLogger,
-  isValidLogin,
+  findInChain,
+  isNetworkError,
+  NotMadeHereError,
+  NotRetiredError,
   type Adapter,
   type Deleted,
   type FailureClass,
@@ -22,7 +24,6 @@ import {
   type Logger,
   type Provision,
   type Retired,
-  isNetworkError,
 } from "@mesh/sdk";
 import {
   CONSUMER_COMMAND_RULES,
@@ -49,49 +50,6 @@ export interface RedisClient {
   disconnect(): void;
   on(event: "error", listener: (err: Error) => void): unknown;
   on(event: "ready" | "end", listener: () => void): unknown;
-}
-
-/** The ACL user exists but carries no mark of this instance: made by a person or another provider. */
-export class RedisLoginNotOursError extends Error {
-  override name = "RedisLoginNotOursError";
-  constructor(
-    readonly login: string,
-    readonly instance: string,
-  ) {
-    super(
-      `Redis ACL user ${JSON.stringify(login)} exists but was not made by mesh provider instance ` +
-        `${JSON.stringify(instance)} (it carries no mark of this instance), so it is left untouched; ` +
-        `give the consumer another name, or remove the user by hand (ACL DELUSER) if nobody needs it`,
-    );
-  }
-}
-
-/** `delete` was asked for a login this instance never made (or whose mark is gone). */
-export class RedisConsumerNotFoundError extends Error {
-  override name = "RedisConsumerNotFoundError";
-  constructor(
-    readonly login: string,
-    readonly instance: string,
-  ) {
-    super(
-      `no Redis consumer ${JSON.stringify(login)} made by mesh provider instance ${JSON.stringify(instance)}: ` +
-        `nothing deleted; see the retired consumers with \`cleanup list\``,
-    );
-  }
-}
-
-/** `delete` was asked for a consumer that is not retired; only a retired one is ever deleted. */
-export class RedisConsumerNotRetiredError extends Error {
-  override name = "RedisConsumerNotRetiredError";
-  constructor(
-    readonly login: string,
-    why: string,
-  ) {
-    super(
-      `Redis consumer ${JSON.stringify(login)} is not retired (${why}): nothing deleted; only a retired ` +
-        `consumer can be deleted`,
-    );
-  }
 }
 
 /** The server cannot be talked to right now: it is down, or it refused the admin's login. */
@@ -169,7 +127,7 @@ const WHY_LIMIT = 1_000;
 /**
  * Makes the `redis-namespace` adapter for one Redis server. Connects lazily; a server that is down
  * makes calls fail at once (class `unreachable`) and is reconnected to in the background.
- * @throws RedisConfigError when the admin URL or the instance name cannot be used.
+ * @throws AdminSettingError when the admin URL or the instance name cannot be used.
  */
 export function createRedisAdapter(config: RedisAdapterConfig): RedisNamespaceAdapter {
   const resolved = resolveRedisConfig(config);
@@ -216,15 +174,14 @@ export class RedisNamespaceAdapter implements Adapter {
   /**
    * Creates or repairs the consumer's ACL user, re-enabling a retired one and clearing its mark;
    * writes nothing when all is already in place.
-   * @throws RedisLoginNotOursError when a user of that name exists without this instance's mark.
+   * @throws NotMadeHereError when a user of that name exists without this instance's mark.
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
-    const login = assertLogin(p.as);
+    const login = p.as;
     const facts = await this.serverFacts();
     signal.throwIfAborted();
     const [user, mark] = await this.readUser(login);
-    if (user !== undefined && mark === undefined)
-      throw new RedisLoginNotOursError(login, this.config.instance);
+    if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
     // Nothing to write when all is in place: no ACL change, and no ACL SAVE rewriting the file.
     const inPlace =
       isHeld(user, mark, login, p.password, facts.commands) &&
@@ -242,11 +199,10 @@ export class RedisNamespaceAdapter implements Adapter {
 
   /** Whether the consumer's ACL user is on, with exactly its password, patterns, commands and an active mark. */
   async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
-    const login = assertLogin(p.as);
     const facts = await this.serverFacts();
     signal.throwIfAborted();
-    const [user, mark] = await this.readUser(login);
-    return isHeld(user, mark, login, p.password, facts.commands);
+    const [user, mark] = await this.readUser(p.as);
+    return isHeld(user, mark, p.as, p.password, facts.commands);
   }
 
   /** `holds` for many consumers with one ACL LIST, however many they are. */
@@ -256,10 +212,6 @@ export class RedisNamespaceAdapter implements Adapter {
     const users = await this.listUsers();
     const answers = new Map<string, boolean | Error>();
     for (const p of ps) {
-      if (!isValidLogin(p.as)) {
-        answers.set(p.as, new Error(`login ${JSON.stringify(p.as)} is not valid; it was not checked`));
-        continue;
-      }
       const markUser = users.get(this.markName(p.as));
       const mark = markUser === undefined ? undefined : decodeMark(markUser);
       answers.set(p.as, isHeld(users.get(p.as), mark, p.as, p.password, facts.commands));
@@ -268,12 +220,15 @@ export class RedisNamespaceAdapter implements Adapter {
   }
 
   /** Turns the consumer's ACL user off, ends its connections and marks it retired. Keys stay. */
-  async retire(as: string, derived: Readonly<Record<string, unknown>>, why: string, at: Date): Promise<void> {
-    const login = assertLogin(as);
+  async retire(
+    login: string,
+    derived: Readonly<Record<string, unknown>>,
+    why: string,
+    at: Date,
+  ): Promise<void> {
     const facts = await this.serverFacts();
     const [user, mark] = await this.readUser(login);
-    if (user !== undefined && mark === undefined)
-      throw new RedisLoginNotOursError(login, this.config.instance);
+    if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
     // With no user left (a Redis restarted without an ACL file) the mark is still written: it is
     // what lets a person find and delete the keys the consumer left behind.
     const retiredMark: Mark = {
@@ -305,7 +260,6 @@ export class RedisNamespaceAdapter implements Adapter {
     for (const [name, user] of await this.listUsers()) {
       if (!name.startsWith(prefix)) continue;
       const login = name.slice(prefix.length);
-      if (!isValidLogin(login)) continue;
       const mark = decodeMark(user);
       if (mark === undefined) {
         this.logger.warn(
@@ -327,19 +281,13 @@ export class RedisNamespaceAdapter implements Adapter {
   /**
    * Deletes a retired consumer: its keys in every database (scanned, never KEYS; unlinked in
    * batches, never blocking), then its ACL user and mark. Reports the memory its keys used.
-   * @throws RedisConsumerNotFoundError, RedisLoginNotOursError or RedisConsumerNotRetiredError, having deleted nothing.
+   * @throws NotRetiredError when its ACL user was turned on again, having deleted nothing.
    */
   async delete(r: Retired): Promise<Deleted> {
-    const login = assertLogin(r.as);
+    const login = r.as;
     const facts = await this.serverFacts();
-    const [user, mark] = await this.readUser(login);
-    if (mark === undefined) {
-      if (user !== undefined) throw new RedisLoginNotOursError(login, this.config.instance);
-      throw new RedisConsumerNotFoundError(login, this.config.instance);
-    }
-    if (mark.state !== "retired") throw new RedisConsumerNotRetiredError(login, "its mark says active");
-    if (user?.enabled === true)
-      throw new RedisConsumerNotRetiredError(login, "its ACL user was turned on again");
+    const [user] = await this.readUser(login);
+    if (user?.enabled === true) throw new NotRetiredError(login, "its ACL user was turned on again");
     const freedBytes = await this.unlinkKeys(login);
     const batch = this.client.multi();
     if (user !== undefined) batch.call("ACL", "DELUSER", login);
@@ -350,8 +298,7 @@ export class RedisNamespaceAdapter implements Adapter {
   }
 
   /** Whether an ACL user of this name exists at all, made by anyone. */
-  async exists(as: string): Promise<boolean> {
-    const login = assertLogin(as);
+  async exists(login: string): Promise<boolean> {
     await this.connected();
     return (await this.client.call("ACL", "GETUSER", login)) !== null;
   }
@@ -372,6 +319,13 @@ export class RedisNamespaceAdapter implements Adapter {
     } catch {
       this.client.disconnect();
     }
+  }
+
+  private notMadeHere(login: string): NotMadeHereError {
+    return new NotMadeHereError(login, this.config.instance, {
+      resource: `Redis ACL user ${JSON.stringify(login)}`,
+      fix: "give the consumer another name, or remove the user by hand (ACL DELUSER) if nobody needs it",
+    });
   }
 
   private markName(login: string): string {
@@ -536,24 +490,14 @@ export class RedisNamespaceAdapter implements Adapter {
 /**
  * The failure class of an error from Redis or from this adapter: a rejected admin login is
  * `credentials-rejected`, a server that cannot be reached or answer in time is `unreachable`, and a
- * refusal (a login not ours, a command the admin may not run) is `refused`.
+ * command the admin may not run is `refused`. The kit's refusals are classed by the harness.
  */
 export function classifyRedisError(err: unknown): FailureClass | undefined {
-  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
-    if (e instanceof RedisConnectionError) return e.loginRefused ? "credentials-rejected" : "unreachable";
-    if (
-      e instanceof RedisLoginNotOursError ||
-      e instanceof RedisConsumerNotFoundError ||
-      e instanceof RedisConsumerNotRetiredError
-    ) {
-      return "refused";
-    }
-    const message = messageOf(e);
-    if (/\b(WRONGPASS|NOAUTH)\b/.test(message)) return "credentials-rejected";
-    if (isConnectionError(e)) return "unreachable";
-    if (/^NOPERM\b/.test(message)) return "refused";
-    e = e instanceof Error ? e.cause : undefined;
-  }
+  const down = findInChain(err, (e): e is RedisConnectionError => e instanceof RedisConnectionError);
+  if (down !== undefined) return down.loginRefused ? "credentials-rejected" : "unreachable";
+  if (findInChain(err, (e) => /\b(WRONGPASS|NOAUTH)\b/.test(messageOf(e)))) return "credentials-rejected";
+  if (findInChain(err, isConnectionError)) return "unreachable";
+  if (findInChain(err, (e) => /^NOPERM\b/.test(messageOf(e)))) return "refused";
   return undefined;
 }
 

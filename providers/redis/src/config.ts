@@ -1,7 +1,7 @@
-// The admin URL, the instance name and the policy of what a consumer may run, checked once so a
-// mistake is said in words before any connection is tried.
+// What is Redis's own in the provider's settings: its admin URL's form, its timeouts, and the policy
+// of what a consumer and the admin may run. The sdk checks the instance name and the URL.
 
-import type { Logger } from "@mesh/sdk";
+import { assertInstance, parseAdminUrl, positiveSetting, type AdminUrlRules, type Logger } from "@mesh/sdk";
 
 /** Where the admin URL is read from when no flag gives it. */
 export const ADMIN_URL_ENV = "MESH_REDIS_URL";
@@ -32,23 +32,6 @@ export interface ResolvedRedisConfig {
   readonly connectTimeoutMs: number;
   readonly commandTimeoutMs: number;
 }
-
-/** A setting cannot be used. The message never contains the admin's password. */
-export class RedisConfigError extends Error {
-  override name = "RedisConfigError";
-  constructor(
-    readonly setting: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-/**
- * What an instance name may be: it becomes part of an ACL user name, which may hold no space, and
- * the `:` that separates it from the login must stay unambiguous.
- */
-export const INSTANCE_PATTERN = /^[A-Za-z0-9_.-]{1,64}$/;
 
 /**
  * The commands every consumer may run, as ACL rules. Everything but administration and what
@@ -93,52 +76,30 @@ export const ADMIN_RULES: readonly string[] = [
   "+exec",
 ];
 
+/** How the Redis admin URL looks; checked by the sdk's `parseAdminUrl`. */
+export const REDIS_ADMIN_URL: AdminUrlRules = {
+  backend: "Redis",
+  schemes: ["redis:", "rediss:"],
+  defaultPort: 6379,
+  env: ADMIN_URL_ENV,
+  example: "redis://<admin>:<password>@<host>:<port>",
+  // Redis's `default` user is the admin when the URL names none.
+  needsUser: false,
+  needsPassword: true,
+};
+
 /**
  * Checks the configuration.
- * @throws RedisConfigError naming the setting and the fix, never echoing the password.
+ * @throws AdminSettingError naming the setting and the fix, never echoing the password.
  */
 export function resolveRedisConfig(config: RedisAdapterConfig): ResolvedRedisConfig {
-  const instance = config.instance;
-  if (!INSTANCE_PATTERN.test(instance)) {
-    throw new RedisConfigError(
-      "instance",
-      `provider instance name ${JSON.stringify(instance)} is not usable: it names this provider in ACL ` +
-        `user names, so give 1–64 characters of letters, digits, "_", "." and "-"`,
-    );
-  }
-  let url: URL;
-  try {
-    url = new URL(config.adminUrl.trim());
-  } catch {
-    // Not shown at all: a string that is not a URL may be a password pasted in the wrong place.
-    throw badUrl("is not a URL");
-  }
-  if (url.protocol !== "redis:" && url.protocol !== "rediss:") {
-    throw badUrl(`has scheme ${JSON.stringify(url.protocol)}, not redis: or rediss:`);
-  }
-  if (url.hostname === "") throw badUrl("names no host");
-  if (url.password === "") throw badUrl("has no password: the admin must authenticate");
-  const port = url.port === "" ? "6379" : url.port;
+  const instance = assertInstance(config.instance);
+  const url = parseAdminUrl(config.adminUrl, REDIS_ADMIN_URL);
   return {
-    adminUrl: config.adminUrl.trim(),
-    endpoint: `${url.hostname}:${port}`,
+    adminUrl: url.text,
+    endpoint: url.endpoint,
     instance,
-    connectTimeoutMs: positive(config.connectTimeoutMs, 5_000, "connectTimeoutMs"),
-    commandTimeoutMs: positive(config.commandTimeoutMs, 15_000, "commandTimeoutMs"),
+    connectTimeoutMs: positiveSetting("connectTimeoutMs", config.connectTimeoutMs, 5_000),
+    commandTimeoutMs: positiveSetting("commandTimeoutMs", config.commandTimeoutMs, 15_000),
   };
-}
-
-function badUrl(why: string): RedisConfigError {
-  return new RedisConfigError(
-    "adminUrl",
-    `the Redis admin URL ${why}; give redis://<admin>:<password>@<host>:<port> with --admin-url or ${ADMIN_URL_ENV}`,
-  );
-}
-
-function positive(value: number | undefined, fallback: number, setting: string): number {
-  if (value === undefined) return fallback;
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new RedisConfigError(setting, `${setting} is ${value}; give a positive number of milliseconds`);
-  }
-  return value;
 }

@@ -5,24 +5,34 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import { Redis } from "ioredis";
-import { InvalidLoginError, type Provision } from "@mesh/sdk";
+import {
+  AdminSettingError,
+  guardAdapter,
+  InvalidLoginError,
+  NotMadeHereError,
+  NotRetiredError,
+  type GuardedAdapter,
+  type Provision,
+} from "@mesh/sdk";
 import { startRedis, type RedisServer } from "@mesh/testkit";
 import {
   ADMIN_RULES,
   classifyRedisError,
   createRedisAdapter,
-  RedisConfigError,
-  RedisConsumerNotFoundError,
-  RedisConsumerNotRetiredError,
-  RedisLoginNotOursError,
   RedisNamespaceAdapter,
   resolveRedisConfig,
+  type RedisAdapterConfig,
   type RedisBatch,
   type RedisClient,
 } from "../src/index.ts";
 import { adminPasswordOf, connectAdmin, connectAs, recordingLogger } from "./conformance-target.ts";
 
 const signal = new AbortController().signal;
+
+/** The adapter as the harness runs it: inside the sdk's guard. */
+function guarded(config: RedisAdapterConfig): GuardedAdapter {
+  return guardAdapter(createRedisAdapter(config), { instance: config.instance });
+}
 
 function consumer(as: string, password = randomBytes(24).toString("base64url")): Provision {
   return { as, password, values: {}, derived: {} };
@@ -95,12 +105,12 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
   let admin: Redis;
   const closers: (() => Promise<unknown> | void)[] = [];
   const logger = recordingLogger();
-  let adapter: RedisNamespaceAdapter;
+  let adapter: GuardedAdapter;
 
   before(async () => {
     plain = await startRedis();
     admin = await connectAdmin(plain);
-    adapter = createRedisAdapter({ adminUrl: plain.adminUrl, instance: "main", logger });
+    adapter = guarded({ adminUrl: plain.adminUrl, instance: "main", logger });
     closers.push(() => adapter.close());
   });
   after(async () => {
@@ -171,7 +181,7 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
       await assert.rejects(adapter.holds(p, signal), InvalidLoginError);
       await assert.rejects(adapter.retire(as, {}, "test", new Date()), InvalidLoginError);
       await assert.rejects(adapter.delete({ as, derived: {} }), InvalidLoginError);
-      await assert.rejects(adapter.exists(as), InvalidLoginError);
+      await assert.rejects(adapter.exists!(as), InvalidLoginError);
       const many = await adapter.holdsMany([p], signal);
       assert.ok(many.get(as) instanceof Error, "an invalid login is answered with an Error");
     }
@@ -223,11 +233,11 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     const before = await admin.call("ACL", "GETUSER", "handmade");
     const p = consumer("handmade");
     const refusal = await adapter.create(p, signal).catch((err: unknown) => err);
-    assert.ok(refusal instanceof RedisLoginNotOursError, "a user not made here is refused");
+    assert.ok(refusal instanceof NotMadeHereError, "a user not made here is refused");
     assert.match(refusal.message, /not made by mesh provider instance "main"/);
     assert.equal(adapter.classify(refusal), "refused");
-    await assert.rejects(adapter.retire("handmade", {}, "test", new Date()), RedisLoginNotOursError);
-    await assert.rejects(adapter.delete({ as: "handmade", derived: {} }), RedisLoginNotOursError);
+    await assert.rejects(adapter.retire("handmade", {}, "test", new Date()), NotMadeHereError);
+    await assert.rejects(adapter.delete({ as: "handmade", derived: {} }), NotMadeHereError);
     assert.equal(await adapter.holds(p, signal), false);
     assert.deepEqual(await admin.call("ACL", "GETUSER", "handmade"), before);
     assert.equal(await admin.get("handmade:data"), "keep");
@@ -235,15 +245,15 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
       !(await adapter.inventory()).some((e) => e.as === "handmade"),
       "a user not made here is not listed",
     );
-    assert.equal(await adapter.exists("handmade"), true);
-    assert.equal(await adapter.exists("nobody_here"), false);
+    assert.equal(await adapter.exists!("handmade"), true);
+    assert.equal(await adapter.exists!("nobody_here"), false);
     // The server's own users are just as foreign.
-    await assert.rejects(adapter.create(consumer("default"), signal), RedisLoginNotOursError);
-    await assert.rejects(adapter.create(consumer("admin"), signal), RedisLoginNotOursError);
+    await assert.rejects(adapter.create(consumer("default"), signal), NotMadeHereError);
+    await assert.rejects(adapter.create(consumer("admin"), signal), NotMadeHereError);
   });
 
   void it("keeps two instances on one server apart", async () => {
-    const other = createRedisAdapter({
+    const other = guarded({
       adminUrl: plain.adminUrl,
       instance: "other",
       logger: recordingLogger(),
@@ -255,8 +265,8 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
       !(await adapter.inventory()).some((e) => e.as === "theirs"),
       "another instance's consumer is not listed",
     );
-    await assert.rejects(adapter.create(consumer("theirs"), signal), RedisLoginNotOursError);
-    await assert.rejects(adapter.retire("theirs", {}, "test", new Date()), RedisLoginNotOursError);
+    await assert.rejects(adapter.create(consumer("theirs"), signal), NotMadeHereError);
+    await assert.rejects(adapter.retire("theirs", {}, "test", new Date()), NotMadeHereError);
     assert.equal(await other.holds(theirs, signal), true);
     assert.equal(await adapter.holds(theirs, signal), false);
   });
@@ -266,10 +276,13 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     const counted = countingClient(
       new Redis(plain.adminUrl, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 }),
     );
-    const batched = new RedisNamespaceAdapter(
-      counted,
-      resolveRedisConfig({ adminUrl: plain.adminUrl, instance: "main" }),
-      recordingLogger(),
+    const batched = guardAdapter(
+      new RedisNamespaceAdapter(
+        counted,
+        resolveRedisConfig({ adminUrl: plain.adminUrl, instance: "main" }),
+        recordingLogger(),
+      ),
+      { instance: "main" },
     );
     closers.push(() => batched.close());
     const ps = Array.from({ length: 40 }, (_, i) => consumer(`many_${i}`));
@@ -359,7 +372,7 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     await admin.set("staying:data", "mine");
     await admin.set("leavingx:not-its-key", "kept");
 
-    await assert.rejects(adapter.delete({ as: p.as, derived: {} }), RedisConsumerNotRetiredError);
+    await assert.rejects(adapter.delete({ as: p.as, derived: {} }), NotRetiredError);
     assert.equal(await admin.exists("leaving:1"), 1);
     await adapter.retire(p.as, {}, "gone", new Date());
     const { freedBytes } = await adapter.delete({ as: p.as, derived: {} });
@@ -370,10 +383,10 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     await admin.select(0);
     assert.equal(await admin.get("staying:data"), "mine");
     assert.equal(await admin.get("leavingx:not-its-key"), "kept");
-    assert.equal(await adapter.exists(p.as), false);
+    assert.equal(await adapter.exists!(p.as), false);
     assert.ok(!(await adapter.inventory()).some((e) => e.as === p.as), "a deleted consumer is not listed");
     assert.equal(await adapter.holds(stay, signal), true);
-    await assert.rejects(adapter.delete({ as: p.as, derived: {} }), RedisConsumerNotFoundError);
+    await assert.rejects(adapter.delete({ as: p.as, derived: {} }), NotMadeHereError);
   });
 
   void it("refuses to delete a retired consumer someone turned on again by hand", async () => {
@@ -381,8 +394,8 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     await adapter.create(p, signal);
     await adapter.retire(p.as, {}, "gone", new Date());
     await admin.call("ACL", "SETUSER", p.as, "on");
-    await assert.rejects(adapter.delete({ as: p.as, derived: {} }), RedisConsumerNotRetiredError);
-    assert.equal(await adapter.exists(p.as), true);
+    await assert.rejects(adapter.delete({ as: p.as, derived: {} }), NotRetiredError);
+    assert.equal(await adapter.exists!(p.as), true);
   });
 
   void it("marks a consumer whose user is already gone as retired, so its keys can still be deleted", async () => {
@@ -404,7 +417,7 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     const url = new URL(plain.adminUrl);
     url.username = "mesh_admin";
     url.password = "least-admin-pw";
-    const least = createRedisAdapter({
+    const least = guarded({
       adminUrl: url.toString(),
       instance: "least",
       logger: recordingLogger(),
@@ -421,7 +434,7 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     c.disconnect();
     assert.equal((await least.inventory())[0]?.state, "retired");
     assert.ok((await least.delete({ as: p.as, derived: {} })).freedBytes > 0, "deleting freed bytes");
-    assert.equal(await least.exists(p.as), false);
+    assert.equal(await least.exists!(p.as), false);
   });
 
   void it("refuses an admin URL or instance name it cannot use, without echoing the password", () => {
@@ -435,7 +448,7 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
       assert.throws(
         () => createRedisAdapter({ adminUrl, instance }),
         (err: unknown) =>
-          err instanceof RedisConfigError && err.setting === setting && !err.message.includes("s3cret-pw"),
+          err instanceof AdminSettingError && err.setting === setting && !err.message.includes("s3cret-pw"),
       );
     }
   });
@@ -443,7 +456,7 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
   void it("classes a rejected admin password as credentials-rejected", async () => {
     const url = new URL(plain.adminUrl);
     url.password = "wrong-admin-password";
-    const wrong = createRedisAdapter({
+    const wrong = guarded({
       adminUrl: url.toString(),
       instance: "main",
       logger: recordingLogger(),
@@ -461,7 +474,7 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
 
 void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
   const servers: RedisServer[] = [];
-  const adapters: RedisNamespaceAdapter[] = [];
+  const adapters: GuardedAdapter[] = [];
   after(async () => {
     for (const a of adapters) await a.close();
     for (const s of servers) await s.stop();
@@ -471,7 +484,7 @@ void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
     const server = await startRedis({ aclFile });
     servers.push(server);
     const logger = recordingLogger();
-    const adapter = createRedisAdapter({ adminUrl: server.adminUrl, instance: "main", logger });
+    const adapter = guarded({ adminUrl: server.adminUrl, instance: "main", logger });
     adapters.push(adapter);
     return { server, adapter, logger };
   }
@@ -522,7 +535,7 @@ void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
       { as: "retired_one", state: "retired", derived: {}, retiredAt: at, why: "unasked for five passes" },
     ]);
     // A new adapter (a provider restart) reads the same.
-    const fresh = createRedisAdapter({
+    const fresh = guarded({
       adminUrl: server.adminUrl,
       instance: "main",
       logger: recordingLogger(),
@@ -560,7 +573,7 @@ void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
     const url = new URL(server.adminUrl);
     await server.restart({
       whileDown: async () => {
-        const early = createRedisAdapter({
+        const early = guarded({
           adminUrl: url.toString(),
           instance: "main",
           logger: recordingLogger(),

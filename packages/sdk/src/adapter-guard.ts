@@ -1,0 +1,187 @@
+// The guard every adapter runs inside, in the harness and in the conformance kit alike, so that no
+// adapter repeats a rule the mesh holds for all of them (as kysely wraps every driver once, so that
+// none repeats "initialise once, destroy once"): every login is checked before any call reaches the
+// adapter, `holds` and `holdsMany` are each made from the other when only one is written, `close`
+// runs once, and `delete` reaches the adapter only for a retired consumer this instance made.
+
+import type {
+  Adapter,
+  Deleted,
+  FailureClass,
+  InventoryEntry,
+  Provision,
+  ProviderAdapter,
+  Retired,
+} from "./adapter.ts";
+import { assertInstance } from "./admin-settings.ts";
+import type { Logger } from "./collaborators.ts";
+import { forEachLimited } from "./concurrency.ts";
+import { assertLogin, InvalidLoginError, isValidLogin } from "./login.ts";
+import { isRefusal, NotMadeHereError, NotRetiredError } from "./refusals.ts";
+
+/** What the guard knows of the provider it guards. */
+export interface GuardOptions {
+  /** The provider instance the adapter was made for: named in the refusals the guard makes. */
+  readonly instance: string;
+  /** Where an inventory entry with a login the mesh could not have made is said (nowhere). */
+  readonly logger?: Logger | undefined;
+  /** How many `holds` run at once when `holdsMany` is made from them (8). */
+  readonly concurrency?: number | undefined;
+}
+
+/**
+ * Wraps `adapter` in the guard, once: an adapter already guarded for the same instance is returned
+ * as it is.
+ * @throws AdminSettingError when `options.instance` is not a usable instance name.
+ */
+export function guardAdapter(adapter: ProviderAdapter, options: GuardOptions): GuardedAdapter {
+  if (adapter instanceof GuardedAdapter && adapter.instance === options.instance) return adapter;
+  return new GuardedAdapter(adapter, options);
+}
+
+/**
+ * An adapter with the mesh's rules around it. It has both `holds` and `holdsMany`; `batched` says
+ * whether the adapter itself answers many at once (when not, `holdsMany` asks `holds` for each).
+ */
+export class GuardedAdapter implements Adapter {
+  readonly instance: string;
+  readonly #adapter: ProviderAdapter;
+  readonly #logger: Logger | undefined;
+  readonly #concurrency: number;
+  #closing: Promise<void> | undefined;
+
+  constructor(adapter: ProviderAdapter, options: GuardOptions) {
+    this.#adapter = adapter;
+    this.instance = assertInstance(options.instance);
+    this.#logger = options.logger;
+    this.#concurrency = options.concurrency ?? 8;
+  }
+
+  /** Whether the guarded adapter has a `holdsMany` of its own, asking a constant number of questions. */
+  get batched(): boolean {
+    return this.#adapter.holdsMany !== undefined;
+  }
+
+  /** The guarded adapter's `exists`, login checked first; undefined when it has none. */
+  get exists(): ((as: string) => Promise<boolean>) | undefined {
+    const exists = this.#adapter.exists?.bind(this.#adapter);
+    return exists === undefined ? undefined : async (as) => exists(assertLogin(as));
+  }
+
+  /** @throws InvalidLoginError before the adapter is asked; then whatever its `create` throws. */
+  async create(p: Provision, signal: AbortSignal): Promise<void> {
+    assertLogin(p.as);
+    signal.throwIfAborted();
+    await this.#adapter.create(p, signal);
+  }
+
+  /**
+   * The adapter's `holds`, or its `holdsMany` for this one consumer.
+   * @throws InvalidLoginError before the adapter is asked; the adapter's error when it cannot tell.
+   */
+  async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
+    assertLogin(p.as);
+    signal.throwIfAborted();
+    if (this.#adapter.holds !== undefined) return this.#adapter.holds(p, signal);
+    const answer = (await this.#adapter.holdsMany!([p], signal)).get(p.as);
+    if (answer instanceof Error) throw answer;
+    if (answer === undefined) {
+      throw new Error(
+        `the adapter's holdsMany gave no answer for ${JSON.stringify(p.as)}; it was not checked`,
+      );
+    }
+    return answer;
+  }
+
+  /**
+   * One answer per consumer asked: an invalid login is answered with its InvalidLoginError without
+   * reaching the adapter, and nothing is answered for a login that was not asked.
+   */
+  async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
+    signal.throwIfAborted();
+    const answers = new Map<string, boolean | Error>();
+    const valid: Provision[] = [];
+    for (const p of ps) {
+      if (isValidLogin(p.as)) valid.push(p);
+      else answers.set(String(p.as), new InvalidLoginError(String(p.as)));
+    }
+    if (valid.length === 0) return answers;
+    const many = this.#adapter.holdsMany?.bind(this.#adapter);
+    if (many !== undefined) {
+      const got = await many(valid, signal);
+      for (const p of valid) {
+        const answer = got.get(p.as);
+        if (answer !== undefined) answers.set(p.as, answer);
+      }
+      return answers;
+    }
+    const holds = this.#adapter.holds!.bind(this.#adapter);
+    await forEachLimited(valid, this.#concurrency, async (p) => {
+      try {
+        answers.set(p.as, await holds(p, signal));
+      } catch (err) {
+        answers.set(p.as, err instanceof Error ? err : new Error(String(err)));
+      }
+    });
+    return answers;
+  }
+
+  /** @throws InvalidLoginError before the adapter is asked; then whatever its `retire` throws. */
+  async retire(as: string, derived: Readonly<Record<string, unknown>>, why: string, at: Date): Promise<void> {
+    await this.#adapter.retire(assertLogin(as), derived, why, at);
+  }
+
+  /** The adapter's inventory, without an entry whose login the mesh could not have made. */
+  async inventory(): Promise<InventoryEntry[]> {
+    const entries = await this.#adapter.inventory();
+    return entries.filter((e) => {
+      if (isValidLogin(e.as)) return true;
+      this.#logger?.warn(
+        `the backend holds a mark of instance ${this.instance} for ${JSON.stringify(e.as)}, which is not a ` +
+          "login the mesh makes; it is left out of the inventory and never touched",
+      );
+      return false;
+    });
+  }
+
+  /**
+   * Deletes a consumer this instance made and retired, as the backend's own marks say (read with
+   * `inventory` first), handing the adapter what the mark recorded.
+   * @throws InvalidLoginError, NotMadeHereError or NotRetiredError, having asked the adapter to delete nothing.
+   */
+  async delete(r: Retired): Promise<Deleted> {
+    const login = assertLogin(r.as);
+    const entry = (await this.inventory()).find((e) => e.as === login);
+    if (entry === undefined) {
+      throw new NotMadeHereError(login, this.instance, {
+        madeBy: "this instance holds no mark of it",
+        fix: "nothing is deleted; `cleanup list` shows the retired consumers this instance can delete",
+      });
+    }
+    if (entry.state !== "retired") throw new NotRetiredError(login, "its mark says active");
+    return this.#adapter.delete({
+      as: login,
+      derived: entry.derived,
+      retiredAt: entry.retiredAt,
+      why: entry.why,
+    });
+  }
+
+  /** `refused` for every refusal, whatever the adapter says; else the adapter's own word. */
+  classify(err: unknown): FailureClass | undefined {
+    if (isRefusal(err)) return "refused";
+    try {
+      return this.#adapter.classify?.(err);
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Closes the adapter, once however often it is asked; every later call waits for the same close. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      await this.#adapter.close?.();
+    })();
+    return this.#closing;
+  }
+}
