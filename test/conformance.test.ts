@@ -3,7 +3,8 @@ import { runConformance } from "@mesh/testkit";
 import { target as postgres } from "../providers/postgres/test/conformance-target.ts";
 import { target as redis } from "../providers/redis/test/conformance-target.ts";
 import { target as mariadb } from "../providers/mariadb/test/conformance-target.ts";
+import { target as oidc } from "../providers/oidc/test/conformance-target.ts";
 
-for (const target of [postgres, redis, mariadb]) {
+for (const target of [postgres, redis, mariadb, oidc]) {
   if (target) runConformance(target);
 }
