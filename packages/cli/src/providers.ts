@@ -4,7 +4,7 @@
 import type { ProviderModule } from "@mesh/sdk";
 
 /** The names `mesh provider` takes. */
-export const PROVIDER_NAMES = ["postgres", "redis", "mariadb"] as const;
+export const PROVIDER_NAMES = ["postgres", "redis", "mariadb", "oidc"] as const;
 
 /** One of `PROVIDER_NAMES`. */
 export type ProviderName = (typeof PROVIDER_NAMES)[number];
@@ -13,6 +13,7 @@ const LOADERS: Readonly<Record<ProviderName, () => Promise<ProviderModule>>> = {
   postgres: async () => (await import("@mesh/provider-postgres")).provider,
   redis: async () => (await import("@mesh/provider-redis")).provider,
   mariadb: async () => (await import("@mesh/provider-mariadb")).provider,
+  oidc: async () => (await import("@mesh/provider-oidc")).provider,
 };
 
 /** Loads the named provider's description (its `provider` export). */

@@ -83,6 +83,7 @@ describe("mesh provider", () => {
     ["postgres", "postgres", "postgres-database"],
     ["redis", "redis", "redis-namespace"],
     ["mariadb", "mysql", "mysql-database"],
+    ["oidc", "http", "oidc-client"],
   ] as const) {
     it(`${name}: never shows the admin URL's password, prints its control socket, and stops cleanly on SIGTERM`, async () => {
       const port = await unusedPort();
