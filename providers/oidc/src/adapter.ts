@@ -170,6 +170,10 @@ interface ClientSettings {
 }
 
 const MARK_PREFIX = "mesh:";
+/** How many times a write Glewlwyd answered 500 is tried in all. */
+const WRITE_ATTEMPTS = 4;
+/** The most clients read in all. */
+const MAX_LISTED = 1_000_000;
 const WHY_LIMIT = 1_000;
 const AUTH_METHODS = ["client_secret_basic", "client_secret_post"];
 // What the admin API adds to a client it answers, which a PUT does not take back.
@@ -214,29 +218,35 @@ export class OidcClientAdapter implements Adapter {
     const login = assertLogin(p.as);
     const settings = settingsOf(p);
     await this.ensureScopes(login, settings.scopes, signal);
-    const existing = await this.readClient(login, signal);
     const mark: Mark = { state: "active", derived: p.derived };
-    if (existing === undefined) {
-      const made = await this.admin(
-        "POST",
-        "/client/",
-        clientBody(login, undefined, settings, this.markText(mark), p.password),
-        signal,
-      );
-      if (made.status === 200) return;
-      throw new GlewlwydAnswerError(`making client ${JSON.stringify(login)}`, made.status, made.text);
+    // Glewlwyd on SQLite refuses a write now and then when writes overlap (500: "database is
+    // locked"), and a refused POST may leave the client made without its properties: each attempt
+    // reads the client again, so the next one repairs whatever the last one left.
+    for (let attempt = 1; ; attempt++) {
+      const existing = await this.readClient(login, signal);
+      let reply: HttpReply;
+      if (existing === undefined) {
+        const body = clientBody(login, undefined, settings, this.markText(mark), p.password);
+        reply = await this.admin("POST", "/client/", body, signal);
+      } else {
+        this.assertOurs(login, existing);
+        const recorded = decodeMark(existing, this.config.instance);
+        const inPlace =
+          isConfigured(existing, settings) &&
+          recorded?.state === "active" &&
+          JSON.stringify(recorded.derived) === JSON.stringify(p.derived) &&
+          (await this.secretWorks(login, p.password, signal));
+        if (inPlace) return;
+        signal.throwIfAborted();
+        const body = clientBody(login, existing, settings, this.markText(mark), p.password);
+        reply = await this.admin("PUT", `/client/${encodeURIComponent(login)}`, body, signal);
+      }
+      if (reply.status === 200) return;
+      const what = `${existing === undefined ? "making" : "updating"} client ${JSON.stringify(login)}`;
+      if (reply.status < 500 || attempt >= WRITE_ATTEMPTS)
+        throw new GlewlwydAnswerError(what, reply.status, reply.text);
+      await pause(attempt, signal);
     }
-    this.assertOurs(login, existing);
-    const recorded = decodeMark(existing, this.config.instance);
-    const inPlace =
-      isConfigured(existing, settings) &&
-      recorded?.state === "active" &&
-      JSON.stringify(recorded.derived) === JSON.stringify(p.derived) &&
-      (await this.secretWorks(login, p.password, signal));
-    if (inPlace) return;
-    signal.throwIfAborted();
-    const body = clientBody(login, existing, settings, this.markText(mark), p.password);
-    await this.put(login, body, "update", signal);
   }
 
   /** Whether the client exists, is enabled and ours, matches the values, and takes the minted secret. */
@@ -246,7 +256,7 @@ export class OidcClientAdapter implements Adapter {
     return (await this.holdsFrom(client, p, signal)) === true;
   }
 
-  /** `holds` for many with one admin read of every client, then one secret check per configured client. */
+  /** `holds` for many with one paged admin read of this instance's clients, then one secret check per configured client. */
   async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
     const clients = await this.listClients(signal);
     const answers = new Map<string, boolean | Error>();
@@ -291,7 +301,7 @@ export class OidcClientAdapter implements Adapter {
     );
   }
 
-  /** The clients this instance made, active and retired, read from their marks with one admin read. */
+  /** The clients this instance made, active and retired, read from their marks (one admin read per 200). */
   async inventory(): Promise<InventoryEntry[]> {
     const clients = await this.listClients(new AbortController().signal);
     const entries: InventoryEntry[] = [];
@@ -440,26 +450,46 @@ export class OidcClientAdapter implements Adapter {
     return client;
   }
 
+  /**
+   * Every client whose id, name or description holds this instance's mark prefix (Glewlwyd's
+   * `pattern`), page by page: the admin API answers at most 200 a page and ignores `limit=0`.
+   */
   private async listClients(signal: AbortSignal): Promise<Map<string, ClientRecord>> {
-    // limit=0 is "no limit": one read, however many clients the server has.
-    const reply = await this.admin("GET", "/client/?limit=0", undefined, signal);
-    if (reply.status !== 200) throw new GlewlwydAnswerError("listing clients", reply.status, reply.text);
-    const list = parseJson(reply.text);
+    const pattern = encodeURIComponent(`${MARK_PREFIX}${this.config.instance} `);
     const clients = new Map<string, ClientRecord>();
-    if (!Array.isArray(list)) throw new GlewlwydAnswerError("listing clients", reply.status, "not a list");
-    for (const client of list) if (isClient(client)) clients.set(client.client_id, client);
-    return clients;
+    const page = this.config.listPage;
+    for (let offset = 0; offset < MAX_LISTED; offset += page) {
+      const reply = await this.admin(
+        "GET",
+        `/client/?pattern=${pattern}&offset=${offset}&limit=${page}`,
+        undefined,
+        signal,
+      );
+      if (reply.status !== 200) throw new GlewlwydAnswerError("listing clients", reply.status, reply.text);
+      const list = parseJson(reply.text);
+      if (!Array.isArray(list)) throw new GlewlwydAnswerError("listing clients", reply.status, "not a list");
+      for (const client of list) if (isClient(client)) clients.set(client.client_id, client);
+      if (list.length < page) return clients;
+    }
+    throw new Error(
+      `Glewlwyd at ${this.config.endpoint} lists more than ${MAX_LISTED} clients of instance ${this.config.instance}; not read further`,
+    );
   }
 
+  /** A PUT of the whole client, tried again (a few times) when SQLite refuses the overlapping write. */
   private async put(
     login: string,
     body: Record<string, unknown>,
     what: string,
     signal: AbortSignal,
   ): Promise<void> {
-    const reply = await this.admin("PUT", `/client/${encodeURIComponent(login)}`, body, signal);
-    if (reply.status !== 200)
-      throw new GlewlwydAnswerError(`${what} client ${JSON.stringify(login)}`, reply.status, reply.text);
+    for (let attempt = 1; ; attempt++) {
+      const reply = await this.admin("PUT", `/client/${encodeURIComponent(login)}`, body, signal);
+      if (reply.status === 200) return;
+      if (reply.status < 500 || attempt >= WRITE_ATTEMPTS)
+        throw new GlewlwydAnswerError(`${what} client ${JSON.stringify(login)}`, reply.status, reply.text);
+      await pause(attempt, signal);
+    }
   }
 
   /** One admin call with the API key; a key the server no longer takes is made again, once. */
@@ -570,6 +600,22 @@ export function classifyOidcError(err: unknown): FailureClass | undefined {
   const answer = findInChain(err, (e): e is GlewlwydAnswerError => e instanceof GlewlwydAnswerError);
   if (answer !== undefined && answer.status >= 500) return "unreachable";
   return undefined;
+}
+
+/** Waits a little longer after each refused write, with jitter so overlapping writers spread out. */
+function pause(attempt: number, signal: AbortSignal): Promise<void> {
+  const ms = attempt * (25 + Math.random() * 100);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(timer);
+        reject(signal.reason instanceof Error ? signal.reason : new Error("aborted"));
+      },
+      { once: true },
+    );
+  });
 }
 
 /** Runs `fn` over `items`, at most `limit` at once. */

@@ -81,6 +81,8 @@ export interface OidcAdapterConfig {
   readonly requestTimeoutMs?: number | undefined;
   /** How many secret checks one `holdsMany` runs at once (8). */
   readonly checkConcurrency?: number | undefined;
+  /** How many clients one admin read asks for (200, the most Glewlwyd answers). */
+  readonly listPage?: number | undefined;
 }
 
 /** The checked configuration. */
@@ -99,6 +101,7 @@ export interface ResolvedOidcConfig {
   readonly keyFile: string | undefined;
   readonly requestTimeoutMs: number;
   readonly checkConcurrency: number;
+  readonly listPage: number;
 }
 
 const PLUGIN_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
@@ -131,5 +134,6 @@ export function resolveOidcConfig(config: OidcAdapterConfig): ResolvedOidcConfig
     keyFile: config.keyFile,
     requestTimeoutMs: positiveSetting("requestTimeoutMs", config.requestTimeoutMs, 15_000),
     checkConcurrency: positiveSetting("checkConcurrency", config.checkConcurrency, 8),
+    listPage: Math.min(positiveSetting("listPage", config.listPage, 200), 200),
   };
 }

@@ -204,11 +204,11 @@ void describe("oidc adapter", { timeout: 300_000 }, () => {
     assert.equal(await adapter.holds(old, signal), false);
   });
 
-  void it("checks secrets without minting a token: one admin read and one introspection per client", async () => {
+  void it("checks secrets without minting a token: one admin read a page and one introspection per client", async () => {
     const http = countingHttp();
     const counted = new OidcClientAdapter(
       http,
-      resolveOidcConfig({ adminUrl: server.adminUrl, instance: "main" }),
+      resolveOidcConfig({ adminUrl: server.adminUrl, instance: "paged", listPage: 5 }),
       recordingLogger(),
     );
     const ps = Array.from({ length: 12 }, (_, i) => consumer(`checked_${i}`));
@@ -224,9 +224,21 @@ void describe("oidc adapter", { timeout: 300_000 }, () => {
     assert.equal(tokensIssued(server), issued, "no token was minted by the checks");
     const admin = http.calls.filter((c) => c.startsWith("GET /api/client"));
     const introspections = http.calls.filter((c) => c === "POST /api/oidc/introspect");
-    assert.equal(admin.length, 2, `one list for holdsMany, one read for holds: ${admin.join(", ")}`);
+    // Twelve clients of this instance in pages of five: three reads, and one for holds.
+    assert.equal(admin.length, 4, `three pages for holdsMany, one read for holds: ${admin.join(", ")}`);
+    assert.equal((await counted.inventory()).length, 12, "the inventory reads every page");
     assert.equal(introspections.length, 13);
     assert.ok(!http.calls.some((c) => c.includes("/token")), "no token request");
+  });
+
+  void it("makes clients whose writes overlap, although SQLite refuses some of them at first", async () => {
+    const ps = Array.from({ length: 16 }, (_, i) => consumer(`overlap_${i}`));
+    await Promise.all(ps.map((p) => adapter.create(p, signal)));
+    const many = await adapter.holdsMany(ps, signal);
+    assert.deepEqual(
+      ps.filter((p) => many.get(p.as) !== true).map((p) => p.as),
+      [],
+    );
   });
 
   void it("refuses values it cannot use, naming the field, before anything is sent", async () => {
