@@ -201,6 +201,7 @@ export class OidcClientAdapter implements Adapter {
   private key: string | undefined;
   private keying: Promise<string> | undefined;
   private readonly knownScopes = new Set<string>();
+  private readonly lock = new ReadWriteLock();
 
   constructor(
     private readonly http: HttpClient,
@@ -575,9 +576,15 @@ export class OidcClientAdapter implements Adapter {
     return key;
   }
 
+  /**
+   * One request. Writes run alone, reads together: Glewlwyd on SQLite has no busy timeout, so a
+   * write that overlaps another write (or a read) fails part-way, and may answer 200 with the
+   * client's properties half saved.
+   */
   private async send(request: HttpRequest): Promise<HttpReply> {
+    const write = request.method !== "GET" && !request.url.endsWith("/introspect");
     try {
-      return await this.http(request);
+      return await this.lock.run(write, () => this.http(request));
     } catch (err) {
       if (request.signal?.aborted === true) throw err;
       throw new GlewlwydUnreachableError(this.config.endpoint, { cause: err });
@@ -600,6 +607,46 @@ export function classifyOidcError(err: unknown): FailureClass | undefined {
   const answer = findInChain(err, (e): e is GlewlwydAnswerError => e instanceof GlewlwydAnswerError);
   if (answer !== undefined && answer.status >= 500) return "unreachable";
   return undefined;
+}
+
+/** Reads run together, a write runs alone; first come, first served, so neither starves. */
+export class ReadWriteLock {
+  private readers = 0;
+  private writing = false;
+  private readonly waiting: { write: boolean; go: () => void }[] = [];
+
+  /** Runs `fn` once it may: with other readers when `write` is false, alone when it is true. */
+  async run<T>(write: boolean, fn: () => Promise<T>): Promise<T> {
+    if (this.waiting.length > 0 || !this.free(write)) {
+      await new Promise<void>((go) => this.waiting.push({ write, go }));
+    } else {
+      this.take(write);
+    }
+    try {
+      return await fn();
+    } finally {
+      if (write) this.writing = false;
+      else this.readers--;
+      this.pump();
+    }
+  }
+
+  private free(write: boolean): boolean {
+    return write ? !this.writing && this.readers === 0 : !this.writing;
+  }
+
+  private take(write: boolean): void {
+    if (write) this.writing = true;
+    else this.readers++;
+  }
+
+  private pump(): void {
+    for (let next = this.waiting[0]; next !== undefined && this.free(next.write); next = this.waiting[0]) {
+      this.waiting.shift();
+      this.take(next.write);
+      next.go();
+    }
+  }
 }
 
 /** Waits a little longer after each refused write, with jitter so overlapping writers spread out. */

@@ -28,6 +28,7 @@ export {
   GlewlwydPluginError,
   GlewlwydUnreachableError,
   OidcClientAdapter,
+  ReadWriteLock,
   type HttpClient,
   type HttpReply,
   type HttpRequest,

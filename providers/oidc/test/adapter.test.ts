@@ -20,6 +20,7 @@ import {
   GRANT_TYPES,
   OidcClientAdapter,
   provider,
+  ReadWriteLock,
   resolveOidcConfig,
   type HttpClient,
   type HttpRequest,
@@ -68,6 +69,34 @@ void describe("the oidc provider's manifest", () => {
     assert.deepEqual([...(spec?.["grant_types"]?.items.enum ?? [])].sort(), [...GRANT_TYPES.keys()].sort());
     assert.deepEqual([...(spec?.["scopes"]?.items.enum ?? [])].sort(), [...ALLOWED_SCOPES].sort());
     assert.ok(parsed.provides.get(provider.interface)?.endpoint?.links.has("discovery"));
+  });
+});
+
+void describe("ReadWriteLock", () => {
+  void it("lets reads run together and a write run alone, in the order they came", async () => {
+    const lock = new ReadWriteLock();
+    const log: string[] = [];
+    let running = 0;
+    let most = 0;
+    const task = (name: string, write: boolean) =>
+      lock.run(write, async () => {
+        running++;
+        most = Math.max(most, running);
+        if (write) assert.equal(running, 1, `${name} runs alone`);
+        log.push(`start ${name}`);
+        await new Promise((r) => setTimeout(r, 5));
+        log.push(`end ${name}`);
+        running--;
+      });
+    await Promise.all([
+      task("r1", false),
+      task("r2", false),
+      task("w1", true),
+      task("r3", false),
+      task("w2", true),
+    ]);
+    assert.equal(most, 2, "the first two reads ran together");
+    assert.deepEqual(log.slice(4), ["start w1", "end w1", "start r3", "end r3", "start w2", "end w2"]);
   });
 });
 
