@@ -18,6 +18,7 @@ import {
   createOidcAdapter,
   fetchHttpClient,
   GRANT_TYPES,
+  keyFileOf,
   OidcClientAdapter,
   provider,
   ReadWriteLock,
@@ -69,6 +70,19 @@ void describe("the oidc provider's manifest", () => {
     assert.deepEqual([...(spec?.["grant_types"]?.items.enum ?? [])].sort(), [...GRANT_TYPES.keys()].sort());
     assert.deepEqual([...(spec?.["scopes"]?.items.enum ?? [])].sort(), [...ALLOWED_SCOPES].sort());
     assert.ok(parsed.provides.get(provider.interface)?.endpoint?.links.has("discovery"));
+  });
+});
+
+void describe("where the API key is kept", () => {
+  void it("is MESH_OIDC_KEY_FILE, else beside the module's state under the agent, else nowhere", () => {
+    assert.equal(keyFileOf({ MESH_OIDC_KEY_FILE: "/etc/mesh/key" }), "/etc/mesh/key");
+    assert.equal(
+      keyFileOf({ MESH_STATE_DIR: "/var/lib/mesh", MESH_MODULE: "oidc" }),
+      "/var/lib/mesh/modules/oidc/glewlwyd-api.key",
+    );
+    assert.equal(keyFileOf({ MESH_STATE_DIR: "relative", MESH_MODULE: "oidc" }), undefined);
+    assert.equal(keyFileOf({ MESH_STATE_DIR: "/var/lib/mesh", MESH_MODULE: "../etc" }), undefined);
+    assert.equal(keyFileOf({}), undefined);
   });
 });
 
