@@ -15,13 +15,12 @@ import { spawn } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import mysql from "mysql2/promise";
-import type { Provision } from "@mesh/sdk";
+import { guardAdapter, type GuardedAdapter, type Provision } from "@mesh/sdk";
 import {
   createMariadbAdapter,
   grantPattern,
   MARKS_SCHEMA,
   nativePasswordHash,
-  type MariadbAdapter,
   type MariadbPool,
 } from "@mesh/provider-mariadb";
 import { startMariadb } from "@mesh/testkit";
@@ -138,12 +137,15 @@ runBench("mariadb-provisioning", async () => {
 
   let counting: CountingPool | undefined;
   const logger = quietLogger();
-  const adapter: MariadbAdapter = createMariadbAdapter({
-    adminUrl: adminUrl.toString(),
-    instance: INSTANCE,
-    logger,
-    wrapPool: (pool) => (counting = new CountingPool(pool)),
-  });
+  const adapter: GuardedAdapter = guardAdapter(
+    createMariadbAdapter({
+      adminUrl: adminUrl.toString(),
+      instance: INSTANCE,
+      logger,
+      wrapPool: (pool) => (counting = new CountingPool(pool)),
+    }),
+    { instance: INSTANCE },
+  );
   onCleanup(() => adapter.close());
   const pool = counting!;
   // The marks table is made once by the first create; the script needs it before.

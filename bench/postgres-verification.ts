@@ -10,7 +10,7 @@
 
 import { readFile } from "node:fs/promises";
 import pg from "pg";
-import type { Provision } from "@mesh/sdk";
+import { guardAdapter, type Provision } from "@mesh/sdk";
 import { createPostgresAdapter } from "@mesh/provider-postgres";
 import { startPostgres, type PostgresServer } from "@mesh/testkit";
 import {
@@ -132,7 +132,12 @@ runBench("postgres-verification", async () => {
   const measure = async (admin: string, url: string, method: "holdsMany" | "holds"): Promise<Measured> => {
     say(`postgres-verification: one verify pass with ${method}, ${admin} admin`);
     // A fresh adapter each time: its first question about the admin is part of the pass it serves.
-    const adapter = createPostgresAdapter({ adminUrl: url, instance: INSTANCE, logger: quietLogger() });
+    const adapter = guardAdapter(
+      createPostgresAdapter({ adminUrl: url, instance: INSTANCE, logger: quietLogger() }),
+      {
+        instance: INSTANCE,
+      },
+    );
     onCleanup(() => adapter.close());
     const signal = new AbortController().signal;
     let held = 0;

@@ -117,7 +117,7 @@ function adapterFor(
 ): { adapter: RedisNamespaceAdapter; client: CountingClient } {
   const config = resolveRedisConfig({ adminUrl: server.adminUrl, instance: INSTANCE });
   const client = new CountingClient(
-    new Redis(config.adminUrl, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 }),
+    new Redis(config.admin.text, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 }),
   );
   const adapter = new RedisNamespaceAdapter(client, config, logger);
   onCleanup(() => adapter.close());

@@ -3,6 +3,8 @@
 // none repeats "initialise once, destroy once"): every login is checked before any call reaches the
 // adapter, `holds` and `holdsMany` are each made from the other when only one is written, `close`
 // runs once, and `delete` reaches the adapter only for a retired consumer this instance made.
+// What an adapter hands back is held to one shape too: a retirement's `why` is clipped before it
+// is written into a mark, and an inventory entry's when and why are kept only for a retired one.
 
 import type {
   Adapter,
@@ -18,6 +20,9 @@ import type { Logger } from "./collaborators.ts";
 import { forEachLimited } from "./concurrency.ts";
 import { assertLogin, InvalidLoginError, isValidLogin } from "./login.ts";
 import { isRefusal, NotMadeHereError, NotRetiredError } from "./refusals.ts";
+
+/** The longest `why` an adapter is asked to write into a mark; a longer one is clipped. */
+export const WHY_MOST = 500;
 
 /** What the guard knows of the provider it guards. */
 export interface GuardOptions {
@@ -126,22 +131,36 @@ export class GuardedAdapter implements Adapter {
     return answers;
   }
 
-  /** @throws InvalidLoginError before the adapter is asked; then whatever its `retire` throws. */
+  /**
+   * The adapter's `retire`, with `why` clipped to `WHY_MOST` characters.
+   * @throws InvalidLoginError before the adapter is asked; then whatever its `retire` throws.
+   */
   async retire(as: string, derived: Readonly<Record<string, unknown>>, why: string, at: Date): Promise<void> {
-    await this.#adapter.retire(assertLogin(as), derived, why, at);
+    const clipped = why.length > WHY_MOST ? `${why.slice(0, WHY_MOST - 1)}…` : why;
+    await this.#adapter.retire(assertLogin(as), derived, clipped, at);
   }
 
-  /** The adapter's inventory, without an entry whose login the mesh could not have made. */
+  /**
+   * The adapter's inventory, without an entry whose login the mesh could not have made; an active
+   * entry carries no when or why, and a retired one no date that is not one.
+   */
   async inventory(): Promise<InventoryEntry[]> {
-    const entries = await this.#adapter.inventory();
-    return entries.filter((e) => {
-      if (isValidLogin(e.as)) return true;
-      this.#logger?.warn(
-        `the backend holds a mark of instance ${this.instance} for ${JSON.stringify(e.as)}, which is not a ` +
-          "login the mesh makes; it is left out of the inventory and never touched",
-      );
-      return false;
-    });
+    const entries: InventoryEntry[] = [];
+    for (const e of await this.#adapter.inventory()) {
+      if (!isValidLogin(e.as)) {
+        this.#logger?.warn(
+          `the backend holds a mark of instance ${this.instance} for ${JSON.stringify(e.as)}, which is not ` +
+            "a login the mesh makes; it is left out of the inventory and never touched",
+        );
+      } else if (e.state === "active") {
+        entries.push({ as: e.as, state: "active", derived: e.derived });
+      } else {
+        const at =
+          e.retiredAt instanceof Date && !Number.isNaN(e.retiredAt.getTime()) ? e.retiredAt : undefined;
+        entries.push({ as: e.as, state: "retired", derived: e.derived, retiredAt: at, why: e.why });
+      }
+    }
+    return entries;
   }
 
   /**

@@ -2,6 +2,7 @@
 // URL and its numeric knobs. Checked once, here, so each mistake is said in the same words (naming
 // the setting, the flag and the variable) and never with the admin's password in it.
 
+import type { Logger } from "./collaborators.ts";
 import { redactUrl } from "./redact.ts";
 
 /**
@@ -42,9 +43,11 @@ export function assertInstance(instance: unknown): string {
 export interface AdminUrlRules {
   /** The backend as a person names it ("Postgres"). */
   readonly backend: string;
-  /** The schemes accepted, with their colon ("postgresql:"); the first is the one shown. */
-  readonly schemes: readonly string[];
-  readonly defaultPort: number;
+  /** The schemes accepted, each with its default port (`{ "https:": 443, "http:": 80 }`). */
+  readonly ports?: Readonly<Record<string, number>>;
+  /** Or: the schemes accepted, with their colon ("postgresql:"), all with `defaultPort`. */
+  readonly schemes?: readonly string[];
+  readonly defaultPort?: number;
   /** The environment variable the URL is read from when no flag gives it. */
   readonly env: string;
   /** The URL's form, shown in every refusal ("postgresql://<admin>:<password>@<host>:<port>/<database>"). */
@@ -112,11 +115,12 @@ export function parseAdminUrl(raw: unknown, rules: AdminUrlRules): AdminUrl {
   } catch (err) {
     throw adminUrlError(rules, text, "is not a URL", err);
   }
-  if (!rules.schemes.includes(url.protocol)) {
+  const schemes = [...Object.keys(rules.ports ?? {}), ...(rules.schemes ?? [])];
+  if (!schemes.includes(url.protocol)) {
     throw adminUrlError(
       rules,
       text,
-      `has the scheme ${JSON.stringify(url.protocol)}, not ${rules.schemes.join(" or ")}`,
+      `has the scheme ${JSON.stringify(url.protocol)}, not ${schemes.join(" or ")}`,
     );
   }
   const decode = (part: string, what: string): string => {
@@ -129,7 +133,8 @@ export function parseAdminUrl(raw: unknown, rules: AdminUrlRules): AdminUrl {
   // libpq's `?host=` and `?port=` stand in for the authority's, which a Unix socket path cannot fill.
   const host = url.hostname.replace(/^\[(.*)\]$/, "$1") || url.searchParams.get("host") || "";
   if (host === "") throw adminUrlError(rules, text, "names no host");
-  const portText = url.port || url.searchParams.get("port") || String(rules.defaultPort);
+  const portText =
+    url.port || url.searchParams.get("port") || String(rules.ports?.[url.protocol] ?? rules.defaultPort);
   const port = Number(portText);
   if (!Number.isInteger(port) || port < 1 || port > 65535)
     throw adminUrlError(rules, text, "has no valid port");
@@ -149,6 +154,31 @@ export function parseAdminUrl(raw: unknown, rules: AdminUrlRules): AdminUrl {
     path: decode(url.pathname.replace(/^\//, ""), "path"),
     endpoint: `${host.includes(":") ? `[${host}]` : host}:${port}`,
   };
+}
+
+/** What every provider's `create…Adapter` is given; a provider's own config adds its knobs. */
+export interface AdminSettings {
+  /** Where the adapter reaches its backend as an admin. Its password is never said. */
+  readonly adminUrl: string;
+  /** Names this provider instance in every mark it writes; two instances never touch each other's. */
+  readonly instance: string;
+  /** Where the adapter says what it notices on its own (a server gone and back). */
+  readonly logger?: Logger | undefined;
+}
+
+/** `AdminSettings` checked: the instance name, and the admin URL taken apart. */
+export interface CheckedAdminSettings {
+  readonly instance: string;
+  readonly admin: AdminUrl;
+}
+
+/**
+ * Checks the settings every provider has: the instance name (`assertInstance`) and the admin URL
+ * (`parseAdminUrl` with `rules`).
+ * @throws AdminSettingError naming the setting and the fix, never the password.
+ */
+export function checkAdminSettings(settings: AdminSettings, rules: AdminUrlRules): CheckedAdminSettings {
+  return { instance: assertInstance(settings.instance), admin: parseAdminUrl(settings.adminUrl, rules) };
 }
 
 /**

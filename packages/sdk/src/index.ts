@@ -28,7 +28,8 @@ export * from "./metrics.ts";
 export * from "./metrics-url.ts";
 export * from "./watcher.ts";
 export * from "./action-journal.ts";
-export { guardAdapter, GuardedAdapter, type GuardOptions } from "./adapter-guard.ts";
+export { guardAdapter, GuardedAdapter, WHY_MOST, type GuardOptions } from "./adapter-guard.ts";
+export { forEachLimited } from "./concurrency.ts";
 export {
   RefusalError,
   NotMadeHereError,
@@ -44,9 +45,12 @@ export {
   INSTANCE_PATTERN,
   AdminSettingError,
   assertInstance,
+  checkAdminSettings,
   adminUrlError,
   parseAdminUrl,
   positiveSetting,
+  type AdminSettings,
   type AdminUrl,
   type AdminUrlRules,
+  type CheckedAdminSettings,
 } from "./admin-settings.ts";

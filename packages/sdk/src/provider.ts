@@ -1,4 +1,5 @@
 import type { ProviderAdapter } from "./adapter.ts";
+import type { AdminUrlRules } from "./admin-settings.ts";
 import type { Logger } from "./collaborators.ts";
 
 /** How a provider package describes itself to `mesh provider <name>` and to its own entry point. */
@@ -16,4 +17,23 @@ export interface ProviderModule {
    * every mark it writes. The harness runs it inside the guard (adapter-guard.ts).
    */
   createAdapter(config: { adminUrl: string; instance: string; logger: Logger }): ProviderAdapter;
+}
+
+/**
+ * A provider's description from its admin URL's rules: the variable and the example a help text
+ * shows are the ones its refusals name.
+ */
+export function defineProvider(
+  name: string,
+  iface: string,
+  adminUrl: AdminUrlRules,
+  createAdapter: ProviderModule["createAdapter"],
+): ProviderModule {
+  return {
+    name,
+    interface: iface,
+    adminUrlEnv: adminUrl.env,
+    adminUrlExample: adminUrl.example,
+    createAdapter,
+  };
 }

@@ -9,8 +9,10 @@ import {
   NotRetiredError,
   runProvisioner,
   ValueRefusedError,
+  WHY_MOST,
   type BatchedAdapter,
   type Deleted,
+  type InventoryEntry,
   type Provision,
   type Retired,
 } from "@mesh/sdk";
@@ -155,6 +157,43 @@ void describe("the adapter guard", () => {
       ["fine"],
     );
     assert.match(said.join("\n"), /Not-A-Login/);
+  });
+
+  void it("clips a long why before the adapter writes it into a mark", async () => {
+    const memory = new MemoryAdapter("main");
+    const guarded = guardAdapter(memory, { instance: "main" });
+    await guarded.create(provision("wordy"), signal());
+    await guarded.retire("wordy", {}, "x".repeat(WHY_MOST * 3), new Date());
+    const why = memory.backend.get("wordy")?.why ?? "";
+    assert.equal(why.length, WHY_MOST);
+    assert.ok(why.endsWith("…"));
+  });
+
+  void it("keeps when and why only on a retired entry, and no date that is not one", async () => {
+    const entries: InventoryEntry[] = [
+      { as: "active_one", state: "active", derived: {}, retiredAt: new Date(), why: "stale" },
+      {
+        as: "retired_one",
+        state: "retired",
+        derived: { database: "d" },
+        retiredAt: new Date("nonsense"),
+        why: "unasked",
+      },
+    ];
+    const guarded = guardAdapter(
+      { ...batchedOver(new MemoryAdapter("main")), inventory: async () => entries },
+      { instance: "main" },
+    );
+    assert.deepEqual(await guarded.inventory(), [
+      { as: "active_one", state: "active", derived: {} },
+      {
+        as: "retired_one",
+        state: "retired",
+        derived: { database: "d" },
+        retiredAt: undefined,
+        why: "unasked",
+      },
+    ]);
   });
 
   void it("closes the adapter once, however often it is asked", async () => {

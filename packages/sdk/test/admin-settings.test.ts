@@ -4,6 +4,8 @@ import { describe, it } from "node:test";
 import {
   AdminSettingError,
   assertInstance,
+  checkAdminSettings,
+  defineProvider,
   DerivedChangedError,
   findInChain,
   isRefusal,
@@ -63,6 +65,29 @@ void describe("admin settings", () => {
       assert.match(err.message, /MESH_WIDGET_URL/);
       assert.ok(!err.message.includes("s3cr3t") && !err.message.includes("s3cr%ZZ"), err.message);
     }
+  });
+
+  void it("takes each scheme's own default port, and checks the instance with the URL", () => {
+    const rules: AdminUrlRules = { ...RULES, schemes: undefined, ports: { "https:": 443, "http:": 80 } };
+    assert.equal(parseAdminUrl("https://a:b@h", rules).port, 443);
+    assert.equal(parseAdminUrl("http://a:b@h", rules).port, 80);
+    assert.match(refusal("widget://a:b@h", rules).message, /not https: or http:/);
+    const checked = checkAdminSettings({ adminUrl: "https://a:b@h:8443", instance: "main" }, rules);
+    assert.equal(checked.instance, "main");
+    assert.equal(checked.admin.endpoint, "h:8443");
+    assert.throws(
+      () => checkAdminSettings({ adminUrl: "https://a:b@h", instance: "a:b" }, rules),
+      (err: unknown) => err instanceof AdminSettingError && err.setting === "instance",
+    );
+  });
+
+  void it("describes a provider with the variable and example its refusals name", () => {
+    const provider = defineProvider("widget", "widget-store", RULES, () => {
+      throw new Error("not made in this test");
+    });
+    assert.equal(provider.adminUrlEnv, "MESH_WIDGET_URL");
+    assert.equal(provider.adminUrlExample, RULES.example);
+    assert.equal(provider.interface, "widget-store");
   });
 
   void it("requires a password only where the rules say so, and a user unless they say not", () => {

@@ -6,27 +6,29 @@
 import { createHash } from "node:crypto";
 import mysql, { type SqlValue } from "mysql2/promise";
 import {
-  assertLogin,
-  consoleLogger,
-  isValidLogin,
-  LOGIN_PATTERN,
-  type Adapter,
-  type Deleted,
-  type FailureClass,
-  type InventoryEntry,
-  type Logger,
-  type Provision,
-  type Retired,
+  DerivedChangedError,
   errorCodes,
   isNetworkError,
+  LOGIN_PATTERN,
+  NotMadeHereError,
+  ValueRefusedError,
 } from "@mesh/sdk";
+import type { BatchedAdapter, Deleted, FailureClass, InventoryEntry, Provision, Retired } from "@mesh/sdk";
 import {
   MARKS_SCHEMA,
   resolveMariadbConfig,
   type MariadbAdapterConfig,
-  type MariadbPool,
   type ResolvedMariadbConfig,
 } from "./config.ts";
+
+/**
+ * The subset of a mysql2 promise pool the adapter uses. Typed here so a test or a benchmark can
+ * wrap the real one (to count queries) and so the vendor stays replaceable.
+ */
+export interface MariadbPool {
+  query(sql: string, values?: unknown): Promise<[unknown, unknown]>;
+  end(): Promise<void>;
+}
 
 /** Databases no consumer may be given: the server's own, and the one holding the marks. */
 export const RESERVED_DATABASES: ReadonlySet<string> = new Set([
@@ -37,74 +39,7 @@ export const RESERVED_DATABASES: ReadonlySet<string> = new Set([
   MARKS_SCHEMA,
 ]);
 
-// ---- errors a caller can act on ------------------------------------------------------------
-
-/** `values.name` is not a usable database name; refused before any SQL. */
-export class InvalidDatabaseNameError extends Error {
-  override name = "InvalidDatabaseNameError";
-  constructor(
-    readonly login: string,
-    readonly value: unknown,
-    why: string,
-  ) {
-    super(
-      `${login}: values.name ${safeJson(value)} ${why}; ask for 1–32 characters of a-z, 0-9 and _, starting ` +
-        `with a letter (or leave it out to get a database named after the login)`,
-    );
-  }
-}
-
-/**
- * A user or database of this name exists and this provider instance did not make it (a person did,
- * or another instance). The mesh never alters it: rename the consumer or remove the other one.
- */
-export class NotMadeHereError extends Error {
-  override name = "NotMadeHereError";
-  constructor(
-    readonly login: string,
-    readonly resource: string,
-    readonly owner: string,
-  ) {
-    super(
-      `${login}: ${resource} already exists and was made ${owner}, not by this provider instance; the mesh ` +
-        `leaves it untouched. Remove or rename it by hand if the consumer should have it`,
-    );
-  }
-}
-
-/** The consumer asks for a different database than the one it was given; data is never moved. */
-export class DatabaseChangedError extends Error {
-  override name = "DatabaseChangedError";
-  constructor(
-    readonly login: string,
-    readonly recorded: string,
-    readonly asked: string,
-  ) {
-    super(
-      `${login}: was given database ${recorded} and now asks for ${asked}; the mesh does not move data. Ask ` +
-        `for ${recorded} again, or retire and delete the consumer to start over`,
-    );
-  }
-}
-
-/** `delete` was asked of a consumer that is still active. */
-export class NotRetiredError extends Error {
-  override name = "NotRetiredError";
-  constructor(readonly login: string) {
-    super(`${login} is active, not retired: only a retired consumer can be deleted`);
-  }
-}
-
 // ---- helpers ------------------------------------------------------------------------------
-
-function safeJson(value: unknown): string {
-  try {
-    const text = JSON.stringify(value) ?? String(value);
-    return text.length > 80 ? `${text.slice(0, 77)}...` : text;
-  } catch {
-    return "(unprintable)";
-  }
-}
 
 /**
  * The mysql_native_password hash of `password`: `*` and the upper-case hex of SHA1(SHA1(utf-8)).
@@ -125,14 +60,22 @@ export function grantPattern(database: string): string {
 
 /**
  * The database a consumer gets: `values.name` when given, else its login.
- * @throws InvalidDatabaseNameError when `values.name` is not a plain name or is reserved.
+ * @throws ValueRefusedError when `values.name` is not a plain name or is reserved.
  */
 export function databaseFor(login: string, values: Readonly<Record<string, unknown>>): string {
   const name = values.name;
   if (name === undefined || name === null) return login;
-  if (typeof name !== "string") throw new InvalidDatabaseNameError(login, name, "is not a string");
-  if (!LOGIN_PATTERN.test(name)) throw new InvalidDatabaseNameError(login, name, "is not a plain name");
-  if (RESERVED_DATABASES.has(name)) throw new InvalidDatabaseNameError(login, name, "is reserved");
+  const refuse = (why: string): ValueRefusedError =>
+    new ValueRefusedError(
+      login,
+      "name",
+      name,
+      `${why}; ask for 1–32 characters of a-z, 0-9 and _, starting with a letter (or leave it out to get ` +
+        "a database named after the login)",
+    );
+  if (typeof name !== "string") throw refuse("is not a string");
+  if (!LOGIN_PATTERN.test(name)) throw refuse("is not a plain name");
+  if (RESERVED_DATABASES.has(name)) throw refuse("is reserved");
   return name;
 }
 
@@ -213,9 +156,7 @@ function toSqlTime(at: Date): string {
 }
 
 function fromSqlTime(text: string | null): Date | undefined {
-  if (text === null) return undefined;
-  const at = new Date(`${text.replace(" ", "T")}Z`);
-  return Number.isNaN(at.getTime()) ? undefined : at;
+  return text === null ? undefined : new Date(`${text.replace(" ", "T")}Z`);
 }
 
 // ---- the adapter --------------------------------------------------------------------------
@@ -225,41 +166,15 @@ function fromSqlTime(text: string | null): Date | undefined {
  * Every statement is built with mysql2's `format` (identifiers through `escapeId`, values through
  * `escape`), and logins and database names are checked against the login pattern before any SQL.
  */
-export class MariadbAdapter implements Adapter {
+export class MariadbAdapter implements BatchedAdapter {
   readonly #config: ResolvedMariadbConfig;
   readonly #pool: MariadbPool;
-  readonly #log: Logger;
   #marksReady: Promise<void> | undefined;
   readonly #marks = `${mysql.escapeId(MARKS_SCHEMA)}.${mysql.escapeId("marks")}`;
 
-  /** @throws MariadbConfigError when the configuration cannot be used. */
-  constructor(config: MariadbAdapterConfig) {
-    this.#config = resolveMariadbConfig(config);
-    this.#log = config.logger ?? consoleLogger;
-    const pool = mysql.createPool({
-      host: this.#config.host,
-      port: this.#config.port,
-      user: this.#config.adminUser,
-      password: this.#config.adminPassword,
-      connectionLimit: this.#config.poolSize,
-      maxIdle: this.#config.poolSize,
-      idleTimeout: 60_000,
-      connectTimeout: this.#config.connectTimeoutMs,
-      enableKeepAlive: true,
-      dateStrings: true,
-      multipleStatements: false,
-      charset: "utf8mb4",
-    });
-    // Values are escaped with backslashes; a server running NO_BACKSLASH_ESCAPES would read them
-    // differently, so every admin session turns it off first (queued before any other statement).
-    pool.pool.on("connection", (conn) => {
-      conn.query("SET SESSION sql_mode = REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', '')", () => {});
-    });
-    const plain: MariadbPool = {
-      query: (sql: string) => pool.query(sql),
-      end: () => pool.end(),
-    };
-    this.#pool = config.wrapPool ? config.wrapPool(plain) : plain;
+  constructor(pool: MariadbPool, config: ResolvedMariadbConfig) {
+    this.#pool = pool;
+    this.#config = config;
   }
 
   /** The instance name this adapter writes into its marks. */
@@ -421,29 +336,30 @@ export class MariadbAdapter implements Adapter {
     );
   }
 
+  #notMadeHere(login: string, resource: string, madeBy: string): NotMadeHereError {
+    return new NotMadeHereError(login, this.#config.instance, { resource, madeBy });
+  }
+
   /** Throws unless this instance may (re)make `login` with `db`. */
   #assertMine(login: string, db: string, f: Facts): void {
     const { mark } = f;
+    const user = `user ${login}`;
     if (mark !== undefined && mark.instance !== this.#config.instance) {
-      throw new NotMadeHereError(login, `user ${login}`, `by provider instance ${mark.instance}`);
+      throw this.#notMadeHere(login, user, `it was made by provider instance ${mark.instance}`);
     }
     if (mark === undefined && f.anyUser) {
-      throw new NotMadeHereError(
-        login,
-        `user ${login}`,
-        "by a person or another tool (it carries no mesh mark)",
-      );
+      throw this.#notMadeHere(login, user, "a person or another tool made it: it carries no mesh mark");
     }
-    if (mark !== undefined && mark.db !== db) throw new DatabaseChangedError(login, mark.db, db);
+    if (mark !== undefined && mark.db !== db) throw new DerivedChangedError(login, "database", mark.db, db);
     const holder = f.markForDb(db);
     if (holder !== undefined && holder.login !== login) {
-      throw new NotMadeHereError(login, `database ${db}`, `for consumer ${holder.login}`);
+      throw this.#notMadeHere(login, `database ${db}`, `it was made for consumer ${holder.login}`);
     }
     if (mark === undefined && f.schemaExists(db)) {
-      throw new NotMadeHereError(
+      throw this.#notMadeHere(
         login,
         `database ${db}`,
-        "by a person or another tool (no mesh mark names it)",
+        "a person or another tool made it: no mesh mark names it",
       );
     }
   }
@@ -454,11 +370,11 @@ export class MariadbAdapter implements Adapter {
    * Makes (or repairs, or re-enables) '<login>'@'%' with exactly the password, its database and ALL
    * on it alone. Each step is idempotent and the mark is written first, so a kill at any point is
    * finished by the next call.
-   * @throws InvalidLoginError / InvalidDatabaseNameError before any SQL; NotMadeHereError,
-   *   DatabaseChangedError when the server holds something this instance must not touch.
+   * @throws ValueRefusedError before any SQL; NotMadeHereError, DerivedChangedError when the server
+   *   holds something this instance must not touch.
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
-    const login = assertLogin(p.as);
+    const login = p.as;
     const db = databaseFor(login, p.values);
     const hash = nativePasswordHash(p.password);
     signal.throwIfAborted();
@@ -507,26 +423,18 @@ export class MariadbAdapter implements Adapter {
     }
   }
 
-  /** Whether the server holds the consumer exactly as `p` says. Read-only. */
-  async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
-    const answer = (await this.holdsMany([p], signal)).get(p.as);
-    if (answer instanceof Error) throw answer;
-    return answer === true;
-  }
-
   /**
-   * `holds` for many consumers in five queries, whatever their number. A consumer whose login or
-   * database name is not valid is answered with its error, unchecked.
+   * Whether the server holds each consumer exactly as asked, in five queries whatever their number.
+   * A consumer whose database name is not valid is answered with its error, unchecked. Read-only.
    */
   async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
     const answers = new Map<string, boolean | Error>();
     const asked: { login: string; db: string; hash: string }[] = [];
     for (const p of ps) {
       try {
-        const login = assertLogin(p.as);
-        asked.push({ login, db: databaseFor(login, p.values), hash: nativePasswordHash(p.password) });
+        asked.push({ login: p.as, db: databaseFor(p.as, p.values), hash: nativePasswordHash(p.password) });
       } catch (err) {
-        answers.set(String(p.as), err instanceof Error ? err : new Error(String(err)));
+        answers.set(p.as, err instanceof Error ? err : new Error(String(err)));
       }
     }
     signal.throwIfAborted();
@@ -545,20 +453,11 @@ export class MariadbAdapter implements Adapter {
    * Locks the account, ends its sessions, and marks it retired with `at` and `why`. Data is kept.
    * @throws NotMadeHereError when this instance did not make `as`.
    */
-  async retire(
-    as: string,
-    _derived: Readonly<Record<string, unknown>>,
-    why: string,
-    at: Date,
-  ): Promise<void> {
-    const login = assertLogin(as);
+  async retire(login: string, _derived: Retired["derived"], why: string, at: Date): Promise<void> {
     const [mark] = await this.#markRows("login = ?", [login]);
     if (mark === undefined || mark.instance !== this.#config.instance) {
-      throw new NotMadeHereError(
-        login,
-        `user ${login}`,
-        mark ? `by provider instance ${mark.instance}` : "without a mesh mark",
-      );
+      const madeBy = mark ? `it was made by provider instance ${mark.instance}` : "it carries no mesh mark";
+      throw this.#notMadeHere(login, `user ${login}`, madeBy);
     }
     // Locked first, then marked: a kill in between leaves a locked consumer still marked active,
     // which the next pass sees and finishes, never an open one marked retired.
@@ -588,50 +487,31 @@ export class MariadbAdapter implements Adapter {
   /** Active and retired consumers of this instance, from its marks. Users it did not make never appear. */
   async inventory(): Promise<InventoryEntry[]> {
     const rows = await this.#markRows("instance = ? ORDER BY login", [this.#config.instance]);
-    const entries: InventoryEntry[] = [];
-    for (const row of rows) {
-      if (!isValidLogin(row.login)) {
-        this.#log.warn(
-          `marks table ${MARKS_SCHEMA}.marks holds an invalid login ${safeJson(row.login)}; ignored`,
-        );
-        continue;
-      }
-      entries.push(
-        row.state === "retired"
-          ? {
-              as: row.login,
-              state: "retired",
-              derived: { database: row.db },
-              retiredAt: fromSqlTime(row.retired_at),
-              why: row.why ?? undefined,
-            }
-          : { as: row.login, state: "active", derived: { database: row.db } },
-      );
-    }
-    return entries;
+    return rows.map((row) => ({
+      as: row.login,
+      state: row.state,
+      derived: { database: row.db },
+      retiredAt: fromSqlTime(row.retired_at),
+      why: row.why ?? undefined,
+    }));
   }
 
   /**
    * Drops a retired consumer's database and user, then its mark; reports the bytes its tables held.
-   * @throws NotMadeHereError when this instance did not make it; NotRetiredError when it is active.
+   * The guard has checked that this instance made and retired it.
    */
   async delete(r: Retired): Promise<Deleted> {
-    const login = assertLogin(r.as);
-    const [mark] = await this.#markRows("login = ?", [login]);
-    if (mark === undefined || mark.instance !== this.#config.instance) {
-      throw new NotMadeHereError(
-        login,
-        `user ${login}`,
-        mark ? `by provider instance ${mark.instance}` : "without a mesh mark",
-      );
+    const login = r.as;
+    const db = r.derived["database"];
+    if (typeof db !== "string" || !LOGIN_PATTERN.test(db)) {
+      throw new Error(`mariadb: the mark of ${login} names no database`);
     }
-    if (mark.state !== "retired") throw new NotRetiredError(login);
     const [size] = await this.#rows<{ bytes: number | string | null }>(
       "SELECT COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) AS bytes FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?",
-      [mark.db],
+      [db],
     );
     await this.#endSessions(login);
-    await this.#run("DROP DATABASE IF EXISTS ??", [mark.db]);
+    await this.#run("DROP DATABASE IF EXISTS ??", [db]);
     await this.#run("DROP USER IF EXISTS ?@?", [login, "%"]);
     // The mark goes last: a kill before this leaves it, so asking again finishes the job.
     await this.#run(`DELETE FROM ${this.#marks} WHERE login = ? AND instance = ?`, [
@@ -641,26 +521,14 @@ export class MariadbAdapter implements Adapter {
     return { freedBytes: Number(size?.bytes ?? 0) };
   }
 
-  /**
-   * Whether any account of this user name exists, on any host, made by anyone. A name that is not a
-   * valid login is answered false without asking: the mesh could never have made it.
-   */
-  async exists(as: string): Promise<boolean> {
-    if (!isValidLogin(as)) return false;
-    const rows = await this.#rows("SELECT 1 FROM mysql.global_priv WHERE User = ? LIMIT 1", [as]);
+  /** Whether any account of this user name exists, on any host, made by anyone. */
+  async exists(login: string): Promise<boolean> {
+    const rows = await this.#rows("SELECT 1 FROM mysql.global_priv WHERE User = ? LIMIT 1", [login]);
     return rows.length > 0;
   }
 
   /** MariaDB's word on its errors: refused credentials, a server out of reach, rights missing. */
   classify(err: unknown): FailureClass | undefined {
-    if (
-      err instanceof InvalidDatabaseNameError ||
-      err instanceof NotMadeHereError ||
-      err instanceof DatabaseChangedError ||
-      err instanceof NotRetiredError
-    ) {
-      return "refused";
-    }
     const errno = errnoOf(err);
     if (errno !== undefined) {
       if (CREDENTIALS_ERRNOS.has(errno)) return "credentials-rejected";
@@ -679,9 +547,31 @@ export class MariadbAdapter implements Adapter {
 }
 
 /**
- * Makes the MariaDB adapter.
- * @throws MariadbConfigError when the configuration cannot be used (nothing is connected yet).
+ * Makes the MariaDB adapter with a mysql2 pool for the admin (wrapped by `config.wrapPool` when
+ * given). Connects lazily: nothing is opened until asked.
+ * @throws AdminSettingError when the configuration cannot be used.
  */
 export function createMariadbAdapter(config: MariadbAdapterConfig): MariadbAdapter {
-  return new MariadbAdapter(config);
+  const c = resolveMariadbConfig(config);
+  const pool = mysql.createPool({
+    host: c.admin.host,
+    port: c.admin.port,
+    user: c.admin.user,
+    password: c.admin.password,
+    connectionLimit: c.poolSize,
+    maxIdle: c.poolSize,
+    idleTimeout: 60_000,
+    connectTimeout: c.connectTimeoutMs,
+    enableKeepAlive: true,
+    dateStrings: true,
+    multipleStatements: false,
+    charset: "utf8mb4",
+  });
+  // Values are escaped with backslashes; a server running NO_BACKSLASH_ESCAPES would read them
+  // differently, so every admin session turns it off first (queued before any other statement).
+  pool.pool.on("connection", (conn) => {
+    conn.query("SET SESSION sql_mode = REPLACE(@@sql_mode, 'NO_BACKSLASH_ESCAPES', '')", () => {});
+  });
+  const plain: MariadbPool = { query: (sql: string) => pool.query(sql), end: () => pool.end() };
+  return new MariadbAdapter(config.wrapPool ? config.wrapPool(plain) : plain, c);
 }

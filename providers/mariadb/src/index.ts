@@ -9,18 +9,12 @@
  * const handle = runProvisioner("mysql-database", adapter, { receives: "/run/mesh/mysql-database.json" });
  * ```
  */
-import type { ProviderModule } from "@mesh/sdk";
+import { defineProvider } from "@mesh/sdk";
 import { createMariadbAdapter } from "./adapter.ts";
-import { ADMIN_URL_ENV } from "./config.ts";
+import { MARIADB_ADMIN_URL } from "./config.ts";
 
 export * from "./adapter.ts";
 export * from "./config.ts";
 
 /** How `mesh provider mariadb` finds and starts this provider. */
-export const provider: ProviderModule = {
-  name: "mariadb",
-  interface: "mysql-database",
-  adminUrlEnv: ADMIN_URL_ENV,
-  adminUrlExample: "mysql://mesh_admin:<password>@127.0.0.1:3306",
-  createAdapter: ({ adminUrl, instance, logger }) => createMariadbAdapter({ adminUrl, instance, logger }),
-};
+export const provider = defineProvider("mariadb", "mysql-database", MARIADB_ADMIN_URL, createMariadbAdapter);

@@ -1,19 +1,18 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import mysql from "mysql2/promise";
-import { InvalidLoginError, type Provision } from "@mesh/sdk";
-import { startMariadb, type MariadbServer } from "@mesh/testkit";
 import {
-  createMariadbAdapter,
-  DatabaseChangedError,
-  InvalidDatabaseNameError,
-  MARKS_SCHEMA,
-  nativePasswordHash,
+  DerivedChangedError,
+  guardAdapter,
+  InvalidLoginError,
   NotMadeHereError,
   NotRetiredError,
-  type MariadbAdapter,
-  type MariadbPool,
-} from "../src/index.ts";
+  ValueRefusedError,
+  type GuardedAdapter,
+  type Provision,
+} from "@mesh/sdk";
+import { startMariadb, type MariadbServer } from "@mesh/testkit";
+import { createMariadbAdapter, MARKS_SCHEMA, nativePasswordHash, type MariadbPool } from "../src/index.ts";
 import { canLoginAs, connectAs, HOSTILE_VALUES } from "./conformance-target.ts";
 
 const quiet = { info: () => {}, warn: () => {}, error: () => {} };
@@ -44,19 +43,23 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
   let server: MariadbServer;
   let adminUrl: string;
   let root: mysql.Pool;
-  const adapters: MariadbAdapter[] = [];
+  const adapters: GuardedAdapter[] = [];
 
-  function adapter(instance = "test", record?: (pool: RecordingPool) => void): MariadbAdapter {
-    const made = createMariadbAdapter({
-      adminUrl,
-      instance,
-      logger: quiet,
-      wrapPool: (pool) => {
-        const recording = new RecordingPool(pool);
-        record?.(recording);
-        return recording;
-      },
-    });
+  /** An adapter as the harness runs it, inside the sdk's guard; `record` sees the SQL it sends. */
+  function adapter(instance = "test", record?: (pool: RecordingPool) => void): GuardedAdapter {
+    const made = guardAdapter(
+      createMariadbAdapter({
+        adminUrl,
+        instance,
+        logger: quiet,
+        wrapPool: (pool) => {
+          const recording = new RecordingPool(pool);
+          record?.(recording);
+          return recording;
+        },
+      }),
+      { instance },
+    );
     adapters.push(made);
     return made;
   }
@@ -102,7 +105,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
       await assert.rejects(a.holds(p, never), InvalidLoginError);
       await assert.rejects(a.retire(login, {}, "test", new Date()), InvalidLoginError);
       await assert.rejects(a.delete({ as: login, derived: {} }), InvalidLoginError);
-      assert.equal(await a.exists(login), false);
+      await assert.rejects(a.exists!(login), InvalidLoginError);
       const many = await a.holdsMany([p], never);
       assert.ok(many.get(login) instanceof InvalidLoginError);
     }
@@ -114,7 +117,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
     const a = adapter("test", (p) => (pool = p));
     for (const values of HOSTILE_VALUES) {
       const p = provision("hostile_values", "pw", values);
-      await assert.rejects(a.create(p, never), InvalidDatabaseNameError, `values ${JSON.stringify(values)}`);
+      await assert.rejects(a.create(p, never), ValueRefusedError, `values ${JSON.stringify(values)}`);
       assert.equal(a.classify(await a.create(p, never).catch((e: unknown) => e)), "refused");
     }
     assert.deepEqual(pool?.sent, []);
@@ -289,7 +292,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
     await a.retire("doomed", {}, "test", new Date());
     const { freedBytes } = await a.delete({ as: "doomed", derived: { database: "doomed_data" } });
     assert.ok(freedBytes > 0, `freed ${freedBytes}`);
-    assert.equal(await a.exists("doomed"), false);
+    assert.equal(await a.exists!("doomed"), false);
     assert.deepEqual(
       await sql("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'doomed_data'"),
       [],
@@ -313,7 +316,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
       assert.equal(a.classify(err), "refused");
       await assert.rejects(a.retire(login, {}, "test", new Date()), NotMadeHereError);
       await assert.rejects(a.delete({ as: login, derived: {} }), NotMadeHereError);
-      assert.equal(await a.exists(login), true);
+      assert.equal(await a.exists!(login), true);
       assert.equal(await a.holds(provision(login, "their-own"), never), false);
     }
     assert.deepEqual(
@@ -341,7 +344,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
     );
     await assert.rejects(
       a.create(provision("owner_one", "pw1", { name: "moved" }), never),
-      DatabaseChangedError,
+      DerivedChangedError,
     );
     assert.deepEqual(
       await sql("SELECT User FROM mysql.global_priv WHERE User IN ('wants_theirs', 'owner_two')"),
@@ -423,7 +426,12 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
   void it("says a wrong admin password is rejected credentials", async () => {
     const url = new URL(adminUrl);
     url.password = "wrong";
-    const a = createMariadbAdapter({ adminUrl: url.toString(), instance: "test", logger: quiet });
+    const a = guardAdapter(
+      createMariadbAdapter({ adminUrl: url.toString(), instance: "test", logger: quiet }),
+      {
+        instance: "test",
+      },
+    );
     adapters.push(a);
     const err = await a.inventory().catch((e: unknown) => e);
     assert.equal(a.classify(err), "credentials-rejected", String(err));

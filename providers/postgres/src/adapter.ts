@@ -5,18 +5,24 @@
 
 import pg from "pg";
 import {
-  InvalidLoginError,
-  assertLogin,
   consoleLogger,
+  DerivedChangedError,
+  findInChain,
+  forEachLimited,
   isValidLogin,
-  type Adapter,
-  type Deleted,
-  type FailureClass,
-  type InventoryEntry,
-  type Logger,
-  type Provision,
-  type Retired,
   NETWORK_ERROR_CODES,
+  NotMadeHereError,
+  RefusalError,
+  ValueRefusedError,
+} from "@mesh/sdk";
+import type {
+  BatchedAdapter,
+  Deleted,
+  FailureClass,
+  InventoryEntry,
+  Logger,
+  Provision,
+  Retired,
 } from "@mesh/sdk";
 import { resolvePostgresConfig, type PostgresAdapterConfig, type ResolvedPostgresConfig } from "./config.ts";
 import { scramVerifier, verifierMatches } from "./scram.ts";
@@ -91,97 +97,27 @@ export function parseMark(comment: string | null | undefined): PostgresMark | un
   };
 }
 
-/** A role of that name exists and this provider instance did not make it: it is never altered. */
-export class ForeignRoleError extends Error {
-  override name = "ForeignRoleError";
-  constructor(
-    readonly login: string,
-    readonly madeBy: string | undefined,
-  ) {
-    super(
-      `role ${JSON.stringify(login)} exists and was not made by this provider instance ` +
-        `(${madeBy === undefined ? "it carries no mesh mark" : `it is marked by instance ${JSON.stringify(madeBy)}`}); ` +
-        `it is left untouched: rename the consumer, or drop or rename the role by hand if it is unused`,
-    );
-  }
-}
-
-/** The database a consumer asks for exists and belongs to another role. */
-export class ForeignDatabaseError extends Error {
-  override name = "ForeignDatabaseError";
-  constructor(
-    readonly login: string,
-    readonly database: string,
-    readonly owner: string,
-  ) {
-    super(
-      `database ${JSON.stringify(database)} for ${JSON.stringify(login)} exists and is owned by ` +
-        `${JSON.stringify(owner)}; it is left untouched: ask for another name (values.name)`,
-    );
-  }
-}
-
-/** A consumer asks for another database than the one it was made with; data is never moved. */
-export class DatabaseChangedError extends Error {
-  override name = "DatabaseChangedError";
-  constructor(
-    readonly login: string,
-    readonly recorded: string,
-    readonly asked: string,
-  ) {
-    super(
-      `${JSON.stringify(login)} was made with database ${JSON.stringify(recorded)} and now asks for ` +
-        `${JSON.stringify(asked)}; the mesh does not rename or move data: ask for ${JSON.stringify(recorded)} again, ` +
-        `or give the consumer a new login`,
-    );
-  }
-}
-
-/** A value a consumer contributed cannot be used (a bad database name, an extension not allowed). */
-export class InvalidValueError extends Error {
-  override name = "InvalidValueError";
-  constructor(
-    readonly login: string,
-    readonly field: string,
-    readonly value: unknown,
-    why: string,
-  ) {
-    super(
-      `${JSON.stringify(login)}: values.${field} ${safeJson(value)} ${why}; nothing was sent to the server`,
-    );
-  }
-}
-
 /** The name is one PostgreSQL keeps for itself. */
-export class ReservedNameError extends Error {
+export class ReservedNameError extends RefusalError {
   override name = "ReservedNameError";
-  constructor(readonly login: string) {
+  constructor(login: string) {
     super(
+      login,
       `${JSON.stringify(login)} is a name PostgreSQL reserves (pg_…, public, none, current_user…); ` +
         `give the consumer another name`,
     );
   }
 }
 
-/** `delete` was asked for a consumer that is not retired, or that does not exist. */
-export class NotRetiredError extends Error {
-  override name = "NotRetiredError";
-  constructor(
-    readonly login: string,
-    why: string,
-  ) {
-    super(`${JSON.stringify(login)} ${why}; only a retired consumer this provider made is deleted`);
-  }
-}
-
 /** PUBLIC can still connect to a consumer's database after the REVOKE (the admin could not revoke it). */
-export class DatabaseStillOpenError extends Error {
+export class DatabaseStillOpenError extends RefusalError {
   override name = "DatabaseStillOpenError";
   constructor(
-    readonly login: string,
+    login: string,
     readonly database: string,
   ) {
     super(
+      login,
       `database ${JSON.stringify(database)} of ${JSON.stringify(login)} still lets every role connect after ` +
         `REVOKE CONNECT … FROM PUBLIC; the admin is likely not a member of ${JSON.stringify(login)}: ` +
         `GRANT ${login} TO <admin> and apply again`,
@@ -189,27 +125,7 @@ export class DatabaseStillOpenError extends Error {
   }
 }
 
-const REFUSALS = [
-  ForeignRoleError,
-  ForeignDatabaseError,
-  DatabaseChangedError,
-  InvalidValueError,
-  ReservedNameError,
-  NotRetiredError,
-  DatabaseStillOpenError,
-  InvalidLoginError,
-];
-
 const RESERVED = new Set(["public", "none", "current_user", "session_user", "current_role"]);
-
-function safeJson(value: unknown): string {
-  try {
-    const text = JSON.stringify(value) ?? String(value);
-    return text.length > 80 ? `${text.slice(0, 80)}…` : text;
-  } catch {
-    return "(not JSON)";
-  }
-}
 
 const id = (name: string): string => pg.escapeIdentifier(name);
 const lit = (text: string): string => pg.escapeLiteral(text);
@@ -241,50 +157,103 @@ interface AdminFacts {
 /** How many consumer logins `holdsMany` tries at once when it cannot read the stored verifiers. */
 const LOGIN_CHECKS_AT_ONCE = 4;
 
+/** What one query answers, as the adapter reads it. */
+export interface PostgresResult<R> {
+  readonly rows: R[];
+}
+
+/** The slice of a `pg` client or pool that sends a query. */
+export interface PostgresQueryable {
+  query<R extends object>(text: string, values?: unknown[]): Promise<PostgresResult<R>>;
+}
+
+/** The slice of a pooled `pg` session the adapter uses: one connection, for statements that must share it. */
+export interface PostgresSession extends PostgresQueryable {
+  /** Hands the session back; `true` closes it instead (after a failure). */
+  release(destroy?: boolean): void;
+}
+
+/** The slice of a `pg.Client` the adapter uses: a connection of its own, to one database. */
+export interface PostgresConnection extends PostgresQueryable {
+  connect(): Promise<unknown>;
+  end(): Promise<void>;
+  on(event: "error", listener: (err: Error) => void): unknown;
+}
+
+/** The slice of `pg.Pool` the adapter uses: the admin's pooled connections. */
+export interface PostgresPool extends PostgresQueryable {
+  connect(): Promise<PostgresSession>;
+  end(): Promise<void>;
+  on(event: "error", listener: (err: Error) => void): unknown;
+}
+
+/** What the adapter talks through: the admin's pool, and single connections as anyone to any database. */
+export interface PostgresClients {
+  readonly pool: PostgresPool;
+  /** A connection, not yet opened, as `user` to `database`. */
+  connection(user: string, password: string, database: string): PostgresConnection;
+}
+
 /**
- * The adapter for `postgres-database`. Everything it knows after a restart it reads back from the
- * server: the roles carrying this instance's mark.
+ * Makes the adapter for one provider instance, with a `pg` pool for the admin. Connects lazily:
+ * nothing is opened until asked.
+ * @throws AdminSettingError when the admin URL or a setting cannot be used.
  */
-export class PostgresAdapter implements Adapter {
+export function createPostgresAdapter(config: PostgresAdapterConfig): PostgresAdapter {
+  const c = resolvePostgresConfig(config);
+  const options = (user: string, password: string, database: string): pg.ClientConfig => ({
+    host: c.server.host,
+    port: c.server.port,
+    user,
+    password,
+    database,
+    ssl: c.server.ssl === false ? false : { ...c.server.ssl },
+    connectionTimeoutMillis: c.connectTimeoutMs,
+    application_name: `mesh-postgres:${c.instance}`,
+  });
+  const pool = new pg.Pool({
+    ...options(c.admin.user, c.admin.password, c.adminDatabase),
+    max: c.poolSize,
+    idleTimeoutMillis: 30_000,
+    allowExitOnIdle: true,
+    statement_timeout: c.statementTimeoutMs,
+  });
+  const clients: PostgresClients = {
+    pool,
+    connection: (user, password, database) => new pg.Client(options(user, password, database)),
+  };
+  return new PostgresAdapter(clients, c, config.logger ?? consoleLogger);
+}
+
+/**
+ * The adapter for `postgres-database`, over clients the caller made; `close()` ends the pool.
+ * Everything it knows after a restart it reads back from the server: the roles carrying this
+ * instance's mark.
+ */
+export class PostgresAdapter implements BatchedAdapter {
   readonly #config: ResolvedPostgresConfig;
   readonly #logger: Logger;
-  readonly #pool: pg.Pool;
+  readonly #pool: PostgresPool;
+  readonly #clients: PostgresClients;
   #facts: Promise<AdminFacts> | undefined;
-  #closed = false;
 
-  /** @throws PostgresConfigError when the admin URL or a setting cannot be used. */
-  constructor(config: PostgresAdapterConfig) {
-    this.#config = resolvePostgresConfig(config);
-    this.#logger = config.logger ?? consoleLogger;
-    const c = this.#config;
-    this.#pool = new pg.Pool({
-      ...this.#connection(c.adminUser, c.adminPassword, c.adminDatabase),
-      max: c.poolSize,
-      idleTimeoutMillis: 30_000,
-      allowExitOnIdle: true,
-      statement_timeout: c.statementTimeoutMs,
-    });
+  constructor(clients: PostgresClients, config: ResolvedPostgresConfig, logger: Logger) {
+    this.#clients = clients;
+    this.#pool = clients.pool;
+    this.#config = config;
+    this.#logger = logger;
     // An idle connection whose server went away must not take the process down with it.
     this.#pool.on("error", (err) => {
       this.#logger.warn(
-        `postgres: an idle admin connection to ${c.server.host}:${c.server.port} failed (${err.message}); ` +
-          `the next request opens a new one`,
+        `postgres: an idle admin connection to ${config.server.host}:${config.server.port} failed ` +
+          `(${err.message}); the next request opens a new one`,
       );
     });
   }
 
-  #connection(user: string, password: string, database: string): pg.ClientConfig {
-    const { host, port, ssl } = this.#config.server;
-    return {
-      host,
-      port,
-      user,
-      password,
-      database,
-      ssl: ssl === false ? false : { ...ssl },
-      connectionTimeoutMillis: this.#config.connectTimeoutMs,
-      application_name: `mesh-postgres:${this.#config.instance}`,
-    };
+  #admin(database: string): PostgresConnection {
+    const c = this.#config;
+    return this.#clients.connection(c.admin.user, c.admin.password, database);
   }
 
   #adminFacts(): Promise<AdminFacts> {
@@ -350,11 +319,27 @@ export class PostgresAdapter implements Adapter {
     return mark?.instance === this.#config.instance ? mark : undefined;
   }
 
-  #foreign(role: RoleRow): ForeignRoleError {
-    return new ForeignRoleError(role.login, parseMark(role.comment)?.instance);
+  #foreign(role: RoleRow): NotMadeHereError {
+    const madeBy = parseMark(role.comment)?.instance;
+    return new NotMadeHereError(role.login, this.#config.instance, {
+      resource: `role ${JSON.stringify(role.login)}`,
+      madeBy:
+        madeBy === undefined
+          ? "it carries no mesh mark"
+          : `it is marked by instance ${JSON.stringify(madeBy)}`,
+      fix: "rename the consumer, or drop or rename the role by hand if it is unused",
+    });
   }
 
-  async #transaction(work: (client: pg.PoolClient) => Promise<void>): Promise<void> {
+  #foreignDatabase(login: string, database: string, owner: string): NotMadeHereError {
+    return new NotMadeHereError(login, this.#config.instance, {
+      resource: `database ${JSON.stringify(database)}`,
+      madeBy: `it is owned by ${JSON.stringify(owner)}`,
+      fix: "ask for another name (values.name)",
+    });
+  }
+
+  async #transaction(work: (client: PostgresSession) => Promise<void>): Promise<void> {
     const client = await this.#pool.connect();
     try {
       await client.query("BEGIN");
@@ -368,9 +353,8 @@ export class PostgresAdapter implements Adapter {
     client.release();
   }
 
-  async #onDatabase(database: string, work: (client: pg.Client) => Promise<void>): Promise<void> {
-    const c = this.#config;
-    const client = new pg.Client({ ...this.#connection(c.adminUser, c.adminPassword, database) });
+  async #onDatabase(database: string, work: (client: PostgresConnection) => Promise<void>): Promise<void> {
+    const client = this.#admin(database);
     client.on("error", () => {});
     await client.connect();
     try {
@@ -380,7 +364,7 @@ export class PostgresAdapter implements Adapter {
     }
   }
 
-  async #createDatabase(client: pg.PoolClient, login: string, database: string): Promise<void> {
+  async #createDatabase(client: PostgresSession, login: string, database: string): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
         // Alone, outside any transaction: PostgreSQL refuses CREATE DATABASE anywhere else.
@@ -391,7 +375,7 @@ export class PostgresAdapter implements Adapter {
         if (code === "42P04") {
           const owner = (await this.#databases([database])).get(database)?.owner;
           if (owner === login) return;
-          throw new ForeignDatabaseError(login, database, owner ?? "(unknown)");
+          throw this.#foreignDatabase(login, database, owner ?? "(unknown)");
         }
         // Any open session on template1 blocks the copy; it is usually gone a moment later.
         if (code === "55006" && attempt < 10) {
@@ -407,12 +391,12 @@ export class PostgresAdapter implements Adapter {
    * Brings the consumer's role and database into being, in an order a crash at any point can be
    * re-run from: role with its mark (one transaction), the admin's membership, the database, the
    * REVOKE, the extensions.
-   * @throws InvalidLoginError, ReservedNameError, InvalidValueError before any statement is sent;
-   *   ForeignRoleError, ForeignDatabaseError, DatabaseChangedError when the server holds something
-   *   this instance did not make; DatabaseStillOpenError; the server's own errors.
+   * @throws ReservedNameError, ValueRefusedError before any statement is sent; NotMadeHereError,
+   *   DerivedChangedError when the server holds something this instance did not make;
+   *   DatabaseStillOpenError; the server's own errors.
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
-    const login = refuseReserved(assertLogin(p.as));
+    const login = refuseReserved(p.as);
     const database = databaseFor(p);
     const extensions = extensionsFor(p);
     signal.throwIfAborted();
@@ -421,9 +405,11 @@ export class PostgresAdapter implements Adapter {
     const role = (await this.#roles([login])).get(login);
     const mark = this.#ownMark(role);
     if (role && (!mark || login === facts.user)) throw this.#foreign(role);
-    if (mark && mark.database !== database) throw new DatabaseChangedError(login, mark.database, database);
+    if (mark && mark.database !== database) {
+      throw new DerivedChangedError(login, "database", mark.database, database);
+    }
     const existing = (await this.#databases([database])).get(database);
-    if (existing && existing.owner !== login) throw new ForeignDatabaseError(login, database, existing.owner);
+    if (existing && existing.owner !== login) throw this.#foreignDatabase(login, database, existing.owner);
     signal.throwIfAborted();
 
     const active = formatMark({ instance: this.#config.instance, database, state: "active" });
@@ -473,33 +459,15 @@ export class PostgresAdapter implements Adapter {
   }
 
   /**
-   * Whether the role carries this instance's active mark, can log in with exactly `p.password`,
-   * and owns its database, closed to PUBLIC. Read-only.
-   * @throws when the server cannot be asked (unable to ask is not evidence of loss).
-   */
-  async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
-    const answer = (await this.#check([p], signal)).get(p.as);
-    if (answer instanceof Error) throw answer;
-    return answer === true;
-  }
-
-  /**
    * `holds` for many consumers with three catalog queries (roles with marks, databases, and the
    * stored verifiers when the admin may read them); a consumer login each only when it may not.
+   * Whether each role carries this instance's active mark, can log in with exactly its password,
+   * and owns its database, closed to PUBLIC. Read-only.
    */
-  holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
-    return this.#check(ps, signal);
-  }
-
-  async #check(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
-    signal.throwIfAborted();
+  async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
     const answers = new Map<string, boolean | Error>();
     const asked: { p: Provision; database: string }[] = [];
     for (const p of ps) {
-      if (!isValidLogin(p.as)) {
-        answers.set(String(p.as), new InvalidLoginError(String(p.as)));
-        continue;
-      }
       try {
         asked.push({ p, database: databaseFor(p) });
       } catch {
@@ -532,29 +500,23 @@ export class PostgresAdapter implements Adapter {
       else logInto.push({ p, database });
     }
 
-    let next = 0;
-    const worker = async (): Promise<void> => {
-      while (next < logInto.length) {
-        const item = logInto[next++];
-        if (!item) break;
-        if (signal.aborted) {
-          answers.set(item.p.as, new Error("postgres: the check was stopped before this consumer's turn"));
-          continue;
-        }
-        try {
-          answers.set(item.p.as, await this.#canLogIn(item.p.as, item.p.password, item.database));
-        } catch (err) {
-          answers.set(item.p.as, err instanceof Error ? err : new Error(String(err)));
-        }
+    await forEachLimited(logInto, LOGIN_CHECKS_AT_ONCE, async ({ p, database }) => {
+      if (signal.aborted) {
+        answers.set(p.as, new Error("postgres: the check was stopped before this consumer's turn"));
+        return;
       }
-    };
-    await Promise.all(Array.from({ length: Math.min(LOGIN_CHECKS_AT_ONCE, logInto.length) }, worker));
+      try {
+        answers.set(p.as, await this.#canLogIn(p.as, p.password, database));
+      } catch (err) {
+        answers.set(p.as, err instanceof Error ? err : new Error(String(err)));
+      }
+    });
     return answers;
   }
 
   /** Logs in as the consumer: the only exact password check open to an admin without pg_authid. */
   async #canLogIn(login: string, password: string, database: string): Promise<boolean> {
-    const client = new pg.Client(this.#connection(login, password, database));
+    const client = this.#clients.connection(login, password, database);
     client.on("error", () => {});
     try {
       await client.connect();
@@ -574,15 +536,9 @@ export class PostgresAdapter implements Adapter {
   /**
    * Disables the consumer's login (NOLOGIN), marks it retired with `at` and `why`, and ends its
    * open sessions. Its database and data stay. A role that is gone has nothing to retire.
-   * @throws ForeignRoleError for a role this instance did not make.
+   * @throws NotMadeHereError for a role this instance did not make.
    */
-  async retire(
-    as: string,
-    _derived: Readonly<Record<string, unknown>>,
-    why: string,
-    at: Date,
-  ): Promise<void> {
-    const login = assertLogin(as);
+  async retire(login: string, _derived: Retired["derived"], why: string, at: Date): Promise<void> {
     const role = (await this.#roles([login])).get(login);
     if (!role) {
       this.#logger.warn(`postgres: ${login} has no role any more; there is nothing of it to retire`);
@@ -592,9 +548,7 @@ export class PostgresAdapter implements Adapter {
     if (!mark || login === (await this.#adminFacts()).user) throw this.#foreign(role);
     // Retired again keeps the first retirement's when and why.
     const retired: PostgresMark =
-      mark.state === "retired"
-        ? mark
-        : { ...mark, state: "retired", retiredAt: at.toISOString(), why: why.slice(0, 500) };
+      mark.state === "retired" ? mark : { ...mark, state: "retired", retiredAt: at.toISOString(), why };
     await this.#transaction(async (client) => {
       await client.query(`ALTER ROLE ${id(login)} NOLOGIN`);
       await client.query(`COMMENT ON ROLE ${id(login)} IS ${lit(formatMark(retired))}`);
@@ -614,55 +568,41 @@ export class PostgresAdapter implements Adapter {
         WHERE pg_catalog.shobj_description(r.oid, 'pg_authid') LIKE '{%'
         ORDER BY r.rolname`,
     );
-    const entries: InventoryEntry[] = [];
-    for (const row of rows) {
-      const mark = parseMark(row.comment);
-      if (!mark || mark.instance !== this.#config.instance || !isValidLogin(row.login)) continue;
+    return rows.flatMap(({ login, comment }) => {
+      const mark = parseMark(comment);
+      if (mark?.instance !== this.#config.instance) return [];
+      const { state, database, why } = mark;
       const retiredAt = mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt);
-      entries.push({
-        as: row.login,
-        state: mark.state,
-        derived: { database: mark.database },
-        ...(mark.state === "retired"
-          ? {
-              retiredAt: retiredAt && !Number.isNaN(retiredAt.getTime()) ? retiredAt : undefined,
-              why: mark.why,
-            }
-          : {}),
-      });
-    }
-    return entries;
+      return [{ as: login, state, derived: { database }, retiredAt, why }];
+    });
   }
 
   /**
    * Drops a retired consumer's database (ending its sessions) and then its role, and answers the
-   * database's size as the bytes freed.
-   * @throws NotRetiredError when it is active or gone; ForeignRoleError when not made here.
+   * database's size as the bytes freed. The guard has checked that this instance made and retired it.
+   * @throws NotMadeHereError when its database belongs to another role.
    */
   async delete(r: Retired): Promise<Deleted> {
-    const login = assertLogin(r.as);
-    const role = (await this.#roles([login])).get(login);
-    if (!role) throw new NotRetiredError(login, "has no role");
-    const mark = this.#ownMark(role);
-    if (!mark || login === (await this.#adminFacts()).user) throw this.#foreign(role);
-    if (mark.state !== "retired") throw new NotRetiredError(login, "is active, not retired");
-    const db = (await this.#databases([mark.database])).get(mark.database);
+    const login = r.as;
+    const database = r.derived["database"];
+    if (!isValidLogin(database)) throw new Error(`postgres: the mark of ${login} names no database`);
+    const db = (await this.#databases([database])).get(database);
     let freedBytes = 0;
     if (db) {
-      if (db.owner !== login) throw new ForeignDatabaseError(login, mark.database, db.owner);
+      if (db.owner !== login) throw this.#foreignDatabase(login, database, db.owner);
       const { rows } = await this.#pool.query<{ size: string }>(
         `SELECT pg_catalog.pg_database_size($1)::text AS size`,
-        [mark.database],
+        [database],
       );
       freedBytes = Number(rows[0]?.size ?? 0);
-      await this.#pool.query(`DROP DATABASE IF EXISTS ${id(mark.database)} WITH (FORCE)`);
+      await this.#pool.query(`DROP DATABASE IF EXISTS ${id(database)} WITH (FORCE)`);
     }
     try {
       await this.#pool.query(`DROP ROLE IF EXISTS ${id(login)}`);
     } catch (err) {
       if (codeOf(err) !== "2BP01") throw err;
       throw new Error(
-        `postgres: database ${JSON.stringify(mark.database)} of ${login} was dropped, but the role still owns ` +
+        `postgres: database ${JSON.stringify(database)} of ${login} was dropped, but the role still owns ` +
           `objects or holds privileges elsewhere (${err instanceof Error ? err.message : String(err)}); ` +
           `run DROP OWNED BY ${id(login)} in those databases, then delete again`,
         { cause: err },
@@ -671,54 +611,37 @@ export class PostgresAdapter implements Adapter {
     return { freedBytes };
   }
 
-  /** Whether a role of this name exists, made by anyone. False, without asking, for an invalid login. */
-  async exists(as: string): Promise<boolean> {
-    if (!isValidLogin(as)) return false;
-    return (await this.#roles([as])).has(as);
+  /** Whether a role of this name exists, made by anyone. */
+  async exists(login: string): Promise<boolean> {
+    return (await this.#roles([login])).has(login);
   }
 
-  /**
-   * `credentials-rejected` for a refused login, `unreachable` for a server that cannot be reached
-   * or went away, `refused` for what this adapter will not do; undefined otherwise.
-   */
+  /** `credentials-rejected` for a refused login, `unreachable` for a server gone or out of reach. */
   classify(err: unknown): FailureClass | undefined {
-    if (REFUSALS.some((kind) => err instanceof kind)) return "refused";
     return classifyPostgresError(err);
   }
 
   /** Ends the admin connections. */
   async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
     await this.#pool.end();
   }
 }
 
 // The server's own codes for "going away" or "cannot connect"; the operating system's are the sdk's.
+// 57P03 is "the database system is starting up", 57P01 "terminating connection due to administrator command".
 const UNREACHABLE_CODES = new Set(["57P01", "57P02", "57P03", "08000", "08001", "08003", "08006"]);
+const UNREACHABLE_WORDS =
+  /Connection terminated|timeout expired|connection timeout|Client has encountered a connection error|the database system is (starting up|shutting down)/i;
 
 /** The failure class of an error from `pg` or the network, or undefined when it is neither. */
-export function classifyPostgresError(err: unknown, depth = 0): FailureClass | undefined {
-  if (err === null || typeof err !== "object" || depth > 4) return undefined;
-  const code = codeOf(err);
-  if (code === "28P01" || code === "28000") return "credentials-rejected";
-  if (code !== undefined && (UNREACHABLE_CODES.has(code) || NETWORK_ERROR_CODES.has(code)))
-    return "unreachable";
-  const message = err instanceof Error ? err.message : "";
-  if (
-    /Connection terminated|timeout expired|connection timeout|Client has encountered a connection error/i.test(
-      message,
-    )
-  ) {
-    return "unreachable";
-  }
-  for (const inner of (err as { errors?: unknown }).errors instanceof Array
-    ? (err as { errors: unknown[] }).errors
-    : []) {
-    const found = classifyPostgresError(inner, depth + 1);
-    if (found) return found;
-  }
-  return classifyPostgresError((err as { cause?: unknown }).cause, depth + 1);
+export function classifyPostgresError(err: unknown): FailureClass | undefined {
+  const code = (e: unknown): string => codeOf(e) ?? "";
+  if (findInChain(err, (e) => code(e) === "28P01" || code(e) === "28000")) return "credentials-rejected";
+  const unreachable = (e: unknown): boolean =>
+    UNREACHABLE_CODES.has(code(e)) ||
+    NETWORK_ERROR_CODES.has(code(e)) ||
+    (e instanceof Error && UNREACHABLE_WORDS.test(e.message));
+  return findInChain(err, unreachable) === undefined ? undefined : "unreachable";
 }
 
 function refuseReserved(login: string): string {
@@ -731,7 +654,7 @@ function databaseFor(p: Provision): string {
   const name = p.values["name"];
   if (name === undefined || name === null) return p.as;
   if (!isValidLogin(name)) {
-    throw new InvalidValueError(
+    throw new ValueRefusedError(
       p.as,
       "name",
       name,
@@ -739,7 +662,7 @@ function databaseFor(p: Provision): string {
     );
   }
   if (name.startsWith("pg_") || RESERVED.has(name)) {
-    throw new InvalidValueError(p.as, "name", name, "is a name PostgreSQL reserves");
+    throw new ValueRefusedError(p.as, "name", name, "is a name PostgreSQL reserves");
   }
   return name;
 }
@@ -749,11 +672,11 @@ function extensionsFor(p: Provision): string[] {
   const asked = p.values["extensions"];
   if (asked === undefined || asked === null) return [];
   if (!Array.isArray(asked) || !asked.every((e): e is string => typeof e === "string")) {
-    throw new InvalidValueError(p.as, "extensions", asked, "is not a list of extension names");
+    throw new ValueRefusedError(p.as, "extensions", asked, "is not a list of extension names");
   }
   for (const extension of asked) {
     if (!TRUSTED_EXTENSIONS.has(extension)) {
-      throw new InvalidValueError(
+      throw new ValueRefusedError(
         p.as,
         "extensions",
         extension,
@@ -762,12 +685,4 @@ function extensionsFor(p: Provision): string[] {
     }
   }
   return [...new Set(asked)];
-}
-
-/**
- * Makes the adapter for one provider instance. Connects lazily: nothing is opened until asked.
- * @throws PostgresConfigError when the admin URL or a setting cannot be used.
- */
-export function createPostgresAdapter(config: PostgresAdapterConfig): PostgresAdapter {
-  return new PostgresAdapter(config);
 }

@@ -9,19 +9,18 @@
  * const handle = runProvisioner("postgres-database", adapter, { receives: "/run/mesh/postgres-database.json" });
  * ```
  */
-import type { ProviderModule } from "@mesh/sdk";
+import { defineProvider } from "@mesh/sdk";
 import { createPostgresAdapter } from "./adapter.ts";
-import { ADMIN_URL_ENV } from "./config.ts";
+import { POSTGRES_ADMIN_URL } from "./config.ts";
 
 export * from "./adapter.ts";
 export * from "./config.ts";
 export * from "./scram.ts";
 
 /** How `mesh provider postgres` finds and starts this provider. */
-export const provider: ProviderModule = {
-  name: "postgres",
-  interface: "postgres-database",
-  adminUrlEnv: ADMIN_URL_ENV,
-  adminUrlExample: "postgresql://mesh_admin:<password>@127.0.0.1:5432/postgres",
-  createAdapter: ({ adminUrl, instance, logger }) => createPostgresAdapter({ adminUrl, instance, logger }),
-};
+export const provider = defineProvider(
+  "postgres",
+  "postgres-database",
+  POSTGRES_ADMIN_URL,
+  createPostgresAdapter,
+);

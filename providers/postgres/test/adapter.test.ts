@@ -6,20 +6,24 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import pg from "pg";
-import { InvalidLoginError, type Provision } from "@mesh/sdk";
+import {
+  DerivedChangedError,
+  guardAdapter,
+  InvalidLoginError,
+  NotMadeHereError,
+  ValueRefusedError,
+  type GuardedAdapter,
+  type Provision,
+} from "@mesh/sdk";
 import { mintPassword, type PostgresServer } from "@mesh/testkit";
 import {
-  DatabaseChangedError,
-  ForeignDatabaseError,
-  ForeignRoleError,
-  InvalidValueError,
   ReservedNameError,
   classifyPostgresError,
   createPostgresAdapter,
   formatMark,
   provider,
   scramVerifier,
-  type PostgresAdapter,
+  type PostgresAdapterConfig,
 } from "../src/index.ts";
 import { asUser, startTargetServer } from "./conformance-target.ts";
 
@@ -27,11 +31,16 @@ const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 const signal = (): AbortSignal => new AbortController().signal;
 const INSTANCE = "pg-test";
 
+/** The adapter as the harness runs it: inside the sdk's guard. */
+function guarded(config: PostgresAdapterConfig): GuardedAdapter {
+  return guardAdapter(createPostgresAdapter(config), { instance: config.instance });
+}
+
 void describe("the Postgres adapter", { timeout: 600_000 }, () => {
   let server: PostgresServer;
   let adminUrl: string;
-  let admin: PostgresAdapter;
-  let superuser: PostgresAdapter;
+  let admin: GuardedAdapter;
+  let superuser: GuardedAdapter;
   let stopTarget: () => Promise<void>;
   let n = 0;
 
@@ -57,8 +66,8 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
     server = t.pg;
     adminUrl = t.adminUrl;
     stopTarget = () => t.stop();
-    admin = createPostgresAdapter({ adminUrl, instance: INSTANCE, logger: quiet });
-    superuser = createPostgresAdapter({ adminUrl: server.superuserUrl, instance: INSTANCE, logger: quiet });
+    admin = guarded({ adminUrl, instance: INSTANCE, logger: quiet });
+    superuser = guarded({ adminUrl: server.superuserUrl, instance: INSTANCE, logger: quiet });
   });
   after(async () => {
     await admin?.close();
@@ -172,8 +181,8 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
       "pgcrypto",
     ]) {
       const p = provision({ extensions });
-      await assert.rejects(admin.create(p, signal()), InvalidValueError);
-      assert.equal(await admin.exists(p.as), false, `nothing made for ${JSON.stringify(extensions)}`);
+      await assert.rejects(admin.create(p, signal()), ValueRefusedError);
+      assert.equal(await admin.exists!(p.as), false, `nothing made for ${JSON.stringify(extensions)}`);
     }
     const err = await admin.create(provision({ extensions: ["plperlu"] }), signal()).catch((e: unknown) => e);
     assert.equal(admin.classify(err), "refused");
@@ -186,27 +195,27 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
     const before = await roleRow("alice");
     const p: Provision = { as: "alice", password: mintPassword(), values: {}, derived: {} };
     const err = await admin.create(p, signal()).catch((e: unknown) => e);
-    assert.ok(err instanceof ForeignRoleError, String(err));
+    assert.ok(err instanceof NotMadeHereError, String(err));
     assert.equal(admin.classify(err), "refused");
-    await assert.rejects(admin.retire("alice", {}, "not ours", new Date()), ForeignRoleError);
-    await assert.rejects(admin.delete({ as: "alice", derived: { database: "alice" } }), ForeignRoleError);
+    await assert.rejects(admin.retire("alice", {}, "not ours", new Date()), NotMadeHereError);
+    await assert.rejects(admin.delete({ as: "alice", derived: { database: "alice" } }), NotMadeHereError);
     assert.equal(await admin.holds(p, signal()), false);
     assert.equal(await superuser.holds(p, signal()), false);
     assert.deepEqual(await roleRow("alice"), before);
     assert.ok(!(await admin.inventory()).some((e) => e.as === "alice"));
-    assert.equal(await admin.exists("alice"), true);
+    assert.equal(await admin.exists!("alice"), true);
   });
 
   void it("refuses the admin's own login and a role another instance marked", async () => {
     const self: Provision = { as: "mesh_admin", password: mintPassword(), values: {}, derived: {} };
-    await assert.rejects(admin.create(self, signal()), ForeignRoleError);
-    const other = createPostgresAdapter({ adminUrl, instance: "someone-else", logger: quiet });
+    await assert.rejects(admin.create(self, signal()), NotMadeHereError);
+    const other = guarded({ adminUrl, instance: "someone-else", logger: quiet });
     try {
       const p = provision();
       await other.create(p, signal());
       const err = await admin.create({ ...p, password: mintPassword() }, signal()).catch((e: unknown) => e);
-      assert.ok(err instanceof ForeignRoleError);
-      assert.equal(err.madeBy, "someone-else");
+      assert.ok(err instanceof NotMadeHereError);
+      assert.match(err.message, /marked by instance "someone-else"/);
       assert.equal(await other.holds(p, signal()), true, "the other instance's consumer still holds");
     } finally {
       await other.close();
@@ -215,8 +224,8 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
 
   void it("refuses a database name another role owns before making the role", async () => {
     const p = provision({ name: "postgres" });
-    await assert.rejects(admin.create(p, signal()), ForeignDatabaseError);
-    assert.equal(await admin.exists(p.as), false);
+    await assert.rejects(admin.create(p, signal()), NotMadeHereError);
+    assert.equal(await admin.exists!(p.as), false);
   });
 
   void it("refuses to move a consumer to another database", async () => {
@@ -224,7 +233,7 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
     await admin.create(p, signal());
     await assert.rejects(
       admin.create({ ...p, values: { name: "second_home" } }, signal()),
-      DatabaseChangedError,
+      DerivedChangedError,
     );
     assert.equal(await admin.holds({ ...p, values: { name: "second_home" } }, signal()), false);
     assert.equal(await admin.holds(p, signal()), true);
@@ -241,7 +250,7 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
       admin.holds({ as: "Bad", password: "x", values: {}, derived: {} }, signal()),
       InvalidLoginError,
     );
-    assert.equal(await admin.exists("Bad;"), false);
+    await assert.rejects(admin.exists!("Bad;"), InvalidLoginError);
   });
 
   void it("ends a retired consumer's open sessions and keeps its data", async () => {
@@ -301,7 +310,7 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
   void it("classifies a refused admin password as credentials-rejected, without the password in the error", async () => {
     const url = new URL(adminUrl);
     url.password = "certainly-wrong-pw";
-    const wrong = createPostgresAdapter({ adminUrl: url.toString(), instance: INSTANCE, logger: quiet });
+    const wrong = guarded({ adminUrl: url.toString(), instance: INSTANCE, logger: quiet });
     try {
       const err = await wrong.inventory().catch((e: unknown) => e);
       assert.equal(wrong.classify(err), "credentials-rejected");

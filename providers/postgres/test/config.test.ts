@@ -1,14 +1,15 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { PostgresConfigError, resolvePostgresConfig } from "../src/index.ts";
+import { AdminSettingError } from "@mesh/sdk";
+import { resolvePostgresConfig } from "../src/index.ts";
 
 const resolve = (adminUrl: string, instance = "main") => resolvePostgresConfig({ adminUrl, instance });
 
-function refusal(adminUrl: string, instance = "main"): PostgresConfigError {
+function refusal(adminUrl: string, instance = "main"): AdminSettingError {
   try {
     resolve(adminUrl, instance);
   } catch (err) {
-    assert.ok(err instanceof PostgresConfigError, String(err));
+    assert.ok(err instanceof AdminSettingError, String(err));
     return err;
   }
   assert.fail(`${adminUrl} was accepted`);
@@ -18,8 +19,8 @@ void describe("the Postgres provider's configuration", () => {
   void it("reads host, port, admin and database from the URL, with defaults", () => {
     const c = resolve("postgresql://mesh_admin:p%40ss@db.example:6543/meshdb?sslmode=require");
     assert.deepEqual(c.server, { host: "db.example", port: 6543, ssl: { rejectUnauthorized: false } });
-    assert.equal(c.adminUser, "mesh_admin");
-    assert.equal(c.adminPassword, "p@ss");
+    assert.equal(c.admin.user, "mesh_admin");
+    assert.equal(c.admin.password, "p@ss");
     assert.equal(c.adminDatabase, "meshdb");
     assert.equal(c.poolSize, 5);
     const d = resolve("postgres://a:b@127.0.0.1");

@@ -11,20 +11,8 @@
 
 import { createHash } from "node:crypto";
 import { Redis } from "ioredis";
-import {
-  consoleLogger,
-  findInChain,
-  isNetworkError,
-  NotMadeHereError,
-  NotRetiredError,
-  type Adapter,
-  type Deleted,
-  type FailureClass,
-  type InventoryEntry,
-  type Logger,
-  type Provision,
-  type Retired,
-} from "@mesh/sdk";
+import { consoleLogger, findInChain, isNetworkError, NotMadeHereError, NotRetiredError } from "@mesh/sdk";
+import type { Adapter, Deleted, FailureClass, InventoryEntry, Logger, Provision, Retired } from "@mesh/sdk";
 import {
   CONSUMER_COMMAND_RULES,
   resolveRedisConfig,
@@ -122,7 +110,6 @@ interface ServerFacts {
 const MARK_PREFIX = "_mesh";
 const PROBE_PREFIX = "_mesh-probe";
 const SCAN_COUNT = 500;
-const WHY_LIMIT = 1_000;
 
 /**
  * Makes the `redis-namespace` adapter for one Redis server. Connects lazily; a server that is down
@@ -131,7 +118,7 @@ const WHY_LIMIT = 1_000;
  */
 export function createRedisAdapter(config: RedisAdapterConfig): RedisNamespaceAdapter {
   const resolved = resolveRedisConfig(config);
-  const client = new Redis(resolved.adminUrl, {
+  const client = new Redis(resolved.admin.text, {
     lazyConnect: true,
     // Fail fast while the server is away instead of queueing calls that would hang the harness's pass;
     // the harness retries, and ioredis reconnects in the background.
@@ -162,12 +149,12 @@ export class RedisNamespaceAdapter implements Adapter {
     client.on("error", (err) => {
       const first = this.lastError === undefined;
       this.lastError = err;
-      if (first) this.logger.warn(new RedisConnectionError(config.endpoint, { cause: err }).message);
+      if (first) this.logger.warn(new RedisConnectionError(config.admin.endpoint, { cause: err }).message);
     });
     client.on("ready", () => {
       if (this.lastError === undefined) return;
       this.lastError = undefined;
-      this.logger.info(`Redis at ${config.endpoint} answers again`);
+      this.logger.info(`Redis at ${config.admin.endpoint} answers again`);
     });
   }
 
@@ -220,12 +207,7 @@ export class RedisNamespaceAdapter implements Adapter {
   }
 
   /** Turns the consumer's ACL user off, ends its connections and marks it retired. Keys stay. */
-  async retire(
-    login: string,
-    derived: Readonly<Record<string, unknown>>,
-    why: string,
-    at: Date,
-  ): Promise<void> {
+  async retire(login: string, derived: Retired["derived"], why: string, at: Date): Promise<void> {
     const facts = await this.serverFacts();
     const [user, mark] = await this.readUser(login);
     if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
@@ -235,7 +217,7 @@ export class RedisNamespaceAdapter implements Adapter {
       state: "retired",
       derived: Object.keys(derived).length > 0 ? derived : (mark?.derived ?? {}),
       retiredAt: at.toISOString(),
-      why: why.slice(0, WHY_LIMIT),
+      why,
     };
     const batch = this.client.multi().call("ACL", "SETUSER", this.markName(login), ...markRules(retiredMark));
     if (user !== undefined) batch.call("ACL", "SETUSER", login, "off");
@@ -263,7 +245,7 @@ export class RedisNamespaceAdapter implements Adapter {
       const mark = decodeMark(user);
       if (mark === undefined) {
         this.logger.warn(
-          `the mark ${name} on Redis at ${this.config.endpoint} cannot be read; ${login} is left out`,
+          `the mark ${name} on Redis at ${this.config.admin.endpoint} cannot be read; ${login} is left out`,
         );
         continue;
       }
@@ -347,11 +329,11 @@ export class RedisNamespaceAdapter implements Adapter {
       try {
         await this.connecting;
       } catch (err) {
-        throw new RedisConnectionError(this.config.endpoint, { cause: this.lastError ?? err });
+        throw new RedisConnectionError(this.config.admin.endpoint, { cause: this.lastError ?? err });
       }
     }
     if (this.client.status !== "ready" && this.lastError !== undefined) {
-      throw new RedisConnectionError(this.config.endpoint, { cause: this.lastError });
+      throw new RedisConnectionError(this.config.admin.endpoint, { cause: this.lastError });
     }
   }
 
@@ -391,7 +373,7 @@ export class RedisNamespaceAdapter implements Adapter {
     );
     const described = fromGetUser(replies[1]);
     if (described === undefined)
-      throw new Error(`Redis at ${this.config.endpoint} did not describe ACL user ${probe}`);
+      throw new Error(`Redis at ${this.config.admin.endpoint} did not describe ACL user ${probe}`);
     return { savesAcl: aclFile !== undefined && aclFile !== "", commands: described.commands };
   }
 
@@ -400,8 +382,8 @@ export class RedisNamespaceAdapter implements Adapter {
     this.warnedNoAclFile = true;
     const seen =
       unknownWhy === undefined
-        ? `Redis at ${this.config.endpoint} has no ACL file (CONFIG GET aclfile is empty)`
-        : `cannot tell whether Redis at ${this.config.endpoint} has an ACL file (CONFIG GET aclfile: ${unknownWhy}); assuming not`;
+        ? `Redis at ${this.config.admin.endpoint} has no ACL file (CONFIG GET aclfile is empty)`
+        : `cannot tell whether Redis at ${this.config.admin.endpoint} has an ACL file (CONFIG GET aclfile: ${unknownWhy}); assuming not`;
     this.logger.warn(
       `${seen}: the consumers' ACL users and marks live only in memory and are lost when Redis ` +
         `restarts (active consumers are made again on the next check; retired ones are forgotten). ` +

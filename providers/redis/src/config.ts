@@ -1,22 +1,26 @@
 // What is Redis's own in the provider's settings: its admin URL's form, its timeouts, and the policy
 // of what a consumer and the admin may run. The sdk checks the instance name and the URL.
 
-import { assertInstance, parseAdminUrl, positiveSetting, type AdminUrlRules, type Logger } from "@mesh/sdk";
+import { checkAdminSettings, positiveSetting } from "@mesh/sdk";
+import type { AdminSettings, AdminUrlRules, CheckedAdminSettings } from "@mesh/sdk";
 
-/** Where the admin URL is read from when no flag gives it. */
-export const ADMIN_URL_ENV = "MESH_REDIS_URL";
+/** How the Redis admin URL looks; checked by the sdk's `parseAdminUrl`. */
+export const REDIS_ADMIN_URL: AdminUrlRules = {
+  backend: "Redis",
+  ports: { "redis:": 6379, "rediss:": 6379 },
+  env: "MESH_REDIS_URL",
+  example: "redis://mesh-admin:<password>@127.0.0.1:6379",
+  // Redis's `default` user is the admin when the URL names none.
+  needsUser: false,
+  needsPassword: true,
+};
 
-/** What `createRedisAdapter` is given. */
-export interface RedisAdapterConfig {
-  /**
-   * `redis://<admin>:<password>@<host>:<port>` (or `rediss://` for TLS). The admin must be allowed
-   * ACL, CLIENT KILL, CONFIG GET, SCAN, MEMORY USAGE, UNLINK and INFO.
-   */
-  readonly adminUrl: string;
-  /** Names this provider instance in every mark it writes; two instances never touch each other's. */
-  readonly instance: string;
-  /** Where the one-time warnings (no ACL file, server gone and back) are said. */
-  readonly logger?: Logger | undefined;
+/**
+ * What `createRedisAdapter` is given. The admin URL is `redis://<admin>:<password>@<host>:<port>`
+ * (or `rediss://` for TLS); the admin must be allowed ADMIN_RULES. The logger hears the one-time
+ * warnings (no ACL file, server gone and back).
+ */
+export interface RedisAdapterConfig extends AdminSettings {
   /** How long to wait for a TCP connection to the server (5 000 ms). */
   readonly connectTimeoutMs?: number | undefined;
   /** How long one command may wait for its reply (15 000 ms). */
@@ -24,11 +28,7 @@ export interface RedisAdapterConfig {
 }
 
 /** The checked configuration. */
-export interface ResolvedRedisConfig {
-  readonly adminUrl: string;
-  /** `host:port`, for messages: never the URL, which holds the admin's password. */
-  readonly endpoint: string;
-  readonly instance: string;
+export interface ResolvedRedisConfig extends CheckedAdminSettings {
   readonly connectTimeoutMs: number;
   readonly commandTimeoutMs: number;
 }
@@ -76,29 +76,13 @@ export const ADMIN_RULES: readonly string[] = [
   "+exec",
 ];
 
-/** How the Redis admin URL looks; checked by the sdk's `parseAdminUrl`. */
-export const REDIS_ADMIN_URL: AdminUrlRules = {
-  backend: "Redis",
-  schemes: ["redis:", "rediss:"],
-  defaultPort: 6379,
-  env: ADMIN_URL_ENV,
-  example: "redis://<admin>:<password>@<host>:<port>",
-  // Redis's `default` user is the admin when the URL names none.
-  needsUser: false,
-  needsPassword: true,
-};
-
 /**
  * Checks the configuration.
  * @throws AdminSettingError naming the setting and the fix, never echoing the password.
  */
 export function resolveRedisConfig(config: RedisAdapterConfig): ResolvedRedisConfig {
-  const instance = assertInstance(config.instance);
-  const url = parseAdminUrl(config.adminUrl, REDIS_ADMIN_URL);
   return {
-    adminUrl: url.text,
-    endpoint: url.endpoint,
-    instance,
+    ...checkAdminSettings(config, REDIS_ADMIN_URL),
     connectTimeoutMs: positiveSetting("connectTimeoutMs", config.connectTimeoutMs, 5_000),
     commandTimeoutMs: positiveSetting("commandTimeoutMs", config.commandTimeoutMs, 15_000),
   };

@@ -9,18 +9,12 @@
  * const handle = runProvisioner("redis-namespace", adapter, { receives: "/run/mesh/redis-namespace.json" });
  * ```
  */
-import type { ProviderModule } from "@mesh/sdk";
+import { defineProvider } from "@mesh/sdk";
 import { createRedisAdapter } from "./adapter.ts";
-import { ADMIN_URL_ENV } from "./config.ts";
+import { REDIS_ADMIN_URL } from "./config.ts";
 
 export * from "./adapter.ts";
 export * from "./config.ts";
 
 /** How `mesh provider redis` finds and starts this provider. */
-export const provider: ProviderModule = {
-  name: "redis",
-  interface: "redis-namespace",
-  adminUrlEnv: ADMIN_URL_ENV,
-  adminUrlExample: "redis://mesh-admin:<password>@127.0.0.1:6379",
-  createAdapter: ({ adminUrl, instance, logger }) => createRedisAdapter({ adminUrl, instance, logger }),
-};
+export const provider = defineProvider("redis", "redis-namespace", REDIS_ADMIN_URL, createRedisAdapter);

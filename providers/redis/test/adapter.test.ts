@@ -531,7 +531,7 @@ void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
     assert.equal(await canLogin(server, kept), true);
     assert.equal(await canLogin(server, retired), false);
     assert.deepEqual(await adapter.inventory(), [
-      { as: "kept", state: "active", derived: {}, retiredAt: undefined, why: undefined },
+      { as: "kept", state: "active", derived: {} },
       { as: "retired_one", state: "retired", derived: {}, retiredAt: at, why: "unasked for five passes" },
     ]);
     // A new adapter (a provider restart) reads the same.
