@@ -23,6 +23,7 @@ import {
   assertLogin,
   consoleLogger,
   findInChain,
+  forEachLimited,
   isNetworkError,
   isValidLogin,
   NotMadeHereError,
@@ -174,7 +175,6 @@ const MARK_PREFIX = "mesh:";
 const WRITE_ATTEMPTS = 4;
 /** The most clients read in all. */
 const MAX_LISTED = 1_000_000;
-const WHY_LIMIT = 1_000;
 const AUTH_METHODS = ["client_secret_basic", "client_secret_post"];
 // What the admin API adds to a client it answers, which a PUT does not take back.
 const ANSWER_ONLY = new Set(["source"]);
@@ -261,7 +261,7 @@ export class OidcClientAdapter implements Adapter {
   async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
     const clients = await this.listClients(signal);
     const answers = new Map<string, boolean | Error>();
-    await eachLimited(ps, this.config.checkConcurrency, async (p) => {
+    await forEachLimited(ps, this.config.checkConcurrency, async (p) => {
       if (!isValidLogin(p.as)) {
         answers.set(p.as, new Error(`login ${JSON.stringify(p.as)} is not valid; it was not checked`));
         return;
@@ -292,7 +292,7 @@ export class OidcClientAdapter implements Adapter {
       state: "retired",
       derived: Object.keys(derived).length > 0 ? derived : (recorded?.derived ?? {}),
       retiredAt: at.toISOString(),
-      why: why.slice(0, WHY_LIMIT),
+      why,
     };
     await this.put(
       login,
@@ -663,19 +663,6 @@ function pause(attempt: number, signal: AbortSignal): Promise<void> {
       { once: true },
     );
   });
-}
-
-/** Runs `fn` over `items`, at most `limit` at once. */
-async function eachLimited<T>(
-  items: readonly T[],
-  limit: number,
-  fn: (item: T) => Promise<void>,
-): Promise<void> {
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < items.length) await fn(items[next++] as T);
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
 
 function clientName(login: string): string {

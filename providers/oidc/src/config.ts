@@ -4,11 +4,11 @@
 
 import {
   AdminSettingError,
-  assertInstance,
-  parseAdminUrl,
+  checkAdminSettings,
   positiveSetting,
+  type AdminSettings,
   type AdminUrlRules,
-  type Logger,
+  type CheckedAdminSettings,
 } from "@mesh/sdk";
 
 /** Where the admin URL is read from when no flag gives it. */
@@ -21,8 +21,7 @@ export const PLUGIN_ENV = "MESH_OIDC_PLUGIN";
 /** How a Glewlwyd admin URL looks. */
 export const ADMIN_URL_RULES: AdminUrlRules = {
   backend: "Glewlwyd",
-  schemes: ["http:", "https:"],
-  defaultPort: 4593,
+  ports: { "http:": 4593, "https:": 443 },
   env: ADMIN_URL_ENV,
   example: "http://<admin>:<password>@<host>:<port>/api",
   needsUser: true,
@@ -58,16 +57,13 @@ export const DEFAULT_VALUES = {
 export const REDIRECT_URI_MAX_LENGTH = 2_000;
 export const REDIRECT_URIS_MAX = 20;
 
-/** What `createOidcAdapter` is given. */
-export interface OidcAdapterConfig {
-  /**
-   * `http://<admin>:<password>@<host>:<port>/api`: a Glewlwyd user with the admin scope, and the
-   * API prefix. The password is used only to make the provider's API key (at first start, and
-   * again when the key stops working).
-   */
-  readonly adminUrl: string;
-  /** Names this provider instance in every mark it writes; two instances never touch each other's. */
-  readonly instance: string;
+/**
+ * What `createOidcAdapter` is given. The admin URL is `http://<admin>:<password>@<host>:<port>/api`:
+ * a Glewlwyd user with the admin scope, and the API prefix. The password is used only to make the
+ * provider's API key (at first start, and again when the key stops working). The logger hears the
+ * one-time notes (a new API key made, no key file).
+ */
+export interface OidcAdapterConfig extends AdminSettings {
   /** The OIDC plugin instance whose endpoints the consumers use ("oidc": `/api/oidc/`). */
   readonly plugin?: string | undefined;
   /**
@@ -75,8 +71,6 @@ export interface OidcAdapterConfig {
    * each start makes a new key (said once at start).
    */
   readonly keyFile?: string | undefined;
-  /** Where the one-time notes (a new API key made, no key file) are said. */
-  readonly logger?: Logger | undefined;
   /** How long one HTTP call may take (15 000 ms). */
   readonly requestTimeoutMs?: number | undefined;
   /** How many secret checks one `holdsMany` runs at once (8). */
@@ -86,7 +80,7 @@ export interface OidcAdapterConfig {
 }
 
 /** The checked configuration. */
-export interface ResolvedOidcConfig {
+export interface ResolvedOidcConfig extends CheckedAdminSettings {
   /** `http://<host>:<port>/api` without the admin's user and password. */
   readonly apiUrl: string;
   /** `<apiUrl>/<plugin>`: the issuer, as the plugin's `iss` should say it. */
@@ -96,7 +90,6 @@ export interface ResolvedOidcConfig {
   readonly adminUser: string;
   /** Never put into a message. */
   readonly adminPassword: string;
-  readonly instance: string;
   readonly plugin: string;
   readonly keyFile: string | undefined;
   readonly requestTimeoutMs: number;
@@ -111,8 +104,7 @@ const PLUGIN_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
  * @throws AdminSettingError naming the setting and the fix, never echoing the password.
  */
 export function resolveOidcConfig(config: OidcAdapterConfig): ResolvedOidcConfig {
-  const instance = assertInstance(config.instance);
-  const admin = parseAdminUrl(config.adminUrl, ADMIN_URL_RULES);
+  const { instance, admin } = checkAdminSettings(config, ADMIN_URL_RULES);
   const plugin = config.plugin ?? "oidc";
   if (!PLUGIN_PATTERN.test(plugin)) {
     throw new AdminSettingError(
@@ -130,6 +122,7 @@ export function resolveOidcConfig(config: OidcAdapterConfig): ResolvedOidcConfig
     adminUser: admin.user,
     adminPassword: admin.password,
     instance,
+    admin,
     plugin,
     keyFile: config.keyFile,
     requestTimeoutMs: positiveSetting("requestTimeoutMs", config.requestTimeoutMs, 15_000),

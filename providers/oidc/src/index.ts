@@ -15,9 +15,9 @@
  * ```
  */
 import { isAbsolute, join } from "node:path";
-import type { ProviderModule } from "@mesh/sdk";
+import { defineProvider } from "@mesh/sdk";
 import { createOidcAdapter } from "./adapter.ts";
-import { ADMIN_URL_ENV, KEY_FILE_ENV, PLUGIN_ENV } from "./config.ts";
+import { ADMIN_URL_RULES, KEY_FILE_ENV, PLUGIN_ENV } from "./config.ts";
 
 export {
   classifyOidcError,
@@ -65,12 +65,11 @@ export function keyFileOf(env: Readonly<Record<string, string | undefined>>): st
 }
 
 /** How `mesh provider oidc` finds and starts this provider. */
-export const provider: ProviderModule = {
-  name: "oidc",
-  interface: "oidc-client",
-  adminUrlEnv: ADMIN_URL_ENV,
-  adminUrlExample: "http://admin:<password>@127.0.0.1:4593/api",
-  createAdapter: ({ adminUrl, instance, logger }) =>
+export const provider = defineProvider(
+  "oidc",
+  "oidc-client",
+  ADMIN_URL_RULES,
+  ({ adminUrl, instance, logger }) =>
     createOidcAdapter({
       adminUrl,
       instance,
@@ -78,4 +77,4 @@ export const provider: ProviderModule = {
       keyFile: keyFileOf(process.env),
       plugin: process.env[PLUGIN_ENV] || undefined,
     }),
-};
+);
