@@ -1,5 +1,6 @@
 // What `npm test` and `npm start` need before they can run: the npm dependencies and, for the real
-// servers the tests start, Debian's postgresql, redis-server, mariadb-server and nats-server, and
+// servers the tests start, Debian's postgresql, redis-server, mariadb-server, nats-server and glewlwyd
+// (with sqlite3 to load its schema), and
 // Debian's chromium for the dashboard's browser tests.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
@@ -33,6 +34,8 @@ export function missingPackages() {
   if (!onPath("ceph-mon")) missing.push("ceph-mon");
   if (!onPath("ceph-osd")) missing.push("ceph-osd");
   if (!onPath("radosgw-admin") || !onPath("monmaptool")) missing.push("ceph-common");
+  if (!onPath("glewlwyd") && !existsSync("/usr/bin/glewlwyd")) missing.push("glewlwyd");
+  if (!onPath("sqlite3")) missing.push("sqlite3");
   return missing;
 }
 

@@ -21,6 +21,8 @@ export interface Credential {
   readonly url: string;
   /** The values asked for and derived (`name`, `prefix`). */
   readonly values: Readonly<Record<string, unknown>>;
+  /** The endpoint's named URLs (an OIDC provider's `issuer` and `discovery`); empty when none. */
+  readonly links: Readonly<Record<string, string>>;
 }
 
 /**
@@ -107,7 +109,12 @@ export async function readCredential(dir: string, iface: string): Promise<Creden
   const password = raw.endsWith("\r\n") ? raw.slice(0, -2) : raw.endsWith("\n") ? raw.slice(0, -1) : raw;
   if (password === "")
     throw new CredentialNotReadyError(file, `names password file ${passwordFile}, which is empty`);
-  return { file, login, password, host, port, path, url, values };
+  const links: Record<string, string> = {};
+  if (typeof record["links"] === "object" && record["links"] !== null) {
+    for (const [name, link] of Object.entries(record["links"]))
+      if (typeof link === "string") links[name] = link;
+  }
+  return { file, login, password, host, port, path, url, values, links };
 }
 
 /** An open connection an app works through. */

@@ -4,7 +4,7 @@
 import type { ProviderModule } from "@mesh/sdk";
 
 /** The names `mesh provider` takes. */
-export const PROVIDER_NAMES = ["postgres", "redis", "mariadb", "s3"] as const;
+export const PROVIDER_NAMES = ["postgres", "redis", "mariadb", "s3", "oidc"] as const;
 
 /** One of `PROVIDER_NAMES`. */
 export type ProviderName = (typeof PROVIDER_NAMES)[number];
@@ -14,6 +14,7 @@ const LOADERS: Readonly<Record<ProviderName, () => Promise<ProviderModule>>> = {
   redis: async () => (await import("@mesh/provider-redis")).provider,
   mariadb: async () => (await import("@mesh/provider-mariadb")).provider,
   s3: async () => (await import("@mesh/provider-s3")).provider,
+  oidc: async () => (await import("@mesh/provider-oidc")).provider,
 };
 
 /** Loads the named provider's description (its `provider` export). */

@@ -84,6 +84,7 @@ describe("mesh provider", () => {
     ["redis", "redis", "redis-namespace"],
     ["mariadb", "mysql", "mysql-database"],
     ["s3", "http", "s3-bucket"],
+    ["oidc", "http", "oidc-client"],
   ] as const) {
     it(`${name}: never shows the admin URL's password, prints its control socket, and stops cleanly on SIGTERM`, async () => {
       const port = await unusedPort();

@@ -233,7 +233,11 @@ export function analyzeFleet(fleet: Fleet, manifests: ReadonlyMap<string, Manife
       }
       const have = { ...values, ...derived, login };
       const endpointKeys = provided.endpoint
-        ? [provided.endpoint.path, ...provided.endpoint.query.values()].flatMap(templateKeys)
+        ? [
+            provided.endpoint.path,
+            ...provided.endpoint.query.values(),
+            ...provided.endpoint.links.values(),
+          ].flatMap(templateKeys)
         : [];
       const missing = [...new Set(endpointKeys)].filter((k) => !Object.hasOwn(have, k));
       for (const key of missing) {

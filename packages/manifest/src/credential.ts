@@ -20,6 +20,11 @@ export interface Credential {
   };
   /** Ready to use with the password added (`postgresql://notes_postgres@127.0.0.1:5432/notes`). */
   readonly url?: string;
+  /**
+   * The endpoint's named URLs, without the login (`{ "issuer": "http://10.0.0.2:4593/api/oidc" }`);
+   * absent when its manifest names none.
+   */
+  readonly links?: Readonly<Record<string, string>>;
   /** The values the consumer asked for and those derived for it (its database name, its key prefix). */
   readonly values: Readonly<Record<string, unknown>>;
 }
@@ -62,6 +67,13 @@ export function credentialFor(
     .join("&");
   const port = endpoint.port === undefined ? "" : `:${endpoint.port}`;
   const url = `${endpoint.scheme}://${encodeURIComponent(entry.login)}@${urlHost(endpoint.host)}${port}${path}${query ? `?${query}` : ""}`;
+  const links = Object.entries(endpoint.links ?? {}).map(
+    ([name, template]) =>
+      [
+        name,
+        `${endpoint.scheme}://${urlHost(endpoint.host)}${port}${fillTemplate(template, vars, encodeURIComponent)}`,
+      ] as const,
+  );
   return {
     ...base,
     endpoint: {
@@ -71,6 +83,7 @@ export function credentialFor(
       path,
     },
     url,
+    ...(links.length === 0 ? {} : { links: Object.fromEntries(links) }),
     values,
   };
 }

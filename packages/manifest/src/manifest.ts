@@ -29,6 +29,11 @@ export interface EndpointTemplate {
   readonly path: string;
   /** Query parameters, each value a template. */
   readonly query: ReadonlyMap<string, string>;
+  /**
+   * Named URLs on the same host and port, each a path template (`"/api/oidc"`), written into the
+   * credential without the login: what a consumer needs besides its connection URL (an issuer).
+   */
+  readonly links: ReadonlyMap<string, string>;
 }
 
 /** One interface a module provides. */
@@ -141,6 +146,12 @@ const endpointSchema = strict(
       "a query parameter name",
       text("a template"),
       "an object of query parameters",
+    ).optional(),
+    links: keyed(
+      /^[A-Za-z][A-Za-z0-9_]*$/,
+      'a link name like "issuer"',
+      text('a path template like "/api/oidc"', /^\/.*$/),
+      "an object of named paths",
     ).optional(),
   },
   'an object like { "scheme": "postgresql", "port": 5432, "path": "/{name}" }',
@@ -428,7 +439,19 @@ function normalize(
         check(template, [...base, "endpoint", "query", name]);
         query.set(name, template);
       }
-      endpoint = { scheme: p.endpoint.scheme, host: p.endpoint.host, port: p.endpoint.port, path, query };
+      const links = new Map<string, string>();
+      for (const [name, template] of Object.entries(p.endpoint.links ?? {})) {
+        check(template, [...base, "endpoint", "links", name]);
+        links.set(name, template);
+      }
+      endpoint = {
+        scheme: p.endpoint.scheme,
+        host: p.endpoint.host,
+        port: p.endpoint.port,
+        path,
+        query,
+        links,
+      };
     }
     provides.set(iface, {
       interface: iface,

@@ -11,6 +11,8 @@ export interface Endpoint {
   readonly path: string;
   /** Query parameters, each value a template. */
   readonly query: Readonly<Record<string, string>>;
+  /** Named path templates on the same host and port (see `EndpointTemplate.links`); absent when none. */
+  readonly links?: Readonly<Record<string, string>> | undefined;
 }
 
 /** One consumer of one provided interface, with everything the mesh derived for it. */
@@ -83,6 +85,7 @@ export function derivePlan(fleet: Fleet, manifests: ReadonlyMap<string, Manifest
         port: module.endpoint?.port ?? template.port,
         path: template.path,
         query: Object.fromEntries(template.query),
+        ...(template.links.size === 0 ? {} : { links: Object.fromEntries(template.links) }),
       };
       const consumers: PlanEntry[] = (served.get(`${module.name} ${provided.interface}`) ?? [])
         .map((b) => ({

@@ -324,3 +324,49 @@ modules:
     }
   });
 });
+
+describe("an endpoint's named links", () => {
+  const OIDC = {
+    name: "oidc",
+    provides: {
+      "oidc-client": {
+        receives: "/run/mesh/oidc-client.json",
+        spec: {},
+        endpoint: {
+          scheme: "http",
+          port: 4593,
+          path: "/api/oidc",
+          links: { issuer: "/api/oidc", discovery: "/api/oidc/.well-known/openid-configuration" },
+        },
+      },
+    },
+  };
+
+  it("puts each link into the credential as a URL on the provider's host, without the login", () => {
+    const { fleet, manifests } = fleetOf(
+      `nodes:
+  idp: { address: idp.internal }
+modules:
+  oidc: { manifest: ./o.json, node: idp }
+  shop: { manifest: ./s.json, node: idp }
+`,
+      { oidc: OIDC, shop: consumer("shop", { "oidc-client": {} }) },
+    );
+    const [file] = credentialsFor(derivePlan(fleet, manifests), "shop", STATE);
+    assert.equal(file?.contents.login, "shop_oidc");
+    assert.deepEqual(file?.contents.links, {
+      issuer: "http://idp.internal:4593/api/oidc",
+      discovery: "http://idp.internal:4593/api/oidc/.well-known/openid-configuration",
+    });
+    assert.equal(file?.contents.url, "http://shop_oidc@idp.internal:4593/api/oidc");
+  });
+
+  it("refuses a link that is not a path", () => {
+    const bad = structuredClone(OIDC);
+    (bad.provides["oidc-client"].endpoint.links as Record<string, string>)["issuer"] = "http://elsewhere";
+    assert.throws(
+      () => fleetOf("nodes:\n  a: {}\nmodules:\n  oidc: { manifest: ./o.json, node: a }\n", { oidc: bad }),
+      /links\.issuer/,
+    );
+  });
+});

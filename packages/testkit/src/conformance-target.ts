@@ -47,6 +47,11 @@ export interface TargetServer {
   halt?(): Promise<void>;
   /** Starts a halted server again where it was (optional, with `halt`). */
   resume?(): Promise<void>;
+  /**
+   * Whether a consumer holds no data of its own (an OIDC client): `writeData` then stores what a
+   * person may add to the resource itself, and `delete` must report 0 bytes freed.
+   */
+  readonly keepsNoData?: boolean;
   /** Restarts the server with nothing kept that it does not persist (Redis without an ACL file). */
   restartEmpty?(): Promise<void>;
   /** Stops the server and removes its files. */

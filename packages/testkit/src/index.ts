@@ -21,6 +21,7 @@ export {
   startCeph,
   type CephServer,
 } from "./ceph-server.ts";
+export * from "./glewlwyd-server.ts";
 export * from "./memory-adapter.ts";
 export * from "./nats-server.ts";
 export * from "./prometheus-scrape.ts";

@@ -1,0 +1,80 @@
+/**
+ * @mesh/provider-oidc: the `oidc-client` provider. Each consumer gets a confidential client on a
+ * Glewlwyd OpenID Connect server, whose client_id is the login the mesh derived and whose secret is
+ * the password it minted.
+ *
+ * ```ts
+ * import { runProvisioner } from "@mesh/sdk";
+ * import { createOidcAdapter } from "@mesh/provider-oidc";
+ * const adapter = createOidcAdapter({
+ *   adminUrl: process.env.MESH_OIDC_URL ?? "",
+ *   instance: "main",
+ *   keyFile: "/var/lib/mesh/oidc-admin.key",
+ * });
+ * const handle = runProvisioner("oidc-client", adapter, { receives: "/run/mesh/oidc-client.json" });
+ * ```
+ */
+import { isAbsolute, join } from "node:path";
+import { defineProvider } from "@mesh/sdk";
+import { createOidcAdapter } from "./adapter.ts";
+import { ADMIN_URL_RULES, KEY_FILE_ENV, PLUGIN_ENV } from "./config.ts";
+
+export {
+  classifyOidcError,
+  createOidcAdapter,
+  fetchHttpClient,
+  GlewlwydAdminLoginError,
+  GlewlwydAnswerError,
+  GlewlwydPluginError,
+  GlewlwydUnreachableError,
+  OidcClientAdapter,
+  ReadWriteLock,
+  type HttpClient,
+  type HttpReply,
+  type HttpRequest,
+} from "./adapter.ts";
+export {
+  ADMIN_URL_ENV,
+  ADMIN_URL_RULES,
+  ALLOWED_SCOPES,
+  DEFAULT_VALUES,
+  GRANT_TYPES,
+  KEY_FILE_ENV,
+  PLUGIN_ENV,
+  resolveOidcConfig,
+  type OidcAdapterConfig,
+  type ResolvedOidcConfig,
+} from "./config.ts";
+
+/**
+ * Where the admin API key is kept: MESH_OIDC_KEY_FILE when set, else beside the module's state when
+ * the agent runs it (`<MESH_STATE_DIR>/modules/<MESH_MODULE>/glewlwyd-api.key`), else nowhere.
+ */
+export function keyFileOf(env: Readonly<Record<string, string | undefined>>): string | undefined {
+  const explicit = env[KEY_FILE_ENV];
+  if (explicit !== undefined && explicit !== "") return explicit;
+  const [stateDir, module] = [env["MESH_STATE_DIR"], env["MESH_MODULE"]];
+  if (
+    stateDir === undefined ||
+    !isAbsolute(stateDir) ||
+    module === undefined ||
+    !/^[a-z][a-z0-9-]*$/.test(module)
+  )
+    return undefined;
+  return join(stateDir, "modules", module, "glewlwyd-api.key");
+}
+
+/** How `mesh provider oidc` finds and starts this provider. */
+export const provider = defineProvider(
+  "oidc",
+  "oidc-client",
+  ADMIN_URL_RULES,
+  ({ adminUrl, instance, logger }) =>
+    createOidcAdapter({
+      adminUrl,
+      instance,
+      logger,
+      keyFile: keyFileOf(process.env),
+      plugin: process.env[PLUGIN_ENV] || undefined,
+    }),
+);
