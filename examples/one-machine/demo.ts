@@ -1,14 +1,25 @@
 // `npm start`: a whole mesh on one machine, narrated for a person watching. It starts a private
-// PostgreSQL and Redis for the providers to manage (or uses MESH_POSTGRES_URL / MESH_REDIS_URL), runs
-// `mesh up` on the example fleet — nats-server, the controller, an agent, and four modules: the
-// Postgres and Redis providers and two small apps that use what the mesh gives them — then takes one
-// app out of the fleet and shows its database retired, not deleted.
+// PostgreSQL, Redis, Ceph (an S3 RADOS Gateway) and Glewlwyd (OpenID Connect) for the providers to
+// manage (or uses MESH_POSTGRES_URL / MESH_REDIS_URL / MESH_S3_URL / MESH_OIDC_URL), runs `mesh up`
+// on the example fleet — nats-server, the controller, an agent, and nine modules: the four providers,
+// four small apps that use what the mesh gives them and an audit logger — then takes one app out of
+// the fleet and shows its database retired, not deleted.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startPostgres, startRedis, type PostgresServer, type RedisServer, until } from "@mesh/testkit";
+import {
+  startCeph,
+  startGlewlwyd,
+  startPostgres,
+  startRedis,
+  type CephServer,
+  type GlewlwydServer,
+  type PostgresServer,
+  type RedisServer,
+  until,
+} from "@mesh/testkit";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const mesh = join(root, "packages", "cli", "bin", "mesh.js");
@@ -38,7 +49,7 @@ interface Served {
   readonly port: number;
 }
 
-function fleetYaml(withNotes: boolean, pg: Served, redis: Served): string {
+function fleetYaml(withNotes: boolean, pg: Served, redis: Served, s3: Served, oidc: Served): string {
   // A provider's admin URL reaches that provider alone: the agent hands it the variable its entry names.
   const m = (name: string, manifest: string, at?: Served) =>
     `  ${name}:\n    manifest: ${JSON.stringify(manifest)}\n    node: node-1\n` +
@@ -50,8 +61,12 @@ function fleetYaml(withNotes: boolean, pg: Served, redis: Served): string {
     "nodes:\n  node-1: {}\nmodules:\n",
     m("postgres", join(root, "providers", "postgres", "module.json"), pg),
     m("redis", join(root, "providers", "redis", "module.json"), redis),
+    m("s3", join(root, "providers", "s3", "module.json"), s3),
+    m("oidc", join(root, "providers", "oidc", "module.json"), oidc),
     withNotes ? m("notes", join(fleetDir, "notes", "module.json")) : "",
     m("counter", join(fleetDir, "counter", "module.json")),
+    m("files", join(fleetDir, "files", "module.json")),
+    m("api-client", join(fleetDir, "api-client", "module.json")),
     m("audit-logger", join(fleetDir, "audit-logger", "module.json")),
   ].join("");
 }
@@ -85,6 +100,8 @@ async function main(): Promise<void> {
   const fleet = join(dir, "mesh.yaml");
   let postgres: PostgresServer | undefined;
   let redis: RedisServer | undefined;
+  let ceph: CephServer | undefined;
+  let glewlwyd: GlewlwydServer | undefined;
   let up: ChildProcess | undefined;
   try {
     step("Backends for the providers to manage");
@@ -102,20 +119,41 @@ async function main(): Promise<void> {
       redisUrl = redis.adminUrl;
       say(`a private Redis on ${redis.host}:${redis.port} (ACLs on)`);
     } else say("Redis: MESH_REDIS_URL");
+    let s3Url = process.env.MESH_S3_URL;
+    if (!s3Url) {
+      ceph = await startCeph();
+      s3Url = ceph.adminUrl;
+      say(`a private Ceph cluster with a RADOS Gateway (S3) on ${ceph.host}:${ceph.port}`);
+    } else say("RADOS Gateway: MESH_S3_URL");
+    let oidcUrl = process.env.MESH_OIDC_URL;
+    if (!oidcUrl) {
+      glewlwyd = await startGlewlwyd();
+      oidcUrl = glewlwyd.adminUrl;
+      say(
+        `a private Glewlwyd (OpenID Connect) on ${glewlwyd.host}:${glewlwyd.port}, issuer ${glewlwyd.issuer}`,
+      );
+    } else say("Glewlwyd: MESH_OIDC_URL");
 
     step("The fleet file");
-    const served = [servedAt(postgresUrl), servedAt(redisUrl)] as const;
+    const served = [servedAt(postgresUrl), servedAt(redisUrl), servedAt(s3Url), servedAt(oidcUrl)] as const;
     await writeAtomic(fleet, fleetYaml(true, ...served));
-    say(`${fleet}: one node, two providers (postgres, redis), two apps and an audit logger:`);
+    say(`${fleet}: one node, four providers (postgres, redis, s3, oidc), four apps and an audit logger:`);
     say("notes needs a postgres-database and emits note.created; counter needs a redis-namespace and");
-    say("counts the notes it hears of; audit-logger hears every event (**).");
+    say("counts the notes it hears of; files needs an s3-bucket; api-client needs an oidc-client and");
+    say("checks each token it gets against the server's keys; audit-logger hears every event (**).");
 
     step("mesh up");
     say(dim("(the providers pass every second for this demonstration; the default is 5 s)"));
     // --isolation auto: each module runs as its own user where it can read its checkout, else as
     // this user (a checkout under /root), and `mesh status` says which.
     up = spawn(process.execPath, [mesh, "up", fleet, "--state", state, "--isolation", "auto"], {
-      env: { ...process.env, MESH_POSTGRES_URL: postgresUrl, MESH_REDIS_URL: redisUrl },
+      env: {
+        ...process.env,
+        MESH_POSTGRES_URL: postgresUrl,
+        MESH_REDIS_URL: redisUrl,
+        MESH_S3_URL: s3Url,
+        MESH_OIDC_URL: oidcUrl,
+      },
       stdio: ["ignore", "pipe", "pipe"],
     });
     const echo = (d: Buffer) => {
@@ -127,10 +165,18 @@ async function main(): Promise<void> {
     const counterLog = join(state, "nodes", "node-1", "modules", "counter", "log");
     const stored = await until("the notes app storing a note", () => lastLine(notesLog, /stored note/));
     const counted = await until("the counter app counting", () => lastLine(counterLog, /visit|count/i));
+    const filesLog = join(state, "nodes", "node-1", "modules", "files", "log");
+    const kept = await until("the files app storing a file", () => lastLine(filesLog, /read it back/));
+    const apiClientLog = join(state, "nodes", "node-1", "modules", "api-client", "log");
+    const verified = await until("api-client verifying a token", () =>
+      lastLine(apiClientLog, /signature verified/),
+    );
 
     step("The apps use what the mesh gave them");
-    say(`notes   │ ${stored}`);
-    say(`counter │ ${counted}`);
+    say(`notes      │ ${stored}`);
+    say(`counter    │ ${counted}`);
+    say(`files      │ ${kept}`);
+    say(`api-client │ ${verified}`);
     const credential = join(
       state,
       "nodes",
@@ -154,12 +200,19 @@ async function main(): Promise<void> {
     const heard = await until("counter hearing notes.note.created", () =>
       lastLine(counterLog, /heard notes\.note\.created/),
     );
-    say(`counter │ ${heard}`);
+    say(`counter    │ ${heard}`);
     const auditLog = join(state, "nodes", "node-1", "modules", "audit-logger", "log");
     const audited = await until("the audit logger hearing an event", () =>
       lastLine(auditLog, /notes\.note\.created/),
     );
-    say(`audit   │ ${audited}`);
+    say(`audit      │ ${audited}`);
+    // Said by the s3 provider itself when it made files' bucket: an event of its own manifest's emits.
+    const bucketMade = await until(
+      "the audit logger hearing s3.bucket.created",
+      () => lastLine(auditLog, /s3\.bucket\.created/),
+      15,
+    ).catch(() => "(s3.bucket.created was said before the audit logger listened)");
+    say(`audit      │ ${bucketMade}`);
     say("Each module has its own NATS credential, compiled by the controller from its manifest; the");
     say("server itself refuses the rest. Why counter may not speak in notes' name:");
     await show(["explain", "--fleet", fleet, "counter", "publish", "mesh.events.notes.note.created"]);
@@ -199,6 +252,8 @@ async function main(): Promise<void> {
     }
     await postgres?.stop();
     await redis?.stop();
+    await ceph?.stop();
+    await glewlwyd?.stop();
     await rm(dir, { recursive: true, force: true });
     say("Done. `npm test` runs the whole suite against real servers.");
   }

@@ -119,12 +119,12 @@ const signal = new AbortController().signal;
 describe("the example fleet", () => {
   it("checks clean, and each module's manifest says how to start it", () => {
     assert.deepEqual(checkFleet(fleet, manifests).map(formatProblem), []);
-    for (const name of ["postgres", "redis", "notes", "counter"]) {
+    for (const name of ["postgres", "redis", "s3", "oidc", "notes", "counter", "files", "api-client"]) {
       assert.equal(manifests.get(name)?.run?.command, "node", name);
     }
     assert.deepEqual(
       plan.instances.flatMap((i) => i.consumers.map((c) => `${c.consumer} on ${c.consumerNode}`)),
-      ["notes on node-1", "counter on node-1"],
+      ["api-client on node-1", "notes on node-1", "counter on node-1", "files on node-1"],
     );
   });
 });

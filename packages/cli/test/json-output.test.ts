@@ -110,7 +110,12 @@ describe("--json on every command that reads", { timeout: 60_000 }, () => {
       answer.nodes?.map((n) => n.name),
       ["node-1"],
     );
-    assert.deepEqual(answer.consumers?.map((c) => c.consumer).sort(), ["counter", "notes"]);
+    assert.deepEqual(answer.consumers?.map((c) => c.consumer).sort(), [
+      "api-client",
+      "counter",
+      "files",
+      "notes",
+    ]);
     assert.equal(answer.fleet?.file, FLEET);
     for (const c of answer.consumers ?? []) {
       assert.match(
@@ -144,8 +149,8 @@ describe("--json on every command that reads", { timeout: 60_000 }, () => {
     const empty = await both("plan", FLEET, "--empty");
     const fresh = empty.parsed as PlanReport;
     assert.equal(fresh.changed, true);
-    assert.equal(fresh.summary.create, 2);
-    assert.match(empty.text.stdout, /Plan: 2 consumers to create/);
+    assert.equal(fresh.summary.create, 4);
+    assert.match(empty.text.stdout, /Plan: 4 consumers to create/);
 
     const broken = join(dir, "broken.yaml");
     await writeFile(

@@ -48,7 +48,12 @@ describe("checkFleet", () => {
     assert.deepEqual(checkFleet(fleet, manifests).map(formatProblem), []);
     const plan = derivePlan(fleet, manifests);
     const logins = plan.instances.flatMap((i) => i.consumers.map((c) => `${c.provider}: ${c.login}`));
-    assert.deepEqual(logins, ["postgres: notes_postgres", "redis: counter_redis"]);
+    assert.deepEqual(logins, [
+      "oidc: api_client_oidc",
+      "postgres: notes_postgres",
+      "redis: counter_redis",
+      "s3: files_s3",
+    ]);
   });
 
   it("says a module is on a node the fleet does not have, and lists the nodes", () => {
