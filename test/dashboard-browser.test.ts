@@ -159,7 +159,7 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     assert.match(text, /failing/);
     assert.match(text, /blocked/, "named by its consumer module");
     assert.match(text, /ago|just now/, "since when");
-    assert.match(text, /was not made by this provider/, "why, in the provider's words");
+    assert.match(text, /was not made by mesh provider instance "postgres"/, "why, in the provider's words");
     const failingClass = await row.locator(".badge.class").innerText();
     assert.ok(failingClass.length > 0, "the failure class is shown");
     for (const login of ["c1_postgres", "c2_postgres", "c3_postgres"]) {
