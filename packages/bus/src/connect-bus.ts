@@ -31,6 +31,11 @@ export interface ConnectBusOptions {
   readonly name: string;
   /** Replies go to this prefix (see `inboxPrefix`); needed when the user may subscribe only to its own inbox. */
   readonly inboxPrefix?: string;
+  /**
+   * The mesh's bus CA (PEM file): the connection then uses TLS and trusts only servers whose
+   * certificate it signed (see `mesh bus-config --tls-dir`).
+   */
+  readonly caFile?: string;
   /** Keep trying when no server answers at first, instead of failing at once. */
   readonly waitForServer?: boolean;
   readonly log?: BusLogger;
@@ -87,6 +92,7 @@ export async function connectBus(options: ConnectBusOptions): Promise<NatsConnec
       reconnectTimeWait: 1_000,
       waitOnFirstConnect: options.waitForServer === true,
       ...(options.inboxPrefix !== undefined ? { inboxPrefix: options.inboxPrefix } : {}),
+      ...(options.caFile !== undefined ? { tls: { caFile: options.caFile } } : {}),
     });
   } catch (err) {
     throw explainBusError(err, options.name, where);

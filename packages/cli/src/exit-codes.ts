@@ -96,6 +96,13 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
     ),
     [EXIT_USAGE]: "usage error: a bad --limit",
   },
+  "bus-config": {
+    [EXIT_OK]: "written: one configuration per server",
+    [EXIT_REFUSED]:
+      "could not write them: the authority file is damaged, openssl failed, or a file could not be written",
+    [EXIT_USAGE]:
+      "usage error: a --server that is not NAME=HOST:CLIENT_PORT:CLUSTER_PORT, or two servers sharing a name or port",
+  },
   plan: {
     [EXIT_OK]: "planned (with --detailed-exitcode: planned, and nothing would change)",
     [EXIT_REFUSED]: "the controller's answer could not be used",

@@ -16,5 +16,6 @@ export * from "./mariadb-server.ts";
 export * from "./redis-server.ts";
 export * from "./memory-adapter.ts";
 export * from "./nats-server.ts";
+export * from "./nats-cluster.ts";
 export * from "./prometheus-scrape.ts";
 export * from "./until.ts";
