@@ -10,6 +10,7 @@ import {
   UserAuthenticationExpiredError,
   type NatsConnection,
 } from "@nats-io/transport-node";
+import { setBusReplicas } from "./bus-replicas.ts";
 
 /** Where bus connections say what happens to them. Never given a secret. */
 export interface BusLogger {
@@ -36,6 +37,11 @@ export interface ConnectBusOptions {
    * certificate it signed (see `mesh bus-config --tls-dir`).
    */
   readonly caFile?: string;
+  /**
+   * How many copies of each stream and KV bucket made on this connection (see `replicasFor`);
+   * default 3 on a cluster of 3 or more servers, else 1.
+   */
+  readonly replicas?: number;
   /** Keep trying when no server answers at first, instead of failing at once. */
   readonly waitForServer?: boolean;
   readonly log?: BusLogger;
@@ -77,7 +83,8 @@ export class BusUnreachableError extends Error {
  * Opens a bus connection authenticated by `creds`, which reconnects for as long as it takes after
  * the server goes away. Permission refusals and disconnections are said to `log`.
  * @throws BusCredentialsRefusedError when the server refuses the credentials; BusUnreachableError
- * when no server answers (and `waitForServer` is not set).
+ * when no server answers (and `waitForServer` is not set); InvalidReplicasError for a `replicas`
+ * outside 1–5.
  */
 export async function connectBus(options: ConnectBusOptions): Promise<NatsConnection> {
   const servers = typeof options.servers === "string" ? [options.servers] : [...options.servers];
@@ -97,6 +104,7 @@ export async function connectBus(options: ConnectBusOptions): Promise<NatsConnec
   } catch (err) {
     throw explainBusError(err, options.name, where);
   }
+  if (options.replicas !== undefined) setBusReplicas(nc, options.replicas);
   if (options.log !== undefined) watchStatus(nc, options.name, where, options.log);
   return nc;
 }

@@ -3,6 +3,7 @@
 import { StorageType } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { isTooFewPeers, replicasFor } from "./bus-replicas.ts";
 import { assertBucketName } from "./subjects.ts";
 
 /** How to open a state bucket. */
@@ -111,8 +112,8 @@ const KEY = /^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$/;
 const WATCH_KEY = /^([-/_=a-zA-Z0-9]+|\*)(\.([-/_=a-zA-Z0-9]+|\*))*(\.>)?$|^>$/;
 
 /**
- * Opens the KV bucket `bucket` on `nc`, creating it (file storage, latest value only) unless
- * `options.create` is false.
+ * Opens the KV bucket `bucket` on `nc`, creating it (file storage, latest value only, with
+ * `replicasFor(nc)` copies) unless `options.create` is false.
  * @throws InvalidBucketNameError for a bad bucket name; StateOpenError when it cannot be opened.
  */
 export async function openState<T>(
@@ -125,10 +126,18 @@ export async function openState<T>(
   let kv: KV;
   try {
     const kvm = new Kvm(nc);
-    kv =
-      options.create === false
-        ? await kvm.open(bucket)
-        : await kvm.create(bucket, { history: 1, storage: StorageType.File });
+    if (options.create === false) {
+      kv = await kvm.open(bucket);
+    } else {
+      const create = (replicas: number): Promise<KV> =>
+        kvm.create(bucket, { history: 1, storage: StorageType.File, replicas });
+      const replicas = replicasFor(nc);
+      // With a server of the cluster down, it is made with one copy now and raised at the next start.
+      kv = await create(replicas).catch((err: unknown) => {
+        if (replicas > 1 && isTooFewPeers(err)) return create(1);
+        throw err;
+      });
+    }
   } catch (err) {
     throw new StateOpenError(bucket, { cause: err });
   }

@@ -13,6 +13,7 @@ import {
   inboxPrefix,
   NODES_BUCKET,
   openState,
+  raiseReplicas,
   type BusAuthority,
   type BusLogger,
   type BusState,
@@ -62,6 +63,11 @@ export interface ControllerOptions {
   readonly watch?: boolean;
   /** Told of reloads, deliveries published, passwords minted and rotations, to count them (metrics). */
   readonly observer?: ControllerObserver;
+  /**
+   * Copies of every stream and KV bucket the mesh makes; existing ones are raised to it at start.
+   * Default: 3 on a cluster of 3 or more servers, else 1.
+   */
+  readonly replicas?: number;
 }
 
 /** What a reload did. */
@@ -159,6 +165,7 @@ export async function startController(options: ControllerOptions): Promise<Contr
     name: "controller",
     inboxPrefix: inboxPrefix("controller"),
     log,
+    ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
   });
   try {
     return await run(nc, fleetFile, keys.seal, options, keys.nats.publicKey);
@@ -176,6 +183,7 @@ async function run(
   controllerKey: string,
 ): Promise<Controller> {
   const log = options.logger;
+  await raiseReplicas(nc, log);
   const desired = await openState<unknown>(nc, DESIRED_STATE_BUCKET);
   const nodesState: BusState<EnrolledNode> = await openState(nc, NODES_BUCKET, { parse: parseEnrolledNode });
   const passwords = await PasswordStore.open(nc, sealKeys, log);

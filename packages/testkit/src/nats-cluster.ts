@@ -3,11 +3,11 @@
 // code), so a test runs exactly what an operator would. A server can be killed, started again from
 // its config, or paused (SIGSTOP: a silent partition, its sockets open and nothing answering).
 import type { ChildProcess } from "node:child_process";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { findNatsServer } from "@mesh/bus";
+import { dirname, join } from "node:path";
+import { clusterServerConfigs, findNatsServer, type BusAuthority } from "@mesh/bus";
 import { freePort } from "./free-port.ts";
 import { awaitReady, spawnServer, terminate } from "./server-process.ts";
 import { NatsStartError } from "./nats-server.ts";
@@ -169,4 +169,35 @@ function readInfo(port: number): Promise<string> {
     socket.on("error", reject);
     socket.on("close", () => resolve(text));
   });
+}
+
+/**
+ * A `configure` for `startNatsCluster` that writes the mesh's cluster configuration for
+ * `authority` (`clusterServerConfigs`, as `mesh bus-config` does, without TLS) in the cluster's
+ * directory, seeds each server's account JWT directory, and answers the config files.
+ */
+export function meshClusterConfigs(authority: BusAuthority): StartNatsClusterOptions["configure"] {
+  return async (members, dir) => {
+    const configs = clusterServerConfigs(authority, {
+      cluster: "mesh",
+      dataDir: dir,
+      servers: members.map((m) => ({
+        name: m.name,
+        host: m.host,
+        clientPort: m.port,
+        clusterPort: m.clusterPort,
+      })),
+    });
+    const files: string[] = [];
+    for (const config of configs) {
+      for (const [path, text] of Object.entries(config.seedFiles)) {
+        await mkdir(dirname(join(config.dir, path)), { recursive: true, mode: 0o700 });
+        await writeFile(join(config.dir, path), text, { mode: 0o600 });
+      }
+      const file = join(config.dir, "nats.conf");
+      await writeFile(file, config.text, { mode: 0o600 });
+      files.push(file);
+    }
+    return files;
+  };
 }
