@@ -79,6 +79,13 @@ export class BusUnreachableError extends Error {
   }
 }
 
+/** How often every mesh connection pings its server. */
+export const BUS_PING_INTERVAL_MS = 2_000;
+/** How many unanswered pings give a server up. */
+export const BUS_MAX_PINGS_OUT = 2;
+/** How long a connection attempt to one server may take. */
+export const BUS_CONNECT_TIMEOUT_MS = 2_000;
+
 /**
  * Opens a bus connection authenticated by `creds`, which reconnects for as long as it takes after
  * the server goes away. Permission refusals and disconnections are said to `log`.
@@ -97,6 +104,12 @@ export async function connectBus(options: ConnectBusOptions): Promise<NatsConnec
       authenticator: credsAuthenticator(options.creds),
       maxReconnectAttempts: -1,
       reconnectTimeWait: 1_000,
+      // A server cut off without closing its sockets answers nothing: two missed pings 2 s apart
+      // give it up, so the connection moves to another server of the cluster within seconds
+      // (nats.js's default, 2 min × 2, went unnoticed for minutes).
+      pingInterval: BUS_PING_INTERVAL_MS,
+      maxPingOut: BUS_MAX_PINGS_OUT,
+      timeout: BUS_CONNECT_TIMEOUT_MS,
       waitOnFirstConnect: options.waitForServer === true,
       ...(options.inboxPrefix !== undefined ? { inboxPrefix: options.inboxPrefix } : {}),
       ...(options.caFile !== undefined ? { tls: { caFile: options.caFile } } : {}),
