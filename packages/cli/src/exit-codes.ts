@@ -74,10 +74,14 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
     [EXIT_REFUSED]: "the agent could not start: its join was refused or the bus cannot be reached",
     [EXIT_USAGE]: "usage error: no --node, or a join token file that cannot be read",
   },
-  rotate: ASKS_THE_MESH(
-    "rotated: the consumer has a new password",
-    "the controller refused the rotation (the message says why)",
-  ),
+  rotate: {
+    ...ASKS_THE_MESH(
+      "rotated: the consumer has a new password",
+      "the controller refused the rotation (the message says why)",
+    ),
+    [EXIT_UNREACHABLE]:
+      "no mesh answers, or the bus cannot store the new password now: nothing changed, try again",
+  },
   status: ASKS_THE_MESH("answered", "the controller's answer could not be used"),
   explain: {
     [EXIT_OK]: "allowed",

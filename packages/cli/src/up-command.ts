@@ -12,7 +12,7 @@ import { ListenError, untilStopSignal } from "@mesh/sdk";
 import { askController, stateDirOf } from "./controller-request.ts";
 import { startEmbeddedBus, type EmbeddedBus } from "./embedded-bus.ts";
 import { paintFor } from "./colour.ts";
-import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
 import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.ts";
@@ -123,13 +123,17 @@ Examples:
   $ mesh rotate notes postgres-database --json --state /var/lib/mesh`,
     )
     .action(async (consumer: string, iface: string, flags: { state?: string; json?: boolean }) => {
-      const answer = await ask<{ ok: boolean; error?: string }>(
+      const answer = await ask<{ ok: boolean; error?: string; busCannotStore?: boolean }>(
         stateDirOf(flags.state, io),
         "rotate",
         JSON.stringify({ consumer, interface: iface }),
         io,
       );
-      if (!answer.ok) throw new CliExit(EXIT_REFUSED, answer.error ?? "the controller refused the rotation");
+      if (!answer.ok)
+        throw new CliExit(
+          answer.busCannotStore === true ? EXIT_UNREACHABLE : EXIT_REFUSED,
+          answer.error ?? "the controller refused the rotation",
+        );
       io.out(
         flags.json === true
           ? formatJson({ ...answer, consumer, interface: iface })

@@ -39,7 +39,7 @@ import {
   STATUS_SUBJECT,
 } from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
-import { PasswordStore } from "./password-store.ts";
+import { BusCannotStoreError, PasswordStore } from "./password-store.ts";
 import { StandingsBook, STANDINGS_SUBJECT } from "./standings-book.ts";
 import { parseStoredFleet, STORED_FLEET_KEY } from "./stored-fleet.ts";
 import { relayToolCall, serveToolRelay, type ToolCall, type ToolReply } from "./tool-relay.ts";
@@ -457,6 +457,7 @@ async function run(
       await rotate(body.consumer, body.interface);
       return { ok: true };
     } catch (err) {
+      if (err instanceof BusCannotStoreError) return { ok: false, error: err.message, busCannotStore: true };
       return { ok: false, error: (err as Error).message };
     }
   });
