@@ -7,6 +7,7 @@ import { addCheckCommand } from "./check-command.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exitCodesHelp } from "./exit-codes.ts";
 import { addExplainCommand } from "./explain-command.ts";
+import { addJoinTokenCommand } from "./join-token-command.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
 import { addLedgerCommand } from "./ledger-command.ts";
@@ -68,6 +69,7 @@ Examples:
   addExplainCommand(program, io);
   addProviderCommand(program, io);
   addBusConfigCommand(program, io);
+  addJoinTokenCommand(program, io);
   // Every command's exit codes come from exit-codes.ts, so they are written in one place.
   for (const command of allCommands(program))
     command.addHelpText("after", exitCodesHelp(commandPath(command)));

@@ -107,6 +107,13 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
     [EXIT_USAGE]:
       "usage error: a --server that is not NAME=HOST:CLIENT_PORT:CLUSTER_PORT, or two servers sharing a name or port",
   },
+  "join-token": {
+    ...ASKS_THE_MESH(
+      "the token was printed or written",
+      "the controller refused: the node is not in the fleet, or the token could not be stored now",
+    ),
+    [EXIT_USAGE]: "usage error: an --advertise that is not HOST or HOST:PORT",
+  },
   plan: {
     [EXIT_OK]: "planned (with --detailed-exitcode: planned, and nothing would change)",
     [EXIT_REFUSED]: "the controller's answer could not be used",

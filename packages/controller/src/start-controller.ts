@@ -28,11 +28,13 @@ import { planEntries } from "@mesh/manifest";
 import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";
+import { answerJoinTokenRequest } from "./join-token-request.ts";
 import { answerLedgerRead, readLedgerFor, type LedgerReadReply } from "./ledger-reader.ts";
 import { accountUpdates, ModuleCredentials } from "./module-credentials.ts";
 import { NodeDeliveries, type Published } from "./node-deliveries.ts";
 import {
   controllerPermissions,
+  JOIN_TOKEN_SUBJECT,
   LEDGER_READ_SUBJECT,
   ROTATE_SUBJECT,
   SERVED_FLEET_SUBJECT,
@@ -440,6 +442,12 @@ async function run(
     fleet: current,
     keptPasswords: await passwords.keys(),
   }));
+  serve(JOIN_TOKEN_SUBJECT, true, (data) =>
+    answerJoinTokenRequest(data, async (node, renew) => {
+      knownNode(node);
+      return exclusive(() => (renew ? joinSecrets.renew(node) : joinSecrets.tokenFor(node)));
+    }),
+  );
   serve(ROTATE_SUBJECT, true, async (data) => {
     let body: { consumer?: unknown; interface?: unknown };
     try {
