@@ -43,7 +43,7 @@ import {
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import { BusCannotStoreError, PasswordStore } from "./password-store.ts";
 import { StandingsBook, STANDINGS_SUBJECT } from "./standings-book.ts";
-import { parseStoredFleet, STORED_FLEET_KEY } from "./stored-fleet.ts";
+import { loadStoredFleet, storeFleet } from "./stored-fleet.ts";
 import { relayToolCall, serveToolRelay, type ToolCall, type ToolReply } from "./tool-relay.ts";
 import { watchFleetFile, type FleetFileWatch } from "./watch-fleet-file.ts";
 
@@ -226,7 +226,7 @@ async function run(
     current = await loadFleetPlan(fleetFile);
   } catch (err) {
     const problems = problemsOf(err);
-    const stored = parseStoredFleet(await desired.get(STORED_FLEET_KEY).catch(() => undefined));
+    const stored = await loadStoredFleet(desired);
     if (stored === undefined || stored.fleetFile !== fleetFile) {
       throw new FleetRefusedError(
         fleetFile,
@@ -350,7 +350,7 @@ async function run(
       options.observer?.reloaded("applied");
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       standings.retainPlan(next.plan);
-      await desired.put(STORED_FLEET_KEY, next);
+      await storeFleet(desired, next);
       return publishAll();
     });
 
@@ -385,7 +385,7 @@ async function run(
 
   // The first reading is published before anything is answered, so an enrolling node finds a
   // complete delivery.
-  await desired.put(STORED_FLEET_KEY, current);
+  await storeFleet(desired, current);
   await exclusive(publishAll);
 
   const subscriptions: Subscription[] = [];
