@@ -45,6 +45,9 @@ export interface LedgerRecord {
  */
 export const LEDGER_DUPLICATE_WINDOW_MS = 24 * 60 * 60_000;
 
+/** How long creating a stream may take (JetStream places its copies first). */
+const CREATE_TIMEOUT_MS = 20_000;
+
 /** How long an append waits for the bus to say it stored the entry. */
 const APPEND_TIMEOUT_MS = 10_000;
 
@@ -56,7 +59,8 @@ const APPEND_TIMEOUT_MS = 10_000;
  */
 export async function ensureLedger(nc: NatsConnection, module: string): Promise<void> {
   const name = ledgerStreamName(module);
-  const jsm = await jetstreamManager(nc);
+  // While a server of the cluster is down, placing a replicated stream takes JetStream several seconds.
+  const jsm = await jetstreamManager(nc, { timeout: CREATE_TIMEOUT_MS });
   try {
     await jsm.streams.info(name);
   } catch (err) {
