@@ -1,4 +1,4 @@
-// What the controller costs with a fleet of N consumers across M nodes (1,000 across 10 by
+// What the controller costs with a fleet of N consumers across M nodes (10,000 across 20 by
 // default), against a real nats-server under the mesh's authentication, with M enrolled nodes
 // reading their deliveries with their own credentials:
 //   - a full derivation and delivery: the fleet file goes from nodes only to every module, and
@@ -10,7 +10,7 @@
 // Baselines in the same run: the derivation alone (read, check, plan; no bus), and the same
 // delivery documents put plainly into one bucket (no minting, no sealing).
 //
-//   node --import tsx bench/controller-cost.ts   (MESH_BENCH_CONSUMERS=1000, MESH_BENCH_NODES=10)
+//   node --import tsx bench/controller-cost.ts   (MESH_BENCH_CONSUMERS=10000, MESH_BENCH_NODES=20)
 
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -49,8 +49,8 @@ import {
   tempDir,
 } from "./lib.ts";
 
-const CONSUMERS = envInt("MESH_BENCH_CONSUMERS", 1_000);
-const NODES = envInt("MESH_BENCH_NODES", 10);
+const CONSUMERS = envInt("MESH_BENCH_CONSUMERS", 10_000);
+const NODES = envInt("MESH_BENCH_NODES", 20);
 const REPEAT = 5;
 
 // A full GC before each memory reading, so the figures are what is kept, not what is not collected yet.

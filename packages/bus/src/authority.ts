@@ -68,6 +68,35 @@ export interface ServerConfigOptions {
   /** Where JetStream keeps its files. Omit when the launcher passes it on the command line. */
   readonly storeDir?: string;
   readonly serverName?: string;
+  /**
+   * Keep account JWTs in this directory with nats-server's `full` resolver (deletes refused), so an
+   * account update pushed at run time (a revocation) is stored, shared with the cluster's other
+   * servers, and still known after a restart. Without it the config preloads the JWTs in a memory
+   * resolver, which forgets pushed updates when the server restarts.
+   */
+  readonly resolverDir?: string;
+  /** Join a cluster: its name, where this server listens for routes, and the others' route URLs. */
+  readonly cluster?: ClusterOptions;
+  /** TLS for clients (and, in `cluster`, for routes), with certificates signed by the mesh's CA. */
+  readonly tls?: TlsFiles;
+}
+
+/** The cluster block of one server's configuration. */
+export interface ClusterOptions {
+  /** The cluster's name, the same on every server. */
+  readonly name: string;
+  /** The address the route listener binds. */
+  readonly host: string;
+  readonly port: number;
+  /** The other servers' route URLs (`nats-route://host:port`). */
+  readonly routes: readonly string[];
+}
+
+/** A server's certificate and key, and the CA that signed every server's certificate. */
+export interface TlsFiles {
+  readonly certFile: string;
+  readonly keyFile: string;
+  readonly caFile: string;
 }
 
 /** A public key that is not a NATS user key was given where one is needed. */
@@ -229,9 +258,10 @@ export class BusAuthority {
   }
 
   /**
-   * The nats-server configuration: the operator, the system account, and the account JWTs preloaded
-   * in a memory resolver, with JetStream on. It never contains an `authorization` block: combined
-   * with `accounts`, nats-server 2.9 lets some clients in without credentials.
+   * The nats-server configuration: the operator, the system account, and the account JWTs
+   * preloaded (in a memory resolver, or with `resolverDir` in a `full` one), with JetStream on; a
+   * cluster block and TLS when asked. It never contains an `authorization` block: combined with
+   * `accounts`, nats-server 2.9 lets some clients in without credentials.
    * @throws InvalidServerOptionError for a value that cannot be written into the config safely.
    */
   serverConfig(options: ServerConfigOptions = {}): string {
@@ -243,20 +273,75 @@ export class BusAuthority {
       lines.push(`server_name: ${quote(options.serverName, "serverName")}`);
     if (options.host !== undefined) lines.push(`host: ${quote(options.host, "host")}`);
     if (options.port !== undefined) lines.push(`port: ${checkPort(options.port)}`);
+    lines.push(`operator: ${this.operatorJwt}`, `system_account: ${this.systemPublicKey}`);
+    if (options.resolverDir !== undefined) {
+      // The preload seeds an empty directory; a stored JWT newer than it (revocations pushed since)
+      // wins, since the resolver keeps whichever was issued last.
+      lines.push(
+        "resolver: {",
+        "  type: full",
+        `  dir: ${quote(options.resolverDir, "resolverDir")}`,
+        "  allow_delete: false",
+        '  interval: "2m"',
+        "}",
+      );
+    } else {
+      lines.push("resolver: MEMORY");
+    }
+    // With the full resolver the mesh account's JWT is not preloaded: a preload is taken in over
+    // the newer JWT the directory kept, and a restarted server would forget the revocations. It is
+    // seeded into the directory instead (see `accountJwtFiles`).
+    const preload =
+      options.resolverDir !== undefined
+        ? [`  ${this.systemPublicKey}: ${this.systemJwt}`]
+        : [`  ${this.accountPublicKey}: ${this.accountJwt}`, `  ${this.systemPublicKey}: ${this.systemJwt}`];
     lines.push(
-      `operator: ${this.operatorJwt}`,
-      `system_account: ${this.systemPublicKey}`,
-      "resolver: MEMORY",
       "resolver_preload: {",
-      `  ${this.accountPublicKey}: ${this.accountJwt}`,
-      `  ${this.systemPublicKey}: ${this.systemJwt}`,
+      ...preload,
       "}",
       options.storeDir !== undefined
         ? `jetstream { store_dir: ${quote(options.storeDir, "storeDir")} }`
         : "jetstream: enabled",
-      "",
     );
+    const tls = options.tls;
+    const tlsBlock = (indent: string): string[] =>
+      tls === undefined
+        ? []
+        : [
+            `${indent}tls {`,
+            `${indent}  cert_file: ${quote(tls.certFile, "tls.certFile")}`,
+            `${indent}  key_file: ${quote(tls.keyFile, "tls.keyFile")}`,
+            `${indent}  ca_file: ${quote(tls.caFile, "tls.caFile")}`,
+            // Routes authenticate each other by certificate: only a server the mesh's CA signed joins.
+            ...(indent === "" ? [] : [`${indent}  verify: true`]),
+            `${indent}  timeout: 5`,
+            `${indent}}`,
+          ];
+    lines.push(...tlsBlock(""));
+    const cluster = options.cluster;
+    if (cluster !== undefined) {
+      lines.push(
+        "cluster {",
+        `  name: ${quote(cluster.name, "cluster.name")}`,
+        `  host: ${quote(cluster.host, "cluster.host")}`,
+        `  port: ${checkPort(cluster.port)}`,
+        "  routes: [",
+        ...cluster.routes.map((route) => `    ${quote(route, "cluster.routes")}`),
+        "  ]",
+        ...tlsBlock("  "),
+        "}",
+      );
+    }
+    lines.push("");
     return lines.join("\n");
+  }
+
+  /**
+   * The files a `full` resolver's directory starts with (name → JWT): the mesh account's JWT, with
+   * the revocations so far. Write each only where none is yet: the server keeps the newest it saw.
+   */
+  accountJwtFiles(): Record<string, string> {
+    return { [`${this.accountPublicKey}.jwt`]: this.accountJwt };
   }
 
   /**

@@ -10,6 +10,7 @@ import {
   UserAuthenticationExpiredError,
   type NatsConnection,
 } from "@nats-io/transport-node";
+import { setBusReplicas } from "./bus-replicas.ts";
 
 /** Where bus connections say what happens to them. Never given a secret. */
 export interface BusLogger {
@@ -31,6 +32,16 @@ export interface ConnectBusOptions {
   readonly name: string;
   /** Replies go to this prefix (see `inboxPrefix`); needed when the user may subscribe only to its own inbox. */
   readonly inboxPrefix?: string;
+  /**
+   * The mesh's bus CA (PEM file): the connection then uses TLS and trusts only servers whose
+   * certificate it signed (see `mesh bus-config --tls-dir`).
+   */
+  readonly caFile?: string;
+  /**
+   * How many copies of each stream and KV bucket made on this connection (see `replicasFor`);
+   * default 3 on a cluster of 3 or more servers, else 1.
+   */
+  readonly replicas?: number;
   /** Keep trying when no server answers at first, instead of failing at once. */
   readonly waitForServer?: boolean;
   readonly log?: BusLogger;
@@ -68,11 +79,19 @@ export class BusUnreachableError extends Error {
   }
 }
 
+/** How often every mesh connection pings its server. */
+export const BUS_PING_INTERVAL_MS = 2_000;
+/** How many unanswered pings give a server up. */
+export const BUS_MAX_PINGS_OUT = 2;
+/** How long a connection attempt to one server may take. */
+export const BUS_CONNECT_TIMEOUT_MS = 2_000;
+
 /**
  * Opens a bus connection authenticated by `creds`, which reconnects for as long as it takes after
  * the server goes away. Permission refusals and disconnections are said to `log`.
  * @throws BusCredentialsRefusedError when the server refuses the credentials; BusUnreachableError
- * when no server answers (and `waitForServer` is not set).
+ * when no server answers (and `waitForServer` is not set); InvalidReplicasError for a `replicas`
+ * outside 1–5.
  */
 export async function connectBus(options: ConnectBusOptions): Promise<NatsConnection> {
   const servers = typeof options.servers === "string" ? [options.servers] : [...options.servers];
@@ -85,12 +104,20 @@ export async function connectBus(options: ConnectBusOptions): Promise<NatsConnec
       authenticator: credsAuthenticator(options.creds),
       maxReconnectAttempts: -1,
       reconnectTimeWait: 1_000,
+      // A server cut off without closing its sockets answers nothing: two missed pings 2 s apart
+      // give it up, so the connection moves to another server of the cluster within seconds
+      // (nats.js's default, 2 min × 2, went unnoticed for minutes).
+      pingInterval: BUS_PING_INTERVAL_MS,
+      maxPingOut: BUS_MAX_PINGS_OUT,
+      timeout: BUS_CONNECT_TIMEOUT_MS,
       waitOnFirstConnect: options.waitForServer === true,
       ...(options.inboxPrefix !== undefined ? { inboxPrefix: options.inboxPrefix } : {}),
+      ...(options.caFile !== undefined ? { tls: { caFile: options.caFile } } : {}),
     });
   } catch (err) {
     throw explainBusError(err, options.name, where);
   }
+  if (options.replicas !== undefined) setBusReplicas(nc, options.replicas);
   if (options.log !== undefined) watchStatus(nc, options.name, where, options.log);
   return nc;
 }

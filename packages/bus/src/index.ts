@@ -35,4 +35,6 @@ export * from "./join-token.ts";
 export * from "./nats-server-binary.ts";
 export * from "./ledger-subjects.ts";
 export * from "./account-updates.ts";
+export * from "./cluster-config.ts";
+export * from "./bus-replicas.ts";
 export * from "./ledger.ts";

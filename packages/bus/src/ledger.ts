@@ -14,6 +14,7 @@ import {
   type JsMsg,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { isTooFewPeers, replicasFor } from "./bus-replicas.ts";
 import { closeBus } from "./connect-bus.ts";
 import {
   ledgerSnapshotBucket,
@@ -44,32 +45,44 @@ export interface LedgerRecord {
  */
 export const LEDGER_DUPLICATE_WINDOW_MS = 24 * 60 * 60_000;
 
+/** How long creating a stream may take (JetStream places its copies first). */
+const CREATE_TIMEOUT_MS = 20_000;
+
 /** How long an append waits for the bus to say it stored the entry. */
 const APPEND_TIMEOUT_MS = 10_000;
 
 /**
  * Creates `module`'s ledger when it is not there: the history stream (file storage, nothing ever
- * deleted or purged) and the snapshots bucket. Safe to call again, and by several at once.
+ * deleted or purged) and the snapshots bucket, each with `replicasFor(nc)` copies. Safe to call again, and by several at once.
  * @throws InvalidLedgerModuleError for a name that is not a module name; the bus's own error when
  * the connection may not create streams.
  */
 export async function ensureLedger(nc: NatsConnection, module: string): Promise<void> {
   const name = ledgerStreamName(module);
-  const jsm = await jetstreamManager(nc);
+  // While a server of the cluster is down, placing a replicated stream takes JetStream several seconds.
+  const jsm = await jetstreamManager(nc, { timeout: CREATE_TIMEOUT_MS });
   try {
     await jsm.streams.info(name);
   } catch (err) {
     if (!isStreamNotFound(err)) throw err;
     try {
-      await jsm.streams.add({
-        name,
-        subjects: [ledgerSubjects(module)],
-        storage: StorageType.File,
-        retention: RetentionPolicy.Limits,
-        discard: DiscardPolicy.New,
-        deny_delete: true,
-        deny_purge: true,
-        duplicate_window: LEDGER_DUPLICATE_WINDOW_MS * 1_000_000,
+      const add = (replicas: number) =>
+        jsm.streams.add({
+          name,
+          num_replicas: replicas,
+          subjects: [ledgerSubjects(module)],
+          storage: StorageType.File,
+          retention: RetentionPolicy.Limits,
+          discard: DiscardPolicy.New,
+          deny_delete: true,
+          deny_purge: true,
+          duplicate_window: LEDGER_DUPLICATE_WINDOW_MS * 1_000_000,
+        });
+      const replicas = replicasFor(nc);
+      // With a server of the cluster down, it is made with one copy now and raised at the next start.
+      await add(replicas).catch((err: unknown) => {
+        if (replicas > 1 && isTooFewPeers(err)) return add(1);
+        throw err;
       });
     } catch (addErr) {
       // Someone else created it in between: that is the ledger asked for.

@@ -1,8 +1,9 @@
 // Durable state on the bus: a JetStream KV bucket holding JSON values, kept on disk by the server
 // (file storage), so a restarted controller or nats-server finds it as it was left.
-import { StorageType } from "@nats-io/jetstream";
+import { jetstream, StorageType } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { isTooFewPeers, replicasFor } from "./bus-replicas.ts";
 import { assertBucketName } from "./subjects.ts";
 
 /** How to open a state bucket. */
@@ -107,12 +108,15 @@ export class StateOpenError extends Error {
   }
 }
 
+/** How long creating a bucket may take (JetStream places its copies first). */
+const CREATE_TIMEOUT_MS = 20_000;
+
 const KEY = /^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$/;
 const WATCH_KEY = /^([-/_=a-zA-Z0-9]+|\*)(\.([-/_=a-zA-Z0-9]+|\*))*(\.>)?$|^>$/;
 
 /**
- * Opens the KV bucket `bucket` on `nc`, creating it (file storage, latest value only) unless
- * `options.create` is false.
+ * Opens the KV bucket `bucket` on `nc`, creating it (file storage, latest value only, with
+ * `replicasFor(nc)` copies) unless `options.create` is false.
  * @throws InvalidBucketNameError for a bad bucket name; StateOpenError when it cannot be opened.
  */
 export async function openState<T>(
@@ -125,10 +129,22 @@ export async function openState<T>(
   let kv: KV;
   try {
     const kvm = new Kvm(nc);
-    kv =
-      options.create === false
-        ? await kvm.open(bucket)
-        : await kvm.create(bucket, { history: 1, storage: StorageType.File });
+    if (options.create === false) {
+      kv = await kvm.open(bucket);
+    } else {
+      // While a server of the cluster is down, placing a replicated bucket takes JetStream several
+      // seconds: made with a longer wait, then used with the usual one.
+      const maker = new Kvm(jetstream(nc, { timeout: CREATE_TIMEOUT_MS }));
+      const create = (replicas: number): Promise<KV> =>
+        maker.create(bucket, { history: 1, storage: StorageType.File, replicas });
+      const replicas = replicasFor(nc);
+      // With a server of the cluster down, it is made with one copy now and raised at the next start.
+      await create(replicas).catch((err: unknown) => {
+        if (replicas > 1 && isTooFewPeers(err)) return create(1);
+        throw err;
+      });
+      kv = await kvm.open(bucket);
+    }
   } catch (err) {
     throw new StateOpenError(bucket, { cause: err });
   }

@@ -2,10 +2,12 @@
 
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
+import { addBusConfigCommand } from "./bus-config-command.ts";
 import { addCheckCommand } from "./check-command.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exitCodesHelp } from "./exit-codes.ts";
 import { addExplainCommand } from "./explain-command.ts";
+import { addJoinTokenCommand } from "./join-token-command.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
 import { addLedgerCommand } from "./ledger-command.ts";
@@ -69,6 +71,8 @@ Examples:
   addCheckCommand(program, io);
   addExplainCommand(program, io);
   addProviderCommand(program, io);
+  addBusConfigCommand(program, io);
+  addJoinTokenCommand(program, io);
   // Every command's exit codes come from exit-codes.ts, so they are written in one place.
   for (const command of allCommands(program))
     command.addHelpText("after", exitCodesHelp(commandPath(command)));

@@ -74,10 +74,14 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
     [EXIT_REFUSED]: "the agent could not start: its join was refused or the bus cannot be reached",
     [EXIT_USAGE]: "usage error: no --node, or a join token file that cannot be read",
   },
-  rotate: ASKS_THE_MESH(
-    "rotated: the consumer has a new password",
-    "the controller refused the rotation (the message says why)",
-  ),
+  rotate: {
+    ...ASKS_THE_MESH(
+      "rotated: the consumer has a new password",
+      "the controller refused the rotation (the message says why)",
+    ),
+    [EXIT_UNREACHABLE]:
+      "no mesh answers, or the bus cannot store the new password now: nothing changed, try again",
+  },
   status: ASKS_THE_MESH("answered", "the controller's answer could not be used"),
   explain: {
     [EXIT_OK]: "allowed",
@@ -100,6 +104,20 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
     [EXIT_OK]: "the log was shown (with -f: until Ctrl-C or SIGTERM)",
     [EXIT_REFUSED]: "the module has no log there (the message says where it looked and what to do)",
     [EXIT_USAGE]: "usage error: a bad module name or --lines, or a module on several nodes without --node",
+  },
+  "bus-config": {
+    [EXIT_OK]: "written: one configuration per server",
+    [EXIT_REFUSED]:
+      "could not write them: the authority file is damaged, openssl failed, or a file could not be written",
+    [EXIT_USAGE]:
+      "usage error: a --server that is not NAME=HOST:CLIENT_PORT:CLUSTER_PORT, or two servers sharing a name or port",
+  },
+  "join-token": {
+    ...ASKS_THE_MESH(
+      "the token was printed or written",
+      "the controller refused: the node is not in the fleet, or the token could not be stored now",
+    ),
+    [EXIT_USAGE]: "usage error: an --advertise that is not HOST or HOST:PORT",
   },
   plan: {
     [EXIT_OK]: "planned (with --detailed-exitcode: planned, and nothing would change)",

@@ -5,21 +5,14 @@ import { randomBytes } from "node:crypto";
 import { chmod, mkdir, readdir, readFile, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import {
-  credsFor,
-  decodeJoinToken,
-  encodeJoinToken,
-  newUserKeys,
-  readFileIfExists,
-  writeFileAtomic,
-} from "@mesh/bus";
+import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic } from "@mesh/bus";
 import type { Agent, IsolationMode, StateLock } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
 import { ListenError, parseDuration } from "@mesh/sdk";
 import { askController, stateDirOf } from "./controller-request.ts";
 import type { EmbeddedBus } from "./embedded-bus.ts";
 import { paintFor } from "./colour.ts";
-import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
+import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
 import { agentLogOptions, logIo, prefixed, withLogFlags, type LogFlags } from "./log-lines.ts";
@@ -59,6 +52,10 @@ export function addUpCommands(program: Command, io: CliIo): void {
       "the address nats-server listens on; other machines' agents reach it there (default: 127.0.0.1)",
     )
     .option(
+      "--advertise <host[:port]>",
+      "the address other machines reach the bus at, written into the join tokens of the nodes this machine does not run",
+    )
+    .option(
       "--http <host:port>",
       "where the controller serves the dashboard and /metrics; loopback unless an operator token is given (default: 127.0.0.1, a free port)",
     )
@@ -87,7 +84,7 @@ Examples:
   $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470
   then open the dashboard it prints, or from another shell: mesh status
   $ mesh up mesh.yaml --http 0.0.0.0:9470 --operator-token-file .mesh-state/operator.token
-  $ mesh up mesh.yaml --node node-1 --listen 0.0.0.0      # the other nodes join with mesh agent`,
+  $ mesh up mesh.yaml --node node-1 --listen 0.0.0.0 --advertise 10.0.0.5   # the others join with mesh agent`,
     )
     .action(
       async (
@@ -96,6 +93,7 @@ Examples:
           state?: string;
           node?: string[];
           listen?: string;
+          advertise?: string;
           http?: string;
           operatorTokenFile?: string;
           isolation: string;
@@ -113,6 +111,7 @@ Examples:
           flags.operatorTokenFile,
           graceOf(flags.grace),
           isolationOf(flags.isolation),
+          flags.advertise,
         );
       },
     );
@@ -178,13 +177,17 @@ Examples:
   $ mesh rotate notes postgres-database --json --state /var/lib/mesh`,
     )
     .action(async (consumer: string, iface: string, flags: { state?: string; json?: boolean }) => {
-      const answer = await ask<{ ok: boolean; error?: string }>(
+      const answer = await ask<{ ok: boolean; error?: string; busCannotStore?: boolean }>(
         stateDirOf(flags.state, io),
         "rotate",
         JSON.stringify({ consumer, interface: iface }),
         io,
       );
-      if (!answer.ok) throw new CliExit(EXIT_REFUSED, answer.error ?? "the controller refused the rotation");
+      if (!answer.ok)
+        throw new CliExit(
+          answer.busCannotStore === true ? EXIT_UNREACHABLE : EXIT_REFUSED,
+          answer.error ?? "the controller refused the rotation",
+        );
       io.out(
         flags.json === true
           ? formatJson({ ...answer, consumer, interface: iface })
@@ -222,6 +225,7 @@ async function up(
   operatorTokenFile?: string,
   graceMs = parseDuration(DEFAULT_GRACE),
   isolation: IsolationMode = "strict",
+  advertise?: string,
 ): Promise<void> {
   const {
     loadOrCreateAuthority,
@@ -348,13 +352,29 @@ async function up(
       if (!fleet.nodes.includes(node)) throw new CliExit(EXIT_USAGE, `node ${node} is not in ${fleetFile}`);
     }
     recordDirs = [busDir, ...nodes.map((n) => join(nodesDir, n))];
-    // The other nodes join with `mesh agent`, from the token file written here for each.
-    for (const node of fleet.nodes.filter((n) => !nodes.includes(n))) {
-      const tokenFile = join(state, "join", `${node}.token`);
-      // The token was made once; the bus it names is the one that serves now.
-      const token = { ...decodeJoinToken(await controller.joinToken(node)), servers: [bus.url] };
-      await writeFileAtomic(tokenFile, `${encodeJoinToken(token)}\n`, 0o600);
-      say(`    node ${node} joins with: mesh agent --node ${node} --join ${tokenFile} (copy the file there)`);
+    // The other nodes join with `mesh agent`, from the token file written here for each: it names
+    // the bus that serves now (the controller's), at the address other machines reach it by.
+    const others = fleet.nodes.filter((n) => !nodes.includes(n));
+    const { writeJoinTokens } = await import("./join-token-command.ts");
+    const tokenFiles = await writeJoinTokens({
+      controller,
+      state,
+      nodes: others,
+      // A token is made once; the bus it names is the one that serves now (its port may have moved).
+      servers: [bus.url],
+      ...(advertise === undefined ? {} : { advertise }),
+    }).catch((err: unknown) => {
+      throw new CliExit(EXIT_USAGE, `--advertise: ${(err as Error).message}`);
+    });
+    tokenFiles.forEach((file, i) => {
+      const node = others[i] ?? "";
+      say(`    node ${node} joins with: mesh agent --node ${node} --join ${file} (copy the file there)`);
+    });
+    if (others.length > 0 && advertise === undefined && listen !== undefined && listen !== "127.0.0.1") {
+      say(
+        `    warning: the join tokens name the bus at 127.0.0.1, which other machines cannot reach: ` +
+          `give --advertise HOST (this machine's address on their network)`,
+      );
     }
     say(`3/4 the agents: ${nodes.join(", ")}`);
     for (const node of nodes) {

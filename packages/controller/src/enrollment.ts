@@ -113,6 +113,16 @@ export async function answerEnrollment(deps: EnrollmentDeps, data: Uint8Array): 
     return refuse(`the controller could not issue node ${node}'s credentials: try again`);
   }
   try {
+    if (!(await deps.joinSecrets.claim(node, natsPublicKey))) {
+      return refuse(
+        `node ${node} was refused: its join token was already used by another node key; if this ` +
+          `machine is node ${node} now, make a new token with \`mesh join-token ${node} --renew\``,
+      );
+    }
+  } catch {
+    return refuse(`the controller could not record node ${node}'s use of its join token: try again`);
+  }
+  try {
     await deps.enroll({ node, sealPublicKey, natsPublicKey, enrolledAt: new Date().toISOString() });
   } catch (err) {
     return refuse(`the controller could not record node ${node} (${(err as Error).message}): try again`);

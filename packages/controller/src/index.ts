@@ -27,6 +27,7 @@ export * from "./enrollment.ts";
 export * from "./fleet-plan.ts";
 export * from "./http-server.ts";
 export * from "./join-secrets.ts";
+export * from "./join-token-request.ts";
 export * from "./module-credentials.ts";
 export * from "./node-deliveries.ts";
 export * from "./node-permissions.ts";

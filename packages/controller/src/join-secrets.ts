@@ -26,6 +26,11 @@ export interface KeptJoinToken {
   readonly secretDigest: string;
   /** ISO 8601. */
   readonly madeAt: string;
+  /**
+   * The NATS public key of the node that first enrolled with this token: only it may enroll with
+   * it again (an agent killed mid-enrollment retries); another key needs a renewed token.
+   */
+  readonly enrolledKey?: string;
 }
 
 /** Where the tokens are kept: a key per node in the controller's desired-state bucket. */
@@ -39,7 +44,13 @@ const digest = (secret: string): Buffer => createHash("sha256").update(secret, "
 export function parseKeptJoinToken(value: unknown): KeptJoinToken | undefined {
   const v = value as Partial<KeptJoinToken> | null;
   if (v?.v !== 1 || typeof v.sealedToken !== "string" || typeof v.secretDigest !== "string") return undefined;
-  return { v: 1, sealedToken: v.sealedToken, secretDigest: v.secretDigest, madeAt: String(v.madeAt) };
+  return {
+    v: 1,
+    sealedToken: v.sealedToken,
+    secretDigest: v.secretDigest,
+    madeAt: String(v.madeAt),
+    ...(typeof v.enrolledKey === "string" ? { enrolledKey: v.enrolledKey } : {}),
+  };
 }
 
 /** Makes, keeps and checks the nodes' join tokens. */
@@ -127,6 +138,20 @@ export class JoinSecrets {
     const given = digest(secret);
     const same = expected.length === given.length && timingSafeEqual(expected, given);
     return kept !== undefined && same;
+  }
+
+  /**
+   * Whether the node key `natsPublicKey` may enroll `node` with its current token: the first key
+   * that does is kept with the token, and from then on only that key may (check the secret first).
+   * False for a node that has no token.
+   * @throws the bus's error when the state cannot be read or written.
+   */
+  async claim(node: string, natsPublicKey: string): Promise<boolean> {
+    const kept = await this.#kept(node);
+    if (kept === undefined) return false;
+    if (kept.enrolledKey !== undefined) return kept.enrolledKey === natsPublicKey;
+    await this.#state.put(joinTokenKey(node), { ...kept, enrolledKey: natsPublicKey });
+    return true;
   }
 
   async #kept(node: string): Promise<KeptJoinToken | undefined> {

@@ -29,6 +29,12 @@ export const LEDGER_READ_SUBJECT = "mesh.ledger.read";
  */
 export const SERVED_FLEET_SUBJECT = "mesh.fleet.served";
 
+/**
+ * Where the controller answers `mesh join-token` requests `{node, renew}` with the node's join
+ * token (operator credentials only: the token holds the node's join secret).
+ */
+export const JOIN_TOKEN_SUBJECT = "mesh.join.token";
+
 /** The identity (and inbox) of a person's CLI talking to the controller. */
 export const OPERATOR_IDENTITY = "operator";
 
@@ -78,6 +84,7 @@ export function operatorPermissions(): BusPermissions {
         TOOL_REQUEST_SUBJECT,
         LEDGER_READ_SUBJECT,
         SERVED_FLEET_SUBJECT,
+        JOIN_TOKEN_SUBJECT,
       ],
     },
     sub: { allow: [inboxSubjects(OPERATOR_IDENTITY), allReportsSubject()] },

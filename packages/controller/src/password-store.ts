@@ -16,6 +16,22 @@ import {
 import type { NatsConnection } from "@nats-io/transport-node";
 import { secretKey } from "@mesh/manifest";
 
+/**
+ * The bus did not store a new password (JetStream has too few servers, or none, to store it now):
+ * nothing changed, the old password stays in force, and asking again later works. The bus's own
+ * words are kept as the cause only: they mean nothing to an operator.
+ */
+export class BusCannotStoreError extends Error {
+  override name = "BusCannotStoreError";
+  constructor(
+    /** What was to be stored (`<consumer>/<interface>`'s new password). */
+    readonly what: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`the bus cannot store it now; nothing changed, try again (${what} was not rotated)`, options);
+  }
+}
+
 /** A kept password and the version it was minted as (a new version at every rotation). */
 export interface KeptPassword {
   readonly password: string;
@@ -114,10 +130,15 @@ export class PasswordStore {
   /**
    * Replaces the password of `consumer` for `iface` with a new one, kept sealed before it is
    * returned. The provider applies it when the nodes have it.
-   * @throws the bus's error when the bucket cannot be written.
+   * @throws BusCannotStoreError when the bus does not store it: the old password stays.
    */
   async rotate(consumer: string, iface: string): Promise<KeptPassword> {
-    return this.#mint(secretKey(consumer, iface), "rotated on request");
+    try {
+      return await this.#mint(secretKey(consumer, iface), "rotated on request");
+    } catch (err) {
+      // #mint keeps the new password in memory only once the bus has stored it.
+      throw new BusCannotStoreError(`${consumer}'s ${iface}`, { cause: err });
+    }
   }
 
   async #read(key: string): Promise<KeptPassword | undefined> {

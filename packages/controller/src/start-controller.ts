@@ -13,6 +13,7 @@ import {
   inboxPrefix,
   NODES_BUCKET,
   openState,
+  raiseReplicas,
   type BusAuthority,
   type BusLogger,
   type BusState,
@@ -27,20 +28,22 @@ import { planEntries } from "@mesh/manifest";
 import { answerEnrollment, parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { JoinSecrets } from "./join-secrets.ts";
+import { answerJoinTokenRequest } from "./join-token-request.ts";
 import { answerLedgerRead, readLedgerFor, type LedgerReadReply } from "./ledger-reader.ts";
 import { accountUpdates, ModuleCredentials } from "./module-credentials.ts";
 import { NodeDeliveries, type Published } from "./node-deliveries.ts";
 import {
   controllerPermissions,
+  JOIN_TOKEN_SUBJECT,
   LEDGER_READ_SUBJECT,
   ROTATE_SUBJECT,
   SERVED_FLEET_SUBJECT,
   STATUS_SUBJECT,
 } from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
-import { PasswordStore } from "./password-store.ts";
+import { BusCannotStoreError, PasswordStore } from "./password-store.ts";
 import { StandingsBook, STANDINGS_SUBJECT } from "./standings-book.ts";
-import { parseStoredFleet, STORED_FLEET_KEY } from "./stored-fleet.ts";
+import { loadStoredFleet, storeFleet } from "./stored-fleet.ts";
 import { relayToolCall, serveToolRelay, type ToolCall, type ToolReply } from "./tool-relay.ts";
 import { watchFleetFile, type FleetFileWatch } from "./watch-fleet-file.ts";
 
@@ -62,6 +65,11 @@ export interface ControllerOptions {
   readonly watch?: boolean;
   /** Told of reloads, deliveries published, passwords minted and rotations, to count them (metrics). */
   readonly observer?: ControllerObserver;
+  /**
+   * Copies of every stream and KV bucket the mesh makes; existing ones are raised to it at start.
+   * Default: 3 on a cluster of 3 or more servers, else 1.
+   */
+  readonly replicas?: number;
 }
 
 /** What a reload did. */
@@ -159,6 +167,7 @@ export async function startController(options: ControllerOptions): Promise<Contr
     name: "controller",
     inboxPrefix: inboxPrefix("controller"),
     log,
+    ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
   });
   try {
     return await run(nc, fleetFile, keys.seal, options, keys.nats.publicKey);
@@ -176,6 +185,7 @@ async function run(
   controllerKey: string,
 ): Promise<Controller> {
   const log = options.logger;
+  await raiseReplicas(nc, log);
   const desired = await openState<unknown>(nc, DESIRED_STATE_BUCKET);
   const nodesState: BusState<EnrolledNode> = await openState(nc, NODES_BUCKET, { parse: parseEnrolledNode });
   const passwords = await PasswordStore.open(nc, sealKeys, log);
@@ -216,7 +226,7 @@ async function run(
     current = await loadFleetPlan(fleetFile);
   } catch (err) {
     const problems = problemsOf(err);
-    const stored = parseStoredFleet(await desired.get(STORED_FLEET_KEY).catch(() => undefined));
+    const stored = await loadStoredFleet(desired);
     if (stored === undefined || stored.fleetFile !== fleetFile) {
       throw new FleetRefusedError(
         fleetFile,
@@ -340,7 +350,7 @@ async function run(
       options.observer?.reloaded("applied");
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       standings.retainPlan(next.plan);
-      await desired.put(STORED_FLEET_KEY, next);
+      await storeFleet(desired, next);
       return publishAll();
     });
 
@@ -375,7 +385,7 @@ async function run(
 
   // The first reading is published before anything is answered, so an enrolling node finds a
   // complete delivery.
-  await desired.put(STORED_FLEET_KEY, current);
+  await storeFleet(desired, current);
   await exclusive(publishAll);
 
   const subscriptions: Subscription[] = [];
@@ -432,6 +442,12 @@ async function run(
     fleet: current,
     keptPasswords: await passwords.keys(),
   }));
+  serve(JOIN_TOKEN_SUBJECT, true, (data) =>
+    answerJoinTokenRequest(data, async (node, renew) => {
+      knownNode(node);
+      return exclusive(() => (renew ? joinSecrets.renew(node) : joinSecrets.tokenFor(node)));
+    }),
+  );
   serve(ROTATE_SUBJECT, true, async (data) => {
     let body: { consumer?: unknown; interface?: unknown };
     try {
@@ -449,6 +465,7 @@ async function run(
       await rotate(body.consumer, body.interface);
       return { ok: true };
     } catch (err) {
+      if (err instanceof BusCannotStoreError) return { ok: false, error: err.message, busCannotStore: true };
       return { ok: false, error: (err as Error).message };
     }
   });

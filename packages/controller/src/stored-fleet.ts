@@ -1,5 +1,6 @@
 // The last fleet the controller served, kept in its desired-state bucket, so a controller that
 // restarts while the fleet file is broken keeps serving what it served (nothing retired by a typo).
+import { createHash, randomBytes } from "node:crypto";
 import type { FleetPlan } from "./fleet-plan.ts";
 
 /** The key of the last good fleet in the desired-state bucket. */
@@ -18,4 +19,82 @@ export function parseStoredFleet(value: unknown): FleetPlan | undefined {
     return undefined;
   }
   return v as FleetPlan;
+}
+
+/**
+ * How large one stored part of the fleet may be. The fleet grows with its consumers; a NATS
+ * message does not (1 MiB by default): the fleet is kept in parts, each well under it.
+ */
+export const STORED_FLEET_PART_BYTES = 256 * 1024;
+
+/** The head of a stored fleet: which parts hold it, and the digest of their text. */
+interface StoredFleetHead {
+  readonly v: 2;
+  /** Names this writing's parts (`fleet.<generation>.<i>`), so a half-written newer one is never read. */
+  readonly generation: string;
+  readonly parts: number;
+  readonly sha256: string;
+}
+
+/** The part of a stored fleet's JSON text at `i` (a key of the desired-state bucket). */
+const partKey = (generation: string, i: number): string => `${STORED_FLEET_KEY}.${generation}.${i}`;
+
+/** The slice of the desired-state bucket the stored fleet needs. */
+export interface FleetStateBucket {
+  get(key: string): Promise<unknown>;
+  put(key: string, value: unknown): Promise<number>;
+  delete(key: string): Promise<void>;
+  keys(): Promise<string[]>;
+}
+
+/**
+ * Keeps `fleet` in the desired-state bucket in parts of at most `STORED_FLEET_PART_BYTES`, the
+ * head last, so a reader finds either the fleet stored before or this one whole; then removes the
+ * parts of earlier writings.
+ * @throws the bus's error when a part or the head cannot be stored (the fleet stored before stays).
+ */
+export async function storeFleet(state: FleetStateBucket, fleet: FleetPlan): Promise<void> {
+  const text = JSON.stringify(fleet);
+  const generation = `${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
+  const parts: string[] = [];
+  // By characters, a little under the byte limit (JSON text of a fleet is nearly all ASCII; a
+  // character is at most 3 bytes in UTF-8, and a part is stored as a JSON string of it).
+  const chars = Math.floor(STORED_FLEET_PART_BYTES / 3);
+  for (let at = 0; at < text.length; at += chars) parts.push(text.slice(at, at + chars));
+  for (const [i, part] of parts.entries()) await state.put(partKey(generation, i), part);
+  const head: StoredFleetHead = {
+    v: 2,
+    generation,
+    parts: parts.length,
+    sha256: createHash("sha256").update(text).digest("hex"),
+  };
+  await state.put(STORED_FLEET_KEY, head);
+  const stale = (await state.keys()).filter(
+    (key) => key.startsWith(`${STORED_FLEET_KEY}.`) && !key.startsWith(`${STORED_FLEET_KEY}.${generation}.`),
+  );
+  for (const key of stale) await state.delete(key).catch(() => undefined);
+}
+
+/**
+ * The fleet kept by `storeFleet` (or, from before, in one value), or undefined when none is kept
+ * or what is kept is not whole.
+ * @throws nothing: a bus that does not answer is no stored fleet.
+ */
+export async function loadStoredFleet(state: FleetStateBucket): Promise<FleetPlan | undefined> {
+  try {
+    const head = (await state.get(STORED_FLEET_KEY)) as Partial<StoredFleetHead> | undefined;
+    if (head?.v !== 2) return parseStoredFleet(head);
+    const { generation, parts, sha256 } = head;
+    if (typeof generation !== "string" || typeof parts !== "number") return undefined;
+    let text = "";
+    for (let i = 0; i < parts; i++) {
+      const part = await state.get(partKey(generation, i));
+      if (typeof part !== "string") return undefined;
+      text += part;
+    }
+    if (createHash("sha256").update(text).digest("hex") !== sha256) return undefined;
+    return parseStoredFleet(JSON.parse(text));
+  } catch {
+    return undefined;
+  }
 }

@@ -237,7 +237,7 @@ void describe("the controller relays tool calls to the module's node", () => {
   });
 
   void it("does not let another node take a node's tool calls (the server refuses its subscription)", async () => {
-    const b = await enrollNode(await controller.joinToken("node-b"));
+    const b = await enrollNode(await controller.renewJoinToken("node-b"));
     try {
       const taken: unknown[] = [];
       const sub = b.nc.subscribe(toolSubject("node-a"));

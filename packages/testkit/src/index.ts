@@ -24,5 +24,6 @@ export {
 export * from "./glewlwyd-server.ts";
 export * from "./memory-adapter.ts";
 export * from "./nats-server.ts";
+export * from "./nats-cluster.ts";
 export * from "./prometheus-scrape.ts";
 export * from "./until.ts";

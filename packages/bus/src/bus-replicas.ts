@@ -1,0 +1,101 @@
+// How many servers keep a copy of each stream and KV bucket the mesh makes. On a cluster of three
+// or more, three: losing any one server then loses nothing and stops no KV write or ledger append.
+// Made R1 (nats.js's default), every stream sits on one server, and losing it halts them all.
+import { JetStreamApiError, jetstreamManager, type StreamInfo } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
+
+// The replicas asked for a connection (`connectBus`'s `replicas`), kept with the connection itself.
+const asked = new WeakMap<NatsConnection, number>();
+
+/** A replica count that JetStream cannot keep (it keeps 1 to 5 copies). */
+export class InvalidReplicasError extends Error {
+  override name = "InvalidReplicasError";
+  constructor(readonly replicas: number) {
+    super(
+      `--replicas ${replicas} is not a number of copies JetStream keeps: give 1 to 5 (3 on a cluster of 3 or more)`,
+    );
+  }
+}
+
+/**
+ * Makes `replicas` the number of copies of every stream and bucket made on `nc` (and the target of
+ * `raiseReplicas`), instead of the default from the cluster's size.
+ * @throws InvalidReplicasError for a number outside 1–5.
+ */
+export function setBusReplicas(nc: NatsConnection, replicas: number): void {
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 5) throw new InvalidReplicasError(replicas);
+  asked.set(nc, replicas);
+}
+
+/**
+ * How many servers the cluster `nc` is connected to has, as the server says it (its own and its
+ * peers' client URLs); 1 for a server alone.
+ */
+export function clusterSize(nc: NatsConnection): number {
+  const urls = nc.info?.connect_urls ?? [];
+  return Math.max(1, new Set(urls).size);
+}
+
+/**
+ * The replicas of a stream or bucket made on `nc`: the one set with `setBusReplicas` (or
+ * `connectBus`'s `replicas`), else 3 on a cluster of 3 or more servers, else 1.
+ */
+export function replicasFor(nc: NatsConnection): number {
+  return asked.get(nc) ?? (clusterSize(nc) >= 3 ? 3 : 1);
+}
+
+/**
+ * Whether `err` says JetStream cannot place that many copies now (too few servers up): the caller
+ * makes it with one copy, and `raiseReplicas` raises it later.
+ */
+export function isTooFewPeers(err: unknown): boolean {
+  const message = err instanceof Error ? err.message : String(err);
+  return (
+    (err instanceof JetStreamApiError || err instanceof Error) &&
+    /insufficient resources|no suitable peers|peers? .*(unavailable|offline)/i.test(message)
+  );
+}
+
+/** A stream raised by `raiseReplicas`. */
+export interface RaisedStream {
+  readonly stream: string;
+  readonly from: number;
+  readonly to: number;
+}
+
+/**
+ * Raises every stream of the account that has fewer copies than `replicasFor(nc)` (never lowers
+ * one), and says each to `log`. A stream that cannot be raised now (too few servers up) is said
+ * and left as it is.
+ * @throws the bus's error when the streams cannot be listed.
+ */
+export async function raiseReplicas(
+  nc: NatsConnection,
+  log?: { info(message: string): void; warn(message: string): void },
+): Promise<RaisedStream[]> {
+  const target = replicasFor(nc);
+  const jsm = await jetstreamManager(nc);
+  const infos: StreamInfo[] = [];
+  for await (const info of jsm.streams.list()) infos.push(info);
+  const raised: RaisedStream[] = [];
+  for (const info of infos) {
+    const from = info.config.num_replicas ?? 1;
+    if (from >= target) continue;
+    try {
+      await jsm.streams.update(info.config.name, { ...info.config, num_replicas: target });
+      raised.push({ stream: info.config.name, from, to: target });
+    } catch (err) {
+      log?.warn(
+        `stream ${info.config.name} could not be raised from ${from} to ${target} copies now ` +
+          `(${(err as Error).message}); it is tried again at the next start`,
+      );
+    }
+  }
+  if (raised.length > 0) {
+    log?.info(
+      `raised ${raised.length} stream(s) to ${target} copies, so losing one bus server loses none of them: ` +
+        raised.map((r) => `${r.stream} (was ${r.from})`).join(", "),
+    );
+  }
+  return raised;
+}
