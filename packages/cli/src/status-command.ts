@@ -41,7 +41,15 @@ export interface StatusAnswer {
     enrolled?: boolean;
     lastReportAt?: string | null;
     /** `metrics`: where the module serves Prometheus metrics, while it runs and serves them. */
-    modules?: { name: string; state: string; restarts?: number; metrics?: string }[];
+    /** `isolation`: the user it runs as, and why not its own; `waiting`: what holds its first start. */
+    modules?: {
+      name: string;
+      state: string;
+      restarts?: number;
+      metrics?: string;
+      isolation?: { isolated: boolean; user: string; reason?: string };
+      waiting?: string;
+    }[];
   }[];
   consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
   failing?: FailingAnswer[];
@@ -99,6 +107,13 @@ export function formatStatus(
         `  ${m.name.padEnd(22)} ${moduleState(m.state, paint)} ` +
           (m.metrics ? `${restarts.padEnd(9)} ${m.metrics}` : restarts),
       );
+      if (m.waiting !== undefined) lines.push(`    ${paint.yellow("waits for")} ${m.waiting}`);
+      if (m.isolation !== undefined && !m.isolation.isolated) {
+        lines.push(
+          `    ${paint.yellow("not isolated")}: runs as ${m.isolation.user}` +
+            (m.isolation.reason !== undefined ? ` (${m.isolation.reason})` : ""),
+        );
+      }
     }
   }
   lines.push("", "CONSUMER         INTERFACE            LOGIN                PROVIDER");

@@ -109,6 +109,40 @@ describe("mesh status's failing consumers", () => {
     assert.match(text, /\n {2}notes +running +12\n/);
   });
 
+  it("says a module that is not isolated, as whom it runs and why, and one that waits for its bus credential", () => {
+    const text = formatStatus({
+      ...answer(),
+      nodes: [
+        {
+          name: "node-a",
+          enrolled: true,
+          lastReportAt: null,
+          modules: [
+            {
+              name: "notes",
+              state: "running",
+              restarts: 0,
+              isolation: { isolated: false, user: "root", reason: "user mesh-notes cannot read /root/app" },
+            },
+            { name: "counter", state: "starting", restarts: 0, waiting: "its bus credential" },
+            {
+              name: "redis",
+              state: "running",
+              restarts: 0,
+              isolation: { isolated: true, user: "mesh-redis" },
+            },
+          ],
+        },
+      ],
+    });
+    assert.match(
+      text,
+      /\n {2}notes +running +0\n {4}not isolated: runs as root \(user mesh-notes cannot read \/root\/app\)\n/,
+    );
+    assert.match(text, /\n {2}counter +starting +0\n {4}waits for its bus credential\n/);
+    assert.doesNotMatch(text, /redis[^\n]*\n {4}not isolated/, "an isolated module says nothing more");
+  });
+
   it("says none are announced, and says nothing of them to an answer without the field", () => {
     assert.match(formatStatus(answer([]), NOW), /FAILING: none announced/);
     assert.doesNotMatch(formatStatus(answer(), NOW), /FAILING/);

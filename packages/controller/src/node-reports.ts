@@ -21,6 +21,8 @@ export interface ModuleReport {
   readonly metrics?: string;
   /** Whether it runs as its own user, the user it runs as, and why it is not isolated. */
   readonly isolation?: ReportedIsolation;
+  /** What it waits for before its first start (its bus credential), while it does. */
+  readonly waiting?: string;
 }
 
 /** How a module is kept apart from the others, as its node reports it. */
@@ -164,6 +166,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
       log: typeof e.log === "string" ? e.log : "",
       ...(metrics !== undefined ? { metrics } : {}),
       ...(isolation !== undefined ? { isolation } : {}),
+      ...(typeof e.waiting === "string" ? { waiting: e.waiting.slice(0, REASON_MAX) } : {}),
     });
   }
   const f = b.files as { written?: unknown; unchanged?: unknown } | undefined;
