@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { addBusConfigCommand } from "./bus-config-command.ts";
 import { addCheckCommand } from "./check-command.ts";
+import { addCompletionCommand } from "./completion-command.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exitCodesHelp } from "./exit-codes.ts";
 import { addExplainCommand } from "./explain-command.ts";
@@ -73,6 +74,7 @@ Examples:
   addProviderCommand(program, io);
   addBusConfigCommand(program, io);
   addJoinTokenCommand(program, io);
+  addCompletionCommand(program, io);
   // Every command's exit codes come from exit-codes.ts, so they are written in one place.
   for (const command of allCommands(program))
     command.addHelpText("after", exitCodesHelp(commandPath(command)));
@@ -86,7 +88,17 @@ Examples:
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
   const error = (message: string): void => io.err(`${paintFor(io, "err").red("error:")} ${message}\n`);
   try {
-    await buildProgram(io).parseAsync([...argv], { from: "user" });
+    const program = buildProgram(io);
+    // `mesh unknown --help` is a mistyped command, not a request for the top help: drop the help
+    // flag so it is refused (exit 2) with the nearest command suggested.
+    const first = argv[0];
+    const known = (word: string) =>
+      program.commands.some((c) => c.name() === word || c.aliases().includes(word));
+    const args =
+      first !== undefined && !first.startsWith("-") && !known(first)
+        ? argv.filter((a) => a !== "--help" && a !== "-h")
+        : argv;
+    await program.parseAsync([...args], { from: "user" });
     return EXIT_OK;
   } catch (err) {
     if (err instanceof CliExit) {

@@ -83,6 +83,10 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
       "no mesh answers, or the bus cannot store the new password now: nothing changed, try again",
   },
   status: ASKS_THE_MESH("answered", "the controller's answer could not be used"),
+  completion: {
+    [EXIT_OK]: "the script was printed",
+    [EXIT_USAGE]: "usage error: a shell other than bash or zsh",
+  },
   explain: {
     [EXIT_OK]: "allowed",
     [EXIT_REFUSED]: "denied (the line that decides it is printed)",

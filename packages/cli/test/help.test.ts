@@ -17,7 +17,7 @@ const commands = allCommands(buildProgram(quietIo));
 const shown = (command: Command): string => `mesh ${commandPath(command)}`.trim();
 
 /** The commands that run something until stopped rather than read something: no --json for them. */
-const NOT_READING = new Set(["up", "agent", "provider"]);
+const NOT_READING = new Set(["up", "agent", "provider", "completion"]);
 
 describe("mesh's help", () => {
   it("walks at least every command mesh has today", () => {
@@ -108,6 +108,11 @@ describe("mesh's help", () => {
     const flag = await mesh(["status", "--jsn"]);
     assert.equal(flag.code, 2);
     assert.match(flag.stderr, /Did you mean --json\?/);
+
+    const helpOfNothing = await mesh(["stauts", "--help"]);
+    assert.equal(helpOfNothing.code, 2, "the help of a command that does not exist is an error");
+    assert.match(helpOfNothing.stderr, /unknown command 'stauts'/);
+    assert.equal(helpOfNothing.stdout, "", "not the top help");
 
     const none = await mesh([]);
     assert.equal(none.code, 2, "no command: the help, on standard error");
