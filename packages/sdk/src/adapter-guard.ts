@@ -19,6 +19,7 @@ import { assertInstance } from "./admin-settings.ts";
 import type { Logger } from "./collaborators.ts";
 import { forEachLimited } from "./concurrency.ts";
 import { assertLogin, InvalidLoginError, isValidLogin } from "./login.ts";
+import { classifyBackendFailure } from "./backend-failures.ts";
 import { isRefusal, NotMadeHereError, NotRetiredError } from "./refusals.ts";
 
 /** The longest `why` an adapter is asked to write into a mark; a longer one is clipped. */
@@ -186,14 +187,21 @@ export class GuardedAdapter implements Adapter {
     });
   }
 
-  /** `refused` for every refusal, whatever the adapter says; else the adapter's own word. */
+  /**
+   * `refused` for every refusal, whatever the adapter says; else the adapter's own word; else
+   * `credentials-rejected` for an AdminLoginRefusedError, and `unreachable` for the network failing
+   * (the operating system's codes) or a BackendUnreachableError, anywhere in the cause chain: what no
+   * adapter need say again.
+   */
   classify(err: unknown): FailureClass | undefined {
     if (isRefusal(err)) return "refused";
+    let said: FailureClass | undefined;
     try {
-      return this.#adapter.classify?.(err);
+      said = this.#adapter.classify?.(err);
     } catch {
-      return undefined;
+      said = undefined;
     }
+    return said ?? classifyBackendFailure(err);
   }
 
   /** Closes the adapter, once however often it is asked; every later call waits for the same close. */

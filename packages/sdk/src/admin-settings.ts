@@ -192,3 +192,34 @@ export function positiveSetting(setting: string, value: number | undefined, fall
   }
   return value;
 }
+
+/** What a provider whose backend has an HTTP admin API is given, beside the settings every provider has. */
+export interface HttpAdminSettings extends AdminSettings {
+  /** How long one HTTP request to the backend may take (15 000 ms). */
+  readonly requestTimeoutMs?: number | undefined;
+}
+
+/** `HttpAdminSettings` checked. */
+export interface CheckedHttpAdminSettings extends CheckedAdminSettings {
+  /** The admin URL without its user, password, query and fragment, and with no `/` at its end. */
+  readonly baseUrl: string;
+  readonly requestTimeoutMs: number;
+}
+
+/**
+ * `checkAdminSettings` for a backend reached over HTTP: also the URL its requests go to, which never
+ * carries the password, and the request timeout.
+ * @throws AdminSettingError naming the setting and the fix, never the password.
+ */
+export function checkHttpAdminSettings(
+  settings: HttpAdminSettings,
+  rules: AdminUrlRules,
+): CheckedHttpAdminSettings {
+  const checked = checkAdminSettings(settings, rules);
+  const { url } = checked.admin;
+  return {
+    ...checked,
+    baseUrl: `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}`,
+    requestTimeoutMs: positiveSetting("requestTimeoutMs", settings.requestTimeoutMs, 15_000),
+  };
+}

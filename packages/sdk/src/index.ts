@@ -31,21 +31,35 @@ export * from "./action-journal.ts";
 export { guardAdapter, GuardedAdapter, WHY_MOST, type GuardOptions } from "./adapter-guard.ts";
 export { forEachLimited } from "./concurrency.ts";
 export {
+  AdminLoginRefusedError,
+  BackendUnreachableError,
+  classifyBackendFailure,
+} from "./backend-failures.ts";
+export {
   RefusalError,
   NotMadeHereError,
   NotRetiredError,
   ValueRefusedError,
   DerivedChangedError,
+  refuseUnlisted,
   findInChain,
   isRefusal,
   quoteValue,
   type NotMadeHereDetail,
 } from "./refusals.ts";
 export {
+  markEntry,
+  parseJsonOrUndefined,
+  readMark,
+  retiredMark,
+  type ConsumerMark,
+} from "./consumer-mark.ts";
+export {
   INSTANCE_PATTERN,
   AdminSettingError,
   assertInstance,
   checkAdminSettings,
+  checkHttpAdminSettings,
   adminUrlError,
   parseAdminUrl,
   positiveSetting,
@@ -53,4 +67,6 @@ export {
   type AdminUrl,
   type AdminUrlRules,
   type CheckedAdminSettings,
+  type CheckedHttpAdminSettings,
+  type HttpAdminSettings,
 } from "./admin-settings.ts";

@@ -90,6 +90,24 @@ export class ValueRefusedError extends RefusalError {
 }
 
 /**
+ * Refuses the first of `values` that is not among `allowed` (a list, or a set's or map's keys),
+ * naming `field`; `why` is handed the allowed names, joined with ", ", to say what to ask for.
+ * @throws ValueRefusedError for that value, having sent nothing to the backend.
+ */
+export function refuseUnlisted(
+  login: string,
+  field: string,
+  values: Iterable<string>,
+  allowed: readonly string[] | ReadonlySet<string> | ReadonlyMap<string, unknown>,
+  why: (allowedNames: string) => string,
+): void {
+  const names = Array.isArray(allowed) ? allowed : [...(allowed as ReadonlySet<string>).keys()];
+  for (const value of values) {
+    if (!names.includes(value)) throw new ValueRefusedError(login, field, value, why(names.join(", ")));
+  }
+}
+
+/**
  * The consumer now asks for another derived resource (a database name) than the one it was made
  * with: the mesh never renames or moves data.
  */

@@ -2,7 +2,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import {
+  AdminLoginRefusedError,
   AdminSettingError,
+  BackendUnreachableError,
   guardAdapter,
   InvalidLoginError,
   NotMadeHereError,
@@ -227,6 +229,27 @@ void describe("the adapter guard", () => {
       "unreachable",
       "anything else is the adapter's word",
     );
+  });
+
+  void it("classes the network failing and the kit's backend failures when the adapter says nothing", () => {
+    const memory = Object.assign(new MemoryAdapter("main"), {
+      classify: (err: unknown) => (err instanceof RangeError ? ("refused" as const) : undefined),
+    });
+    const guarded = guardAdapter(memory, { instance: "main" });
+    const refusedNet = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED" });
+    assert.equal(guarded.classify(new Error("request failed", { cause: refusedNet })), "unreachable");
+    const down = new BackendUnreachableError("Widget", "127.0.0.1:1", { cause: new Error("timeout") });
+    assert.equal(guarded.classify(new Error("holds failed", { cause: down })), "unreachable");
+    assert.match(down.message, /^Widget at 127\.0\.0\.1:1 cannot be reached \(timeout\)/);
+    const login = new AdminLoginRefusedError("Widget", "h:1", "the admin", "401", "check adminUrl");
+    assert.equal(guarded.classify(login), "credentials-rejected");
+    assert.equal(login.message, "Widget at h:1 refused the admin (401); check adminUrl");
+    assert.equal(
+      guarded.classify(new RangeError("x", { cause: refusedNet })),
+      "refused",
+      "the adapter's word first",
+    );
+    assert.equal(guarded.classify(new Error("something else")), undefined);
   });
 
   void it("is applied once: guarding a guarded adapter for the same instance returns it", () => {

@@ -1,4 +1,5 @@
-import type { Provision, ProviderAdapter } from "@mesh/sdk";
+import type { Logger, Provision, ProviderAdapter, ProviderModule } from "@mesh/sdk";
+import { recordingLogger } from "./recording-logger.ts";
 
 /**
  * What the conformance kit needs from one provider to check it against its real server. Each
@@ -56,4 +57,38 @@ export interface TargetServer {
   restartEmpty?(): Promise<void>;
   /** Stops the server and removes its files. */
   stop(): Promise<void>;
+}
+
+/** A provider's server as its target starts it: a `TargetServer` whose adapters the kit makes. */
+export interface ProviderServer extends Omit<TargetServer, "makeAdapter"> {
+  /** The admin URL the provider is given, as `mesh provider` gives it. */
+  readonly adminUrl: string;
+  /** Every adapter's logger; a new `recordingLogger()` for each when absent. */
+  readonly logger?: Logger | undefined;
+}
+
+/**
+ * The conformance target of `provider`: named as the provider module names itself, and making each
+ * adapter with the module's own `createAdapter`, as `mesh provider <name>` does.
+ */
+export function providerTarget(
+  provider: ProviderModule,
+  start: () => Promise<ProviderServer>,
+): ConformanceTarget {
+  return {
+    name: provider.name,
+    interface: provider.interface,
+    async start(): Promise<TargetServer> {
+      const server = await start();
+      return {
+        ...server,
+        makeAdapter: (instance) =>
+          provider.createAdapter({
+            adminUrl: server.adminUrl,
+            instance,
+            logger: server.logger ?? recordingLogger(),
+          }),
+      };
+    },
+  };
 }

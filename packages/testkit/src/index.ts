@@ -10,6 +10,7 @@
  */
 export * from "./free-port.ts";
 export * from "./conformance-target.ts";
+export { quietLogger, recordingLogger } from "./recording-logger.ts";
 export * from "./conformance.ts";
 export * from "./postgres-server.ts";
 export * from "./mariadb-server.ts";

@@ -3,10 +3,14 @@
 
 import mysql from "mysql2/promise";
 import type { Provision } from "@mesh/sdk";
-import { startMariadb, type ConformanceTarget, type MariadbServer, type TargetServer } from "@mesh/testkit";
-import { createMariadbAdapter, databaseFor, grantPattern, MARKS_SCHEMA } from "../src/index.ts";
-
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
+import {
+  providerTarget,
+  quietLogger,
+  startMariadb,
+  type ConformanceTarget,
+  type MariadbServer,
+} from "@mesh/testkit";
+import { databaseFor, grantPattern, MARKS_SCHEMA, provider } from "../src/index.ts";
 
 /** MariaDB's answers to a login that is not let in: bad password, account locked. */
 const LOGIN_REFUSED = new Set([1045, 4151]);
@@ -77,88 +81,81 @@ async function allowed(run: () => Promise<unknown>): Promise<boolean> {
 }
 
 /** This provider's conformance target. */
-export const target: ConformanceTarget = {
-  name: "mariadb",
-  interface: "mysql-database",
-  async start(): Promise<TargetServer> {
-    const server = await startMariadb();
-    let adminUrl: string;
-    let root: mysql.Pool;
-    try {
-      adminUrl = await server.createAdmin("mesh_admin");
-      root = mysql.createPool({ uri: server.rootUrl, connectionLimit: 2 });
-    } catch (err) {
-      await server.stop();
-      throw err;
-    }
-    const dbOf = (p: Provision): string => databaseFor(p.as, p.values);
+export const target: ConformanceTarget = providerTarget(provider, async () => {
+  const server = await startMariadb();
+  let adminUrl: string;
+  let root: mysql.Pool;
+  try {
+    adminUrl = await server.createAdmin("mesh_admin");
+    root = mysql.createPool({ uri: server.rootUrl, connectionLimit: 2 });
+  } catch (err) {
+    await server.stop();
+    throw err;
+  }
+  const dbOf = (p: Provision): string => databaseFor(p.as, p.values);
 
-    return {
-      makeAdapter: (instance) => createMariadbAdapter({ adminUrl, instance, logger: quiet }),
-      canLogin: (p, password = p.password) => canLoginAs(server, p.as, password),
-      async writeData(p, marker) {
-        const conn = await connectAs(server, p.as, p.password, dbOf(p));
-        try {
-          await conn.query("CREATE TABLE IF NOT EXISTS conformance (marker TEXT NOT NULL)");
-          await conn.query("DELETE FROM conformance");
-          await conn.query("INSERT INTO conformance (marker) VALUES (?)", [marker]);
-        } finally {
-          await conn.end();
-        }
-      },
-      async readData(p) {
-        try {
-          const [rows] = await root.query<mysql.RowDataPacket[]>(
-            mysql.format("SELECT marker FROM ??.conformance LIMIT 1", [dbOf(p)]),
-          );
-          const marker: unknown = rows[0]?.marker;
-          return typeof marker === "string" ? marker : undefined;
-        } catch (err) {
-          if ([1146, 1049].includes(errnoOf(err) ?? 0)) return undefined;
-          throw err;
-        }
-      },
-      async canReachOther(p, other) {
-        const conn = await connectAs(server, p.as, p.password);
-        try {
-          const theirs = dbOf(other);
-          const reads = await allowed(() =>
-            conn.query(mysql.format("SELECT * FROM ??.conformance", [theirs])),
-          );
-          const writes = await allowed(() =>
-            conn.query(mysql.format("CREATE TABLE ??.intruder (v INT)", [theirs])),
-          );
-          const uses = await allowed(() => conn.query(mysql.format("USE ??", [theirs])));
-          const marks = await allowed(() =>
-            conn.query(mysql.format("SELECT * FROM ??.marks", [MARKS_SCHEMA])),
-          );
-          const changesMarks = await allowed(() =>
-            conn.query(mysql.format("DELETE FROM ??.marks", [MARKS_SCHEMA])),
-          );
-          return reads || writes || uses || marks || changesMarks;
-        } finally {
-          await conn.end();
-        }
-      },
-      async changePassword(as, password) {
-        await root.query(mysql.format("ALTER USER ?@'%' IDENTIFIED BY ?", [as, password]));
-      },
-      async dropLogin(as) {
-        await root.query(mysql.format("DROP USER ?@'%'", [as]));
-      },
-      async createForeign(as, password) {
-        await root.query(mysql.format("CREATE USER ?@'%' IDENTIFIED BY ?", [as, password]));
-        await root.query(mysql.format("CREATE DATABASE IF NOT EXISTS ??", [as]));
-        await root.query(mysql.format(`GRANT ALL ON ${mysql.escapeId(grantPattern(as))}.* TO ?@'%'`, [as]));
-      },
-      hostileValues: HOSTILE_VALUES,
-      plainValues: {},
-      halt: () => server.halt(),
-      resume: () => server.resume(),
-      async stop() {
-        await root.end().catch(() => {});
-        await server.stop();
-      },
-    };
-  },
-};
+  return {
+    adminUrl,
+    logger: quietLogger,
+    canLogin: (p, password = p.password) => canLoginAs(server, p.as, password),
+    async writeData(p, marker) {
+      const conn = await connectAs(server, p.as, p.password, dbOf(p));
+      try {
+        await conn.query("CREATE TABLE IF NOT EXISTS conformance (marker TEXT NOT NULL)");
+        await conn.query("DELETE FROM conformance");
+        await conn.query("INSERT INTO conformance (marker) VALUES (?)", [marker]);
+      } finally {
+        await conn.end();
+      }
+    },
+    async readData(p) {
+      try {
+        const [rows] = await root.query<mysql.RowDataPacket[]>(
+          mysql.format("SELECT marker FROM ??.conformance LIMIT 1", [dbOf(p)]),
+        );
+        const marker: unknown = rows[0]?.marker;
+        return typeof marker === "string" ? marker : undefined;
+      } catch (err) {
+        if ([1146, 1049].includes(errnoOf(err) ?? 0)) return undefined;
+        throw err;
+      }
+    },
+    async canReachOther(p, other) {
+      const conn = await connectAs(server, p.as, p.password);
+      try {
+        const theirs = dbOf(other);
+        const reads = await allowed(() => conn.query(mysql.format("SELECT * FROM ??.conformance", [theirs])));
+        const writes = await allowed(() =>
+          conn.query(mysql.format("CREATE TABLE ??.intruder (v INT)", [theirs])),
+        );
+        const uses = await allowed(() => conn.query(mysql.format("USE ??", [theirs])));
+        const marks = await allowed(() => conn.query(mysql.format("SELECT * FROM ??.marks", [MARKS_SCHEMA])));
+        const changesMarks = await allowed(() =>
+          conn.query(mysql.format("DELETE FROM ??.marks", [MARKS_SCHEMA])),
+        );
+        return reads || writes || uses || marks || changesMarks;
+      } finally {
+        await conn.end();
+      }
+    },
+    async changePassword(as, password) {
+      await root.query(mysql.format("ALTER USER ?@'%' IDENTIFIED BY ?", [as, password]));
+    },
+    async dropLogin(as) {
+      await root.query(mysql.format("DROP USER ?@'%'", [as]));
+    },
+    async createForeign(as, password) {
+      await root.query(mysql.format("CREATE USER ?@'%' IDENTIFIED BY ?", [as, password]));
+      await root.query(mysql.format("CREATE DATABASE IF NOT EXISTS ??", [as]));
+      await root.query(mysql.format(`GRANT ALL ON ${mysql.escapeId(grantPattern(as))}.* TO ?@'%'`, [as]));
+    },
+    hostileValues: HOSTILE_VALUES,
+    plainValues: {},
+    halt: () => server.halt(),
+    resume: () => server.resume(),
+    async stop() {
+      await root.end().catch(() => {});
+      await server.stop();
+    },
+  };
+});

@@ -19,23 +19,11 @@
 
 import { readFile } from "node:fs/promises";
 import { writeFileAtomic } from "@mesh/bus";
-import {
-  consoleLogger,
-  findInChain,
-  forEachLimited,
-  isNetworkError,
-  isValidLogin,
-  NotMadeHereError,
-  NotRetiredError,
-  ValueRefusedError,
-  type Adapter,
-  type Deleted,
-  type FailureClass,
-  type InventoryEntry,
-  type Logger,
-  type Provision,
-  type Retired,
-} from "@mesh/sdk";
+import { AdminLoginRefusedError, BackendUnreachableError, classifyBackendFailure } from "@mesh/sdk";
+import { consoleLogger, findInChain, forEachLimited, isValidLogin, type Logger } from "@mesh/sdk";
+import { NotMadeHereError, NotRetiredError, refuseUnlisted, ValueRefusedError } from "@mesh/sdk";
+import { markEntry, parseJsonOrUndefined, readMark, retiredMark, type ConsumerMark } from "@mesh/sdk";
+import type { Adapter, Deleted, FailureClass, InventoryEntry, Provision, Retired } from "@mesh/sdk";
 import {
   ALLOWED_SCOPES,
   DEFAULT_VALUES,
@@ -86,32 +74,21 @@ export function fetchHttpClient(timeoutMs: number): HttpClient {
   };
 }
 
-/** Glewlwyd cannot be reached, or did not answer in time. */
-export class GlewlwydUnreachableError extends Error {
-  override name = "GlewlwydUnreachableError";
-  constructor(
-    readonly endpoint: string,
-    options: { cause: unknown },
-  ) {
-    super(
-      `Glewlwyd at ${endpoint} cannot be reached (${messageOf(options.cause)}); calls fail until it answers again`,
-      options,
-    );
-  }
-}
-
 /** Glewlwyd refused the admin's user and password when the provider made its API key. */
-export class GlewlwydAdminLoginError extends Error {
+export class GlewlwydAdminLoginError extends AdminLoginRefusedError {
   override name = "GlewlwydAdminLoginError";
   constructor(
-    readonly endpoint: string,
+    endpoint: string,
     readonly user: string,
     why: string,
   ) {
     super(
-      `Glewlwyd at ${endpoint} refused the admin ${JSON.stringify(user)} (${why}); check the user and ` +
-        "password in the admin URL: the user needs Glewlwyd's admin scope (g_admin), and the server " +
-        'admin_session_authentication="cookie,api_key"',
+      "Glewlwyd",
+      endpoint,
+      `the admin ${JSON.stringify(user)}`,
+      why,
+      "check the user and password in the admin URL: the user needs Glewlwyd's admin scope (g_admin), " +
+        'and the server admin_session_authentication="cookie,api_key"',
     );
   }
 }
@@ -148,14 +125,6 @@ export class GlewlwydPluginError extends Error {
 }
 
 const PLUGIN_HINT = "its name goes in MESH_OIDC_PLUGIN";
-
-/** What a mark says, in the client's description, about one consumer this instance made. */
-interface Mark {
-  readonly state: "active" | "retired";
-  readonly derived: Readonly<Record<string, unknown>>;
-  readonly retiredAt?: string | undefined;
-  readonly why?: string | undefined;
-}
 
 /** A client as Glewlwyd's admin API answers it. */
 type ClientRecord = Readonly<Record<string, unknown>> & { readonly client_id: string };
@@ -217,7 +186,7 @@ export class OidcClientAdapter implements Adapter {
     const login = p.as;
     const settings = settingsOf(p);
     await this.ensureScopes(login, settings.scopes, signal);
-    const mark: Mark = { state: "active", derived: p.derived };
+    const mark: ConsumerMark = { state: "active", derived: p.derived };
     // Glewlwyd on SQLite refuses a write now and then when writes overlap (500: "database is
     // locked"), and a refused POST may leave the client made without its properties: each attempt
     // reads the client again, so the next one repairs whatever the last one left.
@@ -282,12 +251,7 @@ export class OidcClientAdapter implements Adapter {
     if (existing === undefined) return; // gone already: nothing is left to disable or mark
     this.assertOurs(login, existing);
     const recorded = decodeMark(existing, this.config.instance);
-    const mark: Mark = {
-      state: "retired",
-      derived: Object.keys(derived).length > 0 ? derived : (recorded?.derived ?? {}),
-      retiredAt: at.toISOString(),
-      why,
-    };
+    const mark = retiredMark(derived, recorded, why, at);
     await this.put(
       login,
       { ...writable(existing), enabled: false, description: this.markText(mark) },
@@ -304,13 +268,7 @@ export class OidcClientAdapter implements Adapter {
       if (!isValidLogin(login)) continue;
       const mark = decodeMark(client, this.config.instance);
       if (mark === undefined) continue;
-      entries.push({
-        as: login,
-        state: mark.state,
-        derived: mark.derived,
-        retiredAt: mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt),
-        why: mark.why,
-      });
+      entries.push(markEntry(login, mark));
     }
     return entries.sort((a, b) => a.as.localeCompare(b.as));
   }
@@ -351,7 +309,7 @@ export class OidcClientAdapter implements Adapter {
   /** Nothing to release: every call is its own HTTP request. */
   async close(): Promise<void> {}
 
-  private markText(mark: Mark): string {
+  private markText(mark: ConsumerMark): string {
     return `${MARK_PREFIX}${this.config.instance} ${JSON.stringify({ v: 1, ...mark })}`;
   }
 
@@ -432,7 +390,7 @@ export class OidcClientAdapter implements Adapter {
     if (reply.status === 404) return undefined;
     if (reply.status !== 200)
       throw new GlewlwydAnswerError(`reading client ${JSON.stringify(login)}`, reply.status, reply.text);
-    const client = parseJson(reply.text);
+    const client = parseJsonOrUndefined(reply.text);
     if (!isClient(client))
       throw new GlewlwydAnswerError(`reading client ${JSON.stringify(login)}`, reply.status, "not a client");
     return client;
@@ -454,7 +412,7 @@ export class OidcClientAdapter implements Adapter {
         signal,
       );
       if (reply.status !== 200) throw new GlewlwydAnswerError("listing clients", reply.status, reply.text);
-      const list = parseJson(reply.text);
+      const list = parseJsonOrUndefined(reply.text);
       if (!Array.isArray(list)) throw new GlewlwydAnswerError("listing clients", reply.status, "not a list");
       for (const client of list) if (isClient(client)) clients.set(client.client_id, client);
       if (list.length < page) return clients;
@@ -542,7 +500,7 @@ export class OidcClientAdapter implements Adapter {
     if (login.status !== 200 || cookie === undefined)
       throw new GlewlwydAnswerError("the admin login", login.status, login.text);
     const made = await this.send({ method: "POST", url: `${apiUrl}/key/`, headers: { cookie } });
-    const key = (parseJson(made.text) as { key?: unknown } | undefined)?.key;
+    const key = (parseJsonOrUndefined(made.text) as { key?: unknown } | undefined)?.key;
     if (made.status === 401 || made.status === 403) {
       throw new GlewlwydAdminLoginError(
         endpoint,
@@ -574,7 +532,7 @@ export class OidcClientAdapter implements Adapter {
       return await this.lock.run(write, () => this.http(request));
     } catch (err) {
       if (request.signal?.aborted === true) throw err;
-      throw new GlewlwydUnreachableError(this.config.endpoint, { cause: err });
+      throw new BackendUnreachableError("Glewlwyd", this.config.endpoint, { cause: err });
     }
   }
 }
@@ -586,10 +544,8 @@ export class OidcClientAdapter implements Adapter {
  * (values, a client not ours) the harness classes itself.
  */
 export function classifyOidcError(err: unknown): FailureClass | undefined {
-  if (findInChain(err, (e) => e instanceof GlewlwydAdminLoginError) !== undefined)
-    return "credentials-rejected";
-  if (findInChain(err, (e) => e instanceof GlewlwydUnreachableError || isNetworkError(e)) !== undefined)
-    return "unreachable";
+  const kit = classifyBackendFailure(err);
+  if (kit !== undefined) return kit;
   if (findInChain(err, (e) => e instanceof GlewlwydPluginError) !== undefined) return "refused";
   const answer = findInChain(err, (e): e is GlewlwydAnswerError => e instanceof GlewlwydAnswerError);
   if (answer !== undefined && answer.status >= 500) return "unreachable";
@@ -681,35 +637,23 @@ function settingsOf(p: Provision): ClientSettings {
       grants,
       `must name at least one of ${[...GRANT_TYPES.keys()].join(", ")}`,
     );
-  for (const grant of grants) {
-    if (!GRANT_TYPES.has(grant)) {
-      throw new ValueRefusedError(
-        p.as,
-        "grant_types",
-        grant,
-        `is not a grant type this provider gives: ask for ${[...GRANT_TYPES.keys()].join(", ")}`,
-      );
-    }
-  }
+  refuseUnlisted(p.as, "grant_types", grants, GRANT_TYPES, (names) => {
+    return `is not a grant type this provider gives: ask for ${names}`;
+  });
   const scopes = list("scopes");
-  for (const scope of scopes) {
-    if (!ALLOWED_SCOPES.includes(scope)) {
-      throw new ValueRefusedError(
-        p.as,
-        "scopes",
-        scope,
-        `is not a scope this provider allows: ask for ${ALLOWED_SCOPES.join(", ")}`,
-      );
-    }
-  }
-  if (grants.includes("client_credentials") && scopes.length === 0) {
-    throw new ValueRefusedError(
-      p.as,
-      "scopes",
-      scopes,
-      "is empty, and Glewlwyd gives no client_credentials token without a scope: ask for at least one",
-    );
-  }
+  refuseUnlisted(p.as, "scopes", scopes, ALLOWED_SCOPES, (names) => {
+    return `is not a scope this provider allows: ask for ${names}`;
+  });
+  // What a grant type needs beside it: refused as the field that is empty.
+  const needs = (grant: string, field: string, items: readonly string[], why: string): void => {
+    if (grants.includes(grant) && items.length === 0) throw new ValueRefusedError(p.as, field, items, why);
+  };
+  needs(
+    "client_credentials",
+    "scopes",
+    scopes,
+    "is empty, and Glewlwyd gives no client_credentials token without a scope: ask for at least one",
+  );
   const redirectUris = list("redirect_uris");
   if (redirectUris.length > REDIRECT_URIS_MAX) {
     throw new ValueRefusedError(p.as, "redirect_uris", redirectUris, `lists more than ${REDIRECT_URIS_MAX}`);
@@ -718,14 +662,12 @@ function settingsOf(p: Provision): ClientSettings {
     const why = redirectUriProblem(uri);
     if (why !== undefined) throw new ValueRefusedError(p.as, "redirect_uris", uri, why);
   }
-  if (grants.includes("authorization_code") && redirectUris.length === 0) {
-    throw new ValueRefusedError(
-      p.as,
-      "redirect_uris",
-      redirectUris,
-      "is empty, and authorization_code needs at least one redirect URI",
-    );
-  }
+  needs(
+    "authorization_code",
+    "redirect_uris",
+    redirectUris,
+    "is empty, and authorization_code needs at least one redirect URI",
+  );
   return {
     authorizationTypes: grants.map((g) => GRANT_TYPES.get(g) as string).sort(),
     scopes: [...scopes].sort(),
@@ -806,19 +748,10 @@ function markInstance(client: ClientRecord): string | undefined {
 }
 
 /** This instance's mark on `client`, or undefined when it carries none (or another instance's). */
-function decodeMark(client: ClientRecord, instance: string): Mark | undefined {
+function decodeMark(client: ClientRecord, instance: string): ConsumerMark | undefined {
   if (markInstance(client) !== instance) return undefined;
   const description = client["description"] as string;
-  const body = parseJson(description.slice(description.indexOf(" ") + 1));
-  if (typeof body !== "object" || body === null) return undefined;
-  const { state, derived, retiredAt, why } = body as Record<string, unknown>;
-  if (state !== "active" && state !== "retired") return undefined;
-  return {
-    state,
-    derived: typeof derived === "object" && derived !== null ? (derived as Record<string, unknown>) : {},
-    retiredAt: typeof retiredAt === "string" ? retiredAt : undefined,
-    why: typeof why === "string" ? why : undefined,
-  };
+  return readMark(parseJsonOrUndefined(description.slice(description.indexOf(" ") + 1)));
 }
 
 function isClient(value: unknown): value is ClientRecord {
@@ -827,20 +760,6 @@ function isClient(value: unknown): value is ClientRecord {
     value !== null &&
     typeof (value as { client_id?: unknown }).client_id === "string"
   );
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
-function messageOf(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
-  const cause = (err as { cause?: unknown }).cause;
-  return cause instanceof Error ? `${err.message}: ${cause.message}` : err.message;
 }
 
 function clip(text: string, limit: number): string {

@@ -4,11 +4,11 @@
 
 import {
   AdminSettingError,
-  checkAdminSettings,
+  checkHttpAdminSettings,
   positiveSetting,
-  type AdminSettings,
   type AdminUrlRules,
-  type CheckedAdminSettings,
+  type CheckedHttpAdminSettings,
+  type HttpAdminSettings,
 } from "@mesh/sdk";
 
 /** Where the admin URL is read from when no flag gives it. */
@@ -63,7 +63,7 @@ export const REDIRECT_URIS_MAX = 20;
  * provider's API key (at first start, and again when the key stops working). The logger hears the
  * one-time notes (a new API key made, no key file).
  */
-export interface OidcAdapterConfig extends AdminSettings {
+export interface OidcAdapterConfig extends HttpAdminSettings {
   /** The OIDC plugin instance whose endpoints the consumers use ("oidc": `/api/oidc/`). */
   readonly plugin?: string | undefined;
   /**
@@ -71,8 +71,6 @@ export interface OidcAdapterConfig extends AdminSettings {
    * each start makes a new key (said once at start).
    */
   readonly keyFile?: string | undefined;
-  /** How long one HTTP call may take (15 000 ms). */
-  readonly requestTimeoutMs?: number | undefined;
   /** How many secret checks one `holdsMany` runs at once (8). */
   readonly checkConcurrency?: number | undefined;
   /** How many clients one admin read asks for (200, the most Glewlwyd answers). */
@@ -80,7 +78,7 @@ export interface OidcAdapterConfig extends AdminSettings {
 }
 
 /** The checked configuration. */
-export interface ResolvedOidcConfig extends CheckedAdminSettings {
+export interface ResolvedOidcConfig extends CheckedHttpAdminSettings {
   /** `http://<host>:<port>/api` without the admin's user and password. */
   readonly apiUrl: string;
   /** `<apiUrl>/<plugin>`: the issuer, as the plugin's `iss` should say it. */
@@ -92,7 +90,6 @@ export interface ResolvedOidcConfig extends CheckedAdminSettings {
   readonly adminPassword: string;
   readonly plugin: string;
   readonly keyFile: string | undefined;
-  readonly requestTimeoutMs: number;
   readonly checkConcurrency: number;
   readonly listPage: number;
 }
@@ -104,7 +101,7 @@ const PLUGIN_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
  * @throws AdminSettingError naming the setting and the fix, never echoing the password.
  */
 export function resolveOidcConfig(config: OidcAdapterConfig): ResolvedOidcConfig {
-  const { instance, admin } = checkAdminSettings(config, ADMIN_URL_RULES);
+  const checked = checkHttpAdminSettings(config, ADMIN_URL_RULES);
   const plugin = config.plugin ?? "oidc";
   if (!PLUGIN_PATTERN.test(plugin)) {
     throw new AdminSettingError(
@@ -113,19 +110,16 @@ export function resolveOidcConfig(config: OidcAdapterConfig): ResolvedOidcConfig
         `OIDC plugin instance (letters, digits, "_" and "-"; "oidc" by default) in ${PLUGIN_ENV}`,
     );
   }
-  const path = admin.url.pathname.replace(/\/+$/, "");
-  const apiUrl = `${admin.url.protocol}//${admin.url.host}${path}`;
+  const { admin, baseUrl } = checked;
   return {
-    apiUrl,
-    issuer: `${apiUrl}/${plugin}`,
+    ...checked,
+    apiUrl: baseUrl,
+    issuer: `${baseUrl}/${plugin}`,
     endpoint: admin.endpoint,
     adminUser: admin.user,
     adminPassword: admin.password,
-    instance,
-    admin,
     plugin,
     keyFile: config.keyFile,
-    requestTimeoutMs: positiveSetting("requestTimeoutMs", config.requestTimeoutMs, 15_000),
     checkConcurrency: positiveSetting("checkConcurrency", config.checkConcurrency, 8),
     listPage: Math.min(positiveSetting("listPage", config.listPage, 200), 200),
   };

@@ -26,7 +26,6 @@ export {
   GlewlwydAdminLoginError,
   GlewlwydAnswerError,
   GlewlwydPluginError,
-  GlewlwydUnreachableError,
   OidcClientAdapter,
   ReadWriteLock,
   type HttpClient,

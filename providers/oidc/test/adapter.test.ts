@@ -11,8 +11,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { createRemoteJWKSet, jwtVerify } from "jose";
 import { parseManifest } from "@mesh/manifest";
-import { isRefusal, ValueRefusedError, type Provision } from "@mesh/sdk";
-import { freePort, startGlewlwyd, type GlewlwydServer } from "@mesh/testkit";
+import { guardAdapter, isRefusal, ValueRefusedError, type Provision } from "@mesh/sdk";
+import type { OidcAdapterConfig } from "../src/index.ts";
+import { freePort, recordingLogger, startGlewlwyd, type GlewlwydServer } from "@mesh/testkit";
 import {
   ALLOWED_SCOPES,
   createOidcAdapter,
@@ -26,13 +27,19 @@ import {
   type HttpClient,
   type HttpRequest,
 } from "../src/index.ts";
-import { clientOf, getsToken, recordingLogger, requestToken } from "./conformance-target.ts";
+import { clientOf, getsToken, requestToken } from "./conformance-target.ts";
 
 const signal = new AbortController().signal;
 const mint = (): string => randomBytes(24).toString("base64url");
 
 function consumer(as: string, values: Record<string, unknown> = {}, password = mint()): Provision {
   return { as, password, values, derived: {} };
+}
+
+/** An adapter of instance "main" at `adminUrl`, inside the guard as the harness runs it. */
+function guardedAt(adminUrl: string, more: Partial<OidcAdapterConfig> = {}) {
+  const adapter = createOidcAdapter({ adminUrl, instance: "main", logger: recordingLogger(), ...more });
+  return guardAdapter(adapter, { instance: "main" });
 }
 
 /** An HTTP client that remembers every request it made (method and path, never a body). */
@@ -317,13 +324,14 @@ void describe("oidc adapter", { timeout: 300_000 }, () => {
 
   void it("makes its API key once from the admin password, keeps it 0600, and makes another when it stops working", async () => {
     const keyFile = join(dir, "state", "glewlwyd-api.key");
-    const firstHttp = countingHttp();
     const lines = recordingLogger();
-    const first = new OidcClientAdapter(
-      firstHttp,
-      resolveOidcConfig({ adminUrl: server.adminUrl, instance: "main", keyFile }),
-      lines,
-    );
+    // A new adapter over the same key file, as a restarted provider is, counting its requests.
+    const restart = () => {
+      const http = countingHttp();
+      const config = resolveOidcConfig({ adminUrl: server.adminUrl, instance: "main", keyFile });
+      return { http, adapter: new OidcClientAdapter(http, config, lines) };
+    };
+    const { http: firstHttp, adapter: first } = restart();
     await first.inventory();
     await first.inventory();
     assert.equal(firstHttp.calls.filter((c) => c === "POST /api/auth/").length, 1, "one admin login");
@@ -331,22 +339,12 @@ void describe("oidc adapter", { timeout: 300_000 }, () => {
     assert.ok(key.length > 10);
     assert.equal((await stat(keyFile)).mode & 0o777, 0o600);
 
-    const againHttp = countingHttp();
-    const again = new OidcClientAdapter(
-      againHttp,
-      resolveOidcConfig({ adminUrl: server.adminUrl, instance: "main", keyFile }),
-      lines,
-    );
+    const { http: againHttp, adapter: again } = restart();
     await again.inventory();
     assert.ok(!againHttp.calls.includes("POST /api/auth/"), "a restart uses the kept key, not the password");
 
     await writeFile(keyFile, "not-a-key-the-server-knows\n", { mode: 0o600 });
-    const renewedHttp = countingHttp();
-    const renewed = new OidcClientAdapter(
-      renewedHttp,
-      resolveOidcConfig({ adminUrl: server.adminUrl, instance: "main", keyFile }),
-      lines,
-    );
+    const { http: renewedHttp, adapter: renewed } = restart();
     await renewed.inventory();
     assert.equal(
       renewedHttp.calls.filter((c) => c === "POST /api/auth/").length,
@@ -362,11 +360,7 @@ void describe("oidc adapter", { timeout: 300_000 }, () => {
   void it("classes a wrong admin password as credentials-rejected, without saying it", async () => {
     const url = new URL(server.adminUrl);
     url.password = "wrong-admin-password";
-    const wrong = createOidcAdapter({
-      adminUrl: url.toString(),
-      instance: "main",
-      logger: recordingLogger(),
-    });
+    const wrong = guardedAt(url.toString());
     const err = await wrong.inventory().catch((e: unknown) => e);
     assert.equal(wrong.classify(err), "credentials-rejected", String(err));
     assert.ok(!String((err as Error).message).includes("wrong-admin-password"));
@@ -375,18 +369,13 @@ void describe("oidc adapter", { timeout: 300_000 }, () => {
   void it("classes a server that is not there as unreachable", async () => {
     const url = new URL(server.adminUrl);
     url.port = String(await freePort());
-    const gone = createOidcAdapter({ adminUrl: url.toString(), instance: "main", logger: recordingLogger() });
+    const gone = guardedAt(url.toString());
     const err = await gone.holds(consumer("nobody_there"), signal).catch((e: unknown) => e);
     assert.equal(gone.classify(err), "unreachable", String(err));
   });
 
   void it("says plainly when the OIDC plugin named cannot check a secret", async () => {
-    const elsewhere = createOidcAdapter({
-      adminUrl: server.adminUrl,
-      instance: "main",
-      plugin: "nope",
-      logger: recordingLogger(),
-    });
+    const elsewhere = guardedAt(server.adminUrl, { plugin: "nope" });
     const p = consumer("plugin_check");
     await elsewhere.create(p, signal).catch(() => undefined);
     const err = await elsewhere.holds(p, signal).catch((e: unknown) => e);

@@ -3,20 +3,9 @@
 // client_credentials token request with its client id and secret. An OIDC client keeps no data of
 // its own; the "data" the kit writes and reads back is the client's display name, which a person
 // sets on the server and the mesh keeps across creates, retirement and coming back.
-import type { Logger, Provision } from "@mesh/sdk";
-import { startGlewlwyd, type ConformanceTarget, type GlewlwydServer, type TargetServer } from "@mesh/testkit";
-import { createOidcAdapter, DEFAULT_VALUES } from "../src/index.ts";
-
-/** A logger that keeps what it is told, for tests that check what was said. */
-export function recordingLogger(): Logger & { lines: { level: string; message: string }[] } {
-  const lines: { level: string; message: string }[] = [];
-  return {
-    lines,
-    info: (message) => lines.push({ level: "info", message }),
-    warn: (message) => lines.push({ level: "warn", message }),
-    error: (message) => lines.push({ level: "error", message }),
-  };
-}
+import type { Provision } from "@mesh/sdk";
+import { providerTarget, startGlewlwyd, type ConformanceTarget, type GlewlwydServer } from "@mesh/testkit";
+import { DEFAULT_VALUES, provider } from "../src/index.ts";
 
 /** What a token request answered: the status and, on success, the access token. */
 export interface TokenAnswer {
@@ -91,93 +80,88 @@ export async function changeClient(
 }
 
 /** This provider's conformance target. */
-export const target: ConformanceTarget = {
-  name: "oidc",
-  interface: "oidc-client",
-  async start(): Promise<TargetServer> {
-    const server = await startGlewlwyd();
-    return {
-      makeAdapter: (instance) =>
-        createOidcAdapter({ adminUrl: server.adminUrl, instance, logger: recordingLogger() }),
-      canLogin: (p, password = p.password) => getsToken(server, p.as, password, scopesOf(p)),
-      keepsNoData: true,
-      async writeData(p, marker) {
-        await changeClient(server, p.as, { name: marker });
-      },
-      async readData(p) {
-        const name = (await clientOf(server, p.as))?.["name"];
-        return typeof name === "string" ? name : undefined;
-      },
-      async canReachOther(p, other) {
-        // Its own secret under the other's client id, for a token and for an introspection; and its
-        // own token on the admin API, to read or change the other's client.
-        const reached: boolean[] = [await getsToken(server, other.as, p.password, scopesOf(other))];
-        const introspect = await fetch(server.introspectionUrl, {
-          method: "POST",
-          headers: {
-            authorization: `Basic ${Buffer.from(`${other.as}:${p.password}`).toString("base64")}`,
-            "content-type": "application/x-www-form-urlencoded",
-          },
-          body: "token=x",
+export const target: ConformanceTarget = providerTarget(provider, async () => {
+  const server = await startGlewlwyd();
+  return {
+    adminUrl: server.adminUrl,
+    canLogin: (p, password = p.password) => getsToken(server, p.as, password, scopesOf(p)),
+    keepsNoData: true,
+    async writeData(p, marker) {
+      await changeClient(server, p.as, { name: marker });
+    },
+    async readData(p) {
+      const name = (await clientOf(server, p.as))?.["name"];
+      return typeof name === "string" ? name : undefined;
+    },
+    async canReachOther(p, other) {
+      // Its own secret under the other's client id, for a token and for an introspection; and its
+      // own token on the admin API, to read or change the other's client.
+      const reached: boolean[] = [await getsToken(server, other.as, p.password, scopesOf(other))];
+      const introspect = await fetch(server.introspectionUrl, {
+        method: "POST",
+        headers: {
+          authorization: `Basic ${Buffer.from(`${other.as}:${p.password}`).toString("base64")}`,
+          "content-type": "application/x-www-form-urlencoded",
+        },
+        body: "token=x",
+      });
+      await introspect.arrayBuffer();
+      reached.push(introspect.status === 200);
+      const { accessToken } = await requestToken(server, p.as, p.password, scopesOf(p));
+      for (const [method, body] of [
+        ["GET", undefined],
+        ["PUT", JSON.stringify({ client_id: other.as, enabled: false })],
+      ] as const) {
+        const response = await fetch(`${server.baseUrl}/api/client/${other.as}`, {
+          method,
+          headers: { authorization: `Bearer ${accessToken ?? ""}`, "content-type": "application/json" },
+          ...(body === undefined ? {} : { body }),
         });
-        await introspect.arrayBuffer();
-        reached.push(introspect.status === 200);
-        const { accessToken } = await requestToken(server, p.as, p.password, scopesOf(p));
-        for (const [method, body] of [
-          ["GET", undefined],
-          ["PUT", JSON.stringify({ client_id: other.as, enabled: false })],
-        ] as const) {
-          const response = await fetch(`${server.baseUrl}/api/client/${other.as}`, {
-            method,
-            headers: { authorization: `Bearer ${accessToken ?? ""}`, "content-type": "application/json" },
-            ...(body === undefined ? {} : { body }),
-          });
-          await response.arrayBuffer();
-          reached.push(response.status === 200);
-        }
-        return reached.some((r) => r);
-      },
-      async changePassword(as, password) {
-        await changeClient(server, as, { password });
-      },
-      async dropLogin(as) {
-        const reply = await server.admin("DELETE", `/client/${encodeURIComponent(as)}`);
-        if (reply.status !== 200) throw new Error(`DELETE /client/${as} answered ${reply.status}`);
-      },
-      async createForeign(as, password) {
-        const reply = await server.admin("POST", "/client/", {
-          client_id: as,
-          name: "made by hand",
-          description: "made by a person on the admin page",
-          enabled: true,
-          confidential: true,
-          password,
-          scope: ["api.read"],
-          authorization_type: ["client_credentials"],
-          token_endpoint_auth_method: ["client_secret_basic", "client_secret_post"],
-        });
-        if (reply.status !== 200) throw new Error(`POST /client/ for ${as} answered ${reply.status}`);
-      },
-      hostileValues: [
-        { redirect_uris: ["javascript:alert(1)"] },
-        { redirect_uris: ["https://app.example/cb#steal"] },
-        { redirect_uris: ["https://app.example/cb\r\nSet-Cookie: x=1"] },
-        { redirect_uris: ["/relative/callback"] },
-        { redirect_uris: "https://app.example/cb" },
-        { scopes: ["g_admin"] },
-        { scopes: ["api.read' OR '1'='1"] },
-        { scopes: ["api.read", "api.read"] },
-        { scopes: [] },
-        { grant_types: ["password"] },
-        { grant_types: ["authorization_code"] },
-        { grant_types: [{ $ne: null }] },
-        // Not a value this provider takes: never sent anywhere, the client is made as plain.
-        { description: 'mesh:conformance-neighbour {"state":"active"}', enabled: false },
-      ],
-      plainValues: {},
-      async stop() {
-        await server.stop();
-      },
-    };
-  },
-};
+        await response.arrayBuffer();
+        reached.push(response.status === 200);
+      }
+      return reached.some((r) => r);
+    },
+    async changePassword(as, password) {
+      await changeClient(server, as, { password });
+    },
+    async dropLogin(as) {
+      const reply = await server.admin("DELETE", `/client/${encodeURIComponent(as)}`);
+      if (reply.status !== 200) throw new Error(`DELETE /client/${as} answered ${reply.status}`);
+    },
+    async createForeign(as, password) {
+      const reply = await server.admin("POST", "/client/", {
+        client_id: as,
+        name: "made by hand",
+        description: "made by a person on the admin page",
+        enabled: true,
+        confidential: true,
+        password,
+        scope: ["api.read"],
+        authorization_type: ["client_credentials"],
+        token_endpoint_auth_method: ["client_secret_basic", "client_secret_post"],
+      });
+      if (reply.status !== 200) throw new Error(`POST /client/ for ${as} answered ${reply.status}`);
+    },
+    hostileValues: [
+      { redirect_uris: ["javascript:alert(1)"] },
+      { redirect_uris: ["https://app.example/cb#steal"] },
+      { redirect_uris: ["https://app.example/cb\r\nSet-Cookie: x=1"] },
+      { redirect_uris: ["/relative/callback"] },
+      { redirect_uris: "https://app.example/cb" },
+      { scopes: ["g_admin"] },
+      { scopes: ["api.read' OR '1'='1"] },
+      { scopes: ["api.read", "api.read"] },
+      { scopes: [] },
+      { grant_types: ["password"] },
+      { grant_types: ["authorization_code"] },
+      { grant_types: [{ $ne: null }] },
+      // Not a value this provider takes: never sent anywhere, the client is made as plain.
+      { description: 'mesh:conformance-neighbour {"state":"active"}', enabled: false },
+    ],
+    plainValues: {},
+    async stop() {
+      await server.stop();
+    },
+  };
+});

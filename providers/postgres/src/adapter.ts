@@ -10,9 +10,11 @@ import {
   findInChain,
   forEachLimited,
   isValidLogin,
+  markEntry,
   NETWORK_ERROR_CODES,
   NotMadeHereError,
   RefusalError,
+  refuseUnlisted,
   ValueRefusedError,
 } from "@mesh/sdk";
 import type {
@@ -571,9 +573,7 @@ export class PostgresAdapter implements BatchedAdapter {
     return rows.flatMap(({ login, comment }) => {
       const mark = parseMark(comment);
       if (mark?.instance !== this.#config.instance) return [];
-      const { state, database, why } = mark;
-      const retiredAt = mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt);
-      return [{ as: login, state, derived: { database }, retiredAt, why }];
+      return [markEntry(login, { ...mark, derived: { database: mark.database } })];
     });
   }
 
@@ -674,15 +674,8 @@ function extensionsFor(p: Provision): string[] {
   if (!Array.isArray(asked) || !asked.every((e): e is string => typeof e === "string")) {
     throw new ValueRefusedError(p.as, "extensions", asked, "is not a list of extension names");
   }
-  for (const extension of asked) {
-    if (!TRUSTED_EXTENSIONS.has(extension)) {
-      throw new ValueRefusedError(
-        p.as,
-        "extensions",
-        extension,
-        `is not on the allow-list of trusted extensions (${[...TRUSTED_EXTENSIONS].join(", ")})`,
-      );
-    }
-  }
+  refuseUnlisted(p.as, "extensions", asked, TRUSTED_EXTENSIONS, (names) => {
+    return `is not on the allow-list of trusted extensions (${names})`;
+  });
   return [...new Set(asked)];
 }

@@ -12,6 +12,7 @@
 import { createHash } from "node:crypto";
 import { Redis } from "ioredis";
 import { consoleLogger, findInChain, isNetworkError, NotMadeHereError, NotRetiredError } from "@mesh/sdk";
+import { markEntry, parseJsonOrUndefined, readMark, retiredMark, type ConsumerMark } from "@mesh/sdk";
 import type { Adapter, Deleted, FailureClass, InventoryEntry, Logger, Provision, Retired } from "@mesh/sdk";
 import {
   CONSUMER_COMMAND_RULES,
@@ -75,14 +76,6 @@ export class RedisCommandError extends Error {
       options,
     );
   }
-}
-
-/** What a mark says, in the backend, about one consumer this instance made. */
-interface Mark {
-  readonly state: "active" | "retired";
-  readonly derived: Readonly<Record<string, unknown>>;
-  readonly retiredAt?: string | undefined;
-  readonly why?: string | undefined;
 }
 
 /** An ACL user as ACL GETUSER or ACL LIST describes it, in one shape for both. */
@@ -213,13 +206,8 @@ export class RedisNamespaceAdapter implements Adapter {
     if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
     // With no user left (a Redis restarted without an ACL file) the mark is still written: it is
     // what lets a person find and delete the keys the consumer left behind.
-    const retiredMark: Mark = {
-      state: "retired",
-      derived: Object.keys(derived).length > 0 ? derived : (mark?.derived ?? {}),
-      retiredAt: at.toISOString(),
-      why,
-    };
-    const batch = this.client.multi().call("ACL", "SETUSER", this.markName(login), ...markRules(retiredMark));
+    const retired = retiredMark(derived, mark, why, at);
+    const batch = this.client.multi().call("ACL", "SETUSER", this.markName(login), ...markRules(retired));
     if (user !== undefined) batch.call("ACL", "SETUSER", login, "off");
     await execChecked(batch, login, "turn the consumer's ACL user off and mark it retired");
     if (user !== undefined) {
@@ -249,13 +237,7 @@ export class RedisNamespaceAdapter implements Adapter {
         );
         continue;
       }
-      entries.push({
-        as: login,
-        state: mark.state,
-        derived: mark.derived,
-        retiredAt: mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt),
-        why: mark.why,
-      });
+      entries.push(markEntry(login, mark));
     }
     return entries.sort((a, b) => a.as.localeCompare(b.as));
   }
@@ -408,7 +390,7 @@ export class RedisNamespaceAdapter implements Adapter {
   }
 
   /** The consumer's ACL user and this instance's mark for it, in one round trip. */
-  private async readUser(login: string): Promise<[AclUser | undefined, Mark | undefined]> {
+  private async readUser(login: string): Promise<[AclUser | undefined, ConsumerMark | undefined]> {
     await this.connected();
     const replies = await this.client
       .pipeline()
@@ -533,33 +515,20 @@ function consumerRules(login: string, password: string): string[] {
 }
 
 /** A mark user: off, no password, no commands; its one key pattern is the mark itself. */
-function markRules(mark: Mark): string[] {
+function markRules(mark: ConsumerMark): string[] {
   const body = JSON.stringify({ v: 1, ...mark });
   return ["reset", "resetchannels", `~${Buffer.from(body, "utf8").toString("base64url")}`];
 }
 
-function decodeMark(user: AclUser): Mark | undefined {
+function decodeMark(user: AclUser): ConsumerMark | undefined {
   const [pattern] = user.keys;
   if (user.keys.length !== 1 || pattern === undefined || !pattern.startsWith("~")) return undefined;
-  try {
-    const body: unknown = JSON.parse(Buffer.from(pattern.slice(1), "base64url").toString("utf8"));
-    if (typeof body !== "object" || body === null) return undefined;
-    const { state, derived, retiredAt, why } = body as Record<string, unknown>;
-    if (state !== "active" && state !== "retired") return undefined;
-    return {
-      state,
-      derived: typeof derived === "object" && derived !== null ? (derived as Record<string, unknown>) : {},
-      retiredAt: typeof retiredAt === "string" ? retiredAt : undefined,
-      why: typeof why === "string" ? why : undefined,
-    };
-  } catch {
-    return undefined;
-  }
+  return readMark(parseJsonOrUndefined(Buffer.from(pattern.slice(1), "base64url").toString("utf8")));
 }
 
 function isHeld(
   user: AclUser | undefined,
-  mark: Mark | undefined,
+  mark: ConsumerMark | undefined,
   login: string,
   password: string,
   commands: readonly string[],

@@ -14,7 +14,7 @@ import {
   type GuardedAdapter,
   type Provision,
 } from "@mesh/sdk";
-import { startRedis, type RedisServer } from "@mesh/testkit";
+import { recordingLogger, startRedis, type RedisServer } from "@mesh/testkit";
 import {
   ADMIN_RULES,
   classifyRedisError,
@@ -25,7 +25,7 @@ import {
   type RedisBatch,
   type RedisClient,
 } from "../src/index.ts";
-import { adminPasswordOf, connectAdmin, connectAs, recordingLogger } from "./conformance-target.ts";
+import { adminPasswordOf, connectAdmin, connectAs } from "./conformance-target.ts";
 
 const signal = new AbortController().signal;
 

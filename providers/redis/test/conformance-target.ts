@@ -3,24 +3,13 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { Redis } from "ioredis";
-import type { Logger, Provision } from "@mesh/sdk";
-import { startRedis, type ConformanceTarget, type RedisServer, type TargetServer } from "@mesh/testkit";
-import { createRedisAdapter } from "../src/index.ts";
+import type { Provision } from "@mesh/sdk";
+import { providerTarget, startRedis, type ConformanceTarget, type RedisServer } from "@mesh/testkit";
+import { provider } from "../src/index.ts";
 
 /** Where the key `writeData` stores its marker: inside the consumer's own namespace. */
 export function dataKey(login: string): string {
   return `${login}:conformance`;
-}
-
-/** A logger that keeps what it is told, for tests that check what was said. */
-export function recordingLogger(): Logger & { lines: { level: string; message: string }[] } {
-  const lines: { level: string; message: string }[] = [];
-  return {
-    lines,
-    info: (message) => lines.push({ level: "info", message }),
-    warn: (message) => lines.push({ level: "warn", message }),
-    error: (message) => lines.push({ level: "error", message }),
-  };
 }
 
 /**
@@ -89,93 +78,88 @@ function sha256(text: string): string {
 }
 
 /** This provider's conformance target. */
-export const target: ConformanceTarget = {
-  name: "redis",
-  interface: "redis-namespace",
-  async start(): Promise<TargetServer> {
-    const server = await startRedis({ aclFile: true });
-    const admin = await connectAdmin(server);
-    let resume: (() => void) | undefined;
-    let restarting: Promise<void> | undefined;
-    return {
-      makeAdapter: (instance) =>
-        createRedisAdapter({ adminUrl: server.adminUrl, instance, logger: recordingLogger() }),
-      async canLogin(p, password = p.password) {
-        try {
-          const client = await connectAs(server, p.as, password);
-          client.disconnect();
-          return true;
-        } catch (err) {
-          if (err instanceof Error && /WRONGPASS|NOAUTH/.test(err.message)) return false;
-          throw err;
-        }
-      },
-      async writeData(p, marker) {
-        await asConsumer(server, p, (c) => c.set(dataKey(p.as), marker));
-      },
-      async readData(p) {
-        return (await admin.get(dataKey(p.as))) ?? undefined;
-      },
-      async canReachOther(p, other) {
-        return asConsumer(server, p, async (c) => {
-          const reached = [
-            await allowed(c.get(dataKey(other.as))),
-            await allowed(c.set(`${other.as}:intruder`, "1")),
-            await allowed(c.publish(`${other.as}:events`, "1")),
-            // The marks are ACL users: reading or changing them is an admin command.
-            await allowed(c.call("ACL", "LIST")),
-            await allowed(c.call("ACL", "GETUSER", other.as)),
-            await allowed(c.call("ACL", "SETUSER", other.as, "on", "nopass")),
-          ];
-          return reached.some((r) => r);
-        });
-      },
-      async changePassword(as, password) {
-        await admin.call("ACL", "SETUSER", as, "resetpass", `#${sha256(password)}`);
-      },
-      async dropLogin(as) {
-        await admin.call("ACL", "DELUSER", as);
-      },
-      async createForeign(as, password) {
-        await admin.call("ACL", "SETUSER", as, "on", `#${sha256(password)}`, `~${as}:*`, `&${as}:*`, "+@all");
-        await admin.set(`${as}:foreign`, "made by hand");
-      },
-      // The provider takes no values: whatever a consumer sends is never put into a command.
-      hostileValues: [
-        { prefix: "*" },
-        { keys: "~* &* +@all" },
-        { name: "x\r\nFLUSHALL\r\n" },
-        { name: "nopass on allkeys" },
-      ],
-      plainValues: {},
-      // Down and back: the server stays stopped from halt() until resume().
-      halt() {
-        let stopped!: () => void;
-        const down = new Promise<void>((resolve) => (stopped = resolve));
-        const back = new Promise<void>((resolve) => (resume = resolve));
-        restarting = server.restart({ whileDown: () => (stopped(), back) });
-        return down;
-      },
-      async resume() {
-        resume?.();
-        await restarting;
-      },
-      // Restarted and emptied: every user but the admin is gone from the ACL file, as from a Redis
-      // that keeps its users nowhere.
-      async restartEmpty() {
-        const aclFile = server.aclFile;
-        if (aclFile === undefined) throw new Error("the conformance Redis runs with an ACL file");
-        await server.restart({
-          async whileDown() {
-            const lines = (await readFile(aclFile, "utf8")).split("\n");
-            await writeFile(aclFile, lines.filter((l) => /^user (admin|default) /.test(l)).join("\n"));
-          },
-        });
-      },
-      async stop() {
-        admin.disconnect();
-        await server.stop();
-      },
-    };
-  },
-};
+export const target: ConformanceTarget = providerTarget(provider, async () => {
+  const server = await startRedis({ aclFile: true });
+  const admin = await connectAdmin(server);
+  let resume: (() => void) | undefined;
+  let restarting: Promise<void> | undefined;
+  return {
+    adminUrl: server.adminUrl,
+    async canLogin(p, password = p.password) {
+      try {
+        const client = await connectAs(server, p.as, password);
+        client.disconnect();
+        return true;
+      } catch (err) {
+        if (err instanceof Error && /WRONGPASS|NOAUTH/.test(err.message)) return false;
+        throw err;
+      }
+    },
+    async writeData(p, marker) {
+      await asConsumer(server, p, (c) => c.set(dataKey(p.as), marker));
+    },
+    async readData(p) {
+      return (await admin.get(dataKey(p.as))) ?? undefined;
+    },
+    async canReachOther(p, other) {
+      return asConsumer(server, p, async (c) => {
+        const reached = [
+          await allowed(c.get(dataKey(other.as))),
+          await allowed(c.set(`${other.as}:intruder`, "1")),
+          await allowed(c.publish(`${other.as}:events`, "1")),
+          // The marks are ACL users: reading or changing them is an admin command.
+          await allowed(c.call("ACL", "LIST")),
+          await allowed(c.call("ACL", "GETUSER", other.as)),
+          await allowed(c.call("ACL", "SETUSER", other.as, "on", "nopass")),
+        ];
+        return reached.some((r) => r);
+      });
+    },
+    async changePassword(as, password) {
+      await admin.call("ACL", "SETUSER", as, "resetpass", `#${sha256(password)}`);
+    },
+    async dropLogin(as) {
+      await admin.call("ACL", "DELUSER", as);
+    },
+    async createForeign(as, password) {
+      await admin.call("ACL", "SETUSER", as, "on", `#${sha256(password)}`, `~${as}:*`, `&${as}:*`, "+@all");
+      await admin.set(`${as}:foreign`, "made by hand");
+    },
+    // The provider takes no values: whatever a consumer sends is never put into a command.
+    hostileValues: [
+      { prefix: "*" },
+      { keys: "~* &* +@all" },
+      { name: "x\r\nFLUSHALL\r\n" },
+      { name: "nopass on allkeys" },
+    ],
+    plainValues: {},
+    // Down and back: the server stays stopped from halt() until resume().
+    halt() {
+      let stopped!: () => void;
+      const down = new Promise<void>((resolve) => (stopped = resolve));
+      const back = new Promise<void>((resolve) => (resume = resolve));
+      restarting = server.restart({ whileDown: () => (stopped(), back) });
+      return down;
+    },
+    async resume() {
+      resume?.();
+      await restarting;
+    },
+    // Restarted and emptied: every user but the admin is gone from the ACL file, as from a Redis
+    // that keeps its users nowhere.
+    async restartEmpty() {
+      const aclFile = server.aclFile;
+      if (aclFile === undefined) throw new Error("the conformance Redis runs with an ACL file");
+      await server.restart({
+        async whileDown() {
+          const lines = (await readFile(aclFile, "utf8")).split("\n");
+          await writeFile(aclFile, lines.filter((l) => /^user (admin|default) /.test(l)).join("\n"));
+        },
+      });
+    },
+    async stop() {
+      admin.disconnect();
+      await server.stop();
+    },
+  };
+});

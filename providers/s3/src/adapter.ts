@@ -11,33 +11,14 @@
 import { SignatureV4 } from "@smithy/signature-v4";
 import { Hash } from "@smithy/hash-node";
 import { CreateBucketCommand, ListObjectsV2Command, S3Client } from "@aws-sdk/client-s3";
-import {
-  consoleLogger,
-  DerivedChangedError,
-  findInChain,
-  forEachLimited,
-  isNetworkError,
-  isValidLogin,
-  NotMadeHereError,
-  NotRetiredError,
-  RefusalError,
-  ValueRefusedError,
-  type BatchedAdapter,
-  type Deleted,
-  type FailureClass,
-  type InventoryEntry,
-  type Logger,
-  type Provision,
-  type Retired,
-} from "@mesh/sdk";
-import {
-  ADMIN_CAPS,
-  bucketFor,
-  resolveS3Config,
-  type ResolvedS3Config,
-  type S3AdapterConfig,
-  type S3Events,
-} from "./config.ts";
+import { AdminLoginRefusedError, BackendUnreachableError, classifyBackendFailure } from "@mesh/sdk";
+import { consoleLogger, findInChain, forEachLimited, isValidLogin, type Logger } from "@mesh/sdk";
+import { DerivedChangedError, RefusalError, ValueRefusedError } from "@mesh/sdk";
+import { NotMadeHereError, NotRetiredError } from "@mesh/sdk";
+import { markEntry, parseJsonOrUndefined, readMark, type ConsumerMark } from "@mesh/sdk";
+import type { BatchedAdapter, Deleted, FailureClass, InventoryEntry, Provision, Retired } from "@mesh/sdk";
+import { ADMIN_CAPS, bucketFor, resolveS3Config } from "./config.ts";
+import type { ResolvedS3Config, S3AdapterConfig, S3Events } from "./config.ts";
 
 /** What the gateway answered to one admin request. */
 export interface AdminAnswer {
@@ -63,46 +44,32 @@ export type ConsumerAnswer = "ok" | "owned-already" | { readonly refused: string
 /** The slice of an S3 client the adapter uses, called with the consumer's own key. */
 export interface ConsumerS3 {
   /** Lists at most no object of `bucket`, as the key's owner would. */
-  listBucket(
-    bucket: string,
-    accessKey: string,
-    secretKey: string,
-    signal?: AbortSignal,
-  ): Promise<ConsumerAnswer>;
+  readonly listBucket: ConsumerCall;
   /** Creates `bucket` as the key's owner. */
-  createBucket(
-    bucket: string,
-    accessKey: string,
-    secretKey: string,
-    signal?: AbortSignal,
-  ): Promise<ConsumerAnswer>;
+  readonly createBucket: ConsumerCall;
 }
 
-/** The gateway cannot be reached or did not answer in time. */
-export class S3GatewayUnreachableError extends Error {
-  override name = "S3GatewayUnreachableError";
-  constructor(
-    readonly endpoint: string,
-    options: { cause: unknown },
-  ) {
-    super(
-      `the RADOS Gateway at ${endpoint} cannot be reached (${messageOf(options.cause)}); calls fail ` +
-        `until it answers again`,
-      options,
-    );
-  }
-}
+/** One S3 call on `bucket`, signed with a consumer's own key. */
+export type ConsumerCall = (
+  bucket: string,
+  accessKey: string,
+  secretKey: string,
+  signal?: AbortSignal,
+) => Promise<ConsumerAnswer>;
 
 /** The gateway refused the admin's own key: wrong access key or secret key in the admin URL. */
-export class S3AdminCredentialsError extends Error {
+export class S3AdminCredentialsError extends AdminLoginRefusedError {
   override name = "S3AdminCredentialsError";
   constructor(
-    readonly endpoint: string,
+    endpoint: string,
     readonly code: string,
   ) {
     super(
-      `the RADOS Gateway at ${endpoint} refused the admin's key (${code}); check the access key and ` +
-        `secret key in the admin URL (adminUrl)`,
+      "the RADOS Gateway",
+      endpoint,
+      "the admin's key",
+      code,
+      "check the access key and secret key in the admin URL (adminUrl)",
     );
   }
 }
@@ -152,13 +119,13 @@ export function isPrintableAscii(text: string): boolean {
   return /^[\x20-\x7e]+$/.test(text);
 }
 
-/** What a mark says about one consumer this instance made. */
-interface Mark {
+/**
+ * What a mark says about one consumer this instance made: the kit's mark, with the instance and the
+ * bucket in it (for `derived`, which it does not write).
+ */
+interface Mark extends Omit<ConsumerMark, "derived"> {
   readonly instance: string;
-  readonly state: "active" | "retired";
   readonly bucket: string;
-  readonly retiredAt?: string | undefined;
-  readonly why?: string | undefined;
 }
 
 /** A gateway user as GET /admin/user describes it. */
@@ -334,13 +301,7 @@ export class S3BucketAdapter implements BatchedAdapter {
       const user = await this.readUser(uid);
       const mark = user === undefined ? undefined : this.markOf(user);
       if (mark === undefined) return;
-      entries.push({
-        as: uid,
-        state: mark.state,
-        derived: { bucket: mark.bucket },
-        retiredAt: mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt),
-        why: mark.why,
-      });
+      entries.push(markEntry(uid, { ...mark, derived: { bucket: mark.bucket } }));
     });
     return entries.sort((a, b) => a.as.localeCompare(b.as));
   }
@@ -554,12 +515,7 @@ export class S3BucketAdapter implements BatchedAdapter {
 export function classifyS3Error(err: unknown): FailureClass | undefined {
   // The kit's refusals (RefusalError) are classed by the harness before it asks.
   if (findInChain(err, (e) => e instanceof S3AdminCapsError) !== undefined) return "refused";
-  if (findInChain(err, (e) => e instanceof S3AdminCredentialsError) !== undefined)
-    return "credentials-rejected";
-  if (findInChain(err, (e) => e instanceof S3GatewayUnreachableError || isNetworkError(e)) !== undefined) {
-    return "unreachable";
-  }
-  return undefined;
+  return classifyBackendFailure(err);
 }
 
 /** Admin requests signed with SigV4 by `@smithy/signature-v4`, sent with fetch. */
@@ -612,7 +568,7 @@ export class SignedGatewayAdmin implements GatewayAdmin {
       });
       text = await response.text();
     } catch (err) {
-      throw new S3GatewayUnreachableError(this.config.endpoint, { cause: err });
+      throw new BackendUnreachableError("the RADOS Gateway", this.config.endpoint, { cause: err });
     }
     let body: unknown;
     try {
@@ -631,33 +587,21 @@ export class SignedGatewayAdmin implements GatewayAdmin {
 export class SdkConsumerS3 implements ConsumerS3 {
   constructor(private readonly config: ResolvedS3Config) {}
 
-  listBucket(
-    bucket: string,
-    accessKey: string,
-    secretKey: string,
-    signal?: AbortSignal,
-  ): Promise<ConsumerAnswer> {
-    signal?.throwIfAborted();
-    return this.as(accessKey, secretKey, (c) =>
+  readonly listBucket: ConsumerCall = (bucket, accessKey, secretKey, signal) =>
+    this.as(accessKey, secretKey, signal, (c) =>
       c.send(new ListObjectsV2Command({ Bucket: bucket, MaxKeys: 0 })),
     );
-  }
 
-  createBucket(
-    bucket: string,
-    accessKey: string,
-    secretKey: string,
-    signal?: AbortSignal,
-  ): Promise<ConsumerAnswer> {
-    signal?.throwIfAborted();
-    return this.as(accessKey, secretKey, (c) => c.send(new CreateBucketCommand({ Bucket: bucket })));
-  }
+  readonly createBucket: ConsumerCall = (bucket, accessKey, secretKey, signal) =>
+    this.as(accessKey, secretKey, signal, (c) => c.send(new CreateBucketCommand({ Bucket: bucket })));
 
   private async as(
     accessKey: string,
     secretKey: string,
+    signal: AbortSignal | undefined,
     call: (client: S3Client) => Promise<unknown>,
   ): Promise<ConsumerAnswer> {
+    signal?.throwIfAborted();
     const client = new S3Client({
       endpoint: this.config.endpoint,
       region: this.config.region,
@@ -677,7 +621,7 @@ export class SdkConsumerS3 implements ConsumerS3 {
       const status = e.$metadata?.httpStatusCode;
       if (e.name === "BucketAlreadyOwnedByYou") return "owned-already";
       if (status === undefined || status >= 500)
-        throw new S3GatewayUnreachableError(this.config.endpoint, { cause: err });
+        throw new BackendUnreachableError("the RADOS Gateway", this.config.endpoint, { cause: err });
       return { refused: e.name ?? "Error", status };
     } finally {
       client.destroy();
@@ -699,21 +643,11 @@ function markText(mark: Mark): string {
 
 function parseMark(displayName: string): Mark | undefined {
   if (!displayName.startsWith(MARK_PREFIX)) return undefined;
-  try {
-    const body: unknown = JSON.parse(displayName.slice(MARK_PREFIX.length));
-    const { instance, state, bucket, retiredAt, why } = (body ?? {}) as Record<string, unknown>;
-    if (typeof instance !== "string" || typeof bucket !== "string") return undefined;
-    if (state !== "active" && state !== "retired") return undefined;
-    return {
-      instance,
-      state,
-      bucket,
-      retiredAt: typeof retiredAt === "string" ? retiredAt : undefined,
-      why: typeof why === "string" ? why : undefined,
-    };
-  } catch {
-    return undefined;
-  }
+  const body = parseJsonOrUndefined(displayName.slice(MARK_PREFIX.length));
+  const mark = readMark(body);
+  const { instance, bucket } = (body ?? {}) as Record<string, unknown>;
+  if (mark === undefined || typeof instance !== "string" || typeof bucket !== "string") return undefined;
+  return { instance, state: mark.state, bucket, retiredAt: mark.retiredAt, why: mark.why };
 }
 
 function userOf(body: unknown): GatewayUser {

@@ -4,21 +4,21 @@
 
 import {
   adminUrlError,
-  checkAdminSettings,
-  positiveSetting,
-  type AdminSettings,
+  checkHttpAdminSettings,
   type AdminUrlRules,
-  type CheckedAdminSettings,
+  type CheckedHttpAdminSettings,
+  type HttpAdminSettings,
 } from "@mesh/sdk";
 import { s3BucketName } from "@mesh/manifest";
 
 /** How the gateway's admin URL looks; checked by the sdk's `parseAdminUrl`. */
 export const S3_ADMIN_URL: AdminUrlRules = {
   backend: "RADOS Gateway",
+  // The user and password are the admin's access key and secret key: every admin call is signed with them.
+  needsPassword: true,
   ports: { "http:": 80, "https:": 443 },
   env: "MESH_S3_URL",
   example: "http://<admin access key>:<admin secret key>@127.0.0.1:7480",
-  needsPassword: true,
 };
 
 /** The caps the admin user needs on the gateway (`radosgw-admin caps add --caps=...`). */
@@ -34,19 +34,16 @@ export interface S3Events {
  * (or `https://`), optionally with `?region=<name>` (default `us-east-1`) for the signatures; its
  * gateway user needs `ADMIN_CAPS`.
  */
-export interface S3AdapterConfig extends AdminSettings {
+export interface S3AdapterConfig extends HttpAdminSettings {
   /** Where `bucket.created` and `bucket.removed` are announced; nowhere when absent. */
   readonly events?: S3Events | undefined;
-  /** How long one request to the gateway may take (15 000 ms). */
-  readonly requestTimeoutMs?: number | undefined;
 }
 
 /** The checked configuration. */
-export interface ResolvedS3Config extends CheckedAdminSettings {
+export interface ResolvedS3Config extends CheckedHttpAdminSettings {
   /** `http://host:port`, without the keys: where the admin API and S3 are reached. */
   readonly endpoint: string;
   readonly region: string;
-  readonly requestTimeoutMs: number;
 }
 
 const REGION_PATTERN = /^[a-z0-9-]{1,32}$/;
@@ -56,7 +53,7 @@ const REGION_PATTERN = /^[a-z0-9-]{1,32}$/;
  * @throws AdminSettingError naming the setting and the fix, never echoing the secret key.
  */
 export function resolveS3Config(config: S3AdapterConfig): ResolvedS3Config {
-  const checked = checkAdminSettings(config, S3_ADMIN_URL);
+  const checked = checkHttpAdminSettings(config, S3_ADMIN_URL);
   const { admin } = checked;
   const region = admin.url.searchParams.get("region") ?? "us-east-1";
   if (!REGION_PATTERN.test(region)) {
@@ -71,7 +68,6 @@ export function resolveS3Config(config: S3AdapterConfig): ResolvedS3Config {
     // The scheme's own port when the URL names none: an https gateway behind a proxy is on 443.
     endpoint: `${admin.url.protocol}//${admin.url.host}`,
     region,
-    requestTimeoutMs: positiveSetting("requestTimeoutMs", config.requestTimeoutMs, 15_000),
   };
 }
 

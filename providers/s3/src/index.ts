@@ -22,12 +22,12 @@ export {
   S3AdminCredentialsError,
   S3AdminError,
   S3BucketAdapter,
-  S3GatewayUnreachableError,
   S3PasswordRefusedError,
   SdkConsumerS3,
   SignedGatewayAdmin,
   type AdminAnswer,
   type ConsumerAnswer,
+  type ConsumerCall,
   type ConsumerS3,
   type GatewayAdmin,
 } from "./adapter.ts";

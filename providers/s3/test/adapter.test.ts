@@ -23,9 +23,9 @@ import {
   type GuardedAdapter,
   type Provision,
 } from "@mesh/sdk";
-import { mintPassword, startCeph, type CephServer } from "@mesh/testkit";
+import { mintPassword, recordingLogger, startCeph, type CephServer } from "@mesh/testkit";
 import { bucketFor, classifyS3Error, createS3Adapter, type S3Events } from "../src/index.ts";
-import { asConsumer, recordingLogger, refusal } from "./conformance-target.ts";
+import { asConsumer, refusal } from "./conformance-target.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const signal = (): AbortSignal => new AbortController().signal;

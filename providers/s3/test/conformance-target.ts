@@ -9,24 +9,12 @@ import {
   PutObjectCommand,
   S3Client,
 } from "@aws-sdk/client-s3";
-import type { Logger } from "@mesh/sdk";
-import { startCeph, type CephServer, type ConformanceTarget, type TargetServer } from "@mesh/testkit";
+import { providerTarget, startCeph, type CephServer, type ConformanceTarget } from "@mesh/testkit";
 import { AWKWARD_PASSWORDS } from "@mesh/testkit";
-import { bucketFor, createS3Adapter, isPrintableAscii } from "../src/index.ts";
+import { bucketFor, isPrintableAscii, provider } from "../src/index.ts";
 
 /** The object `writeData` stores its marker in, inside the consumer's own bucket. */
 export const DATA_KEY = "conformance.txt";
-
-/** A logger that keeps what it is told, for tests that check what was said. */
-export function recordingLogger(): Logger & { lines: { level: string; message: string }[] } {
-  const lines: { level: string; message: string }[] = [];
-  return {
-    lines,
-    info: (message) => lines.push({ level: "info", message }),
-    warn: (message) => lines.push({ level: "warn", message }),
-    error: (message) => lines.push({ level: "error", message }),
-  };
-}
 
 /** An S3 client of `server` signing with the given key; no retries, so a refusal is seen at once. */
 export function s3As(server: CephServer, accessKey: string, secretKey: string): S3Client {
@@ -91,74 +79,69 @@ export async function readAsOperator(
 }
 
 /** This provider's conformance target. */
-export const target: ConformanceTarget = {
-  name: "s3",
-  interface: "s3-bucket",
-  async start(): Promise<TargetServer> {
-    const server = await startCeph();
-    return {
-      makeAdapter: (instance) =>
-        createS3Adapter({ adminUrl: server.adminUrl, instance, logger: recordingLogger() }),
-      async canLogin(p, password = p.password) {
-        const refused = await asConsumer(server, { as: p.as, password }, (c) =>
-          refusal(c.send(new ListBucketsCommand({}))),
-        );
-        return refused === undefined;
-      },
-      async writeData(p, marker) {
-        await asConsumer(server, p, (c) =>
-          c.send(new PutObjectCommand({ Bucket: bucketFor(p.as), Key: DATA_KEY, Body: marker })),
-        );
-      },
-      readData: (p) => readAsOperator(server, bucketFor(p.as), DATA_KEY),
-      async canReachOther(p, other) {
-        const theirs = bucketFor(other.as);
-        return asConsumer(server, p, async (c) => {
-          const refused = [
-            await refusal(c.send(new GetObjectCommand({ Bucket: theirs, Key: DATA_KEY }))),
-            await refusal(c.send(new PutObjectCommand({ Bucket: theirs, Key: "intruder", Body: "1" }))),
-            await refusal(c.send(new ListObjectsV2Command({ Bucket: theirs }))),
-            await refusal(c.send(new DeleteObjectCommand({ Bucket: theirs, Key: DATA_KEY }))),
-          ];
-          return refused.some((r) => r === undefined);
-        });
-      },
-      async changePassword(as, password) {
-        await server.radosgwAdmin([
-          "key",
-          "create",
-          `--uid=${as}`,
-          `--access-key=${as}`,
-          `--secret-key=${password}`,
-        ]);
-      },
-      // The access key is the login: without it nobody signs as the consumer. Its bucket stays.
-      async dropLogin(as) {
-        await server.radosgwAdmin(["key", "rm", `--uid=${as}`, `--access-key=${as}`]);
-      },
-      async createForeign(as, password) {
-        await server.radosgwAdmin([
-          "user",
-          "create",
-          `--uid=${as}`,
-          "--display-name=made by hand",
-          `--access-key=${as}`,
-          `--secret-key=${password}`,
-        ]);
-      },
-      // The provider takes no values of its own: a bucket asked for is refused unless it is the consumer's.
-      hostileValues: [
-        { bucket: "person_made_this" },
-        { bucket: "../admin" },
-        { bucket: "x&uid=admin&suspended=true" },
-        { uid: "admin", "display-name": "mesh-mark {}" },
-      ],
-      plainValues: {},
-      // A secret key is printable ASCII; the adapter refuses the others (see adapter.test.ts).
-      awkwardPasswords: AWKWARD_PASSWORDS.filter((p) => isPrintableAscii(p)),
-      halt: () => server.stopGateway(),
-      resume: () => server.startGateway(),
-      stop: () => server.stop(),
-    };
-  },
-};
+export const target: ConformanceTarget = providerTarget(provider, async () => {
+  const server = await startCeph();
+  return {
+    adminUrl: server.adminUrl,
+    async canLogin(p, password = p.password) {
+      const refused = await asConsumer(server, { as: p.as, password }, (c) =>
+        refusal(c.send(new ListBucketsCommand({}))),
+      );
+      return refused === undefined;
+    },
+    async writeData(p, marker) {
+      await asConsumer(server, p, (c) =>
+        c.send(new PutObjectCommand({ Bucket: bucketFor(p.as), Key: DATA_KEY, Body: marker })),
+      );
+    },
+    readData: (p) => readAsOperator(server, bucketFor(p.as), DATA_KEY),
+    async canReachOther(p, other) {
+      const theirs = bucketFor(other.as);
+      return asConsumer(server, p, async (c) => {
+        const refused = [
+          await refusal(c.send(new GetObjectCommand({ Bucket: theirs, Key: DATA_KEY }))),
+          await refusal(c.send(new PutObjectCommand({ Bucket: theirs, Key: "intruder", Body: "1" }))),
+          await refusal(c.send(new ListObjectsV2Command({ Bucket: theirs }))),
+          await refusal(c.send(new DeleteObjectCommand({ Bucket: theirs, Key: DATA_KEY }))),
+        ];
+        return refused.some((r) => r === undefined);
+      });
+    },
+    async changePassword(as, password) {
+      await server.radosgwAdmin([
+        "key",
+        "create",
+        `--uid=${as}`,
+        `--access-key=${as}`,
+        `--secret-key=${password}`,
+      ]);
+    },
+    // The access key is the login: without it nobody signs as the consumer. Its bucket stays.
+    async dropLogin(as) {
+      await server.radosgwAdmin(["key", "rm", `--uid=${as}`, `--access-key=${as}`]);
+    },
+    async createForeign(as, password) {
+      await server.radosgwAdmin([
+        "user",
+        "create",
+        `--uid=${as}`,
+        "--display-name=made by hand",
+        `--access-key=${as}`,
+        `--secret-key=${password}`,
+      ]);
+    },
+    // The provider takes no values of its own: a bucket asked for is refused unless it is the consumer's.
+    hostileValues: [
+      { bucket: "person_made_this" },
+      { bucket: "../admin" },
+      { bucket: "x&uid=admin&suspended=true" },
+      { uid: "admin", "display-name": "mesh-mark {}" },
+    ],
+    plainValues: {},
+    // A secret key is printable ASCII; the adapter refuses the others (see adapter.test.ts).
+    awkwardPasswords: AWKWARD_PASSWORDS.filter((p) => isPrintableAscii(p)),
+    halt: () => server.stopGateway(),
+    resume: () => server.startGateway(),
+    stop: () => server.stop(),
+  };
+});
