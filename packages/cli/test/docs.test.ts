@@ -8,7 +8,7 @@ import { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { describe, it } from "node:test";
 import type { Command, Option } from "commander";
-import { buildProgram, commandPath } from "../src/cli.ts";
+import { allCommands, buildProgram, commandPath } from "../src/cli.ts";
 import type { CliIo } from "../src/io.ts";
 import { meshInProcess as mesh } from "./run-mesh.ts";
 
@@ -125,7 +125,9 @@ function parse(words: readonly string[]): Parsed {
       positional.push(word);
       continue;
     }
-    const [name, inline] = word.includes("=") ? [word.slice(0, word.indexOf("=")), word.slice(word.indexOf("=") + 1)] : [word, undefined];
+    const [name, inline] = word.includes("=")
+      ? [word.slice(0, word.indexOf("=")), word.slice(word.indexOf("=") + 1)]
+      : [word, undefined];
     if (name === "--help" || name === "-h") {
       flags.set("--help", undefined);
       continue;
@@ -179,7 +181,8 @@ function runnable(words: readonly string[], parsed: Parsed): string[] | undefine
     (path === "explain" && parsed.flags.has("--fleet")) ||
     (path === "plan" && parsed.flags.has("--empty"));
   if (!cheap || parsed.flags.has("--help")) return undefined;
-  const looksLikeFile = (w: string): boolean => !w.startsWith("-") && (w.includes("/") || /\.(ya?ml|json)$/.test(w));
+  const looksLikeFile = (w: string): boolean =>
+    !w.startsWith("-") && (w.includes("/") || /\.(ya?ml|json)$/.test(w));
   const files = words.filter(looksLikeFile);
   if (!files.every((f) => existsSync(join(ROOT, f)))) return undefined;
   return words.map((w) => (looksLikeFile(w) ? join(ROOT, w) : w));
@@ -224,6 +227,20 @@ describe("the docs in the repository", () => {
   it("the packages an author uses each have a README", () => {
     for (const pkg of ["sdk", "testkit", "cli"])
       assert.ok(existsSync(join(ROOT, "packages", pkg, "README.md")), `packages/${pkg}/README.md`);
+  });
+
+  it("docs/operating.md gives every command mesh has, with each of its flags", () => {
+    const text = readFileSync(join(ROOT, "docs", "operating.md"), "utf8");
+    for (const command of allCommands(program)) {
+      const path = commandPath(command);
+      if (path === "") continue;
+      const start = text.indexOf(`\n### \`mesh ${path}`);
+      assert.ok(start >= 0, `a "### \`mesh ${path}" heading`);
+      const end = text.indexOf("\n### ", start + 1);
+      const section = text.slice(start, end < 0 ? undefined : end);
+      for (const option of command.options)
+        assert.ok(section.includes(`\`${option.flags}\``), `mesh ${path}'s ${option.flags} is in its table`);
+    }
   });
 
   it("documents enough mesh command lines to be worth checking", () => {
