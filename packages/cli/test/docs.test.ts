@@ -2,6 +2,7 @@
 // names a command and flags mesh really has, every relative link points at a file of the
 // repository, and the read-only commands that need nothing running are run here, in this process.
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import { Readable } from "node:stream";
@@ -19,7 +20,10 @@ const program = buildProgram(quietIo);
 /** The four guides README.md links; each must exist. */
 const GUIDES = ["architecture.md", "writing-a-module.md", "writing-a-provider.md", "operating.md"];
 
-/** README.md and every docs/*.md, as paths relative to the repository. */
+/** The READMEs of the packages a module or provider author uses. */
+const PACKAGE_READMES = ["packages/sdk/README.md", "packages/testkit/README.md", "packages/cli/README.md"];
+
+/** README.md, every docs/*.md and the authors' package READMEs, as paths relative to the repository. */
 function docFiles(): string[] {
   const docs = existsSync(join(ROOT, "docs"))
     ? readdirSync(join(ROOT, "docs"))
@@ -27,7 +31,7 @@ function docFiles(): string[] {
         .sort()
         .map((f) => `docs/${f}`)
     : [];
-  return ["README.md", ...docs];
+  return ["README.md", ...docs, ...PACKAGE_READMES.filter((f) => existsSync(join(ROOT, f)))];
 }
 
 /** One `mesh …` line of a shell block: where it is, and its words. */
@@ -176,6 +180,7 @@ function parse(words: readonly string[]): Parsed {
 function runnable(words: readonly string[], parsed: Parsed): string[] | undefined {
   const path = commandPath(parsed.command);
   const cheap =
+    (path === "" && parsed.flags.has("--version")) ||
     path === "check" ||
     path === "completion" ||
     (path === "explain" && parsed.flags.has("--fleet")) ||
@@ -225,8 +230,18 @@ describe("the docs in the repository", () => {
   });
 
   it("the packages an author uses each have a README", () => {
-    for (const pkg of ["sdk", "testkit", "cli"])
-      assert.ok(existsSync(join(ROOT, "packages", pkg, "README.md")), `packages/${pkg}/README.md`);
+    for (const readme of PACKAGE_READMES) assert.ok(existsSync(join(ROOT, readme)), readme);
+  });
+
+  it("the sdk's runnable example runs: a provider over a Map makes the consumer it is given", () => {
+    const run = spawnSync(
+      process.execPath,
+      ["--conditions=source", "--import", "tsx", "examples/hello-provider/main.ts"],
+      { cwd: ROOT, encoding: "utf8", timeout: 120_000 },
+    );
+    assert.equal(run.status, 0, `${run.stderr}${run.stdout}`);
+    assert.match(run.stdout, /^notes_hello: active /m);
+    assert.match(run.stdout, /the backend holds: notes_hello/);
   });
 
   it("docs/operating.md gives every command mesh has, with each of its flags", () => {
@@ -241,6 +256,21 @@ describe("the docs in the repository", () => {
       for (const option of command.options)
         assert.ok(section.includes(`\`${option.flags}\``), `mesh ${path}'s ${option.flags} is in its table`);
     }
+  });
+
+  it("the checker itself refuses a flag, a subcommand or arguments mesh does not have", () => {
+    assert.throws(() => parse(shellWords("status --jsn")), /mesh status has no flag --jsn/);
+    assert.throws(() => parse(shellWords("tool retire lsit")), /has no subcommand lsit/);
+    assert.throws(() => parse(shellWords("rotate notes")), /takes at least 2 argument/);
+    assert.deepEqual(shellWords(`logs notes -f   # follow it; "quoted # not a comment"`), [
+      "logs",
+      "notes",
+      "-f",
+    ]);
+    assert.equal(
+      commandPath(parse(shellWords("tool postgres cleanup delete umami_db --yes")).command),
+      "tool",
+    );
   });
 
   it("documents enough mesh command lines to be worth checking", () => {
