@@ -106,7 +106,25 @@ export class ModuleSupervisor {
       ) {
         continue;
       }
-      if (current !== undefined) {
+      if (current !== undefined && sameProgram(current.launch, decision.launch)) {
+        // Only its rendered files changed: a new password its provider has applied.
+        const how = decision.launch.onNewPassword ?? { kind: "restart" };
+        if (how.kind !== "restart") {
+          const signal = how.kind === "signal" ? (how.signal as NodeJS.Signals) : undefined;
+          const pid = current.notify(decision.launch, signal);
+          this.#logger.info(
+            `${module.name}'s files were rendered with a password its provider has applied: ` +
+              (signal === undefined
+                ? "it is left running (onNewPassword: none)"
+                : `sent ${signal} to pid ${pid ?? "none"}`),
+          );
+          continue;
+        }
+        this.#logger.info(
+          `restarting ${module.name}: its files were rendered with a password its provider has applied`,
+        );
+        await current.stop();
+      } else if (current !== undefined) {
         this.#logger.info(`restarting ${module.name}: its command or environment changed`);
         await current.stop();
       }
@@ -173,9 +191,13 @@ function recordingHooks(records: ProcessRecords, logger: BusLogger): ModuleProce
   };
 }
 
-function sameLaunch(a: ModuleLaunch, b: ModuleLaunch): boolean {
+function sameProgram(a: ModuleLaunch, b: ModuleLaunch): boolean {
   return (
     JSON.stringify([a.command, a.args, a.cwd, a.env, a.uid, a.gid]) ===
     JSON.stringify([b.command, b.args, b.cwd, b.env, b.uid, b.gid])
   );
+}
+
+function sameLaunch(a: ModuleLaunch, b: ModuleLaunch): boolean {
+  return sameProgram(a, b) && a.rendered === b.rendered;
 }

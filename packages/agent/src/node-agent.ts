@@ -25,12 +25,16 @@ import type { IsolationMode } from "./module-users.ts";
 import { withMetricsUrls } from "./module-metrics.ts";
 import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
+import { providerPasswordGate } from "./password-gate.ts";
 import { ProviderStandings } from "./provider-standings.ts";
 import type { NodeIdentity } from "./node-identity.ts";
 import type { ProcessRecords } from "./process-records.ts";
 
 /** What a module waits for when the controller has not yet issued its bus credential. */
 const WAITING_FOR_CREDENTIAL = "its bus credential";
+
+/** How often an app waiting for its provider's apply of a password is rendered again. */
+const REGATE_EVERY_MS = 200;
 
 /** Every delay the agent keeps; tests shorten them. */
 export interface AgentTimings extends SupervisionTimings {
@@ -99,6 +103,9 @@ export class NodeAgent {
   readonly #credentialWait = new Map<string, number>();
   readonly #saidStartedWithout = new Set<string>();
   #lastValue: unknown;
+  /** The delivery last applied, and the timer that renders its apps again while one waits for an apply. */
+  #lastDelivery: Delivery | undefined;
+  #regateTimer: NodeJS.Timeout | undefined;
   #waitTimer: NodeJS.Timeout | undefined;
 
   constructor(options: NodeAgentOptions) {
@@ -145,6 +152,7 @@ export class NodeAgent {
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
     clearTimeout(this.#waitTimer);
+    clearTimeout(this.#regateTimer);
     this.#metricsFiles.close();
     this.#standings.stop();
     this.#watch?.stop();
@@ -240,6 +248,7 @@ export class NodeAgent {
         `${result.unchanged} unchanged` +
         (result.rejected.length > 0 ? `, ${result.rejected.length} secrets refused` : ""),
     );
+    this.#lastDelivery = delivery;
     if (!this.#stopped) await this.#supervisor.reconcile(await this.#assigned(delivery));
     this.#modules = delivery.modules.map((m) => m.name);
     this.#standings.follow(delivery.plan.instances.filter((i) => i.node === node).map((i) => i.provider));
@@ -254,6 +263,7 @@ export class NodeAgent {
       baseEnv: this.#o.baseEnv,
       bus: { servers: this.#o.servers, users: this.#busUsers },
       identity: (module: string) => this.#isolations.identity(module),
+      passwordApplied: providerPasswordGate(this.#o.stateDir),
     };
     const assigned = await Promise.all(
       delivery.modules.map(async (m) => ({
@@ -266,8 +276,28 @@ export class NodeAgent {
     const issues = delivery.credentials !== undefined;
     return assigned.map((m) => {
       const waiting = this.#waitsForCredential(m.name, issues && m.decision.kind === "run");
-      return waiting ? { ...m, waiting: WAITING_FOR_CREDENTIAL } : m;
+      if (waiting) return { ...m, waiting: WAITING_FOR_CREDENTIAL };
+      if (m.decision.kind !== "run" || m.decision.waiting === undefined) return m;
+      this.#regateSoon();
+      return { ...m, waiting: m.decision.waiting };
     });
+  }
+
+  // An app waits for its provider to apply a password: asked again shortly, so its restart (or
+  // signal) follows the apply closely; bounded by the agent's stop.
+  #regateSoon(): void {
+    if (this.#regateTimer !== undefined || this.#stopped) return;
+    this.#regateTimer = setTimeout(() => {
+      this.#regateTimer = undefined;
+      const delivery = this.#lastDelivery;
+      if (delivery === undefined) return;
+      this.#queue = this.#queue
+        .then(async () => {
+          if (this.#stopped || delivery !== this.#lastDelivery) return;
+          await this.#supervisor.reconcile(await this.#assigned(delivery));
+        })
+        .catch((err: unknown) => this.#o.logger.error(err instanceof Error ? err.message : String(err)));
+    }, REGATE_EVERY_MS);
   }
 
   // A module starts once, with its credential: the controller issues it after this agent reports
