@@ -76,7 +76,12 @@ describe("an app that does not know the mesh, through mesh up", { timeout: 300_0
     server = await startPostgres();
     const admin = await server.createAdmin("mesh_admin");
     dir = await mkdtemp(join(tmpdir(), "mesh-apps-"));
-    for (const m of [reportManifest, pgpassManifest]) {
+    const ghost = { name: "ghost", run: { command: "no-such-program-for-mesh" } };
+    const crasher = {
+      name: "crasher",
+      run: { command: "/bin/sh", args: ["-c", 'echo "crasher: cannot open /etc/crasher.conf" >&2; exit 3'] },
+    };
+    for (const m of [reportManifest, pgpassManifest, ghost, crasher]) {
       await mkdir(join(dir, m.name));
       await writeFile(join(dir, m.name, "module.json"), JSON.stringify(m, null, 2));
     }
@@ -93,6 +98,8 @@ modules:
     env: { MESH_EVERY: 1s }
   report: { manifest: ./report/module.json, node: node-a }
   pgpass: { manifest: ./pgpass/module.json, node: node-a }
+  ghost: { manifest: ./ghost/module.json, node: node-a }
+  crasher: { manifest: ./crasher/module.json, node: node-a }
 `,
     );
     up = startMesh(["up", join(dir, "mesh.yaml"), "--state", state(), "--isolation", "auto"], {
@@ -207,5 +214,32 @@ modules:
       assert.equal(said, `${m}_postgres`, `${m} logged in with its new password`);
     }
     assert.doesNotMatch(up.output(), /postgresql:\/\/[^@\s]*:[^@\s]+@/, "no URL with a password in the log");
+  });
+
+  it("mesh status says a module's command is not on its node, and shows a crashing module's last log lines", async () => {
+    const text = await until(
+      "mesh status to show the crashing module's log",
+      async () => {
+        const run = await runMesh(["status", "--state", state()]);
+        return /crasher +crashing/.test(run.stdout) ? run.stdout : undefined;
+      },
+      { seconds: 120, everyMs: 1000 },
+    );
+    assert.match(
+      text,
+      /ghost +stopped[^\n]*\n +not started: its command no-such-program-for-mesh is not found on this node's PATH \([^)]*\): install it, or give run.command as an absolute path/,
+    );
+    assert.match(
+      text,
+      /crasher +crashing[^\n]*\n(?: {4}.*\n)*? {4}last log lines:\n {6}\S+Z err +\| crasher: cannot open \/etc\/crasher.conf/,
+    );
+    const json = JSON.parse((await runMesh(["status", "--state", state(), "--json"])).stdout) as {
+      nodes: { modules: { name: string; state: string; reason?: string; logTail?: string[] }[] }[];
+    };
+    const modules = json.nodes.flatMap((n) => n.modules);
+    assert.match(modules.find((m) => m.name === "ghost")?.reason ?? "", /not found on this node's PATH/);
+    const tail = modules.find((m) => m.name === "crasher")?.logTail ?? [];
+    assert.ok(tail.length >= 1 && tail.length <= 5, JSON.stringify(tail));
+    assert.doesNotMatch(up.output(), /ghost started/, "a missing command is never started");
   });
 });

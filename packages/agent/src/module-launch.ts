@@ -2,8 +2,8 @@
 // environment is the contract between the agent and every module, so it is built in one place.
 import { createHash } from "node:crypto";
 import { constants } from "node:fs";
-import { open, readFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { access, open, readFile, stat } from "node:fs/promises";
+import { delimiter, dirname, isAbsolute, join, resolve } from "node:path";
 import { writeFileAtomic, type FileOwner } from "@mesh/bus";
 import {
   ADMIN_URL_VARIABLE,
@@ -213,6 +213,8 @@ export async function decideLaunch(
   const owner: FileOwner | undefined =
     identity?.kind === "own-user" ? { uid: identity.user.uid, gid: identity.user.gid } : undefined;
   const cwd = dirname(module.manifest);
+  const missing = await commandProblem(run.command, cwd, env["PATH"]);
+  if (missing !== undefined) return { kind: "not-run", why: missing };
   let rendered: Rendered;
   try {
     rendered = await renderRun(module, run, delivery, ctx, owner);
@@ -329,6 +331,37 @@ async function renderRun(
     await writeFileAtomic(files[name] ?? join(dir, name), text, 0o600, owner);
   }
   return { args, env, digest: digest.digest("base64url") };
+}
+
+/**
+ * Why `command` cannot be started on this node, or undefined when it can: a path (with a `/`,
+ * relative to `cwd`) that is not an executable file, or a name found in no directory of `path`.
+ */
+export async function commandProblem(
+  command: string,
+  cwd: string,
+  path: string | undefined,
+): Promise<string | undefined> {
+  const executable = async (file: string): Promise<boolean> => {
+    try {
+      if (!(await stat(file)).isFile()) return false;
+      await access(file, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (command.includes("/")) {
+    const file = isAbsolute(command) ? command : resolve(cwd, command);
+    if (await executable(file)) return undefined;
+    return `its command ${file} is not an executable file on this node: install it, or fix run.command in its manifest`;
+  }
+  const dirs = (path ?? "").split(delimiter).filter((d) => isAbsolute(d));
+  for (const dir of dirs) if (await executable(join(dir, command))) return undefined;
+  return (
+    `its command ${command} is not found on this node's PATH (${dirs.join(delimiter) || "empty"}): ` +
+    `install it, or give run.command as an absolute path`
+  );
 }
 
 /**

@@ -4,6 +4,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { rmSync } from "node:fs";
 import type { BusLogger } from "@mesh/bus";
+import { logTail } from "./log-tail.ts";
 import { ModuleLog, type ModuleLogFormat } from "./module-log.ts";
 import type { ModuleIsolation } from "./module-isolation.ts";
 import type { OnNewPassword } from "@mesh/manifest";
@@ -63,6 +64,10 @@ export interface ModuleStatus {
   readonly metrics?: string;
   /** Whether it runs as its own user (`mesh-<module>`), or as the agent's and why. */
   readonly isolation?: ModuleIsolation;
+  /** Why it is not started (its command is not on this node, its manifest has no run), when it is not. */
+  readonly reason?: string;
+  /** While it keeps crashing: the last lines of its log, clipped (the agent scrubs them before reporting). */
+  readonly logTail?: readonly string[];
 }
 
 /** The delays and limits of supervision. */
@@ -168,7 +173,16 @@ export class ModuleProcess {
       ...(this.#lastExit === undefined ? {} : { lastExit: this.#lastExit }),
       log: this.launch.logFile,
       ...(this.launch.isolation === undefined ? {} : { isolation: this.launch.isolation }),
+      ...(this.#state() === "crashing" ? { logTail: this.#logTail() } : {}),
     };
+  }
+
+  // Read again only after another exit: a crashing module's status is asked for on every report.
+  #tail: { exits: number; lines: string[] } | undefined;
+  #logTail(): string[] {
+    const exits = this.#restarts + (this.#lastExit === undefined ? 0 : 1);
+    if (this.#tail?.exits !== exits) this.#tail = { exits, lines: logTail(this.launch.logFile) };
+    return this.#tail.lines;
   }
 
   /** Says when a module that kept crashing has stopped doing so; called on the report tick. */

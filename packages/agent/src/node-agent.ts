@@ -16,7 +16,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
 import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
-import { FileWatcher, metricsUrlPath } from "@mesh/sdk";
+import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk";
 import { parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
@@ -27,6 +27,7 @@ import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
 import { providerPasswordGate } from "./password-gate.ts";
 import { ProviderStandings } from "./provider-standings.ts";
+import { nodeSecrets, scrubValue } from "./tool-runner.ts";
 import type { NodeIdentity } from "./node-identity.ts";
 import type { ProcessRecords } from "./process-records.ts";
 
@@ -106,6 +107,8 @@ export class NodeAgent {
   /** The delivery last applied, and the timer that renders its apps again while one waits for an apply. */
   #lastDelivery: Delivery | undefined;
   #regateTimer: NodeJS.Timeout | undefined;
+  /** Every secret of this node, read at each delivery: what a crashing module's log lines are scrubbed of. */
+  #secrets: string[] = [];
   #waitTimer: NodeJS.Timeout | undefined;
 
   constructor(options: NodeAgentOptions) {
@@ -249,6 +252,7 @@ export class NodeAgent {
         (result.rejected.length > 0 ? `, ${result.rejected.length} secrets refused` : ""),
     );
     this.#lastDelivery = delivery;
+    this.#secrets = await nodeSecrets(stateDir, this.#o.baseEnv).catch(() => this.#secrets);
     if (!this.#stopped) await this.#supervisor.reconcile(await this.#assigned(delivery));
     this.#modules = delivery.modules.map((m) => m.name);
     this.#standings.follow(delivery.plan.instances.filter((i) => i.node === node).map((i) => i.provider));
@@ -373,7 +377,12 @@ export class NodeAgent {
       modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()).map((m) => {
         // A module refused for want of isolation is not running: its status still says why.
         const isolation = m.isolation ?? this.#isolations.identity(m.name)?.isolation;
-        return isolation === undefined ? m : { ...m, isolation };
+        const tail = m.logTail?.map((line) => maskUrls(String(scrubValue(line, this.#secrets))));
+        return {
+          ...m,
+          ...(isolation === undefined ? {} : { isolation }),
+          ...(tail ? { logTail: tail } : {}),
+        };
       }),
       files: { ...this.#files },
       moduleKeys: this.#keyring.publicKeys(),
