@@ -34,8 +34,14 @@ import type { ProcessRecords } from "./process-records.ts";
 /** What a module waits for when the controller has not yet issued its bus credential. */
 const WAITING_FOR_CREDENTIAL = "its bus credential";
 
-/** How often an app waiting for its provider's apply of a password is rendered again. */
+/**
+ * How often an app waiting for its provider's apply of a password is rendered again: often for
+ * the first minute (a rotation is applied within seconds), then every few seconds (a provider
+ * that fails is not asked five times a second for ever).
+ */
 const REGATE_EVERY_MS = 200;
+const REGATE_FAST_FOR_MS = 60_000;
+const REGATE_SLOW_MS = 2_000;
 
 /** Every delay the agent keeps; tests shorten them. */
 export interface AgentTimings extends SupervisionTimings {
@@ -107,6 +113,8 @@ export class NodeAgent {
   /** The delivery last applied, and the timer that renders its apps again while one waits for an apply. */
   #lastDelivery: Delivery | undefined;
   #regateTimer: NodeJS.Timeout | undefined;
+  /** Since when some app has waited for its provider's apply (ms since the epoch). */
+  #gatedSince: number | undefined;
   /** Every secret of this node, read at each delivery: what a crashing module's log lines are scrubbed of. */
   #secrets: string[] = [];
   #waitTimer: NodeJS.Timeout | undefined;
@@ -278,30 +286,40 @@ export class NodeAgent {
     );
     // A delivery without `credentials` comes from a controller that issues none: nothing to wait for.
     const issues = delivery.credentials !== undefined;
-    return assigned.map((m) => {
+    let gated = false;
+    const decided = assigned.map((m) => {
       const waiting = this.#waitsForCredential(m.name, issues && m.decision.kind === "run");
       if (waiting) return { ...m, waiting: WAITING_FOR_CREDENTIAL };
       if (m.decision.kind !== "run" || m.decision.waiting === undefined) return m;
-      this.#regateSoon();
+      gated = true;
       return { ...m, waiting: m.decision.waiting };
     });
+    if (!gated) this.#gatedSince = undefined;
+    else {
+      this.#gatedSince ??= Date.now();
+      this.#regateSoon();
+    }
+    return decided;
   }
 
   // An app waits for its provider to apply a password: asked again shortly, so its restart (or
   // signal) follows the apply closely; bounded by the agent's stop.
   #regateSoon(): void {
     if (this.#regateTimer !== undefined || this.#stopped) return;
-    this.#regateTimer = setTimeout(() => {
-      this.#regateTimer = undefined;
-      const delivery = this.#lastDelivery;
-      if (delivery === undefined) return;
-      this.#queue = this.#queue
-        .then(async () => {
-          if (this.#stopped || delivery !== this.#lastDelivery) return;
-          await this.#supervisor.reconcile(await this.#assigned(delivery));
-        })
-        .catch((err: unknown) => this.#o.logger.error(err instanceof Error ? err.message : String(err)));
-    }, REGATE_EVERY_MS);
+    this.#regateTimer = setTimeout(
+      () => {
+        this.#regateTimer = undefined;
+        const delivery = this.#lastDelivery;
+        if (delivery === undefined) return;
+        this.#queue = this.#queue
+          .then(async () => {
+            if (this.#stopped || delivery !== this.#lastDelivery) return;
+            await this.#supervisor.reconcile(await this.#assigned(delivery));
+          })
+          .catch((err: unknown) => this.#o.logger.error(err instanceof Error ? err.message : String(err)));
+      },
+      Date.now() - (this.#gatedSince ?? Date.now()) > REGATE_FAST_FOR_MS ? REGATE_SLOW_MS : REGATE_EVERY_MS,
+    );
   }
 
   // A module starts once, with its credential: the controller issues it after this agent reports
