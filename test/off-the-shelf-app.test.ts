@@ -5,7 +5,7 @@
 // provider's own status says the backend took it; the gap between that apply and the restart or
 // signal is measured and printed.
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -76,6 +76,8 @@ describe("an app that does not know the mesh, through mesh up", { timeout: 300_0
     server = await startPostgres();
     const admin = await server.createAdmin("mesh_admin");
     dir = await mkdtemp(join(tmpdir(), "mesh-apps-"));
+    // Readable by the modules' own users, so that --isolation auto runs each app as its own user.
+    await chmod(dir, 0o755);
     const ghost = { name: "ghost", run: { command: "no-such-program-for-mesh" } };
     const crasher = {
       name: "crasher",
