@@ -1,21 +1,31 @@
 // How a module of this node is started, derived from its manifest's `run` and the plan: the
 // environment is the contract between the agent and every module, so it is built in one place.
+import { createHash } from "node:crypto";
 import { constants } from "node:fs";
-import { open } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { access, open, readFile, stat } from "node:fs/promises";
+import { delimiter, dirname, isAbsolute, join, resolve } from "node:path";
+import { writeFileAtomic, type FileOwner } from "@mesh/bus";
 import {
   ADMIN_URL_VARIABLE,
   credentialPath,
+  credentialsFor,
   loadManifest,
   moduleHomePath,
   receivesPath,
+  renderedFilePath,
+  renderRunTemplate,
+  secretInterfaces,
+  secretPath,
   secretsDirPath,
   type AdminUrlSource,
+  type Credential,
+  type PlanEntry,
+  type RunCommand,
 } from "@mesh/manifest";
 import { metricsUrlPath } from "@mesh/sdk";
 import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import { moduleCredsPath } from "./module-keys.ts";
-import type { ModuleIdentity } from "./module-isolation.ts";
+import { ensureDir, type ModuleIdentity } from "./module-isolation.ts";
 import type { ModuleLaunch } from "./module-process.ts";
 
 /** What the agent knows of itself when it starts a module. */
@@ -31,7 +41,18 @@ export interface LaunchContext {
   readonly bus?: ModuleBusAccess;
   /** Who each module runs as (see `ModuleIsolations`); absent: every module runs as the agent. */
   readonly identity?: (module: string) => ModuleIdentity | undefined;
+  /**
+   * Whether the backend has accepted `password` for `entry`'s login, asked of its provider on this
+   * node. Absent: a password is handed over as delivered.
+   */
+  readonly passwordApplied?: PasswordGate;
 }
+
+/** Asks a provider of this node whether its backend has taken `password` for `entry`'s login. */
+export type PasswordGate = (entry: PlanEntry, password: string) => Promise<GateAnswer>;
+
+/** A provider's word on a password: applied, or not yet and why (in words, never the password). */
+export type GateAnswer = { readonly applied: true } | { readonly applied: false; readonly why: string };
 
 /** The agent's variables a module gets: what a program needs to find its tools and speak. */
 export const PASSED_VARIABLES: readonly string[] = ["PATH", "LANG", "TZ"];
@@ -69,7 +90,15 @@ export interface ModuleBusAccess {
 
 /** A module's launch, or why it is not started (its manifest has no `run`, or cannot be read). */
 export type LaunchDecision =
-  | { readonly kind: "run"; readonly launch: ModuleLaunch }
+  | {
+      readonly kind: "run";
+      readonly launch: ModuleLaunch;
+      /**
+       * What its templates wait for (a provider to apply its new password): nothing is rendered
+       * meanwhile, a module not running yet is not started, and one running is left as it is.
+       */
+      readonly waiting?: string;
+    }
   | { readonly kind: "not-run"; readonly why: string }
   | {
       readonly kind: "unreadable";
@@ -181,15 +210,34 @@ export async function decideLaunch(
       };
     }
   }
+  const owner: FileOwner | undefined =
+    identity?.kind === "own-user" ? { uid: identity.user.uid, gid: identity.user.gid } : undefined;
+  const cwd = dirname(module.manifest);
+  const missing = await commandProblem(run.command, cwd, env["PATH"]);
+  if (missing !== undefined) return { kind: "not-run", why: missing };
+  let rendered: Rendered;
+  try {
+    rendered = await renderRun(module, run, delivery, ctx, owner);
+  } catch (err) {
+    return {
+      kind: "unreadable",
+      why: err instanceof Error ? err.message : String(err),
+      what: `module ${module.name}'s run templates cannot be rendered`,
+    };
+  }
+  Object.assign(env, rendered.env);
   // A module holds the seats its manifest declares (the controller grants it the same).
   Object.assign(env, moduleEnv(module.name, delivery, ctx, seats));
   return {
     kind: "run",
+    ...(rendered.waiting === undefined ? {} : { waiting: rendered.waiting }),
     launch: {
       name: module.name,
       command: run.command,
-      args: run.args,
-      cwd: dirname(module.manifest),
+      args: rendered.args,
+      ...(rendered.digest === undefined ? {} : { rendered: rendered.digest }),
+      onNewPassword: run.onNewPassword,
+      cwd,
       env,
       logFile: moduleLogPath(ctx.stateDir, module.name),
       staleFiles: [metricsUrlPath(ctx.stateDir, module.name)],
@@ -197,6 +245,123 @@ export async function decideLaunch(
       ...(identity === undefined ? {} : { isolation: identity.isolation }),
     },
   };
+}
+
+/** What a module's `run` templates gave: its args and env values, and a digest of its files. */
+interface Rendered {
+  readonly args: readonly string[];
+  readonly env: Record<string, string>;
+  readonly digest?: string;
+  readonly waiting?: string;
+}
+
+/**
+ * Renders `run`'s templates for `module` from its credentials (as the delivery derives them) and
+ * its password copies. A password is used only once its provider on this node says the backend
+ * took it; until then nothing is rendered and `waiting` says why. Files are written 0600, owned by
+ * the module's user, only when their contents change.
+ * @throws RunTemplateError, TemplateError; FileWriteError when a file cannot be written.
+ */
+async function renderRun(
+  module: DeliveredModule,
+  run: RunCommand,
+  delivery: Delivery,
+  ctx: LaunchContext,
+  owner: FileOwner | undefined,
+): Promise<Rendered> {
+  const templates = [...run.env.values(), ...run.files.values()];
+  const credentials: Record<string, { credential: Credential; password?: string }> = {};
+  for (const file of credentialsFor(delivery.plan, module.name, ctx.stateDir)) {
+    credentials[file.interface] = { credential: file.contents };
+  }
+  const files = Object.fromEntries(
+    [...run.files.keys()].map((name) => [name, renderedFilePath(ctx.stateDir, module.name, name)]),
+  );
+  for (const iface of new Set(templates.flatMap(secretInterfaces))) {
+    const need = credentials[iface];
+    const entry = delivery.plan.instances
+      .flatMap((i) => i.consumers.map((c) => ({ c, node: i.node })))
+      .find(({ c }) => c.consumer === module.name && c.interface === iface);
+    if (need === undefined || entry === undefined)
+      return { args: run.args, env: {}, waiting: `its credential for ${iface}` };
+    let password: string;
+    try {
+      password = (await readFile(secretPath(ctx.stateDir, module.name, iface), "utf8")).replace(/\r?\n$/, "");
+    } catch {
+      return {
+        args: run.args,
+        env: {},
+        waiting: `its password for ${iface} (not delivered to this node yet)`,
+      };
+    }
+    // A provider on another node cannot be asked from here: its password is used as delivered.
+    if (entry.node === ctx.node && ctx.passwordApplied !== undefined) {
+      const answer = await ctx.passwordApplied(entry.c, password);
+      if (!answer.applied) {
+        return {
+          args: run.args,
+          env: {},
+          waiting: `${entry.c.provider} to apply its password for ${iface} (${answer.why})`,
+        };
+      }
+    }
+    credentials[iface] = { ...need, password };
+  }
+  const values = {
+    module: module.name,
+    dir: moduleHomePath(ctx.stateDir, module.name),
+    metrics: module.metrics ?? DEFAULT_MODULE_METRICS,
+    files,
+    needs: credentials,
+  };
+  const args = run.args.map((a) => renderRunTemplate(a, values));
+  const env = Object.fromEntries([...run.env].map(([name, t]) => [name, renderRunTemplate(t, values)]));
+  if (run.files.size === 0) return { args, env };
+  const digest = createHash("sha256");
+  const dir = dirname(renderedFilePath(ctx.stateDir, module.name, "x"));
+  // The agent's directory with the module's group, as its credentials; each file the module's own.
+  await ensureDir(
+    dir,
+    owner === undefined ? 0o700 : 0o750,
+    owner && { uid: process.getuid?.() ?? 0, gid: owner.gid },
+  );
+  for (const [name, template] of [...run.files].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+    const text = renderRunTemplate(template, values);
+    digest.update(`${name}\0${text}\0`);
+    await writeFileAtomic(files[name] ?? join(dir, name), text, 0o600, owner);
+  }
+  return { args, env, digest: digest.digest("base64url") };
+}
+
+/**
+ * Why `command` cannot be started on this node, or undefined when it can: a path (with a `/`,
+ * relative to `cwd`) that is not an executable file, or a name found in no directory of `path`.
+ */
+export async function commandProblem(
+  command: string,
+  cwd: string,
+  path: string | undefined,
+): Promise<string | undefined> {
+  const executable = async (file: string): Promise<boolean> => {
+    try {
+      if (!(await stat(file)).isFile()) return false;
+      await access(file, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (command.includes("/")) {
+    const file = isAbsolute(command) ? command : resolve(cwd, command);
+    if (await executable(file)) return undefined;
+    return `its command ${file} is not an executable file on this node: install it, or fix run.command in its manifest`;
+  }
+  const dirs = (path ?? "").split(delimiter).filter((d) => isAbsolute(d));
+  for (const dir of dirs) if (await executable(join(dir, command))) return undefined;
+  return (
+    `its command ${command} is not found on this node's PATH (${dirs.join(delimiter) || "empty"}): ` +
+    `install it, or give run.command as an absolute path`
+  );
 }
 
 /**

@@ -4,8 +4,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { rmSync } from "node:fs";
 import type { BusLogger } from "@mesh/bus";
+import { logTail } from "./log-tail.ts";
 import { ModuleLog, type ModuleLogFormat } from "./module-log.ts";
 import type { ModuleIsolation } from "./module-isolation.ts";
+import type { OnNewPassword } from "@mesh/manifest";
 
 /** How a module is started: everything that, when it changes, calls for a restart. */
 export interface ModuleLaunch {
@@ -27,6 +29,13 @@ export interface ModuleLaunch {
   readonly gid?: number;
   /** Whether it runs apart from the agent and the other modules, and why not. */
   readonly isolation?: ModuleIsolation;
+  /**
+   * A digest of the files rendered for it from its manifest's `run.files` (never their contents):
+   * a change of it alone is a new password, handled as `onNewPassword` says.
+   */
+  readonly rendered?: string;
+  /** What a new password in its rendered files needs; restart when absent. */
+  readonly onNewPassword?: OnNewPassword;
 }
 
 /** A module's lifecycle as reported: `crashing` once it exits too often, whatever it does right now. */
@@ -55,6 +64,10 @@ export interface ModuleStatus {
   readonly metrics?: string;
   /** Whether it runs as its own user (`mesh-<module>`), or as the agent's and why. */
   readonly isolation?: ModuleIsolation;
+  /** Why it is not started (its command is not on this node, its manifest has no run), when it is not. */
+  readonly reason?: string;
+  /** While it keeps crashing: the last lines of its log, clipped (the agent scrubs them before reporting). */
+  readonly logTail?: readonly string[];
 }
 
 /** The delays and limits of supervision. */
@@ -95,7 +108,7 @@ export interface ModuleProcessHooks {
 
 /** A supervised module process. Made by the supervisor; `start()` once, `stop()` at the end. */
 export class ModuleProcess {
-  readonly launch: ModuleLaunch;
+  #launch: ModuleLaunch;
   readonly #logger: BusLogger;
   readonly #timings: SupervisionTimings;
   readonly #onChange: () => void;
@@ -120,11 +133,29 @@ export class ModuleProcess {
     onChange: () => void,
     hooks?: ModuleProcessHooks,
   ) {
-    this.launch = launch;
+    this.#launch = launch;
     this.#hooks = hooks;
     this.#logger = logger;
     this.#timings = timings;
     this.#onChange = onChange;
+  }
+
+  /** How it is started, now: the launch it was made with, or the one `notify` gave it. */
+  get launch(): ModuleLaunch {
+    return this.#launch;
+  }
+
+  /**
+   * Takes `launch` (the same program, its files rendered anew) as its own and sends `signal`, if
+   * given, to the running process's group, so it reads its files again; a process that is not
+   * running now reads them when it starts. Returns the PID signalled, if any.
+   */
+  notify(launch: ModuleLaunch, signal?: NodeJS.Signals): number | undefined {
+    this.#launch = launch;
+    const child = this.#child;
+    if (signal === undefined || !this.#running || child?.pid === undefined) return undefined;
+    signalGroup(child, signal);
+    return child.pid;
   }
 
   /** Starts the module's process. */
@@ -142,7 +173,16 @@ export class ModuleProcess {
       ...(this.#lastExit === undefined ? {} : { lastExit: this.#lastExit }),
       log: this.launch.logFile,
       ...(this.launch.isolation === undefined ? {} : { isolation: this.launch.isolation }),
+      ...(this.#state() === "crashing" ? { logTail: this.#logTail() } : {}),
     };
+  }
+
+  // Read again only after another exit: a crashing module's status is asked for on every report.
+  #tail: { exits: number; lines: string[] } | undefined;
+  #logTail(): string[] {
+    const exits = this.#restarts + (this.#lastExit === undefined ? 0 : 1);
+    if (this.#tail?.exits !== exits) this.#tail = { exits, lines: logTail(this.launch.logFile) };
+    return this.#tail.lines;
   }
 
   /** Says when a module that kept crashing has stopped doing so; called on the report tick. */

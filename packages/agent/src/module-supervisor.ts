@@ -31,8 +31,8 @@ export class ModuleSupervisor {
   readonly #timings: SupervisionTimings;
   readonly #onChange: () => void;
   readonly #running = new Map<string, ModuleProcess>();
-  /** Assigned modules the agent does not start, with the log path they would have. */
-  readonly #idle = new Map<string, string>();
+  /** Assigned modules the agent does not start, with the log path they would have and why. */
+  readonly #idle = new Map<string, { log: string; why: string }>();
   /** Assigned modules held back before their first start: their log path and what they wait for. */
   readonly #waiting = new Map<string, { log: string; why: string }>();
   readonly #said = new Set<string>();
@@ -83,7 +83,7 @@ export class ModuleSupervisor {
           `unreadable ${module.name} ${decision.why}`,
           `${decision.what ?? `module ${module.name}'s manifest cannot be read`}, so it is ${current ? "left running as it was" : "not started"}: ${decision.why}`,
         );
-        if (current === undefined) this.#idle.set(module.name, module.logFile);
+        if (current === undefined) this.#idle.set(module.name, { log: module.logFile, why: decision.why });
         continue;
       }
       if (decision.kind === "not-run") {
@@ -96,7 +96,7 @@ export class ModuleSupervisor {
           this.#running.delete(module.name);
           await current.stop();
         }
-        this.#idle.set(module.name, module.logFile);
+        this.#idle.set(module.name, { log: module.logFile, why: decision.why });
         continue;
       }
       this.#idle.delete(module.name);
@@ -106,7 +106,25 @@ export class ModuleSupervisor {
       ) {
         continue;
       }
-      if (current !== undefined) {
+      if (current !== undefined && sameProgram(current.launch, decision.launch)) {
+        // Only its rendered files changed: a new password its provider has applied.
+        const how = decision.launch.onNewPassword ?? { kind: "restart" };
+        if (how.kind !== "restart") {
+          const signal = how.kind === "signal" ? (how.signal as NodeJS.Signals) : undefined;
+          const pid = current.notify(decision.launch, signal);
+          this.#logger.info(
+            `${module.name}'s files were rendered with a password its provider has applied: ` +
+              (signal === undefined
+                ? "it is left running (onNewPassword: none)"
+                : `sent ${signal} to pid ${pid ?? "none"}`),
+          );
+          continue;
+        }
+        this.#logger.info(
+          `restarting ${module.name}: its files were rendered with a password its provider has applied`,
+        );
+        await current.stop();
+      } else if (current !== undefined) {
         this.#logger.info(`restarting ${module.name}: its command or environment changed`);
         await current.stop();
       }
@@ -126,7 +144,9 @@ export class ModuleSupervisor {
   /** Every assigned module as reported now, by name. */
   statuses(): ModuleStatus[] {
     const all: ModuleStatus[] = [...this.#running.values()].map((p) => p.status());
-    for (const [name, log] of this.#idle) all.push({ name, state: "stopped", restarts: 0, log });
+    for (const [name, { log, why }] of this.#idle) {
+      all.push({ name, state: "stopped", restarts: 0, log, reason: why });
+    }
     for (const [name, { log, why }] of this.#waiting) {
       all.push({ name, state: "starting", restarts: 0, log, waiting: why });
     }
@@ -173,9 +193,13 @@ function recordingHooks(records: ProcessRecords, logger: BusLogger): ModuleProce
   };
 }
 
-function sameLaunch(a: ModuleLaunch, b: ModuleLaunch): boolean {
+function sameProgram(a: ModuleLaunch, b: ModuleLaunch): boolean {
   return (
     JSON.stringify([a.command, a.args, a.cwd, a.env, a.uid, a.gid]) ===
     JSON.stringify([b.command, b.args, b.cwd, b.env, b.uid, b.gid])
   );
+}
+
+function sameLaunch(a: ModuleLaunch, b: ModuleLaunch): boolean {
+  return sameProgram(a, b) && a.rendered === b.rendered;
 }

@@ -16,7 +16,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
 import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
-import { FileWatcher, metricsUrlPath } from "@mesh/sdk";
+import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk";
 import { parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
@@ -25,12 +25,23 @@ import type { IsolationMode } from "./module-users.ts";
 import { withMetricsUrls } from "./module-metrics.ts";
 import type { SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
+import { providerPasswordGate } from "./password-gate.ts";
 import { ProviderStandings } from "./provider-standings.ts";
+import { nodeSecrets, scrubValue } from "./tool-runner.ts";
 import type { NodeIdentity } from "./node-identity.ts";
 import type { ProcessRecords } from "./process-records.ts";
 
 /** What a module waits for when the controller has not yet issued its bus credential. */
 const WAITING_FOR_CREDENTIAL = "its bus credential";
+
+/**
+ * How often an app waiting for its provider's apply of a password is rendered again: often for
+ * the first minute (a rotation is applied within seconds), then every few seconds (a provider
+ * that fails is not asked five times a second for ever).
+ */
+const REGATE_EVERY_MS = 200;
+const REGATE_FAST_FOR_MS = 60_000;
+const REGATE_SLOW_MS = 2_000;
 
 /** Every delay the agent keeps; tests shorten them. */
 export interface AgentTimings extends SupervisionTimings {
@@ -99,6 +110,13 @@ export class NodeAgent {
   readonly #credentialWait = new Map<string, number>();
   readonly #saidStartedWithout = new Set<string>();
   #lastValue: unknown;
+  /** The delivery last applied, and the timer that renders its apps again while one waits for an apply. */
+  #lastDelivery: Delivery | undefined;
+  #regateTimer: NodeJS.Timeout | undefined;
+  /** Since when some app has waited for its provider's apply (ms since the epoch). */
+  #gatedSince: number | undefined;
+  /** Every secret of this node, read at each delivery: what a crashing module's log lines are scrubbed of. */
+  #secrets: string[] = [];
   #waitTimer: NodeJS.Timeout | undefined;
 
   constructor(options: NodeAgentOptions) {
@@ -145,6 +163,7 @@ export class NodeAgent {
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
     clearTimeout(this.#waitTimer);
+    clearTimeout(this.#regateTimer);
     this.#metricsFiles.close();
     this.#standings.stop();
     this.#watch?.stop();
@@ -240,6 +259,8 @@ export class NodeAgent {
         `${result.unchanged} unchanged` +
         (result.rejected.length > 0 ? `, ${result.rejected.length} secrets refused` : ""),
     );
+    this.#lastDelivery = delivery;
+    this.#secrets = await nodeSecrets(stateDir, this.#o.baseEnv).catch(() => this.#secrets);
     if (!this.#stopped) await this.#supervisor.reconcile(await this.#assigned(delivery));
     this.#modules = delivery.modules.map((m) => m.name);
     this.#standings.follow(delivery.plan.instances.filter((i) => i.node === node).map((i) => i.provider));
@@ -254,6 +275,7 @@ export class NodeAgent {
       baseEnv: this.#o.baseEnv,
       bus: { servers: this.#o.servers, users: this.#busUsers },
       identity: (module: string) => this.#isolations.identity(module),
+      passwordApplied: providerPasswordGate(this.#o.stateDir),
     };
     const assigned = await Promise.all(
       delivery.modules.map(async (m) => ({
@@ -264,10 +286,40 @@ export class NodeAgent {
     );
     // A delivery without `credentials` comes from a controller that issues none: nothing to wait for.
     const issues = delivery.credentials !== undefined;
-    return assigned.map((m) => {
+    let gated = false;
+    const decided = assigned.map((m) => {
       const waiting = this.#waitsForCredential(m.name, issues && m.decision.kind === "run");
-      return waiting ? { ...m, waiting: WAITING_FOR_CREDENTIAL } : m;
+      if (waiting) return { ...m, waiting: WAITING_FOR_CREDENTIAL };
+      if (m.decision.kind !== "run" || m.decision.waiting === undefined) return m;
+      gated = true;
+      return { ...m, waiting: m.decision.waiting };
     });
+    if (!gated) this.#gatedSince = undefined;
+    else {
+      this.#gatedSince ??= Date.now();
+      this.#regateSoon();
+    }
+    return decided;
+  }
+
+  // An app waits for its provider to apply a password: asked again shortly, so its restart (or
+  // signal) follows the apply closely; bounded by the agent's stop.
+  #regateSoon(): void {
+    if (this.#regateTimer !== undefined || this.#stopped) return;
+    this.#regateTimer = setTimeout(
+      () => {
+        this.#regateTimer = undefined;
+        const delivery = this.#lastDelivery;
+        if (delivery === undefined) return;
+        this.#queue = this.#queue
+          .then(async () => {
+            if (this.#stopped || delivery !== this.#lastDelivery) return;
+            await this.#supervisor.reconcile(await this.#assigned(delivery));
+          })
+          .catch((err: unknown) => this.#o.logger.error(err instanceof Error ? err.message : String(err)));
+      },
+      Date.now() - (this.#gatedSince ?? Date.now()) > REGATE_FAST_FOR_MS ? REGATE_SLOW_MS : REGATE_EVERY_MS,
+    );
   }
 
   // A module starts once, with its credential: the controller issues it after this agent reports
@@ -343,7 +395,12 @@ export class NodeAgent {
       modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()).map((m) => {
         // A module refused for want of isolation is not running: its status still says why.
         const isolation = m.isolation ?? this.#isolations.identity(m.name)?.isolation;
-        return isolation === undefined ? m : { ...m, isolation };
+        const tail = m.logTail?.map((line) => maskUrls(String(scrubValue(line, this.#secrets))));
+        return {
+          ...m,
+          ...(isolation === undefined ? {} : { isolation }),
+          ...(tail ? { logTail: tail } : {}),
+        };
       }),
       files: { ...this.#files },
       moduleKeys: this.#keyring.publicKeys(),

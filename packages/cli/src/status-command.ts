@@ -49,6 +49,8 @@ export interface StatusAnswer {
       metrics?: string;
       isolation?: { isolated: boolean; user: string; reason?: string };
       waiting?: string;
+      reason?: string;
+      logTail?: string[];
     }[];
   }[];
   consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
@@ -108,6 +110,11 @@ export function formatStatus(
           (m.metrics ? `${restarts.padEnd(9)} ${m.metrics}` : restarts),
       );
       if (m.waiting !== undefined) lines.push(`    ${paint.yellow("waits for")} ${m.waiting}`);
+      if (m.reason !== undefined) lines.push(`    ${paint.red("not started")}: ${m.reason}`);
+      if (m.logTail !== undefined && m.logTail.length > 0) {
+        lines.push(`    ${paint.red("last log lines")}:`);
+        for (const line of m.logTail) lines.push(`      ${line}`);
+      }
       if (m.isolation !== undefined && !m.isolation.isolated) {
         lines.push(
           `    ${paint.yellow("not isolated")}: runs as ${m.isolation.user}` +

@@ -23,7 +23,15 @@ export interface ModuleReport {
   readonly isolation?: ReportedIsolation;
   /** What it waits for before its first start (its bus credential), while it does. */
   readonly waiting?: string;
+  /** Why its agent does not start it (its command is not on the node), when it does not. */
+  readonly reason?: string;
+  /** While it keeps crashing: the last few lines of its log, clipped and scrubbed by its agent. */
+  readonly logTail?: readonly string[];
 }
+
+// A crashing module's log, as the status shows it: a few short lines, whatever a node sends.
+const LOG_TAIL_MAX_LINES = 5;
+const LOG_TAIL_LINE_MAX = 200;
 
 /** How a module is kept apart from the others, as its node reports it. */
 export interface ReportedIsolation {
@@ -167,6 +175,15 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
       ...(metrics !== undefined ? { metrics } : {}),
       ...(isolation !== undefined ? { isolation } : {}),
       ...(typeof e.waiting === "string" ? { waiting: e.waiting.slice(0, REASON_MAX) } : {}),
+      ...(typeof e.reason === "string" ? { reason: e.reason.slice(0, REASON_MAX) } : {}),
+      ...(Array.isArray(e.logTail)
+        ? {
+            logTail: e.logTail
+              .filter((l): l is string => typeof l === "string")
+              .slice(-LOG_TAIL_MAX_LINES)
+              .map((l) => maskUrls(l.slice(0, LOG_TAIL_LINE_MAX))),
+          }
+        : {}),
     });
   }
   const f = b.files as { written?: unknown; unchanged?: unknown } | undefined;

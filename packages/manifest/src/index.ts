@@ -21,6 +21,7 @@ export * from "./names.ts";
 export * from "./manifest.ts";
 export * from "./spec.ts";
 export * from "./template.ts";
+export * from "./run-template.ts";
 export * from "./fleet.ts";
 export * from "./check-fleet.ts";
 export * from "./login.ts";

@@ -1,3 +1,4 @@
+import { constants } from "node:os";
 import { z } from "zod";
 import {
   eventNameProblem,
@@ -10,6 +11,7 @@ import {
   TOOL_PATTERN,
 } from "./names.ts";
 import { describeValue, fieldPath, ownObject, ProblemsError, readBounded, type Problem } from "./problem.ts";
+import { runTemplateProblem, type RunTemplatePlace } from "./run-template.ts";
 import { SourcePositions } from "./source-positions.ts";
 import type { SpecField, SpecType } from "./spec.ts";
 import { templateKeys, templateProblem } from "./template.ts";
@@ -66,8 +68,27 @@ export interface Need {
  */
 export interface RunCommand {
   readonly command: string;
+  /** Each may be a template (see run-template.ts) that hands over no password. */
   readonly args: readonly string[];
+  /** Variables set for the program, each value a template: `{ "DATABASE_URL": "{postgres-database.url}" }`. */
+  readonly env: ReadonlyMap<string, string>;
+  /**
+   * Files rendered from templates before each start, 0600 and owned by the module's user, at
+   * `renderedFilePath(stateDir, module, name)`; `{files.<name>}` names that path.
+   */
+  readonly files: ReadonlyMap<string, string>;
+  /** What a new password needs once its provider has applied it; `restart` when not said. */
+  readonly onNewPassword: OnNewPassword;
 }
+
+/**
+ * What the agent does with a running app once its provider has applied a new password: start it
+ * again (a value in `env` always needs this), send it a signal (it reads its files again), or nothing.
+ */
+export type OnNewPassword =
+  | { readonly kind: "restart" }
+  | { readonly kind: "signal"; readonly signal: string }
+  | { readonly kind: "none" };
 
 /**
  * A module's manifest (`module.json`): what it provides, what it needs, the events it emits and
@@ -229,6 +250,27 @@ const runSchema = strict(
         error: mustBe('a list of arguments like ["dist/main.js"]'),
       })
       .max(RUN_MAX_ARGS, { error: `must list at most ${RUN_MAX_ARGS} arguments` })
+      .optional(),
+    env: keyed(
+      /^[A-Za-z_][A-Za-z0-9_]*$/,
+      'a variable name like "DATABASE_URL"',
+      text("a template (a string without NUL bytes)", RUN_ARG_PATTERN),
+      'an object of variables like { "DATABASE_URL": "{postgres-database.url}" }',
+    ).optional(),
+    files: keyed(
+      /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/,
+      'a file name like "pgpass" (letters, digits, "_", "." and "-", not starting with ".")',
+      text("a template (a string without NUL bytes)", RUN_ARG_PATTERN),
+      'an object of files like { "pgpass": "{postgres-database.host}:..." }',
+    ).optional(),
+    onNewPassword: z
+      .union(
+        [
+          z.enum(["restart", "none"]),
+          strict({ signal: text('a signal name like "SIGHUP"', /^SIG[A-Z0-9]+$/) }, '{ "signal": "SIGHUP" }'),
+        ],
+        { error: mustBe('"restart", "none" or { "signal": "SIGHUP" }') },
+      )
       .optional(),
   },
   'an object like { "command": "node", "args": ["dist/main.js"] }',
@@ -493,8 +535,49 @@ function normalize(
     subscribes: raw.subscribes ?? [],
     seats: raw.seats ?? [],
     tools: raw.tools ?? [],
-    run: raw.run ? { command: raw.run.command, args: raw.run.args ?? [] } : undefined,
+    run: raw.run ? normalizeRun(raw.run, Object.keys(raw.needs ?? {}), report) : undefined,
     lines: positions.lines,
+  };
+}
+
+function normalizeRun(raw: NonNullable<RawManifest["run"]>, needs: string[], report: Report): RunCommand {
+  const files = Object.keys(raw.files ?? {});
+  const scope = { needs, files };
+  const check = (template: string, place: RunTemplatePlace, path: (string | number)[]): void => {
+    const why = runTemplateProblem(template, place, scope);
+    if (why === undefined) return;
+    const fix =
+      place === "args" && why.includes("in args")
+        ? 'move it to "env" or to a rendered file in "files" (0600, the module\'s own)'
+        : "name a need of this module and one of its fields, {module.dir} or {files.<name>}";
+    report.add(path, why, fix);
+  };
+  (raw.args ?? []).forEach((arg, i) => check(arg, "args", ["run", "args", i]));
+  for (const [name, template] of Object.entries(raw.env ?? {})) {
+    if (name.startsWith("MESH_") || name === "HOME")
+      report.add(["run", "env", name], "is set by the mesh for every module", "choose another name");
+    check(template, "env", ["run", "env", name]);
+  }
+  for (const [name, template] of Object.entries(raw.files ?? {}))
+    check(template, "files", ["run", "files", name]);
+  const said = raw.onNewPassword;
+  let onNewPassword: OnNewPassword = { kind: "restart" };
+  if (said === "none") onNewPassword = { kind: "none" };
+  else if (typeof said === "object") {
+    if (!Object.hasOwn(constants.signals, said.signal))
+      report.add(
+        ["run", "onNewPassword", "signal"],
+        `is not a signal (${said.signal})`,
+        'name one like "SIGHUP"',
+      );
+    onNewPassword = { kind: "signal", signal: said.signal };
+  }
+  return {
+    command: raw.command,
+    args: raw.args ?? [],
+    env: new Map(Object.entries(raw.env ?? {})),
+    files: new Map(Object.entries(raw.files ?? {})),
+    onNewPassword,
   };
 }
 

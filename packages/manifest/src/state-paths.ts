@@ -106,3 +106,12 @@ export function credentialPath(stateDir: string, consumer: string, iface: string
     `${assertInterfaceName(iface)}.json`,
   );
 }
+
+/**
+ * `<state>/modules/<module>/files/<name>`: a file the agent renders from the module's `run.files`
+ * template before it starts the module, 0600 and owned by the module's user.
+ * @throws StateDirError when `stateDir` is not absolute.
+ */
+export function renderedFilePath(stateDir: string, module: string, name: string): string {
+  return join(moduleDir(stateDir, module), "files", name);
+}

@@ -48,7 +48,10 @@ describe("the providers' manifests", () => {
         "cleanup delete",
       ]);
       // The agent starts each provider from its own directory, with plain node on its built JavaScript.
-      assert.deepEqual(m.run, { command: "node", args: ["dist/main.js"] });
+      assert.deepEqual(m.run && { command: m.run.command, args: m.run.args }, {
+        command: "node",
+        args: ["dist/main.js"],
+      });
     });
   }
 
@@ -336,13 +339,20 @@ describe("parseManifest", () => {
 describe("a manifest's run", () => {
   it("reads the command and its arguments, and leaves run undefined when absent", () => {
     const m = parseManifest(json({ name: "notes", run: { command: "node", args: ["dist/main.js"] } }), FILE);
-    assert.deepEqual(m.run, { command: "node", args: ["dist/main.js"] });
+    assert.deepEqual(m.run, {
+      command: "node",
+      args: ["dist/main.js"],
+      env: new Map(),
+      files: new Map(),
+      onNewPassword: { kind: "restart" },
+    });
     assert.equal(parseManifest(json({ name: "notes" }), FILE).run, undefined);
   });
 
   it("takes a run without args as a command with no arguments", () => {
     const m = parseManifest(json({ name: "notes", run: { command: "./bin/notes" } }), FILE);
-    assert.deepEqual(m.run, { command: "./bin/notes", args: [] });
+    assert.deepEqual(m.run?.args, []);
+    assert.equal(m.run?.command, "./bin/notes");
   });
 
   it("refuses a run that is not an object, naming the file, the line and the field", () => {

@@ -32,6 +32,7 @@ import { classOf, describeError } from "./scrub.ts";
 import { SecretsDirectory, SecretUnreadableError } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
 import {
+  passwordTag,
   ToolError,
   type CleanupEntry,
   type ConsumerState,
@@ -188,6 +189,8 @@ class Provisioner implements ProvisionerHandle {
   readonly #known = new Map<string, Known>();
   /** Digest of what was last applied (or found held) per login, in this process. */
   readonly #applied = new Map<string, string>();
+  /** `passwordTag` of the password last applied per login, in this process: what `status` names. */
+  readonly #appliedTags = new Map<string, string>();
   readonly #brakes = new Map<string, { times: number; nextAt: number }>();
   readonly #createFailures = new Map<string, { text: string; times: number }>();
   readonly #secretMisses = new Map<string, { since: number; loudAt: number | undefined }>();
@@ -546,6 +549,7 @@ class Provisioner implements ProvisionerHandle {
       await result;
     } catch (err) {
       this.#applied.delete(p.as);
+      this.#appliedTags.delete(p.as);
       const text = this.#describe(err, [p.password]);
       const was = this.#createFailures.get(p.as);
       const failure = was && was.text === text ? { text, times: was.times + 1 } : { text, times: 1 };
@@ -563,6 +567,7 @@ class Provisioner implements ProvisionerHandle {
     const known = this.#known.get(p.as);
     this.#known.set(p.as, { state: "active", derived: known?.derived ?? p.derived });
     this.#applied.set(p.as, job.digest);
+    this.#appliedTags.set(p.as, passwordTag(p.password));
     const failed = this.#createFailures.get(p.as);
     this.#createFailures.delete(p.as);
     this.#standings.succeeded(p.as);
@@ -619,6 +624,7 @@ class Provisioner implements ProvisionerHandle {
       }
       this.#known.set(login, { state: "retired", derived: k.derived, retiredAt: at, why });
       this.#applied.delete(login);
+      this.#appliedTags.delete(login);
       this.#brakes.delete(login);
       this.#standings.clear(login, "retired");
       this.#log.info(`${login}: retired (access disabled, data kept, marked to delete): ${why}`);
@@ -812,6 +818,7 @@ class Provisioner implements ProvisionerHandle {
         since: undefined,
         why: held ? "held as asked" : "being created",
         node: asked.node,
+        ...(this.#appliedTags.has(login) ? { applied: this.#appliedTags.get(login) } : {}),
       };
     }
     if (known?.state === "retired") {

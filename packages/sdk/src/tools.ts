@@ -1,6 +1,7 @@
 // The tools a person asks of a running provider (DESIGN §3 rules 7, 8, 10), as the harness handle
 // answers them and as the control socket carries them.
 
+import { createHash } from "node:crypto";
 import type { FailureClass } from "./adapter.ts";
 
 /** A consumer's place in its lifecycle, as `status` reports it. */
@@ -19,6 +20,24 @@ export interface ConsumerStatus {
   readonly node?: string | undefined;
   /** Failed attempts in the current run of failures. */
   readonly attempts?: number | undefined;
+  /**
+   * `passwordTag` of the password the backend last accepted for this login in this process; absent
+   * before the first apply. The agent compares it with the password it holds, so an app that does
+   * not know the mesh is handed a new password only once the backend takes it.
+   */
+  readonly applied?: string | undefined;
+}
+
+/**
+ * A short tag of `password` that names it without revealing it: the first 128 bits of a SHA-256
+ * under a fixed label. A mesh password holds 192 random bits, so the tag cannot be turned back.
+ */
+export function passwordTag(password: string): string {
+  return createHash("sha256")
+    .update("mesh applied password\0")
+    .update(password)
+    .digest("base64url")
+    .slice(0, 22);
 }
 
 /** What `status` answers. */
