@@ -19,6 +19,7 @@
  */
 export * from "./authority-file.ts";
 export * from "./controller-keys.ts";
+export * from "./controller-lease.ts";
 export * from "./controller-metrics.ts";
 export * from "./controller-status.ts";
 export * from "./dashboard/dashboard-routes.ts";
