@@ -1,6 +1,11 @@
 // The controller's state and what it does with it: the fleet being served, the enrolled nodes,
 // their reports, and each change (a reload, a rotation, an enrollment) made one at a time, so two
 // of them never publish interleaved halves. `startController` opens what it needs and hands it here.
+//
+// A controller leads or stands by, as its lease says (`ControllerLease`). Both answer status, the
+// ledger and the served fleet. Only the leader mints, seals, delivers, revokes, enrolls, relays
+// tools and answers rotations and join tokens, and it checks its lease before each of them; a
+// standby serves the fleet stored in KV and follows it, and serves it when it takes over.
 import {
   allReportsSubject,
   enrollSubject,
@@ -8,6 +13,8 @@ import {
   type BusLogger,
   type BusState,
 } from "@mesh/bus";
+import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import { planEntries } from "@mesh/manifest";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { BusAnswers, CONTROLLER_QUEUE } from "./bus-answers.ts";
@@ -32,7 +39,9 @@ import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import type { PasswordStore } from "./password-store.ts";
 import { answerRotateRequest } from "./rotate-request.ts";
 import { STANDINGS_SUBJECT, type StandingsBook } from "./standings-book.ts";
-import { storeFleet } from "./stored-fleet.ts";
+import type { ControllerLease, LeaseTimings } from "./controller-lease.ts";
+import { LeaseDriver } from "./lease-driver.ts";
+import { loadStoredFleet, loadStoredFleetHead, storeFleet } from "./stored-fleet.ts";
 import {
   relayToolCall,
   serveToolRelay,
@@ -113,6 +122,38 @@ export class UnknownNodeError extends Error {
   }
 }
 
+/** Asked of a controller that stands by: another one leads. */
+export class NotLeaderError extends Error {
+  override name = "NotLeaderError";
+  constructor(
+    readonly what: string,
+    readonly leader: string | null,
+    readonly term: number | null,
+  ) {
+    super(
+      `this controller stands by and does not ${what}: ` +
+        (leader !== null
+          ? `controller ${leader} leads (term ${term}); ask it`
+          : "no controller leads yet; try again") +
+        `, or wait for this one to take over (mesh status names the leader)`,
+    );
+  }
+}
+
+/** Which controller leads, as `mesh status` shows it. */
+export interface LeaderStatus {
+  /** This controller's id. */
+  readonly self: string;
+  /** Whether this controller leads now. */
+  readonly leading: boolean;
+  /** The id of the controller holding the lease as this one last saw it, or null when none does. */
+  readonly leader: string | null;
+  /** The lease's term as last seen, or null. */
+  readonly term: number | null;
+  /** The lease term in which the fleet being served was stored (0: before terms), or null when unknown. */
+  readonly fleetTerm: number | null;
+}
+
 /** What a `FleetController` works with, opened by `startController`. */
 export interface FleetControllerParts {
   readonly nc: NatsConnection;
@@ -137,6 +178,18 @@ export interface FleetControllerParts {
   readonly watch: boolean;
   /** Closes what was opened for it (the account updates' connection, the bus), after it stops. */
   readonly close: () => Promise<void>;
+  /** The lease that says whether it leads, and the bucket it is kept in. */
+  readonly lease: ControllerLease;
+  readonly leaseBucket: BusState<unknown>;
+  readonly leaseTimings: LeaseTimings;
+  /** The monotonic clock the lease is measured on (ms). */
+  readonly now: () => number;
+  /**
+   * Started as a standby (`mesh controller --standby-of`): when it takes over it serves the stored
+   * fleet, and applies its fleet file only when the file changes next. Otherwise a controller that
+   * leads from its start applies its fleet file when it differs from the stored fleet's.
+   */
+  readonly standby: boolean;
 }
 
 /** The controller at work: it serves one fleet, and changes it one step at a time. */
@@ -155,6 +208,15 @@ export class FleetController implements Controller {
   #watcher: FleetFileWatch | undefined;
   #stopped: Promise<void> | undefined;
   readonly #relaySources: ToolRelaySources;
+  readonly #driver: LeaseDriver;
+  // What only the leader answers, while it leads.
+  #leaderAnswers: BusAnswers | undefined;
+  // Whether the fleet file is applied when this controller first leads (see `standby`).
+  #applyFileFirst: boolean;
+  #fleetTerm: number | null = null;
+  #storedSha: string | undefined;
+  #answeredOnce = false;
+  #failedFirst: unknown;
 
   constructor(parts: FleetControllerParts) {
     this.#p = parts;
@@ -164,19 +226,59 @@ export class FleetController implements Controller {
     this.#refused = parts.first.refused;
     this.#answers = new BusAnswers(parts.nc, parts.logger);
     this.#relaySources = { fleet: () => this.#current, isEnrolled: (node) => parts.enrolled.has(node) };
+    this.#applyFileFirst = !parts.standby;
+    this.#driver = new LeaseDriver({
+      bucket: parts.leaseBucket,
+      lease: parts.lease,
+      timings: parts.leaseTimings,
+      now: parts.now,
+      logger: parts.logger,
+      changed: (leading) => (leading ? this.#lead() : this.#standBy()),
+      idle: () => this.#follow(),
+    });
   }
 
   /**
-   * Stores and publishes the first fleet, then answers on the bus and watches the fleet file. The
-   * first reading is published before anything is answered, so an enrolling node finds a
-   * complete delivery.
+   * Reads the lease and, when this controller leads, stores and publishes its fleet; then answers
+   * on the bus, keeps the lease, and watches the fleet file. The first reading is published before
+   * anything is answered, so an enrolling node finds a complete delivery.
    * @throws the bus's error when the fleet cannot be stored or published.
    */
   async start(): Promise<void> {
-    await storeFleet(this.#p.desired, this.#current);
-    await this.#exclusive(() => this.#publishAll());
+    await this.#driver.tick();
+    if (this.#failedFirst !== undefined) {
+      await this.#driver.stop();
+      throw this.#failedFirst;
+    }
+    if (!this.#p.lease.leading()) await this.#follow();
     this.#answer();
+    this.#driver.start();
     if (this.#p.watch) this.#watch();
+  }
+
+  /** Whether this controller leads now. */
+  leading(): boolean {
+    return this.#p.lease.leading();
+  }
+
+  /** Which controller leads, as this one last saw its lease. */
+  leader(): LeaderStatus {
+    const seen = this.#p.lease.seen();
+    return {
+      self: this.#p.lease.self,
+      leading: this.leading(),
+      leader: seen?.holder ?? null,
+      term: seen?.term ?? null,
+      fleetTerm: this.#fleetTerm,
+    };
+  }
+
+  /**
+   * A test's way to pause this controller as SIGSTOP would its lease: its renewals stop (the
+   * lease runs out on its own clock, and a standby takes over); the returned function resumes.
+   */
+  pause(): () => void {
+    return this.#driver.pause();
   }
 
   current(): FleetPlan {
@@ -185,13 +287,32 @@ export class FleetController implements Controller {
 
   reload(): Promise<ReloadOutcome> {
     return this.#exclusive(async () => {
+      this.#mustLead("apply the fleet file");
+      return this.#applyFile();
+    });
+  }
+
+  // Reads the fleet file and, when its text differs from the stored fleet's, serves and stores it;
+  // then publishes what changed.
+  async #applyFile(counted = true): Promise<ReloadOutcome> {
+    {
+      const source = await readFile(this.fleetFile).then(
+        (text) => createHash("sha256").update(text).digest("hex"),
+        () => undefined,
+      );
+      const head = await loadStoredFleetHead(this.#p.desired);
+      if (source !== undefined && head?.source === source && this.#storedSha === head.sha256) {
+        this.#refused = null;
+        if (counted) this.#p.observer?.reloaded("applied");
+        return this.#publishAll();
+      }
       let next: FleetPlan;
       try {
         next = await loadFleetPlan(this.fleetFile);
       } catch (err) {
         const problems = problemsOf(err);
         this.#refused = linesOf(err, problems);
-        this.#p.observer?.reloaded("refused");
+        if (counted) this.#p.observer?.reloaded("refused");
         throw new FleetRefusedError(
           this.fleetFile,
           problems,
@@ -201,16 +322,26 @@ export class FleetController implements Controller {
       }
       this.#current = next;
       this.#refused = null;
-      this.#p.observer?.reloaded("applied");
+      if (counted) this.#p.observer?.reloaded("applied");
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       this.#p.standings.retainPlan(next.plan);
-      await storeFleet(this.#p.desired, next);
+      await this.#store(next, source);
       return this.#publishAll();
-    });
+    }
+  }
+
+  // Stores the fleet being served, in this leader's term.
+  async #store(fleet: FleetPlan, source: string | undefined): Promise<void> {
+    const term = this.#mustLead("store the fleet");
+    await storeFleet(this.#p.desired, fleet, { term, ...(source !== undefined ? { source } : {}) });
+    const head = await loadStoredFleetHead(this.#p.desired);
+    this.#storedSha = head?.sha256;
+    this.#fleetTerm = term;
   }
 
   rotate(consumer: string, iface: string): Promise<void> {
     return this.#exclusive(async () => {
+      this.#mustLead("rotate passwords");
       if (!planEntries(this.#current.plan).some((e) => e.consumer === consumer && e.interface === iface)) {
         throw new UnknownConsumerError(consumer, iface);
       }
@@ -221,11 +352,13 @@ export class FleetController implements Controller {
   }
 
   async joinToken(node: string): Promise<string> {
+    this.#mustLead("give join tokens");
     this.#knownNode(node);
     return this.#exclusive(() => this.#p.joinSecrets.tokenFor(node));
   }
 
   async renewJoinToken(node: string): Promise<string> {
+    this.#mustLead("make join tokens");
     this.#knownNode(node);
     return this.#exclusive(() => this.#p.joinSecrets.renew(node));
   }
@@ -240,11 +373,19 @@ export class FleetController implements Controller {
       enrolled: new Set(this.#p.enrolled.keys()),
       reports: this.#reports,
       failing: this.#p.standings.failing(),
+      leader: this.leader(),
     });
   }
 
   // The dashboard's way in: the same relay and ledger read as the operator's requests on the bus.
   tool(call: ToolCall): Promise<ToolReply> {
+    if (!this.leading()) {
+      return Promise.resolve({
+        ok: false,
+        error: this.#notLeader("relay tools").message,
+        code: "not-leader",
+      });
+    }
     return relayToolCall(this.#p.nc, call, this.#relaySources);
   }
 
@@ -255,8 +396,10 @@ export class FleetController implements Controller {
   stop(): Promise<void> {
     this.#stopped ??= (async () => {
       this.#watcher?.close();
+      await this.#driver.stop();
       await this.#queue;
       await this.#answers.stop();
+      await this.#leaderAnswers?.stop();
       await this.#tools?.stop();
       await this.#p.close();
     })();
@@ -270,6 +413,86 @@ export class FleetController implements Controller {
     return next;
   }
 
+  // The term this controller leads in; it throws when it does not lead now (checked before each
+  // write, so a leader whose lease ran out stops at once, even halfway through a change).
+  #mustLead(what: string): number {
+    const term = this.#p.lease.term();
+    if (term === undefined) throw this.#notLeader(what);
+    return term;
+  }
+
+  #notLeader(what: string): NotLeaderError {
+    const seen = this.#p.lease.seen();
+    const other = seen !== undefined && seen.holder !== this.#p.lease.self;
+    return new NotLeaderError(what, other ? seen.holder : null, other ? seen.term : null);
+  }
+
+  // This controller leads now: it serves the stored fleet (or, at its own start, its fleet file
+  // when that differs), publishes it in its term, and answers what only the leader answers.
+  async #lead(): Promise<void> {
+    const term = this.#p.lease.term();
+    this.#log.info(`controller ${this.#p.lease.self} leads the mesh in term ${term}`);
+    try {
+      await this.#exclusive(async () => {
+        const stored = await loadStoredFleet(this.#p.desired);
+        const head = await loadStoredFleetHead(this.#p.desired);
+        if (stored !== undefined && stored.fleetFile === this.fleetFile && head !== undefined) {
+          this.#current = stored;
+          this.#storedSha = head.sha256;
+          this.#fleetTerm = head.term;
+        }
+        if (this.#applyFileFirst || stored === undefined) {
+          this.#applyFileFirst = false;
+          // When the file is refused now, the fleet read at start (its last good one) is served.
+          await this.#applyFile(false).catch(async (err: unknown) => {
+            if (!(err instanceof FleetRefusedError)) throw err;
+            if (stored === undefined) await this.#store(this.#current, undefined);
+            await this.#publishAll();
+          });
+        } else {
+          await this.#publishAll();
+        }
+      });
+    } catch (err) {
+      if (!this.#answeredOnce) this.#failedFirst = err;
+      else
+        this.#log.error(
+          `controller ${this.#p.lease.self} could not publish the fleet: ${(err as Error).message}`,
+        );
+      return;
+    }
+    this.#answerAsLeader();
+  }
+
+  // This controller no longer leads: it stops answering what only the leader answers.
+  async #standBy(): Promise<void> {
+    const seen = this.#p.lease.seen();
+    this.#log.warn(
+      `controller ${this.#p.lease.self} stands by` +
+        (seen !== undefined && seen.holder !== this.#p.lease.self
+          ? `: controller ${seen.holder} leads in term ${seen.term}`
+          : ": its lease was not renewed in time"),
+    );
+    const answers = this.#leaderAnswers;
+    const tools = this.#tools;
+    this.#leaderAnswers = undefined;
+    this.#tools = undefined;
+    await answers?.stop();
+    await tools?.stop();
+  }
+
+  // A standby follows the fleet stored by the leader, so its status and `mesh plan` show it.
+  async #follow(): Promise<void> {
+    const head = await loadStoredFleetHead(this.#p.desired);
+    if (head === undefined || head.sha256 === this.#storedSha) return;
+    const stored = await loadStoredFleet(this.#p.desired);
+    if (stored === undefined || stored.fleetFile !== this.fleetFile) return;
+    this.#current = stored;
+    this.#storedSha = head.sha256;
+    this.#fleetTerm = head.term;
+    this.#p.standings.retainPlan(stored.plan);
+  }
+
   #knownNode(node: string): void {
     if (!this.#current.nodes.includes(node) && !this.#p.enrolled.has(node)) throw new UnknownNodeError(node);
   }
@@ -280,11 +503,13 @@ export class FleetController implements Controller {
 
   // Publishes `node`'s delivery from the fleet being served, saying so when it changed.
   async #publishNode(node: string): Promise<Published> {
+    const term = this.#mustLead("publish deliveries");
     const result = await this.#p.deliveries.publish(
       node,
       this.#current,
       this.#p.enrolled.get(node),
       this.#p.credentials.forNode(node, this.#current),
+      term,
     );
     if (result.changed)
       this.#log.info(`published generation ${result.generation} of node ${node}'s delivery`);
@@ -293,6 +518,7 @@ export class FleetController implements Controller {
 
   async #publishAll(): Promise<ReloadOutcome> {
     const { passwords, enrolled, credentials, credentialSync } = this.#p;
+    this.#mustLead("mint passwords");
     const before = passwords.minted;
     await passwords.ensureAll(planEntries(this.#current.plan));
     const minted = passwords.minted - before;
@@ -315,7 +541,7 @@ export class FleetController implements Controller {
 
   // A node reported module keys not issued for: issue them and publish its delivery.
   #syncNode(node: string): void {
-    if (this.#syncing.has(node)) return;
+    if (this.#syncing.has(node) || !this.leading()) return;
     this.#syncing.add(node);
     this.#exclusive(async () => {
       this.#syncing.delete(node);
@@ -329,6 +555,7 @@ export class FleetController implements Controller {
 
   #enroll(record: EnrolledNode): Promise<void> {
     return this.#exclusive(async () => {
+      this.#mustLead("enroll nodes");
       await this.#p.nodesState.put(record.node, record);
       this.#p.enrolled.set(record.node, record);
       this.#log.info(`node ${record.node} enrolled (NATS key ${record.natsPublicKey})`);
@@ -336,18 +563,32 @@ export class FleetController implements Controller {
     });
   }
 
-  // What the controller answers on the bus.
-  #answer(): void {
+  // What only the leader answers (every write), from when it leads until it stands by.
+  #answerAsLeader(): void {
+    if (this.#leaderAnswers !== undefined || this.#stopped !== undefined) return;
     const { nc, joinSecrets, authority } = this.#p;
-    const answers = this.#answers;
+    const answers = (this.#leaderAnswers = new BusAnswers(nc, this.#log));
     answers.answer(enrollSubject(), true, async (data) => {
       const reply = await answerEnrollment({ joinSecrets, authority, enroll: (r) => this.#enroll(r) }, data);
       if (!reply.ok) this.#log.warn(`an enrollment was refused: ${reply.error}`);
       return reply;
     });
-    answers.answer(STATUS_SUBJECT, true, () => Promise.resolve(this.status()));
     // Apart from the answers, which go one at a time: a slow delete must not hold up the next tool.
     this.#tools = serveToolRelay({ nc, logger: this.#log, queue: CONTROLLER_QUEUE, ...this.#relaySources });
+    answers.answer(JOIN_TOKEN_SUBJECT, true, (data) =>
+      answerJoinTokenRequest(data, (node, renew) =>
+        renew ? this.renewJoinToken(node) : this.joinToken(node),
+      ),
+    );
+    answers.answer(ROTATE_SUBJECT, true, (data) => answerRotateRequest(data, (c, i) => this.rotate(c, i)));
+  }
+
+  // What every controller answers on the bus, leading or standing by.
+  #answer(): void {
+    this.#answeredOnce = true;
+    const { nc } = this.#p;
+    const answers = this.#answers;
+    answers.answer(STATUS_SUBJECT, true, () => Promise.resolve(this.status()));
     answers.answer(LEDGER_READ_SUBJECT, true, (data) =>
       answerLedgerRead(nc, data, (m) => this.#isFleetModule(m)),
     );
@@ -357,12 +598,6 @@ export class FleetController implements Controller {
       fleet: this.#current,
       keptPasswords: await this.#p.passwords.keys(),
     }));
-    answers.answer(JOIN_TOKEN_SUBJECT, true, (data) =>
-      answerJoinTokenRequest(data, (node, renew) =>
-        renew ? this.renewJoinToken(node) : this.joinToken(node),
-      ),
-    );
-    answers.answer(ROTATE_SUBJECT, true, (data) => answerRotateRequest(data, (c, i) => this.rotate(c, i)));
     answers.answer(allReportsSubject(), false, (data, subject) => {
       const node = reportingNode(subject);
       const report = node !== undefined ? parseReport(node, data, new Date()) : undefined;
@@ -383,6 +618,13 @@ export class FleetController implements Controller {
     this.#watcher = watchFleetFile(
       this.fleetFile,
       () => {
+        if (!this.leading()) {
+          this.#log.warn(
+            `the fleet file ${this.fleetFile} changed, but this controller stands by: the leader's fleet is ` +
+              `served; edit the fleet on the leader's machine (mesh status names it)`,
+          );
+          return;
+        }
         this.reload().then(
           (outcome) =>
             this.#log.info(

@@ -1,7 +1,9 @@
 // Starting the controller: its keys, its bus connection (with a credential it issues itself), and
 // the buckets and stores it works with, composed into the `FleetController` that serves the fleet.
 import { mkdir } from "node:fs/promises";
+import { hostname } from "node:os";
 import { resolve } from "node:path";
+import { performance } from "node:perf_hooks";
 import {
   closeBus,
   connectBus,
@@ -19,16 +21,19 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { saveAuthority } from "./authority-file.ts";
 import { loadOrCreateControllerKeys, type ControllerKeys } from "./controller-keys.ts";
 import { observeDeliveries, type ControllerObserver } from "./controller-metrics.ts";
+import { ControllerLease, DEFAULT_LEASE_TIMINGS, type LeaseTimings } from "./controller-lease.ts";
 import { CredentialSync } from "./credential-sync.ts";
 import { parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
-import { FleetController, type Controller } from "./fleet-controller.ts";
+import { FleetController, NotLeaderError, type Controller } from "./fleet-controller.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { linesOf, problemsOf } from "./fleet-problems.ts";
 import { JoinSecrets } from "./join-secrets.ts";
+import { CONTROLLER_LEASE_BUCKET } from "./lease-driver.ts";
 import { accountUpdates, ModuleCredentials } from "./module-credentials.ts";
 import { NodeDeliveries } from "./node-deliveries.ts";
 import { controllerPermissions } from "./node-permissions.ts";
 import { PasswordStore } from "./password-store.ts";
+import { syncRevocations } from "./revocation-list.ts";
 import { StandingsBook } from "./standings-book.ts";
 import { loadStoredFleet } from "./stored-fleet.ts";
 
@@ -55,6 +60,18 @@ export interface ControllerOptions {
    * Default: 3 on a cluster of 3 or more servers, else 1.
    */
   readonly replicas?: number;
+  /**
+   * Start as a standby (`mesh controller --standby-of`): wait until the lease has gone unrenewed
+   * for `takeOverAfterMs`, then lead and serve the fleet stored on the bus. Otherwise (the
+   * default) it leads at once when no other controller holds a live lease.
+   */
+  readonly standby?: boolean;
+  /** This controller's id in the lease and in `mesh status`; default `<hostname>:<stateDir>`. Keep it across restarts. */
+  readonly controllerId?: string;
+  /** Shorter lease timings, for tests (default: renewed every 2 s, taken over after 10 s, given up after 6 s). */
+  readonly leaseTimings?: Partial<LeaseTimings>;
+  /** The monotonic clock (ms) the lease is measured on; `performance.now` by default (tests). */
+  readonly clock?: () => number;
 }
 
 /**
@@ -114,15 +131,35 @@ async function run(
     log,
   );
   const enrolled = await readEnrolled(nodesState, log);
+  const leaseTimings = { ...DEFAULT_LEASE_TIMINGS, ...options.leaseTimings };
+  const now = options.clock ?? (() => performance.now());
+  const lease = new ControllerLease(
+    options.controllerId ?? `${hostname()}:${resolve(options.stateDir)}`,
+    leaseTimings,
+    now,
+    options.standby === true,
+  );
+  const leaseBucket = await openState<unknown>(nc, CONTROLLER_LEASE_BUCKET);
+  const mustLead = (what: string): void => {
+    if (!lease.leading()) {
+      const seen = lease.seen();
+      const other = seen !== undefined && seen.holder !== lease.self;
+      throw new NotLeaderError(what, other ? seen.holder : null, other ? seen.term : null);
+    }
+  };
   const revocations = accountUpdates(options.authority, options.servers, log);
   const credentials = await ModuleCredentials.open({
     nc,
     authority: options.authority,
     logger: log,
     isReserved: (key) => key === controllerKey || [...enrolled.values()].some((n) => n.natsPublicKey === key),
-    // Saved first, so a revocation outlives a restart; pushed, so it applies now.
+    // Stored on the bus with every revocation stored before (so no leader pushes an older list),
+    // saved, so a revocation outlives a restart; pushed, so it applies now. Only by the leader.
     applyRevocations: async () => {
+      mustLead("revoke keys");
+      await syncRevocations(desired, options.authority);
       await saveAuthority(options.stateDir, options.authority);
+      mustLead("push account updates");
       await revocations.push();
     },
   });
@@ -144,6 +181,11 @@ async function run(
     logger: log,
     ...(options.observer !== undefined ? { observer: options.observer } : {}),
     watch: options.watch !== false,
+    lease,
+    leaseBucket,
+    leaseTimings,
+    now,
+    standby: options.standby === true,
     close: async () => {
       await revocations.close();
       await closeBus(nc);
