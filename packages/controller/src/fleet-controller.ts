@@ -13,8 +13,6 @@ import {
   type BusLogger,
   type BusState,
 } from "@mesh/bus";
-import { createHash } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { planEntries } from "@mesh/manifest";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { BusAnswers, CONTROLLER_QUEUE } from "./bus-answers.ts";
@@ -292,50 +290,40 @@ export class FleetController implements Controller {
     });
   }
 
-  // Reads the fleet file and, when its text differs from the stored fleet's, serves and stores it;
-  // then publishes what changed.
+  // Reads the fleet file (and the manifests it names) and, when the fleet it makes differs from
+  // the one stored, serves and stores it; then publishes what changed.
   async #applyFile(counted = true): Promise<ReloadOutcome> {
-    {
-      const source = await readFile(this.fleetFile).then(
-        (text) => createHash("sha256").update(text).digest("hex"),
-        () => undefined,
+    let next: FleetPlan;
+    try {
+      next = await loadFleetPlan(this.fleetFile);
+    } catch (err) {
+      const problems = problemsOf(err);
+      this.#refused = linesOf(err, problems);
+      if (counted) this.#p.observer?.reloaded("refused");
+      throw new FleetRefusedError(
+        this.fleetFile,
+        problems,
+        `the mesh keeps serving the last good fleet (read at ${this.#current.readAt})`,
+        { cause: err },
       );
-      const head = await loadStoredFleetHead(this.#p.desired);
-      if (source !== undefined && head?.source === source && this.#storedSha === head.sha256) {
-        this.#refused = null;
-        if (counted) this.#p.observer?.reloaded("applied");
-        return this.#publishAll();
-      }
-      let next: FleetPlan;
-      try {
-        next = await loadFleetPlan(this.fleetFile);
-      } catch (err) {
-        const problems = problemsOf(err);
-        this.#refused = linesOf(err, problems);
-        if (counted) this.#p.observer?.reloaded("refused");
-        throw new FleetRefusedError(
-          this.fleetFile,
-          problems,
-          `the mesh keeps serving the last good fleet (read at ${this.#current.readAt})`,
-          { cause: err },
-        );
-      }
+    }
+    this.#refused = null;
+    if (counted) this.#p.observer?.reloaded("applied");
+    // The same fleet as the one stored is not stored again: the stored one (and its term) stands.
+    if (this.#storedSha === undefined || fleetText(next) !== fleetText(this.#current)) {
       this.#current = next;
-      this.#refused = null;
-      if (counted) this.#p.observer?.reloaded("applied");
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       this.#p.standings.retainPlan(next.plan);
-      await this.#store(next, source);
-      return this.#publishAll();
+      await this.#store(next);
     }
+    return this.#publishAll();
   }
 
   // Stores the fleet being served, in this leader's term.
-  async #store(fleet: FleetPlan, source: string | undefined): Promise<void> {
+  async #store(fleet: FleetPlan): Promise<void> {
     const term = this.#mustLead("store the fleet");
-    await storeFleet(this.#p.desired, fleet, { term, ...(source !== undefined ? { source } : {}) });
-    const head = await loadStoredFleetHead(this.#p.desired);
-    this.#storedSha = head?.sha256;
+    await storeFleet(this.#p.desired, fleet, { term });
+    this.#storedSha = (await loadStoredFleetHead(this.#p.desired))?.sha256;
     this.#fleetTerm = term;
   }
 
@@ -446,7 +434,7 @@ export class FleetController implements Controller {
           // When the file is refused now, the fleet read at start (its last good one) is served.
           await this.#applyFile(false).catch(async (err: unknown) => {
             if (!(err instanceof FleetRefusedError)) throw err;
-            if (stored === undefined) await this.#store(this.#current, undefined);
+            if (stored === undefined) await this.#store(this.#current);
             await this.#publishAll();
           });
         } else {
@@ -637,4 +625,9 @@ export class FleetController implements Controller {
       this.#log,
     );
   }
+}
+
+// A fleet as JSON, without when it was read: two readings of the same files give the same text.
+function fleetText(fleet: FleetPlan): string {
+  return JSON.stringify({ ...fleet, readAt: undefined });
 }

@@ -36,8 +36,6 @@ interface StoredHead {
   readonly sha256: string;
   /** The term of the controller lease in which it was stored. */
   readonly term?: number;
-  /** The sha256 of the fleet file's text it was read from. */
-  readonly source?: string;
 }
 
 /** Who stored the fleet, and from what: the head of the stored fleet without its parts. */
@@ -46,8 +44,6 @@ export interface StoredFleetHead {
   readonly sha256: string;
   /** The lease term of the controller that stored it (0: stored before terms). */
   readonly term: number;
-  /** The sha256 of the fleet file's text it was read from, when known. */
-  readonly source: string | undefined;
 }
 
 /**
@@ -61,7 +57,6 @@ export async function loadStoredFleetHead(state: FleetStateBucket): Promise<Stor
     return {
       sha256: head.sha256,
       term: typeof head.term === "number" ? head.term : 0,
-      source: typeof head.source === "string" ? head.source : undefined,
     };
   } catch {
     return undefined;
@@ -82,13 +77,13 @@ export interface FleetStateBucket {
 /**
  * Keeps `fleet` in the desired-state bucket in parts of at most `STORED_FLEET_PART_BYTES`, the
  * head last, so a reader finds either the fleet stored before or this one whole; then removes the
- * parts of earlier writings. `from` says in which lease term and from which fleet file text.
+ * parts of earlier writings. `from` says in which lease term.
  * @throws the bus's error when a part or the head cannot be stored (the fleet stored before stays).
  */
 export async function storeFleet(
   state: FleetStateBucket,
   fleet: FleetPlan,
-  from: { readonly term?: number; readonly source?: string } = {},
+  from: { readonly term?: number } = {},
 ): Promise<void> {
   const text = JSON.stringify(fleet);
   const generation = `${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
@@ -104,7 +99,6 @@ export async function storeFleet(
     parts: parts.length,
     sha256: createHash("sha256").update(text).digest("hex"),
     ...(from.term !== undefined ? { term: from.term } : {}),
-    ...(from.source !== undefined ? { source: from.source } : {}),
   };
   await state.put(STORED_FLEET_KEY, head);
   const stale = (await state.keys()).filter(
