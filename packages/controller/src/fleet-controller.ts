@@ -152,6 +152,15 @@ export interface LeaderStatus {
   readonly fleetTerm: number | null;
 }
 
+/** What the leader writes through, each keeping some of what it read from the bus in memory. */
+export interface LeaderStores {
+  readonly passwords: PasswordStore;
+  readonly deliveries: NodeDeliveries;
+  readonly joinSecrets: JoinSecrets;
+  readonly credentials: ModuleCredentials;
+  readonly credentialSync: CredentialSync;
+}
+
 /** What a `FleetController` works with, opened by `startController`. */
 export interface FleetControllerParts {
   readonly nc: NatsConnection;
@@ -164,11 +173,14 @@ export interface FleetControllerParts {
   readonly nodesState: BusState<EnrolledNode>;
   /** The enrolled nodes, by name, as read from the nodes bucket (shared with the module credentials' reserved keys). */
   readonly enrolled: Map<string, EnrolledNode>;
-  readonly passwords: PasswordStore;
-  readonly deliveries: NodeDeliveries;
-  readonly joinSecrets: JoinSecrets;
-  readonly credentials: ModuleCredentials;
-  readonly credentialSync: CredentialSync;
+  /** The stores only a leader writes, as opened at start. */
+  readonly stores: LeaderStores;
+  /**
+   * Opens the leader's stores again from the bus, and reads the enrolled nodes again into
+   * `enrolled`: a controller that takes over must not act on what it remembers from before it
+   * stood by (another leader minted, rotated, enrolled and issued meanwhile).
+   */
+  readonly openStores: () => Promise<LeaderStores>;
   readonly standings: StandingsBook;
   readonly logger: BusLogger;
   readonly observer?: ControllerObserver;
@@ -207,6 +219,9 @@ export class FleetController implements Controller {
   #stopped: Promise<void> | undefined;
   readonly #relaySources: ToolRelaySources;
   readonly #driver: LeaseDriver;
+  #s: LeaderStores;
+  // Whether the stores may hold what another leader changed since (this one stood by).
+  #stale = false;
   // What only the leader answers, while it leads.
   #leaderAnswers: BusAnswers | undefined;
   // Whether the fleet file is applied when this controller first leads (see `standby`).
@@ -218,6 +233,7 @@ export class FleetController implements Controller {
 
   constructor(parts: FleetControllerParts) {
     this.#p = parts;
+    this.#s = parts.stores;
     this.#log = parts.logger;
     this.fleetFile = parts.fleetFile;
     this.#current = parts.first.fleet;
@@ -248,7 +264,10 @@ export class FleetController implements Controller {
       await this.#driver.stop();
       throw this.#failedFirst;
     }
-    if (!this.#p.lease.leading()) await this.#follow();
+    if (!this.#p.lease.leading()) {
+      this.#stale = true;
+      await this.#follow();
+    }
     this.#answer();
     this.#driver.start();
     if (this.#p.watch) this.#watch();
@@ -333,7 +352,7 @@ export class FleetController implements Controller {
       if (!planEntries(this.#current.plan).some((e) => e.consumer === consumer && e.interface === iface)) {
         throw new UnknownConsumerError(consumer, iface);
       }
-      await this.#p.passwords.rotate(consumer, iface);
+      await this.#s.passwords.rotate(consumer, iface);
       this.#p.observer?.rotated();
       await this.#publishAll();
     });
@@ -342,13 +361,13 @@ export class FleetController implements Controller {
   async joinToken(node: string): Promise<string> {
     this.#mustLead("give join tokens");
     this.#knownNode(node);
-    return this.#exclusive(() => this.#p.joinSecrets.tokenFor(node));
+    return this.#exclusive(() => this.#s.joinSecrets.tokenFor(node));
   }
 
   async renewJoinToken(node: string): Promise<string> {
     this.#mustLead("make join tokens");
     this.#knownNode(node);
-    return this.#exclusive(() => this.#p.joinSecrets.renew(node));
+    return this.#exclusive(() => this.#s.joinSecrets.renew(node));
   }
 
   status(): ControllerStatus {
@@ -422,6 +441,10 @@ export class FleetController implements Controller {
     this.#log.info(`controller ${this.#p.lease.self} leads the mesh in term ${term}`);
     try {
       await this.#exclusive(async () => {
+        if (this.#stale) {
+          this.#s = await this.#p.openStores();
+          this.#stale = false;
+        }
         const stored = await loadStoredFleet(this.#p.desired);
         const head = await loadStoredFleetHead(this.#p.desired);
         if (stored !== undefined && stored.fleetFile === this.fleetFile && head !== undefined) {
@@ -461,6 +484,7 @@ export class FleetController implements Controller {
           ? `: controller ${seen.holder} leads in term ${seen.term}`
           : ": its lease was not renewed in time"),
     );
+    this.#stale = true;
     const answers = this.#leaderAnswers;
     const tools = this.#tools;
     this.#leaderAnswers = undefined;
@@ -492,11 +516,11 @@ export class FleetController implements Controller {
   // Publishes `node`'s delivery from the fleet being served, saying so when it changed.
   async #publishNode(node: string): Promise<Published> {
     const term = this.#mustLead("publish deliveries");
-    const result = await this.#p.deliveries.publish(
+    const result = await this.#s.deliveries.publish(
       node,
       this.#current,
       this.#p.enrolled.get(node),
-      this.#p.credentials.forNode(node, this.#current),
+      this.#s.credentials.forNode(node, this.#current),
       term,
     );
     if (result.changed)
@@ -505,7 +529,8 @@ export class FleetController implements Controller {
   }
 
   async #publishAll(): Promise<ReloadOutcome> {
-    const { passwords, enrolled, credentials, credentialSync } = this.#p;
+    const { passwords, credentials, credentialSync } = this.#s;
+    const { enrolled } = this.#p;
     this.#mustLead("mint passwords");
     const before = passwords.minted;
     await passwords.ensureAll(planEntries(this.#current.plan));
@@ -533,9 +558,9 @@ export class FleetController implements Controller {
     this.#syncing.add(node);
     this.#exclusive(async () => {
       this.#syncing.delete(node);
-      await this.#p.credentialSync.sync(node, this.#current, this.#p.enrolled.has(node));
+      await this.#s.credentialSync.sync(node, this.#current, this.#p.enrolled.has(node));
       await this.#publishNode(node);
-      await this.#p.credentialSync.revokeRetired();
+      await this.#s.credentialSync.revokeRetired();
     }).catch((err: unknown) =>
       this.#log.error(`node ${node}'s delivery could not be published: ${(err as Error).message}`),
     );
@@ -554,7 +579,8 @@ export class FleetController implements Controller {
   // What only the leader answers (every write), from when it leads until it stands by.
   #answerAsLeader(): void {
     if (this.#leaderAnswers !== undefined || this.#stopped !== undefined) return;
-    const { nc, joinSecrets, authority } = this.#p;
+    const { nc, authority } = this.#p;
+    const { joinSecrets } = this.#s;
     const answers = (this.#leaderAnswers = new BusAnswers(nc, this.#log));
     answers.answer(enrollSubject(), true, async (data) => {
       const reply = await answerEnrollment({ joinSecrets, authority, enroll: (r) => this.#enroll(r) }, data);
@@ -584,14 +610,14 @@ export class FleetController implements Controller {
     answers.answer(SERVED_FLEET_SUBJECT, true, async () => ({
       ok: true,
       fleet: this.#current,
-      keptPasswords: await this.#p.passwords.keys(),
+      keptPasswords: await this.#s.passwords.keys(),
     }));
     answers.answer(allReportsSubject(), false, (data, subject) => {
       const node = reportingNode(subject);
       const report = node !== undefined ? parseReport(node, data, new Date()) : undefined;
       if (node !== undefined && report !== undefined) {
         this.#reports.set(node, report);
-        if (this.#p.credentials.report(node, report.moduleKeys, this.#current)) this.#syncNode(node);
+        if (this.#s.credentials.report(node, report.moduleKeys, this.#current)) this.#syncNode(node);
       }
       return Promise.resolve(undefined);
     });

@@ -24,7 +24,7 @@ import { observeDeliveries, type ControllerObserver } from "./controller-metrics
 import { ControllerLease, DEFAULT_LEASE_TIMINGS, type LeaseTimings } from "./controller-lease.ts";
 import { CredentialSync } from "./credential-sync.ts";
 import { parseEnrolledNode, type EnrolledNode } from "./enrollment.ts";
-import { FleetController, NotLeaderError, type Controller } from "./fleet-controller.ts";
+import { FleetController, NotLeaderError, type Controller, type LeaderStores } from "./fleet-controller.ts";
 import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
 import { linesOf, problemsOf } from "./fleet-problems.ts";
 import { JoinSecrets } from "./join-secrets.ts";
@@ -121,15 +121,6 @@ async function run(
   await raiseReplicas(nc, log);
   const desired = await openState<unknown>(nc, DESIRED_STATE_BUCKET);
   const nodesState: BusState<EnrolledNode> = await openState(nc, NODES_BUCKET, { parse: parseEnrolledNode });
-  const passwords = await PasswordStore.open(nc, sealKeys, log);
-  const deliveries = observeDeliveries(new NodeDeliveries(nc, desired, passwords), options.observer);
-  const joinSecrets = new JoinSecrets(
-    desired,
-    sealKeys,
-    options.authority,
-    options.joinServers ?? options.servers,
-    log,
-  );
   const enrolled = await readEnrolled(nodesState, log);
   const leaseTimings = { ...DEFAULT_LEASE_TIMINGS, ...options.leaseTimings };
   const now = options.clock ?? (() => performance.now());
@@ -148,21 +139,40 @@ async function run(
     }
   };
   const revocations = accountUpdates(options.authority, options.servers, log);
-  const credentials = await ModuleCredentials.open({
-    nc,
-    authority: options.authority,
-    logger: log,
-    isReserved: (key) => key === controllerKey || [...enrolled.values()].some((n) => n.natsPublicKey === key),
-    // Stored on the bus with every revocation stored before (so no leader pushes an older list),
-    // saved, so a revocation outlives a restart; pushed, so it applies now. Only by the leader.
-    applyRevocations: async () => {
-      mustLead("revoke keys");
-      await syncRevocations(desired, options.authority);
-      await saveAuthority(options.stateDir, options.authority);
-      mustLead("push account updates");
-      await revocations.push();
-    },
-  });
+  // What the leader writes through, opened from the bus: at start, and again at each take-over.
+  const openStores = async (): Promise<LeaderStores> => {
+    const passwords = await PasswordStore.open(nc, sealKeys, log);
+    const credentials = await ModuleCredentials.open({
+      nc,
+      authority: options.authority,
+      logger: log,
+      isReserved: (key) =>
+        key === controllerKey || [...enrolled.values()].some((n) => n.natsPublicKey === key),
+      // Stored on the bus with every revocation stored before (so no leader pushes an older list),
+      // saved, so a revocation outlives a restart; pushed, so it applies now. Only by the leader.
+      applyRevocations: async () => {
+        mustLead("revoke keys");
+        await syncRevocations(desired, options.authority);
+        await saveAuthority(options.stateDir, options.authority);
+        mustLead("push account updates");
+        await revocations.push();
+      },
+    });
+    return {
+      passwords,
+      deliveries: observeDeliveries(new NodeDeliveries(nc, desired, passwords), options.observer),
+      joinSecrets: new JoinSecrets(
+        desired,
+        sealKeys,
+        options.authority,
+        options.joinServers ?? options.servers,
+        log,
+      ),
+      credentials,
+      credentialSync: new CredentialSync(credentials, log),
+    };
+  };
+  const stores = await openStores();
   const first = await readFirstFleet(fleetFile, desired, log);
   const controller = new FleetController({
     nc,
@@ -172,11 +182,13 @@ async function run(
     desired,
     nodesState,
     enrolled,
-    passwords,
-    deliveries,
-    joinSecrets,
-    credentials,
-    credentialSync: new CredentialSync(credentials, log),
+    stores,
+    openStores: async () => {
+      const again = await readEnrolled(nodesState, log);
+      enrolled.clear();
+      for (const [node, record] of again) enrolled.set(node, record);
+      return openStores();
+    },
     standings: new StandingsBook({ logger: log }),
     logger: log,
     ...(options.observer !== undefined ? { observer: options.observer } : {}),

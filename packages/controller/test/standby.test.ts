@@ -103,6 +103,10 @@ void describe("a standby controller beside the leader, on one bus", () => {
       false,
     );
     assert.equal((await a.delivery())?.term, 1, "deliveries carry the leader's term");
+    // A change the standby did not make: it must serve it, not what it read at its start.
+    const before = await a.passwords();
+    await leader.rotate("app1", "postgres-database");
+    assert.notEqual((await a.passwords())["app1/postgres-database"], before["app1/postgres-database"]);
   });
 
   void it("takes over from a paused leader within the bound and serves the stored fleet in the next term", async () => {
