@@ -41,6 +41,7 @@ import {
   STATUS_SUBJECT,
 } from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
+import { PendingWrites, WriteWaitsError } from "./pending-writes.ts";
 import { BusCannotStoreError, PasswordStore } from "./password-store.ts";
 import { StandingsBook, STANDINGS_SUBJECT } from "./standings-book.ts";
 import { loadStoredFleet, storeFleet } from "./stored-fleet.ts";
@@ -256,6 +257,8 @@ async function run(
     queue = next.catch(() => undefined);
     return next;
   };
+  // Nothing accepted is dropped: what the bus cannot store now is tried again until it is.
+  const pending = new PendingWrites({ logger: log, run: exclusive });
 
   // Publishes `node`'s delivery from the fleet being served, saying so when it changed.
   const publishNode = async (node: string): Promise<Published> => {
@@ -321,8 +324,10 @@ async function run(
     syncing.add(node);
     exclusive(async () => {
       syncing.delete(node);
-      await syncCredentials(node);
-      await publishNode(node);
+      await pending.attempt(`delivery ${node}`, `node ${node}'s delivery`, async () => {
+        await syncCredentials(node);
+        await publishNode(node);
+      });
       await revokeRetired();
     }).catch((err: unknown) =>
       log.error(`node ${node}'s delivery could not be published: ${(err as Error).message}`),
@@ -350,8 +355,10 @@ async function run(
       options.observer?.reloaded("applied");
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       standings.retainPlan(next.plan);
-      await storeFleet(desired, next);
-      return publishAll();
+      return pending.attempt("fleet", `the fleet read at ${next.readAt}`, async () => {
+        await storeFleet(desired, current);
+        return publishAll();
+      });
     });
 
   const hasConsumer = (consumer: string, iface: string): boolean =>
@@ -362,7 +369,12 @@ async function run(
       if (!hasConsumer(consumer, iface)) throw new UnknownConsumerError(consumer, iface);
       await passwords.rotate(consumer, iface);
       options.observer?.rotated();
-      await publishAll();
+      await pending
+        .attempt("deliveries", "the deliveries of a rotation", publishAll)
+        .catch((err: unknown) => {
+          if (!(err instanceof WriteWaitsError)) throw err;
+          log.warn(err.message);
+        });
     });
 
   const knownNode = (node: string): void => {
@@ -381,6 +393,7 @@ async function run(
       enrolled: new Set(enrolled.keys()),
       reports,
       failing: standings.failing(),
+      waiting: pending.waiting(),
     });
 
   // The first reading is published before anything is answered, so an enrolling node finds a
@@ -524,6 +537,7 @@ async function run(
     stop() {
       stopped ??= (async () => {
         watcher?.close();
+        pending.close();
         await queue;
         for (const sub of subscriptions) sub.unsubscribe();
         await Promise.all(loops);
