@@ -9,6 +9,7 @@ import type {
 } from "./node-reports.ts";
 import type { FailingStanding } from "./standings-book.ts";
 import type { LeaderStatus } from "./fleet-controller.ts";
+import type { WaitingWrite } from "./pending-writes.ts";
 
 /** One node as `mesh status` shows it. */
 export interface NodeStatus {
@@ -92,6 +93,8 @@ export interface ControllerStatus {
   };
   /** Which controller leads (the lease's holder and term), as the controller answering saw it. */
   readonly controller?: LeaderStatus;
+  /** What the controller accepted and the bus could not store yet: each is tried again until stored. */
+  readonly waiting?: readonly WaitingWrite[];
 }
 
 /** What the status is built from. */
@@ -107,6 +110,8 @@ export interface StatusSources {
   readonly failing?: readonly FailingStanding[];
   /** Which controller leads, when the controller keeps a lease. */
   readonly leader?: LeaderStatus;
+  /** What waits to be stored (`PendingWrites.waiting()`). */
+  readonly waiting?: readonly WaitingWrite[];
 }
 
 /** The status: every node of the fleet or enrolled, every consumer of the plan, and every failing one. */
@@ -219,6 +224,7 @@ export function controllerStatus(s: StatusSources): ControllerStatus {
     providers,
     fleet: { file: s.fleetFile, readAt: s.readAt, refused: s.refused },
     ...(s.leader !== undefined ? { controller: s.leader } : {}),
+    waiting: s.waiting ?? [],
   };
 }
 

@@ -35,6 +35,7 @@ import {
 } from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import type { PasswordStore } from "./password-store.ts";
+import { PendingWrites, WriteWaitsError } from "./pending-writes.ts";
 import { answerRotateRequest } from "./rotate-request.ts";
 import { STANDINGS_SUBJECT, type StandingsBook } from "./standings-book.ts";
 import type { ControllerLease, LeaseTimings } from "./controller-lease.ts";
@@ -220,6 +221,9 @@ export class FleetController implements Controller {
   readonly #relaySources: ToolRelaySources;
   readonly #driver: LeaseDriver;
   #s: LeaderStores;
+  // Nothing accepted is dropped: what the bus cannot store now is tried again until it is (while
+  // this controller leads: a standby drops what waited, the new leader publishes it all again).
+  #pending: PendingWrites;
   // Whether the stores may hold what another leader changed since (this one stood by).
   #stale = false;
   // What only the leader answers, while it leads.
@@ -234,6 +238,7 @@ export class FleetController implements Controller {
   constructor(parts: FleetControllerParts) {
     this.#p = parts;
     this.#s = parts.stores;
+    this.#pending = this.#newPending();
     this.#log = parts.logger;
     this.fleetFile = parts.fleetFile;
     this.#current = parts.first.fleet;
@@ -333,7 +338,11 @@ export class FleetController implements Controller {
       this.#current = next;
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       this.#p.standings.retainPlan(next.plan);
-      await this.#store(next);
+      const stored = next;
+      return this.#pending.attempt("fleet", `the fleet read at ${next.readAt}`, async () => {
+        await this.#store(stored);
+        return this.#publishAll();
+      });
     }
     return this.#publishAll();
   }
@@ -354,7 +363,12 @@ export class FleetController implements Controller {
       }
       await this.#s.passwords.rotate(consumer, iface);
       this.#p.observer?.rotated();
-      await this.#publishAll();
+      await this.#pending
+        .attempt("deliveries", "the deliveries of a rotation", () => this.#publishAll())
+        .catch((err: unknown) => {
+          if (!(err instanceof WriteWaitsError)) throw err;
+          this.#log.warn(err.message);
+        });
     });
   }
 
@@ -381,6 +395,7 @@ export class FleetController implements Controller {
       reports: this.#reports,
       failing: this.#p.standings.failing(),
       leader: this.leader(),
+      waiting: this.#pending.waiting(),
     });
   }
 
@@ -403,6 +418,7 @@ export class FleetController implements Controller {
   stop(): Promise<void> {
     this.#stopped ??= (async () => {
       this.#watcher?.close();
+      this.#pending.close();
       await this.#driver.stop();
       await this.#queue;
       await this.#answers.stop();
@@ -411,6 +427,10 @@ export class FleetController implements Controller {
       await this.#p.close();
     })();
     return this.#stopped;
+  }
+
+  #newPending(): PendingWrites {
+    return new PendingWrites({ logger: this.#p.logger, run: (fn) => this.#exclusive(fn) });
   }
 
   // One change at a time: a reload, a rotation and an enrollment each see the others whole.
@@ -485,6 +505,8 @@ export class FleetController implements Controller {
           : ": its lease was not renewed in time"),
     );
     this.#stale = true;
+    this.#pending.close();
+    this.#pending = this.#newPending();
     const answers = this.#leaderAnswers;
     const tools = this.#tools;
     this.#leaderAnswers = undefined;
@@ -558,8 +580,10 @@ export class FleetController implements Controller {
     this.#syncing.add(node);
     this.#exclusive(async () => {
       this.#syncing.delete(node);
-      await this.#s.credentialSync.sync(node, this.#current, this.#p.enrolled.has(node));
-      await this.#publishNode(node);
+      await this.#pending.attempt(`delivery ${node}`, `node ${node}'s delivery`, async () => {
+        await this.#s.credentialSync.sync(node, this.#current, this.#p.enrolled.has(node));
+        await this.#publishNode(node);
+      });
       await this.#s.credentialSync.revokeRetired();
     }).catch((err: unknown) =>
       this.#log.error(`node ${node}'s delivery could not be published: ${(err as Error).message}`),

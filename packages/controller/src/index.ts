@@ -36,6 +36,12 @@ export * from "./node-deliveries.ts";
 export * from "./node-permissions.ts";
 export * from "./node-reports.ts";
 export * from "./password-store.ts";
+export {
+  PendingWrites,
+  WriteWaitsError,
+  type PendingWritesOptions,
+  type WaitingWrite,
+} from "./pending-writes.ts";
 export * from "./plan-diff.ts";
 export * from "./revocation-list.ts";
 export * from "./rotate-request.ts";
