@@ -89,6 +89,13 @@ export interface Controller {
   renewJoinToken(node: string): Promise<string>;
   /** What `mesh status` shows. */
   status(): ControllerStatus;
+  /**
+   * Whether this controller leads now (holds the lease). A standby answers status, the ledger
+   * and the served fleet; its writes (rotate, join tokens, reload) throw NotLeaderError.
+   */
+  leading(): boolean;
+  /** Which controller leads, as this one last saw the lease. */
+  leader(): LeaderStatus;
   /** Relays a checked tool call (`parseToolCall`) to the module's node, as `mesh tool` is; never throws. */
   tool(call: ToolCall): Promise<ToolReply>;
   /** A module's newest ledger entries, as `mesh ledger` reads them; never throws. */
@@ -278,12 +285,10 @@ export class FleetController implements Controller {
     if (this.#p.watch) this.#watch();
   }
 
-  /** Whether this controller leads now. */
   leading(): boolean {
     return this.#p.lease.leading();
   }
 
-  /** Which controller leads, as this one last saw its lease. */
   leader(): LeaderStatus {
     const seen = this.#p.lease.seen();
     return {
