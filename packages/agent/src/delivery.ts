@@ -47,6 +47,10 @@ export function parseDelivery(value: unknown, node: string): Delivery {
   if (typeof generation !== "number" || !Number.isSafeInteger(generation) || generation < 0) {
     bad("generation", "is not a whole number");
   }
+  const term = value["term"];
+  if (term !== undefined && (typeof term !== "number" || !Number.isSafeInteger(term) || term < 0)) {
+    bad("term", "is not a whole number");
+  }
   const fleetFile = value["fleetFile"];
   if (typeof fleetFile !== "string") bad("fleetFile", "is not a path");
 

@@ -97,6 +97,8 @@ export class NodeAgent {
   #lastApplied: string | undefined;
   #lastRefused: string | undefined;
   #generation = 0;
+  // The newest controller term seen in a delivery: one of a lower term is a paused old leader's.
+  #term = 0;
   #files = { written: 0, unchanged: 0 };
   #connected = true;
   #stopped = false;
@@ -237,6 +239,16 @@ export class NodeAgent {
       this.#lastRefused = text;
       throw err;
     }
+    const term = delivery.term ?? 0;
+    if (term < this.#term) {
+      this.#lastRefused = text;
+      this.#o.logger.warn(
+        `node ${this.#o.node} ignored delivery ${delivery.generation}: it is of controller term ${term}, ` +
+          `older than term ${this.#term} (a controller that no longer leads wrote it)`,
+      );
+      return;
+    }
+    this.#term = term;
     const { node, stateDir, logger } = this.#o;
     const sealKeys = this.#o.identity.seal;
     // Who each module runs as comes first: every file written for it is handed to that user.

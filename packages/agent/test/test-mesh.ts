@@ -39,6 +39,8 @@ export interface DeliveryDraft {
   readonly secrets: Readonly<Record<string, string | { box: string }>>;
   /** The modules' credentials, as a controller that issues them sends (absent: one that does not). */
   readonly credentials?: Delivery["credentials"];
+  /** The publishing controller's lease term (absent: a controller of before terms). */
+  readonly term?: number;
 }
 
 export interface TestMesh {
@@ -141,6 +143,7 @@ export async function startTestMesh(): Promise<TestMesh> {
         plan: draft.plan,
         secrets: sealed,
         ...(draft.credentials === undefined ? {} : { credentials: draft.credentials }),
+        ...(draft.term === undefined ? {} : { term: draft.term }),
       };
       const state = await openState<Delivery>(nc, nodeDeliveriesBucket(node));
       await state.put("delivery", delivery);

@@ -236,6 +236,25 @@ export class BusAuthority {
     this.#accountJwt = await encodeMeshAccount(this.#account, this.#operator, this.#revocations);
   }
 
+  /**
+   * Takes in revocations made elsewhere (by another controller, kept on the bus): each key keeps
+   * the later of its two times, and the account JWT is made again when anything changed.
+   * @returns whether anything changed.
+   */
+  async adoptRevocations(revocations: Readonly<Record<string, number>>): Promise<boolean> {
+    let changed = false;
+    for (const [key, at] of Object.entries(revocations)) {
+      if (typeof at !== "number" || !Number.isSafeInteger(at)) continue;
+      assertUserKey(key);
+      if ((this.#revocations[key] ?? -1) < at) {
+        this.#revocations[key] = at;
+        changed = true;
+      }
+    }
+    if (changed) this.#accountJwt = await encodeMeshAccount(this.#account, this.#operator, this.#revocations);
+    return changed;
+  }
+
   /** The mesh account's public key (`A…`): every user issued here belongs to it. */
   get accountPublicKey(): string {
     return this.#account.getPublicKey();

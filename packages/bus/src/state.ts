@@ -51,6 +51,17 @@ export interface BusState<T> {
   put(key: string, value: T): Promise<number>;
   /** Deletes `key`; deleting a key that is not there is not an error. */
   delete(key: string): Promise<void>;
+  /**
+   * The value at `key` and its revision, or undefined when there is none.
+   * @throws StateValueError as `get` does.
+   */
+  entry(key: string): Promise<{ readonly revision: number; readonly value: T } | undefined>;
+  /**
+   * Stores `value` at `key` only if the key's revision is still `revision` (0: only if there is
+   * no value), and returns the new revision.
+   * @throws StaleRevisionError when the key changed meanwhile (nothing is stored).
+   */
+  update(key: string, value: T, revision: number): Promise<number>;
   /** Every key that holds a value now. */
   keys(): Promise<string[]>;
   /**
@@ -107,6 +118,26 @@ export class StateOpenError extends Error {
     );
   }
 }
+
+/** A compare-and-set write found the key at another revision than the one it was given. */
+export class StaleRevisionError extends Error {
+  override name = "StaleRevisionError";
+  constructor(
+    readonly bucket: string,
+    readonly key: string,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `${JSON.stringify(key)} in bucket ${bucket} changed since it was read: nothing was stored; read it again`,
+      options,
+    );
+  }
+}
+
+// JetStream's "wrong last sequence" (the key's revision was not the one expected).
+const isWrongLastSequence = (err: unknown): boolean =>
+  [10071, 10164].includes((err as { code?: unknown }).code as number) ||
+  /wrong last sequence/i.test((err as Error).message ?? "");
 
 /** How long creating a bucket may take (JetStream places its copies first). */
 const CREATE_TIMEOUT_MS = 20_000;
@@ -173,6 +204,22 @@ export async function openState<T>(
     },
     async delete(key) {
       await kv.delete(checkKey(key));
+    },
+    async entry(key) {
+      const entry = await kv.get(checkKey(key));
+      if (entry === null || entry.operation !== "PUT") return undefined;
+      return { revision: entry.revision, value: decode(entry) };
+    },
+    async update(key, value, revision) {
+      try {
+        const data = JSON.stringify(value);
+        return revision === 0
+          ? await kv.create(checkKey(key), data)
+          : await kv.update(checkKey(key), data, revision);
+      } catch (err) {
+        if (isWrongLastSequence(err)) throw new StaleRevisionError(bucket, key, { cause: err });
+        throw err;
+      }
     },
     async keys() {
       const found: string[] = [];

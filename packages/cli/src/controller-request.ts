@@ -4,13 +4,56 @@
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { closeBus, connectBus, inboxPrefix } from "@mesh/bus";
-import { CliExit, EXIT_UNREACHABLE } from "./exit-codes.ts";
+import type { Command } from "commander";
+import { CliExit, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
 import { withProgress } from "./progress.ts";
 
 /** Where the embedded mesh keeps its state: --state, else $MESH_STATE_DIR, else ./.mesh-state. */
 export function stateDirOf(flag: string | undefined, io: CliIo): string {
   return resolve(flag ?? io.env["MESH_STATE_DIR"] ?? ".mesh-state");
+}
+
+/**
+ * `--bus URL[,URL…]` (the flag may also be repeated) as a list of URLs, or undefined without it.
+ * @throws CliExit (usage) for a URL that is not nats:// or tls://.
+ */
+export function busOf(values: readonly string[] | string | undefined): string[] | undefined {
+  if (values === undefined) return undefined;
+  const urls = (typeof values === "string" ? [values] : values)
+    .flatMap((v) => v.split(","))
+    .map((v) => v.trim())
+    .filter((v) => v !== "");
+  const bad = urls.find((u) => !/^(nats|tls):\/\/[^\s/]+$/.test(u));
+  if (urls.length === 0 || bad !== undefined)
+    throw new CliExit(
+      EXIT_USAGE,
+      `--bus ${JSON.stringify(bad ?? "")} is not a bus URL: give nats://HOST:PORT (or tls://), comma-separated`,
+    );
+  return urls;
+}
+
+/** `--bus`, as Commander collects it (each use of the flag, each maybe comma-separated). */
+export interface BusFlags {
+  bus?: string[];
+}
+
+/** Adds `--bus URL[,URL…]` to `command`: the bus to ask, in place of the one `<state>/bus.json` names. */
+export function withBusFlags(command: Command): Command {
+  return command.option(
+    "--bus <url,...>",
+    "the bus's URLs, in place of the ones the state directory names (e.g. from another machine of a cluster)",
+    (value: string, before: string[] | undefined) => [...(before ?? []), value],
+  );
+}
+
+/**
+ * The `AskOptions` part that `--bus` sets.
+ * @throws CliExit (usage) for a URL that is not nats:// or tls://.
+ */
+export function busOverride(flags: BusFlags): { servers?: readonly string[] } {
+  const servers = busOf(flags.bus);
+  return servers === undefined ? {} : { servers };
 }
 
 /** How to ask. */
@@ -25,11 +68,14 @@ export interface AskOptions {
   readonly io?: CliIo;
   /** What is awaited, for that line (default: "waiting for the mesh in <state>"). */
   readonly waiting?: string;
+  /** The bus's URLs, in place of `<state>/bus.json`'s (`--bus`). */
+  readonly servers?: readonly string[];
 }
 
 /**
  * Sends `body` on `subject` to the controller of the mesh whose state is in `state`, with the
- * operator's credentials (`<state>/operator.creds`, the bus's address from `<state>/bus.json`), and
+ * operator's credentials (`<state>/operator.creds`, the bus's address from `<state>/bus.json` unless
+ * `options.servers` names it), and
  * returns its JSON answer.
  * @throws CliExit (EXIT_UNREACHABLE) when no mesh ran there, the bus refuses or does not answer, or
  * the controller does not answer in time.
@@ -50,8 +96,11 @@ async function askOnce<T>(state: string, subject: string, body: string, options:
   let servers: string[];
   let creds: Uint8Array;
   try {
-    servers = (JSON.parse(await readFile(join(state, "bus.json"), "utf8")) as { servers: string[] }).servers;
     creds = await readFile(join(state, "operator.creds"));
+    servers =
+      options.servers !== undefined
+        ? [...options.servers]
+        : (JSON.parse(await readFile(join(state, "bus.json"), "utf8")) as { servers: string[] }).servers;
   } catch {
     throw new CliExit(EXIT_UNREACHABLE, `no mesh has run with state in ${state}; start one with \`mesh up\``);
   }

@@ -69,10 +69,16 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
     [EXIT_REFUSED]: "the fleet was refused, or a part could not start",
     [EXIT_USAGE]: "usage error: a node not in the fleet, a bad --http or operator token file",
   },
+  controller: {
+    [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
+    [EXIT_REFUSED]:
+      "the fleet was refused, the state directory is locked, or the bus refused or did not answer",
+    [EXIT_USAGE]: "usage error: a bad --bus, --advertise, --http or operator token file",
+  },
   agent: {
     [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
     [EXIT_REFUSED]: "the agent could not start: its join was refused or the bus cannot be reached",
-    [EXIT_USAGE]: "usage error: no --node, or a join token file that cannot be read",
+    [EXIT_USAGE]: "usage error: no --node, a bad --bus, or a join token file that cannot be read",
   },
   rotate: {
     ...ASKS_THE_MESH(

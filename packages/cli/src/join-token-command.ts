@@ -5,7 +5,7 @@ import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { decodeJoinToken, encodeJoinToken, writeFileAtomic } from "@mesh/bus";
-import { askController, stateDirOf } from "./controller-request.ts";
+import { askController, busOverride, stateDirOf } from "./controller-request.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
@@ -102,12 +102,24 @@ export function addJoinTokenCommand(program: Command, io: CliIo): void {
     .option("--out <file>", "write the token to this file (0600) instead of printing it")
     .option("--renew", "make a new token; the old one is refused from then on")
     .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option(
+      "--bus <url,...>",
+      "the bus's URLs, in place of the ones the state directory names",
+      (value: string, before: string[] | undefined) => [...(before ?? []), value],
+    )
     .option("--json", "print {node, servers, renewed, token or out} as JSON, for scripts")
     .addHelpText("after", HELP)
     .action(
       async (
         node: string,
-        flags: { advertise?: string; out?: string; renew?: boolean; state?: string; json?: boolean },
+        flags: {
+          advertise?: string;
+          out?: string;
+          renew?: boolean;
+          state?: string;
+          json?: boolean;
+          bus?: string[];
+        },
       ) => {
         if (flags.advertise !== undefined) {
           try {
@@ -123,6 +135,7 @@ export function addJoinTokenCommand(program: Command, io: CliIo): void {
           JSON.stringify({ node, renew: flags.renew === true }),
           {
             name: "mesh join-token",
+            ...busOverride(flags),
             io,
             waiting: `waiting for the controller to give node ${node}'s join token`,
           },

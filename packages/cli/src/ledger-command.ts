@@ -3,7 +3,7 @@
 // controller with the operator's credentials, as `mesh status` asks.
 import type { Command } from "commander";
 import type { LedgerRecord } from "@mesh/bus";
-import { askController, stateDirOf } from "./controller-request.ts";
+import { askController, busOverride, stateDirOf } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatBytes, formatJson, formatTable, formatTime, maskDeep } from "./format.ts";
@@ -34,28 +34,45 @@ export function addLedgerCommand(program: Command, io: CliIo): void {
     .option("--limit <n>", "how many of the newest entries to show (at most 1000)", "50")
     .option("--json", "print the controller's answer as JSON, for scripts")
     .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option(
+      "--bus <url,...>",
+      "the bus's URLs, in place of the ones the state directory names",
+      (value: string, before: string[] | undefined) => [...(before ?? []), value],
+    )
     .addHelpText("after", HELP)
-    .action(async (module: string, flags: { limit: string; json?: boolean; state?: string }) => {
-      const limit = Number(flags.limit);
-      if (!/^\d+$/.test(flags.limit.trim()) || !Number.isInteger(limit) || limit < 1) {
-        throw new CliExit(EXIT_USAGE, `--limit ${flags.limit} is not a whole number of entries, 1 or more`);
-      }
-      const { LEDGER_READ_SUBJECT } = await import("@mesh/controller");
-      // A tool's refusal or an action's why may quote a driver's error, URL and all: masked either way.
-      const answer = maskDeep(
-        await askController<LedgerAnswer>(
-          stateDirOf(flags.state, io),
-          LEDGER_READ_SUBJECT,
-          JSON.stringify({ module, limit }),
-          { name: "mesh ledger", io, waiting: `waiting for ${module}'s ledger from the mesh` },
-        ),
-      );
-      if (!answer.ok)
-        throw new CliExit(EXIT_REFUSED, answer.error ?? `the controller refused to read ${module}'s ledger`);
-      io.out(
-        flags.json === true ? formatJson(answer) : formatLedger(module, answer.entries, paintFor(io, "out")),
-      );
-    });
+    .action(
+      async (module: string, flags: { limit: string; json?: boolean; state?: string; bus?: string[] }) => {
+        const limit = Number(flags.limit);
+        if (!/^\d+$/.test(flags.limit.trim()) || !Number.isInteger(limit) || limit < 1) {
+          throw new CliExit(EXIT_USAGE, `--limit ${flags.limit} is not a whole number of entries, 1 or more`);
+        }
+        const { LEDGER_READ_SUBJECT } = await import("@mesh/controller");
+        // A tool's refusal or an action's why may quote a driver's error, URL and all: masked either way.
+        const answer = maskDeep(
+          await askController<LedgerAnswer>(
+            stateDirOf(flags.state, io),
+            LEDGER_READ_SUBJECT,
+            JSON.stringify({ module, limit }),
+            {
+              name: "mesh ledger",
+              ...busOverride(flags),
+              io,
+              waiting: `waiting for ${module}'s ledger from the mesh`,
+            },
+          ),
+        );
+        if (!answer.ok)
+          throw new CliExit(
+            EXIT_REFUSED,
+            answer.error ?? `the controller refused to read ${module}'s ledger`,
+          );
+        io.out(
+          flags.json === true
+            ? formatJson(answer)
+            : formatLedger(module, answer.entries, paintFor(io, "out")),
+        );
+      },
+    );
 }
 
 /** A module's entries as a timeline for a person, oldest first; `paint` colours a refused call red. */

@@ -6,7 +6,7 @@ import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import type { ComparedFleet, FleetPlanDiff, ProviderPlan } from "@mesh/controller";
 import { formatProblem, ProblemsError } from "@mesh/manifest";
-import { askController, stateDirOf } from "./controller-request.ts";
+import { askController, busOverride, stateDirOf } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_PLAN_CHANGES, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -47,6 +47,7 @@ interface PlanFlags {
   readonly json?: boolean;
   readonly detailedExitcode?: boolean;
   readonly empty?: boolean;
+  readonly bus?: string[];
 }
 
 /** Adds `mesh plan` to `program`. */
@@ -59,6 +60,11 @@ export function addPlanCommand(program: Command, io: CliIo): void {
     )
     .argument("[fleet]", "the fleet file to plan", "mesh.yaml")
     .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option(
+      "--bus <url,...>",
+      "the bus's URLs, in place of the ones the state directory names",
+      (value: string, before: string[] | undefined) => [...(before ?? []), value],
+    )
     .option("--json", "print the plan as JSON, for scripts")
     .option(
       "--detailed-exitcode",
@@ -89,7 +95,7 @@ async function planFleet(fleetFile: string, state: string, flags: PlanFlags, io:
         `serving what it serves); fix these and plan again:\n${err.problems.map(formatProblem).join("\n")}`,
     );
   }
-  const served = flags.empty === true ? undefined : await askServed(state, io);
+  const served = flags.empty === true ? undefined : await askServed(state, io, flags);
   const against: PlanBaseline =
     served !== undefined
       ? { kind: "mesh", state, fleetFile: served.fleet.fleetFile, readAt: served.fleet.readAt }
@@ -116,7 +122,7 @@ interface Served {
  * @throws CliExit (EXIT_UNREACHABLE) when one has but does not answer; (EXIT_REFUSED) when its
  * answer cannot be used.
  */
-async function askServed(state: string, io: CliIo): Promise<Served | undefined> {
+async function askServed(state: string, io: CliIo, flags: PlanFlags): Promise<Served | undefined> {
   const hasRun = await access(join(state, "operator.creds")).then(
     () => true,
     () => false,
@@ -127,6 +133,7 @@ async function askServed(state: string, io: CliIo): Promise<Served | undefined> 
   try {
     answer = await askController(state, SERVED_FLEET_SUBJECT, "{}", {
       name: "mesh plan",
+      ...busOverride(flags),
       timeoutMs: 10_000,
       io,
       waiting: `asking the mesh in ${state} what it serves`,

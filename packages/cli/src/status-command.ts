@@ -57,6 +57,8 @@ export interface StatusAnswer {
   failing?: FailingAnswer[];
   providers?: ProviderAnswer[];
   fleet?: { file: string; readAt: string; refused: string[] | null };
+  /** What the controller accepted and the bus could not store yet (retried until stored). */
+  waiting?: { what: string; since: string; attempts: number; error: string; nextAt?: string }[];
 }
 
 /** The answer with every failing consumer's error masked (see `maskUrls`), for printing either way. */
@@ -65,6 +67,8 @@ export function maskedAnswer(answer: StatusAnswer): StatusAnswer {
   if (answer.failing !== undefined)
     masked.failing = answer.failing.map((f) => ({ ...f, error: maskUrls(String(f.error)) }));
   if (answer.providers !== undefined) masked.providers = maskDeep(answer.providers);
+  if (answer.waiting !== undefined)
+    masked.waiting = answer.waiting.map((w) => ({ ...w, error: maskUrls(String(w.error)) }));
   return masked;
 }
 
@@ -98,6 +102,11 @@ export function formatStatus(
   if (s.fleet) lines.push(`fleet ${s.fleet.file}, read ${s.fleet.readAt}`);
   for (const problem of s.fleet?.refused ?? [])
     lines.push(`  ${paint.red("REFUSED")} (the last good fleet is served): ${problem}`);
+  for (const w of s.waiting ?? [])
+    lines.push(
+      `  ${paint.yellow("WAITS")} ${w.what}: the bus cannot store it now, since ${formatTime(w.since)}` +
+        `${ago(w.since, now)}, ${w.attempts} attempt(s); tried again until stored (last: ${w.error})`,
+    );
   lines.push("", "NODE / MODULE            STATE       RESTARTS  METRICS");
   for (const n of s.nodes ?? []) {
     lines.push(

@@ -20,7 +20,7 @@ import {
   isValidLogin,
   parseDuration,
 } from "@mesh/sdk";
-import { askController, stateDirOf } from "./controller-request.ts";
+import { askController, busOverride, stateDirOf } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatBytes, formatJson, formatTable, formatTime, maskDeep, maskUrls } from "./format.ts";
@@ -34,6 +34,7 @@ interface ToolFlags {
   readonly json?: boolean;
   readonly timeout?: string;
   readonly yes?: boolean;
+  readonly bus?: string[];
 }
 
 /** Asks one tool and returns its answer; says why on failure with the right exit code. */
@@ -57,6 +58,11 @@ export function addToolCommand(program: Command, io: CliIo): void {
     .argument("[module-and-tool...]", "the module, then its tool and the tool's arguments")
     .option("--control <socket>", "ask this provider's control socket directly (default: $MESH_CONTROL)")
     .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
+    .option(
+      "--bus <url,...>",
+      "the bus's URLs, in place of the ones the state directory names",
+      (value: string, before: string[] | undefined) => [...(before ?? []), value],
+    )
     .option("--json", "print the answer as JSON, for scripts")
     .option("--timeout <duration>", "how long to wait for the answer", "2m")
     .option("--yes", "do not ask for confirmation before a deletion or an approval (for scripts)")
@@ -255,6 +261,7 @@ function meshAsker(io: CliIo, flags: ToolFlags, module: string): Asker {
       await askController<MeshToolReply>(state, TOOL_REQUEST_SUBJECT, body, {
         timeoutMs,
         name: "mesh tool",
+        ...busOverride(flags),
         io,
         waiting: `waiting for ${module} to answer ${name} through the mesh`,
         timedOut:

@@ -17,7 +17,7 @@ const commands = allCommands(buildProgram(quietIo));
 const shown = (command: Command): string => `mesh ${commandPath(command)}`.trim();
 
 /** The commands that run something until stopped rather than read something: no --json for them. */
-const NOT_READING = new Set(["up", "agent", "provider", "completion"]);
+const NOT_READING = new Set(["up", "controller", "agent", "provider", "completion"]);
 
 describe("mesh's help", () => {
   it("walks at least every command mesh has today", () => {

@@ -8,6 +8,8 @@ import type {
   ReportedWaiting,
 } from "./node-reports.ts";
 import type { FailingStanding } from "./standings-book.ts";
+import type { LeaderStatus } from "./fleet-controller.ts";
+import type { WaitingWrite } from "./pending-writes.ts";
 
 /** One node as `mesh status` shows it. */
 export interface NodeStatus {
@@ -89,6 +91,10 @@ export interface ControllerStatus {
     /** Why the fleet file's latest version was refused (one line per problem), when it was. */
     readonly refused: readonly string[] | null;
   };
+  /** Which controller leads (the lease's holder and term), as the controller answering saw it. */
+  readonly controller?: LeaderStatus;
+  /** What the controller accepted and the bus could not store yet: each is tried again until stored. */
+  readonly waiting?: readonly WaitingWrite[];
 }
 
 /** What the status is built from. */
@@ -102,6 +108,10 @@ export interface StatusSources {
   readonly reports: ReadonlyMap<string, NodeReport>;
   /** What the providers last said is failing (`StandingsBook.failing()`). */
   readonly failing?: readonly FailingStanding[];
+  /** Which controller leads, when the controller keeps a lease. */
+  readonly leader?: LeaderStatus;
+  /** What waits to be stored (`PendingWrites.waiting()`). */
+  readonly waiting?: readonly WaitingWrite[];
 }
 
 /** The status: every node of the fleet or enrolled, every consumer of the plan, and every failing one. */
@@ -213,6 +223,8 @@ export function controllerStatus(s: StatusSources): ControllerStatus {
     failing,
     providers,
     fleet: { file: s.fleetFile, readAt: s.readAt, refused: s.refused },
+    ...(s.leader !== undefined ? { controller: s.leader } : {}),
+    waiting: s.waiting ?? [],
   };
 }
 

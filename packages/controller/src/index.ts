@@ -19,22 +19,34 @@
  */
 export * from "./authority-file.ts";
 export * from "./controller-keys.ts";
+export * from "./controller-lease.ts";
 export * from "./controller-metrics.ts";
 export * from "./controller-status.ts";
 export * from "./dashboard/dashboard-routes.ts";
 export * from "./dashboard/dashboard-state.ts";
 export * from "./enrollment.ts";
+export * from "./fleet-controller.ts";
 export * from "./fleet-plan.ts";
 export * from "./http-server.ts";
 export * from "./join-secrets.ts";
 export * from "./join-token-request.ts";
+export * from "./lease-driver.ts";
 export * from "./module-credentials.ts";
 export * from "./node-deliveries.ts";
 export * from "./node-permissions.ts";
 export * from "./node-reports.ts";
 export * from "./password-store.ts";
+export {
+  PendingWrites,
+  WriteWaitsError,
+  type PendingWritesOptions,
+  type WaitingWrite,
+} from "./pending-writes.ts";
 export * from "./plan-diff.ts";
+export * from "./revocation-list.ts";
+export * from "./rotate-request.ts";
 export * from "./start-controller.ts";
+export * from "./standby-state.ts";
 export * from "./standings-book.ts";
 export * from "./stored-fleet.ts";
 export * from "./tool-relay.ts";

@@ -74,7 +74,8 @@ export class NodeDeliveries {
   /**
    * Publishes `node`'s delivery from `fleet` (an empty one for a node the fleet no longer names,
    * so its agent stops its modules) with its modules' `credentials`, when it differs from what the
-   * node has. A node not enrolled gets its bucket only; its delivery follows when it enrolls.
+   * node has. A node not enrolled gets its bucket only; its delivery follows when it enrolls. `term`
+   * is the publishing leader's (0: none).
    * @throws the bus's error when a bucket cannot be read or written.
    */
   async publish(
@@ -82,6 +83,7 @@ export class NodeDeliveries {
     fleet: FleetPlan,
     enrolled: EnrolledNode | undefined,
     credentials: NodeCredentials = { credentials: {}, replaceKeys: {} },
+    term = 0,
   ): Promise<Published> {
     const bucket = await this.bucket(node);
     if (enrolled === undefined) return { node, generation: undefined, changed: false };
@@ -115,6 +117,8 @@ export class NodeDeliveries {
           versions: passwords.map((p) => [p.key, p.version]),
           credentials: credentials.credentials,
           replaceKeys: credentials.replaceKeys,
+          // A new leader writes every delivery again in its term, so none of an older one stands.
+          ...(term > 0 ? { term } : {}),
         }),
       )
       .digest("hex");
@@ -138,6 +142,7 @@ export class NodeDeliveries {
     await bucket.put(DELIVERY_KEY, {
       node,
       generation,
+      ...(term > 0 ? { term } : {}),
       fleetFile: fleet.fleetFile,
       modules,
       plan,

@@ -28,12 +28,39 @@ export function parseStoredFleet(value: unknown): FleetPlan | undefined {
 export const STORED_FLEET_PART_BYTES = 256 * 1024;
 
 /** The head of a stored fleet: which parts hold it, and the digest of their text. */
-interface StoredFleetHead {
+interface StoredHead {
   readonly v: 2;
   /** Names this writing's parts (`fleet.<generation>.<i>`), so a half-written newer one is never read. */
   readonly generation: string;
   readonly parts: number;
   readonly sha256: string;
+  /** The term of the controller lease in which it was stored. */
+  readonly term?: number;
+}
+
+/** Who stored the fleet, and from what: the head of the stored fleet without its parts. */
+export interface StoredFleetHead {
+  /** The sha256 of the stored fleet's JSON text. */
+  readonly sha256: string;
+  /** The lease term of the controller that stored it (0: stored before terms). */
+  readonly term: number;
+}
+
+/**
+ * The head of the stored fleet, or undefined when none is stored (or one of before parts).
+ * @throws nothing: a bus that does not answer is no stored fleet.
+ */
+export async function loadStoredFleetHead(state: FleetStateBucket): Promise<StoredFleetHead | undefined> {
+  try {
+    const head = (await state.get(STORED_FLEET_KEY)) as Partial<StoredHead> | undefined;
+    if (head?.v !== 2 || typeof head.sha256 !== "string") return undefined;
+    return {
+      sha256: head.sha256,
+      term: typeof head.term === "number" ? head.term : 0,
+    };
+  } catch {
+    return undefined;
+  }
 }
 
 /** The part of a stored fleet's JSON text at `i` (a key of the desired-state bucket). */
@@ -50,10 +77,14 @@ export interface FleetStateBucket {
 /**
  * Keeps `fleet` in the desired-state bucket in parts of at most `STORED_FLEET_PART_BYTES`, the
  * head last, so a reader finds either the fleet stored before or this one whole; then removes the
- * parts of earlier writings.
+ * parts of earlier writings. `from` says in which lease term.
  * @throws the bus's error when a part or the head cannot be stored (the fleet stored before stays).
  */
-export async function storeFleet(state: FleetStateBucket, fleet: FleetPlan): Promise<void> {
+export async function storeFleet(
+  state: FleetStateBucket,
+  fleet: FleetPlan,
+  from: { readonly term?: number } = {},
+): Promise<void> {
   const text = JSON.stringify(fleet);
   const generation = `${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
   const parts: string[] = [];
@@ -62,11 +93,12 @@ export async function storeFleet(state: FleetStateBucket, fleet: FleetPlan): Pro
   const chars = Math.floor(STORED_FLEET_PART_BYTES / 3);
   for (let at = 0; at < text.length; at += chars) parts.push(text.slice(at, at + chars));
   for (const [i, part] of parts.entries()) await state.put(partKey(generation, i), part);
-  const head: StoredFleetHead = {
+  const head: StoredHead = {
     v: 2,
     generation,
     parts: parts.length,
     sha256: createHash("sha256").update(text).digest("hex"),
+    ...(from.term !== undefined ? { term: from.term } : {}),
   };
   await state.put(STORED_FLEET_KEY, head);
   const stale = (await state.keys()).filter(
@@ -82,7 +114,7 @@ export async function storeFleet(state: FleetStateBucket, fleet: FleetPlan): Pro
  */
 export async function loadStoredFleet(state: FleetStateBucket): Promise<FleetPlan | undefined> {
   try {
-    const head = (await state.get(STORED_FLEET_KEY)) as Partial<StoredFleetHead> | undefined;
+    const head = (await state.get(STORED_FLEET_KEY)) as Partial<StoredHead> | undefined;
     if (head?.v !== 2) return parseStoredFleet(head);
     const { generation, parts, sha256 } = head;
     if (typeof generation !== "string" || typeof parts !== "number") return undefined;

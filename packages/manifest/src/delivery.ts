@@ -25,6 +25,12 @@ export interface Delivery {
   readonly node: string;
   /** Increases with every change the controller publishes for this node. */
   readonly generation: number;
+  /**
+   * The term of the controller that published it (its lease's): an agent ignores a delivery of a
+   * lower term than the newest it has seen, so a paused old leader cannot undo the new one.
+   * Absent from a controller of before terms (taken as 0).
+   */
+  readonly term?: number;
   /** Absolute path of mesh.yaml. */
   readonly fleetFile: string;
   /** The modules this node runs, by name. */

@@ -1,0 +1,78 @@
+import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { providerSecretPath } from "@mesh/manifest";
+import { startAgent, type Agent, type AgentTimings } from "../src/index.ts";
+import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
+import {
+  eventually,
+  recordingLogger,
+  startTestMesh,
+  type DeliveryDraft,
+  type TestMesh,
+} from "./test-mesh.ts";
+
+const FAST: Partial<AgentTimings> = { reportEveryMs: 500, retryMs: 200, stopGraceMs: 2_000 };
+
+void describe("an agent and the terms of the controllers that deliver to it", () => {
+  let mesh: TestMesh;
+  let fleet: TestFleet;
+  let stateDir: string;
+  let draft: DeliveryDraft;
+  const logger = recordingLogger();
+  let agent: Agent | undefined;
+
+  before(async () => {
+    mesh = await startTestMesh();
+    fleet = await writeTestFleet(await mkdtemp(join(tmpdir(), "mesh-agent-fleet-")));
+    stateDir = await mkdtemp(join(tmpdir(), "mesh-agent-state-"));
+    draft = {
+      generation: 1,
+      term: 2,
+      modules: [fleet.module("store")],
+      plan: planFor(fleet.plan, "n1", ["app"]),
+      secrets: { "app/kv-store": "pw-new-leader" },
+    };
+    agent = await startAgent({
+      node: "n1",
+      stateDir,
+      joinToken: await mesh.joinToken("n1"),
+      logger,
+      timings: FAST,
+    });
+  });
+  after(async () => {
+    await agent?.stop();
+    await mesh.stop();
+    await rm(fleet.dir, { recursive: true, force: true });
+    await rm(stateDir, { recursive: true, force: true });
+  });
+
+  void it("ignores a delivery of a lower term than the newest it applied, and applies the next of that term", async () => {
+    const secret = providerSecretPath(stateDir, "store", "app", "kv-store");
+    await mesh.publish("n1", draft);
+    await eventually(() => agent?.status().generation === 1, "the term 2 delivery applied");
+    assert.equal(await readFile(secret, "utf8"), "pw-new-leader");
+
+    // A paused old leader wakes and writes what it had: an older term, whatever its generation.
+    await mesh.publish("n1", {
+      ...draft,
+      generation: 5,
+      term: 1,
+      secrets: { "app/kv-store": "pw-old-leader" },
+    });
+    await eventually(
+      () =>
+        logger.lines.some((l) => /ignored delivery 5: it is of controller term 1, older than term 2/.test(l)),
+      "the old leader's delivery ignored",
+    );
+    assert.equal(agent?.status().generation, 1);
+    assert.equal(await readFile(secret, "utf8"), "pw-new-leader");
+
+    await mesh.publish("n1", { ...draft, generation: 6, secrets: { "app/kv-store": "pw-new-leader-2" } });
+    await eventually(() => agent?.status().generation === 6, "the next term 2 delivery applied");
+    assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
+  });
+});

@@ -1,0 +1,130 @@
+// A fleet change while the bus cannot store it: on a real 3-server cluster with two servers killed,
+// JetStream has no quorum while plain requests still reach the controller. The change is accepted,
+// `mesh status` says it waits and since when, and it is stored once the servers are back — never
+// kept in memory alone and forgotten.
+import assert from "node:assert/strict";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import {
+  connectBus,
+  createAuthority,
+  credsFor,
+  DESIRED_STATE_BUCKET,
+  newUserKeys,
+  openState,
+} from "@mesh/bus";
+import { loadStoredFleet, startController, WriteWaitsError, type Controller } from "@mesh/controller";
+import { meshClusterConfigs, startNatsCluster, until, type NatsCluster } from "@mesh/testkit";
+import type { BusAuthority } from "@mesh/bus";
+import { meshInProcess as mesh, writeOperatorState } from "./run-mesh.ts";
+
+const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+const quiet = { info: () => {}, warn: () => {}, error: () => {} };
+
+function fleet(apps: readonly string[]): string {
+  const notes = JSON.stringify(join(ROOT, "examples", "fleet", "notes", "module.json"));
+  return (
+    `nodes:\n  node-1: {}\nmodules:\n` +
+    `  postgres:\n    manifest: ${JSON.stringify(join(ROOT, "providers", "postgres", "module.json"))}\n` +
+    `    node: node-1\n    admin: { env: MESH_POSTGRES_URL }\n` +
+    apps
+      .map(
+        (a) =>
+          `  ${a}:\n    manifest: ${notes}\n    node: node-1\n    needs: { postgres-database: { values: { name: ${a} } } }\n`,
+      )
+      .join("")
+  );
+}
+
+describe("a fleet change the bus cannot store now", { timeout: 240_000 }, () => {
+  let authority: BusAuthority;
+  let cluster: NatsCluster;
+  let controller: Controller | undefined;
+  let state: string;
+  let fleetFile: string;
+
+  before(async () => {
+    state = await mkdtemp(join(tmpdir(), "mesh-fleet-unstored-"));
+    fleetFile = join(state, "mesh.yaml");
+    await writeFile(fleetFile, fleet(["notes"]));
+    authority = await createAuthority();
+    cluster = await startNatsCluster({ configure: meshClusterConfigs(authority) });
+    controller = await until(
+      "the controller to start on the cluster",
+      () =>
+        startController({
+          stateDir: join(state, "controller"),
+          fleetFile,
+          servers: cluster.urls,
+          authority,
+          logger: quiet,
+          watch: false,
+        }),
+      90,
+    );
+    await writeOperatorState(authority, state, cluster.urls[0] ?? "");
+  });
+
+  after(async () => {
+    await controller?.stop();
+    await cluster?.stop();
+    await rm(state, { recursive: true, force: true });
+  });
+
+  const storedApps = async (): Promise<string[] | undefined> => {
+    const keys = newUserKeys();
+    const jwt = await authority.issueUser({
+      name: "reader",
+      publicKey: keys.publicKey,
+      permissions: { pub: { allow: [">"] }, sub: { allow: [">"] } },
+    });
+    const nc = await connectBus({ servers: cluster.urls, creds: credsFor(jwt, keys.seed), name: "reader" });
+    try {
+      const stored = await loadStoredFleet(await openState(nc, DESIRED_STATE_BUCKET));
+      return stored?.modules.map((m) => m.name).sort();
+    } finally {
+      await nc.close();
+    }
+  };
+
+  it("waits, is listed by mesh status with since when, and is stored once the bus can", async () => {
+    assert.deepEqual(await until("the first fleet stored", storedApps, 30), ["notes", "postgres"]);
+    await cluster.kill(1);
+    await cluster.kill(2);
+    await writeFile(fleetFile, fleet(["notes", "blog"]));
+    await assert.rejects(controller?.reload() ?? Promise.reject(new Error("no controller")), WriteWaitsError);
+    assert.equal(controller?.status().waiting?.length, 1);
+
+    const shown = await until(
+      "mesh status to answer on the one server left",
+      async () => {
+        const run = await mesh(["status", "--state", state]);
+        return run.code === 0 ? run : undefined;
+      },
+      60,
+    );
+    assert.match(
+      shown.stdout,
+      /WAITS the fleet read at .*: the bus cannot store it now, since .*\d attempt\(s\)/,
+    );
+    const json = JSON.parse((await mesh(["status", "--json", "--state", state])).stdout) as {
+      waiting: { what: string; since: string; attempts: number }[];
+    };
+    assert.match(json.waiting[0]?.what ?? "", /^the fleet read at /);
+    assert.ok(!Number.isNaN(Date.parse(json.waiting[0]?.since ?? "")));
+
+    await cluster.start(1);
+    await cluster.start(2);
+    await until(
+      "the waiting fleet stored",
+      () => (controller?.status().waiting?.length === 0 ? true : undefined),
+      90,
+    );
+    assert.deepEqual(await until("the stored fleet to read", storedApps, 30), ["blog", "notes", "postgres"]);
+    const after = await mesh(["status", "--json", "--state", state]);
+    assert.deepEqual((JSON.parse(after.stdout) as { waiting: unknown[] }).waiting, []);
+  });
+});

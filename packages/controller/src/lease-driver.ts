@@ -1,0 +1,133 @@
+// Keeps a `ControllerLease` in step with its key in KV: every `renewEveryMs` it reads the key,
+// and writes what the lease says (a renewal, a take-over) with compare-and-set on the revision it
+// read. It tells its owner each time this controller starts or stops leading.
+import { StaleRevisionError, type BusLogger, type BusState } from "@mesh/bus";
+import type { ControllerLease, LeaseRecord, LeaseTimings } from "./controller-lease.ts";
+
+/** The bucket the controller lease is kept in, apart from every other state. */
+export const CONTROLLER_LEASE_BUCKET = "mesh-controller-lease";
+
+/** The lease's key in `CONTROLLER_LEASE_BUCKET`. */
+export const CONTROLLER_LEASE_KEY = "leader";
+
+/** Reads a lease record, or undefined when the value is not one. */
+export function parseLeaseRecord(value: unknown): LeaseRecord | undefined {
+  const v = value as Partial<LeaseRecord> | null | undefined;
+  return typeof v?.holder === "string" && typeof v.term === "number" && Number.isInteger(v.term)
+    ? { holder: v.holder, term: v.term }
+    : undefined;
+}
+
+/** Drives a lease against its bucket until stopped. */
+export class LeaseDriver {
+  readonly #bucket: BusState<unknown>;
+  readonly #lease: ControllerLease;
+  readonly #timings: LeaseTimings;
+  readonly #now: () => number;
+  readonly #log: BusLogger;
+  readonly #changed: (leading: boolean) => Promise<void>;
+  readonly #idle: (() => Promise<void>) | undefined;
+  #leading = false;
+  #paused = false;
+  #timer: NodeJS.Timeout | undefined;
+  #running: Promise<void> | undefined;
+  #stopped = false;
+
+  /**
+   * @param changed called (and awaited, before the next tick) when this controller starts or
+   * stops leading; `idle` after each tick while it does not lead
+   */
+  constructor(options: {
+    readonly bucket: BusState<unknown>;
+    readonly lease: ControllerLease;
+    readonly timings: LeaseTimings;
+    readonly now: () => number;
+    readonly logger: BusLogger;
+    readonly changed: (leading: boolean) => Promise<void>;
+    readonly idle?: () => Promise<void>;
+  }) {
+    this.#bucket = options.bucket;
+    this.#lease = options.lease;
+    this.#timings = options.timings;
+    this.#now = options.now;
+    this.#log = options.logger;
+    this.#changed = options.changed;
+    this.#idle = options.idle;
+  }
+
+  /** One read and, when the lease says so, one write; then tells of a change of leader. Never throws. */
+  async tick(): Promise<void> {
+    if (this.#paused) return this.#settle();
+    try {
+      const entry = await this.#bucket.entry(CONTROLLER_LEASE_KEY);
+      this.#lease.observe(
+        entry === undefined ? undefined : { revision: entry.revision, record: parseLeaseRecord(entry.value) },
+      );
+      const step = this.#lease.step();
+      if (step.kind !== "wait") {
+        const sentAt = this.#now();
+        const revision = step.kind === "create" ? 0 : step.revision;
+        try {
+          const written = await this.#bucket.update(CONTROLLER_LEASE_KEY, step.record, revision);
+          this.#lease.written(written, step.record, sentAt);
+        } catch (err) {
+          if (!(err instanceof StaleRevisionError)) throw err;
+          this.#lease.refused();
+        }
+      }
+    } catch (err) {
+      // Unacknowledged: the lease runs out on its own clock if this goes on.
+      this.#log.warn(`the controller lease could not be read or renewed: ${(err as Error).message}`);
+    }
+    await this.#settle();
+    if (!this.#leading) await this.#idle?.().catch(() => undefined);
+  }
+
+  /**
+   * Holds every read and write of the lease, as a paused process would (tests): the lease runs out
+   * on its own clock. The returned function resumes.
+   */
+  pause(): () => void {
+    this.#paused = true;
+    return () => {
+      this.#paused = false;
+    };
+  }
+
+  /** Ticks every `renewEveryMs` (the first at once) until `stop`. */
+  start(): void {
+    const loop = async (): Promise<void> => {
+      if (this.#stopped) return;
+      await this.tick();
+      if (!this.#stopped) {
+        this.#timer = setTimeout(() => {
+          this.#running = loop();
+        }, this.#timings.renewEveryMs);
+        this.#timer.unref?.();
+      }
+    };
+    this.#running = loop();
+  }
+
+  /** Whether the owner was last told that this controller leads (and it still does). */
+  async settle(): Promise<boolean> {
+    await this.#settle();
+    return this.#leading;
+  }
+
+  /** Stops ticking; the lease is left to run out (or to be taken back by this controller's next run). */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#timer);
+    await this.#running;
+    this.#lease.release();
+  }
+
+  // Tells the owner when leading changed, including a lease that ran out between ticks.
+  async #settle(): Promise<void> {
+    const leading = this.#lease.leading();
+    if (leading === this.#leading) return;
+    this.#leading = leading;
+    await this.#changed(leading);
+  }
+}

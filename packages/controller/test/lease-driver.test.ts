@@ -1,0 +1,77 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import {
+  closeBus,
+  connectBus,
+  createAuthority,
+  credsFor,
+  newUserKeys,
+  openState,
+  type BusState,
+} from "@mesh/bus";
+import {
+  CONTROLLER_LEASE_KEY,
+  ControllerLease,
+  controllerPermissions,
+  LeaseDriver,
+  type LeaseTimings,
+} from "@mesh/controller";
+import { startNats, type NatsServer } from "@mesh/testkit";
+import type { NatsConnection } from "@nats-io/transport-node";
+
+const TIMINGS: LeaseTimings = { renewEveryMs: 200, stepDownAfterMs: 600, takeOverAfterMs: 1_000 };
+
+void describe("the controller lease on a real bucket", () => {
+  let nats: NatsServer;
+  let nc: NatsConnection;
+  let bucket: BusState<unknown>;
+
+  before(async () => {
+    const authority = await createAuthority();
+    nats = await startNats({ config: authority.serverConfig() });
+    const keys = newUserKeys();
+    const jwt = await authority.issueUser({
+      name: "controller",
+      publicKey: keys.publicKey,
+      permissions: controllerPermissions(),
+    });
+    nc = await connectBus({ servers: [nats.url], creds: credsFor(jwt, keys.seed), name: "controller" });
+    bucket = await openState<unknown>(nc, "mesh-lease-test");
+  });
+  after(async () => {
+    await closeBus(nc);
+    await nats.stop();
+  });
+
+  void it("lets exactly one of two controllers that find no lease take it, by compare-and-set", async () => {
+    // One clock for both, moved by hand: neither may take over by waiting.
+    const now = (): number => 0;
+    const said: string[] = [];
+    const drivers = ["one", "two"].map((id) => {
+      const lease = new ControllerLease(id, TIMINGS, now);
+      const driver = new LeaseDriver({
+        bucket,
+        lease,
+        timings: TIMINGS,
+        now,
+        logger: { info: () => undefined, warn: () => undefined, error: () => undefined },
+        changed: async (leading) => void said.push(`${id} ${leading ? "leads" : "stands by"}`),
+      });
+      return { lease, driver };
+    });
+    await Promise.all(drivers.map((d) => d.driver.tick()));
+    const leading = drivers.filter((d) => d.lease.leading());
+    assert.equal(leading.length, 1, "exactly one leads");
+    const winner = leading[0]!.lease.self;
+    assert.deepEqual(said, [`${winner} leads`]);
+    const stored = await bucket.entry(CONTROLLER_LEASE_KEY);
+    assert.deepEqual(stored?.value, { holder: winner, term: 1 });
+
+    // Renewals move the revision; the other sees it and keeps standing by.
+    await Promise.all(drivers.map((d) => d.driver.tick()));
+    assert.ok((await bucket.entry(CONTROLLER_LEASE_KEY))!.revision > stored!.revision);
+    assert.equal(drivers.filter((d) => d.lease.leading()).length, 1);
+    const loser = drivers.find((d) => !d.lease.leading())!;
+    assert.deepEqual(loser.lease.seen(), { holder: winner, term: 1 });
+  });
+});

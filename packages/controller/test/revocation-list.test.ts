@@ -1,0 +1,62 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import {
+  closeBus,
+  connectBus,
+  createAuthority,
+  credsFor,
+  loadAuthority,
+  newUserKeys,
+  openState,
+  type BusAuthority,
+  type BusState,
+} from "@mesh/bus";
+import { controllerPermissions, REVOCATIONS_KEY, syncRevocations } from "@mesh/controller";
+import { startNats, type NatsServer } from "@mesh/testkit";
+import type { NatsConnection } from "@nats-io/transport-node";
+
+void describe("the revocation list kept on the bus", () => {
+  let authority: BusAuthority;
+  let nats: NatsServer;
+  let nc: NatsConnection;
+  let desired: BusState<unknown>;
+
+  before(async () => {
+    authority = await createAuthority();
+    nats = await startNats({ config: authority.serverConfig() });
+    const keys = newUserKeys();
+    const jwt = await authority.issueUser({
+      name: "controller",
+      publicKey: keys.publicKey,
+      permissions: controllerPermissions(),
+    });
+    nc = await connectBus({ servers: [nats.url], creds: credsFor(jwt, keys.seed), name: "controller" });
+    desired = await openState<unknown>(nc, "mesh-revocations-test");
+  });
+  after(async () => {
+    await closeBus(nc);
+    await nats.stop();
+  });
+
+  void it("gives a controller with an older copy of the authority every revocation stored, before it pushes", async () => {
+    // The standby's copy of the authority, taken before the leader revoked anything.
+    const older = await loadAuthority(authority.exportSeeds(), authority.revocations);
+    const first = newUserKeys().publicKey;
+    await authority.revokeUser(first);
+    await syncRevocations(desired, authority);
+    assert.deepEqual(await desired.get(REVOCATIONS_KEY), authority.revocations);
+
+    const second = newUserKeys().publicKey;
+    await older.revokeUser(second);
+    await syncRevocations(desired, older);
+    assert.deepEqual(
+      Object.keys(older.revocations).sort(),
+      [first, second].sort(),
+      "the older copy adopts the first",
+    );
+    assert.deepEqual(await desired.get(REVOCATIONS_KEY), older.revocations, "and the list stored holds both");
+
+    await syncRevocations(desired, authority);
+    assert.deepEqual(authority.revocations, older.revocations, "the leader of before adopts the second");
+  });
+});
