@@ -225,16 +225,7 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
       const made = await until(
         `node-${h.i}'s join token`,
         async () => {
-          const run = await mesh(
-            "join-token",
-            `node-${h.i}`,
-            "--advertise",
-            h.address,
-            "--out",
-            token,
-            "--state",
-            controllerState(),
-          );
+          const run = await mesh("join-token", `node-${h.i}`, "--out", token, "--state", controllerState());
           return run.code === 3 ? undefined : run;
         },
         30,
@@ -469,6 +460,25 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
       `# ledger entries: ${seqsBefore.length} before the kill, ${seqsAfter.length} after\n`,
     );
     assert.deepEqual(lost, [], "no ledger entry is lost");
+  });
+
+  it("mesh join-token --renew makes a new token, and the enrolled node keeps running", async () => {
+    const token = join(dir, "host-3", "node-3.token");
+    const before = await readFile(token, "utf8");
+    const renewed = await mesh(
+      "join-token",
+      "node-3",
+      "--renew",
+      "--out",
+      token,
+      "--state",
+      controllerState(),
+    );
+    assert.equal(renewed.code, 0, renewed.err);
+    assert.notEqual(await readFile(token, "utf8"), before);
+    const status = await mesh("status", "--json", "--state", controllerState());
+    const answer = JSON.parse(status.out) as { nodes: { name: string; enrolled: boolean }[] };
+    assert.ok(answer.nodes.some((n) => n.name === "node-3" && n.enrolled));
   });
 
   void it.todo(
