@@ -31,6 +31,7 @@ function step(title, cmd, cmdArgs) {
 // than waiting on a long one started late (each is a whole mesh or a fuzz run; seconds are typical).
 const SLOW_FIRST = [
   "test/kill-matrix.test.ts",
+  "test/cluster.test.ts",
   "packages/sdk/test/contributions-fuzz.test.ts",
   "test/dashboard-browser.test.ts",
   "test/tool-through-mesh.test.ts",

@@ -301,7 +301,10 @@ export class BusAuthority {
         "  type: full",
         `  dir: ${quote(options.resolverDir, "resolverDir")}`,
         "  allow_delete: false",
-        '  interval: "2m"',
+        // How often each server compares its JWTs with a peer's: a server that was down while a
+        // revocation was pushed learns it within this of its restart (nats-server's default, 2 min,
+        // let it accept a revoked key for minutes).
+        '  interval: "2s"',
         "}",
       );
     } else {

@@ -65,6 +65,12 @@ export interface MeshRunOptions {
   readonly operatorTokenFile?: string;
   readonly graceMs?: number;
   readonly isolation?: IsolationMode;
+  /**
+   * `controller` only: the state directory of the controller this one stands by for. Its
+   * authority and controller keys are copied first; this controller then waits, and leads when the
+   * other's lease lapses.
+   */
+  readonly standbyOf?: string;
 }
 
 /**
@@ -146,6 +152,15 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     });
     stopping.push(() => server.close());
     say(`the controller's HTTP server: ${server.url} (Prometheus metrics at ${server.url}/metrics)`);
+    if (options.standbyOf !== undefined) {
+      const { copyStandbyState } = await import("@mesh/controller");
+      await copyStandbyState(join(resolve(options.standbyOf), "controller"), join(state, "controller")).catch(
+        (err: unknown) => {
+          throw new CliExit(EXIT_REFUSED, `--standby-of: ${(err as Error).message}`);
+        },
+      );
+      say(`    stands by for the controller of ${options.standbyOf}: its authority and keys are copied`);
+    }
     const authority = await loadOrCreateAuthority(join(state, "controller"));
     let servers: readonly string[];
     if (options.bus !== undefined) {
@@ -187,6 +202,7 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
         authority,
         logger: prefixed(io, "controller"),
         observer: metrics.observer,
+        ...(options.standbyOf !== undefined ? { standby: true } : {}),
       });
     } catch (err) {
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
@@ -213,7 +229,8 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     recordDirs = [...(options.bus === undefined ? [busDir] : []), ...nodes.map((n) => join(nodesDir, n))];
     // The other nodes join with `mesh agent`, from the token file written here for each: it names
     // the bus that serves now, at the address other machines reach it by.
-    const others = fleet.nodes.filter((n) => !nodes.includes(n));
+    // A standby gives no join tokens (only the leader does): it writes them once it leads, at its next start.
+    const others = controller.leading() ? fleet.nodes.filter((n) => !nodes.includes(n)) : [];
     const { writeJoinTokens } = await import("./join-token-command.ts");
     const tokenFiles = await writeJoinTokens({
       controller,

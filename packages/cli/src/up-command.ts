@@ -134,10 +134,20 @@ token. One mesh per state directory; Ctrl-C or SIGTERM stops it (and the embedde
 Examples:
   $ mesh controller mesh.yaml --state /var/lib/mesh \
       --bus nats://10.0.0.1:4222,nats://10.0.0.2:4222,nats://10.0.0.3:4222
-  $ mesh controller mesh.yaml --listen 0.0.0.0 --advertise 10.0.0.1`,
+  $ mesh controller mesh.yaml --listen 0.0.0.0 --advertise 10.0.0.1
+  on a second machine, with the first one's state copied to /var/lib/mesh-leader:
+  $ mesh controller mesh.yaml --state /var/lib/mesh --standby-of /var/lib/mesh-leader --bus nats://10.0.0.1:4222`,
     )
-    .action(async (fleet: string, flags: DaemonFlags) => {
-      await runMesh({ role: "controller", ...daemonOptions(fleet, flags, io) });
+    .option(
+      "--standby-of <state>",
+      "stand by for the controller whose state directory this is (its authority and controller keys are copied from it): lead when its lease lapses",
+    )
+    .action(async (fleet: string, flags: DaemonFlags & { standbyOf?: string }) => {
+      await runMesh({
+        role: "controller",
+        ...daemonOptions(fleet, flags, io),
+        ...(flags.standbyOf !== undefined ? { standbyOf: flags.standbyOf } : {}),
+      });
     });
 
   withLogFlags(program.command("agent"))

@@ -9,7 +9,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { decodeJoinToken } from "@mesh/bus";
 import { loadOrCreateAuthority } from "@mesh/controller";
-import { meshClusterConfigs, startNatsCluster, type NatsCluster } from "@mesh/testkit";
+import { meshClusterConfigs, startNatsCluster, until, type NatsCluster } from "@mesh/testkit";
 import { meshInProcess as mesh, runMesh, startMesh, type MeshProcess } from "./run-mesh.ts";
 
 const FLEET = fileURLToPath(new URL("../../../examples/fleet/mesh.yaml", import.meta.url));
@@ -75,5 +75,56 @@ describe("mesh controller against a NATS cluster", { timeout: 240_000 }, () => {
     const run = await controller?.done;
     assert.equal(run?.code, 0, run?.stderr);
     assert.match(run?.stderr ?? "", /stopping the controller\n[\s\S]*stopped/);
+  });
+  it("a second controller started with --standby-of stands by, names the leader, and leads once the leader is killed", async () => {
+    // The leader again (the test before stopped it), on the same state and cluster.
+    controller = startMesh(["controller", FLEET, "--state", state, "--bus", cluster?.urls.join(",") ?? ""]);
+    controller.child.stdin?.end();
+    await controller.waitFor(/3\/3 the controller serves/);
+    const standbyState = await mkdtemp(join(tmpdir(), "mesh-standby-"));
+    const standby = startMesh([
+      "controller",
+      FLEET,
+      "--state",
+      standbyState,
+      "--standby-of",
+      state,
+      "--bus",
+      cluster?.urls.join(",") ?? "",
+    ]);
+    standby.child.stdin?.end();
+    try {
+      await standby.waitFor(/3\/3 the controller serves/);
+      type Lead = { controller?: { self: string; leading: boolean; leader?: string | null } };
+      const lead = async (): Promise<Lead["controller"]> => {
+        const run = await mesh(["status", "--json", "--state", standbyState]);
+        return run.code === 0 ? (JSON.parse(run.stdout) as Lead).controller : undefined;
+      };
+      const before = await lead();
+      assert.equal(before?.leading, false, "the standby does not lead while the leader holds the lease");
+      assert.ok(
+        before?.leader !== undefined && before.leader !== before.self,
+        "it names the other as leader",
+      );
+      const began = Date.now();
+      controller?.child.kill("SIGKILL");
+      await controller?.done.catch(() => {});
+      const after = await until(
+        "the standby to lead",
+        async () => ((await lead())?.leading ? true : undefined),
+        {
+          seconds: 60,
+          everyMs: 500,
+        },
+      );
+      assert.equal(after, true);
+      console.log(
+        `the standby led ${((Date.now() - began) / 1000).toFixed(1)} s after the leader was killed (goal 20 s)`,
+      );
+    } finally {
+      standby.child.kill("SIGKILL");
+      await standby.done.catch(() => {});
+      await rm(standbyState, { recursive: true, force: true });
+    }
   });
 });

@@ -1,0 +1,487 @@
+// Three machines on one: three network namespaces the test makes (10.210.0.1-3 on a bridge whose
+// own address, 10.210.0.254, serves a private Postgres), each running one server of a 3-node NATS
+// cluster written by `mesh bus-config`. Host 1 runs `mesh controller` and node-1's agent (the
+// Postgres provider); hosts 2 and 3 run consumers' nodes with `mesh agent` and tokens from
+// `mesh join-token`. Then one of the NATS servers is killed with -9, and what an operator needs keeps
+// working; a key revoked while it was down is still refused after it restarts.
+//
+// Needs root and `ip netns`; without them it is skipped, saying why. Everything it makes (the
+// namespaces, the bridge, every process in them, the files) is removed afterwards, also when it fails.
+import assert from "node:assert/strict";
+import { execFile, execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { appendFile, chmod, copyFile, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { startPostgres, until, type PostgresServer } from "@mesh/testkit";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const MESH = join(ROOT, "packages", "cli", "bin", "mesh.js");
+const TAG = String(process.pid % 10_000);
+const BRIDGE = `mcb${TAG}`;
+const BRIDGE_ADDRESS = "10.210.0.254";
+const HOSTS = [1, 2, 3].map((i) => ({
+  i,
+  ns: `mesh-c${TAG}-h${i}`,
+  veth: `mc${TAG}h${i}`,
+  peer: `mc${TAG}h${i}p`,
+  address: `10.210.0.${i}`,
+}));
+const BUS = HOSTS.map((h) => `nats://${h.address}:4222`).join(",");
+
+// Why this machine cannot run it, or undefined when it can.
+function cannotRun(): string | undefined {
+  if (process.platform !== "linux") return "the cluster test needs Linux network namespaces";
+  if (typeof process.getuid !== "function" || process.getuid() !== 0)
+    return "the cluster test needs root, to make network namespaces (ip netns add); run it as root (CI does)";
+  try {
+    execFileSync("ip", ["netns", "list"], { stdio: "ignore" });
+  } catch {
+    return "the cluster test needs `ip netns` (the Debian package iproute2)";
+  }
+  return undefined;
+}
+
+function ip(...args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile("ip", args, { timeout: 15_000, encoding: "utf8" }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`ip ${args.join(" ")}: ${stderr || err.message}`));
+      else resolve(stdout);
+    });
+  });
+}
+
+interface Started {
+  readonly name: string;
+  readonly child: ChildProcess;
+  output: string;
+}
+
+const started: Started[] = [];
+
+// Starts `cmd args…` inside host `ns`, in its own process group, collecting what it says.
+function inHost(
+  ns: string,
+  name: string,
+  cmd: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv = {},
+): Started {
+  const child = spawn("ip", ["netns", "exec", ns, cmd, ...args], {
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env },
+  });
+  const s: Started = { name, child, output: "" };
+  child.stdout?.on("data", (d: Buffer) => (s.output += d.toString()));
+  child.stderr?.on("data", (d: Buffer) => (s.output += d.toString()));
+  started.push(s);
+  return s;
+}
+
+function exited(s: Started): Promise<void> {
+  if (s.child.exitCode !== null || s.child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => s.child.once("close", () => resolve()));
+}
+
+// SIGTERM (a clean stop: modules, then the agent), SIGKILL to its group after `graceMs`.
+async function stop(s: Started, graceMs = 20_000): Promise<void> {
+  if (s.child.exitCode !== null || s.child.signalCode !== null || s.child.pid === undefined) return;
+  try {
+    process.kill(s.child.pid, "SIGTERM");
+  } catch {
+    return;
+  }
+  const timer = setTimeout(() => {
+    try {
+      if (s.child.pid !== undefined) process.kill(-s.child.pid, "SIGKILL");
+    } catch {
+      // gone already
+    }
+  }, graceMs);
+  await exited(s);
+  clearTimeout(timer);
+}
+
+// Runs `mesh args…` from the test's own namespace (it reaches the hosts through the bridge).
+function mesh(...args: string[]): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const c = spawn(process.execPath, [MESH, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    c.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    c.stderr.on("data", (d: Buffer) => (err += d.toString()));
+    const timer = setTimeout(() => c.kill("SIGKILL"), 60_000);
+    c.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, out, err });
+    });
+  });
+}
+
+function fleetText(postgresPort: number, consumers: readonly { name: string; node: string }[]): string {
+  const notes = JSON.stringify(join(ROOT, "examples", "fleet", "notes", "module.json"));
+  return (
+    `nodes:\n  node-1: {}\n  node-2: {}\n  node-3: {}\n` +
+    `modules:\n  postgres:\n` +
+    `    manifest: ${JSON.stringify(join(ROOT, "providers", "postgres", "module.json"))}\n` +
+    `    node: node-1\n` +
+    `    endpoint: { host: ${BRIDGE_ADDRESS}, port: ${postgresPort} }\n` +
+    `    admin: { env: MESH_POSTGRES_URL }\n` +
+    `    env: { MESH_EVERY: 1s }\n` +
+    consumers
+      .map(
+        (c) =>
+          `  ${c.name}:\n    manifest: ${notes}\n    node: ${c.node}\n` +
+          `    needs: { postgres-database: { values: { name: ${c.name} } } }\n`,
+      )
+      .join("")
+  );
+}
+
+const reason = cannotRun();
+if (reason !== undefined) process.stderr.write(`# skipped: ${reason}\n`);
+
+describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeout: 240_000 }, () => {
+  let dir: string;
+  let postgres: PostgresServer | undefined;
+  let fleetFile: string;
+  const controllerState = () => join(dir, "host-1", "controller-state");
+  const nodeState = (i: number) => join(dir, `host-${i}`, "node-state");
+  const natsServers: (Started | undefined)[] = [];
+  const natsConf = (i: number) => join(dir, "bus", `n${i}`, "nats.conf");
+  const consumers = [
+    { name: "notes", node: "node-2" },
+    { name: "blog", node: "node-3" },
+  ];
+
+  const startNats = async (i: number): Promise<void> => {
+    const host = HOSTS[i - 1];
+    if (host === undefined) throw new Error(`no host ${i}`);
+    natsServers[i - 1] = inHost(host.ns, `nats n${i}`, "nats-server", ["-c", natsConf(i)]);
+  };
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "mesh-cluster-"));
+    // Module users (`mesh-<module>`) read the fleet's files; each module's own directory stays its own.
+    await chmod(dir, 0o755);
+    // The network: a bridge here, one namespace per host with a veth pair on it.
+    await ip("link", "add", BRIDGE, "type", "bridge");
+    await ip("addr", "add", `${BRIDGE_ADDRESS}/24`, "dev", BRIDGE);
+    await ip("link", "set", BRIDGE, "up");
+    for (const h of HOSTS) {
+      await ip("netns", "add", h.ns);
+      await ip("link", "add", h.veth, "type", "veth", "peer", "name", h.peer);
+      await ip("link", "set", h.veth, "netns", h.ns);
+      await ip("link", "set", h.peer, "master", BRIDGE);
+      await ip("link", "set", h.peer, "up");
+      await ip("-n", h.ns, "addr", "add", `${h.address}/24`, "dev", h.veth);
+      await ip("-n", h.ns, "link", "set", h.veth, "up");
+      await ip("-n", h.ns, "link", "set", "lo", "up");
+    }
+    // A private Postgres on the bridge's address, which every host reaches.
+    postgres = await startPostgres({ settings: { listen_addresses: `127.0.0.1,${BRIDGE_ADDRESS}` } });
+    await appendFile(join(postgres.dataDir, "pg_hba.conf"), "host all all 10.210.0.0/24 scram-sha-256\n");
+    await postgres.query("SELECT pg_reload_conf()");
+    const adminUrl = (await postgres.createAdmin("mesh_admin")).replace("@127.0.0.1:", `@${BRIDGE_ADDRESS}:`);
+
+    fleetFile = join(dir, "mesh.yaml");
+    await writeFile(fleetFile, fleetText(postgres.port, consumers), { mode: 0o644 });
+    // The bus: one configuration per server, from the authority the controller will use.
+    const config = await mesh(
+      "bus-config",
+      "--cluster",
+      "mesh",
+      ...HOSTS.flatMap((h) => ["--server", `n${h.i}=${h.address}:4222:6222`]),
+      "--out",
+      join(dir, "bus"),
+      "--state",
+      controllerState(),
+    );
+    assert.equal(config.code, 0, config.err);
+    for (const h of HOSTS) await startNats(h.i);
+
+    // Host 1: the controller against the cluster, and node-1's agent (the provider's node).
+    const controller = inHost(HOSTS[0]?.ns ?? "", "mesh controller", process.execPath, [
+      MESH,
+      "controller",
+      fleetFile,
+      "--state",
+      controllerState(),
+      "--bus",
+      BUS,
+    ]);
+    await until(
+      "mesh controller to serve",
+      () => (/3\/3 the controller serves/.test(controller.output) ? true : undefined),
+      90,
+    ).catch((err: unknown) => {
+      throw new Error(`${(err as Error).message}; it said:\n${controller.output}`);
+    });
+    for (const h of HOSTS) {
+      const token = join(dir, `host-${h.i}`, `node-${h.i}.token`);
+      // Until the controller's interest has reached every server of the cluster.
+      const made = await until(
+        `node-${h.i}'s join token`,
+        async () => {
+          const run = await mesh("join-token", `node-${h.i}`, "--out", token, "--state", controllerState());
+          return run.code === 3 ? undefined : run;
+        },
+        30,
+      );
+      assert.equal(made.code, 0, made.err);
+      inHost(
+        h.ns,
+        `node-${h.i}`,
+        process.execPath,
+        [
+          MESH,
+          "agent",
+          "--node",
+          `node-${h.i}`,
+          "--join",
+          token,
+          "--state",
+          nodeState(h.i),
+          "--isolation",
+          "auto",
+        ],
+        h.i === 1 ? { MESH_POSTGRES_URL: adminUrl } : {},
+      );
+    }
+  });
+
+  after(async () => {
+    // Agents first (they stop their modules), then the controller, then the bus.
+    const agents = started.filter((s) => s.name.startsWith("node-"));
+    await Promise.all(agents.map((s) => stop(s)));
+    await Promise.all(started.filter((s) => !agents.includes(s)).map((s) => stop(s, 10_000)));
+    // Anything left in a namespace is this test's: SIGKILL it, then remove the namespace.
+    for (const h of HOSTS) {
+      const pids = (await ip("netns", "pids", h.ns).catch(() => "")).split(/\s+/).filter((p) => p !== "");
+      for (const pid of pids) {
+        try {
+          process.kill(Number(pid), "SIGKILL");
+        } catch {
+          // gone already
+        }
+      }
+      await ip("netns", "del", h.ns).catch(() => {});
+    }
+    await ip("link", "del", BRIDGE).catch(() => {});
+    await postgres?.stop();
+    if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+    if (process.env["MESH_CLUSTER_TEST_LOG"] === "1")
+      for (const s of started) process.stderr.write(`--- ${s.name}\n${s.output}\n`);
+  });
+
+  const notesLog = () => join(nodeState(2), "modules", "notes", "log");
+  const ledgerSeqs = async (): Promise<number[]> => {
+    const run = await mesh("ledger", "postgres", "--json", "--limit", "1000", "--state", controllerState());
+    assert.equal(run.code, 0, run.err);
+    return (JSON.parse(run.out) as { entries: { seq: number }[] }).entries.map((e) => e.seq);
+  };
+
+  it("consumers on hosts 2 and 3 use the database the provider on host 1 made", async () => {
+    await until(
+      "notes on host 2 storing a note",
+      async () => (/stored note/.test(await readFile(notesLog(), "utf8").catch(() => "")) ? true : undefined),
+      90,
+    );
+    await until(
+      "blog on host 3 storing a note",
+      async () =>
+        /stored note/.test(
+          await readFile(join(nodeState(3), "modules", "blog", "log"), "utf8").catch(() => ""),
+        )
+          ? true
+          : undefined,
+      90,
+    );
+    const status = await mesh("status", "--json", "--state", controllerState());
+    assert.equal(status.code, 0, status.err);
+    const answer = JSON.parse(status.out) as { nodes: { name: string; enrolled: boolean }[] };
+    assert.deepEqual(
+      answer.nodes.map((n) => `${n.name}:${n.enrolled}`),
+      ["node-1:true", "node-2:true", "node-3:true"],
+    );
+  });
+
+  it("with one NATS server killed -9, status, rotate, a fleet change and a tool keep working, and no ledger entry is lost", async () => {
+    const seqsBefore = await until(
+      "the provider's first ledger entries",
+      async () => {
+        const seqs = await ledgerSeqs();
+        return seqs.length > 0 ? seqs : undefined;
+      },
+      60,
+    );
+    const notesSecret = join(nodeState(2), "modules", "notes", "passwords", "postgres-database");
+    const secretBefore = await readFile(notesSecret, "utf8");
+
+    const killed = natsServers[1];
+    assert.ok(killed?.child.pid !== undefined);
+    process.kill(killed.child.pid, "SIGKILL");
+    await exited(killed);
+    const t0 = Date.now();
+    const figures: string[] = [];
+    // Each is timed from the kill, or from the operator's own action when it comes later.
+    const within = async <T>(
+      what: string,
+      probe: () => Promise<T | undefined>,
+      from: number = t0,
+    ): Promise<T> => {
+      const value = await until(what, probe, 30);
+      const s = (Date.now() - from) / 1000;
+      figures.push(
+        `${what}: ${s.toFixed(1)} s after ${from === t0 ? "the kill" : "it was asked"} (goal 15 s, bound 30 s)`,
+      );
+      return value;
+    };
+
+    await within("mesh status answers", async () => {
+      const run = await mesh("status", "--json", "--state", controllerState());
+      return run.code === 0 ? run : undefined;
+    });
+    await within("mesh rotate rotates", async () => {
+      const run = await mesh("rotate", "notes", "postgres-database", "--state", controllerState());
+      return run.code === 0 ? run : undefined;
+    });
+    await within("the rotated password reaches host 2", async () => {
+      const now = await readFile(notesSecret, "utf8").catch(() => secretBefore);
+      return now !== secretBefore ? true : undefined;
+    });
+    const changedAt = Date.now();
+    await writeFile(
+      fleetFile,
+      fleetText(postgres?.port ?? 0, [...consumers, { name: "wiki", node: "node-3" }]),
+    );
+    const wikiCreds = join(nodeState(3), "modules", "wiki", "bus.creds");
+    await within(
+      "a fleet change reaches host 3 (wiki's password)",
+      async () => {
+        await stat(join(nodeState(3), "modules", "wiki", "passwords", "postgres-database"));
+        return true;
+      },
+      changedAt,
+    );
+    // A new module's bus credential follows its node's next report (every 10 s) and the making of
+    // its ledger stream, which JetStream may not place while a server is down: measured, not held
+    // to the bound (see the report of this test's branch).
+    const credential = await until("wiki's bus credential on host 3", () => stat(wikiCreds), 30).then(
+      () => `${((Date.now() - changedAt) / 1000).toFixed(1)} s after the change`,
+      () => "not within 30 s of the change (its ledger stream could not be made yet)",
+    );
+    figures.push(`wiki's bus credential on host 3: ${credential} (goal 15 s)`);
+    const toolAt = Date.now();
+    const tool = await within(
+      "mesh tool postgres status answers",
+      async () => {
+        const run = await mesh("tool", "postgres", "status", "--json", "--state", controllerState());
+        return run.code === 0 ? run : undefined;
+      },
+      toolAt,
+    );
+    assert.match(tool.out, /notes/);
+    for (const line of figures) process.stderr.write(`# ${line}\n`);
+
+    // A key revoked while that server is down: blog leaves the fleet, its credential is revoked.
+    const oldCreds = join(dir, "blog-old.creds");
+    await copyFile(join(nodeState(3), "modules", "blog", "bus.creds"), oldCreds);
+    await writeFile(
+      fleetFile,
+      fleetText(postgres?.port ?? 0, [
+        { name: "notes", node: "node-2" },
+        { name: "wiki", node: "node-3" },
+      ]),
+    );
+    const connects = async (server: string): Promise<boolean> => {
+      const { connectBus, closeBus } = await import("@mesh/bus");
+      try {
+        const nc = await connectBus({ servers: [server], creds: await readFile(oldCreds), name: "old blog" });
+        await closeBus(nc);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    await until(
+      "blog's old credential refused",
+      async () => ((await connects(`nats://${HOSTS[0]?.address}:4222`)) ? undefined : true),
+      30,
+    );
+
+    await startNats(2);
+    await until(
+      "the restarted server to accept connections",
+      async () => {
+        const run = await mesh(
+          "status",
+          "--json",
+          "--state",
+          controllerState(),
+          "--bus",
+          `nats://${HOSTS[1]?.address}:4222`,
+        );
+        return run.code === 0 ? true : undefined;
+      },
+      30,
+    );
+    // A server that was down while the revocation was pushed learns it from a peer (the full
+    // resolver compares every 2 s); from then on it refuses the key, every time.
+    const restartedAt = Date.now();
+    await until(
+      "the restarted server to refuse the revoked key",
+      async () => ((await connects(`nats://${HOSTS[1]?.address}:4222`)) ? undefined : true),
+      10,
+    );
+    process.stderr.write(
+      `# the restarted server refuses the key revoked while it was down ${((Date.now() - restartedAt) / 1000).toFixed(1)} s after it answers (the resolver compares every 2 s)\n`,
+    );
+    for (let i = 0; i < 5; i++) {
+      assert.equal(
+        await connects(`nats://${HOSTS[1]?.address}:4222`),
+        false,
+        "the restarted server keeps refusing the revoked key",
+      );
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const seqsAfter = await until(
+      "the ledger with the tool call made during the outage",
+      async () => {
+        const seqs = await ledgerSeqs();
+        return seqs.length > seqsBefore.length ? seqs : undefined;
+      },
+      30,
+    );
+    const lost = seqsBefore.filter((s) => !seqsAfter.includes(s));
+    process.stderr.write(
+      `# ledger entries: ${seqsBefore.length} before the kill, ${seqsAfter.length} after\n`,
+    );
+    assert.deepEqual(lost, [], "no ledger entry is lost");
+  });
+
+  it("mesh join-token --renew makes a new token, and the enrolled node keeps running", async () => {
+    const token = join(dir, "host-3", "node-3.token");
+    const before = await readFile(token, "utf8");
+    const renewed = await mesh(
+      "join-token",
+      "node-3",
+      "--renew",
+      "--out",
+      token,
+      "--state",
+      controllerState(),
+    );
+    assert.equal(renewed.code, 0, renewed.err);
+    assert.notEqual(await readFile(token, "utf8"), before);
+    const status = await mesh("status", "--json", "--state", controllerState());
+    const answer = JSON.parse(status.out) as { nodes: { name: string; enrolled: boolean }[] };
+    assert.ok(answer.nodes.some((n) => n.name === "node-3" && n.enrolled));
+  });
+
+  void it.todo(
+    "with host 1 cut off (ip link set … down), the standby controller on host 2 leads within 20 s, a fleet change made there reaches host 3, and the old leader stands by and undoes nothing (needs the standby controller)",
+  );
+});
