@@ -21,7 +21,9 @@ function usageOf(command: Command): string {
 function table(command: Command): string[] {
   const rows = command.options.map((o) => {
     const dflt =
-      o.defaultValue === undefined || o.defaultValue === false ? "" : ` (default: \`${String(o.defaultValue)}\`)`;
+      o.defaultValue === undefined || o.defaultValue === false
+        ? ""
+        : ` (default: \`${String(o.defaultValue)}\`)`;
     return [`\`${o.flags}\``, `${o.description}${dflt}`.replace(/\|/g, "\\|")];
   });
   if (rows.length === 0) return [];
