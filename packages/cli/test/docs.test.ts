@@ -78,19 +78,27 @@ function documentedCommands(doc: string): DocumentedCommand[] {
   const found: DocumentedCommand[] = [];
   let inShell = false;
   let inBlock = false;
-  readFileSync(join(ROOT, doc), "utf8")
-    .split("\n")
-    .forEach((raw, index) => {
-      const fence = /^\s*```(\w*)/.exec(raw);
-      if (fence) {
-        inShell = !inBlock && ["sh", "bash", "shell"].includes(fence[1] ?? "");
-        inBlock = !inBlock;
-        return;
-      }
-      const text = raw.trim().replace(/^\$ /, "");
-      if (!inShell || !text.startsWith("mesh ")) return;
-      found.push({ doc, line: index + 1, text, words: shellWords(text).slice(1) });
-    });
+  const lines = readFileSync(join(ROOT, doc), "utf8").split("\n");
+  // A line ending in a backslash goes on in the next one, as in a shell.
+  const joined = lines.map((line, i) => {
+    if (i > 0 && lines[i - 1]?.trimEnd().endsWith("\\")) return "";
+    let text = line;
+    for (let j = i; text.trimEnd().endsWith("\\") && j + 1 < lines.length; j++) {
+      text = `${text.trimEnd().slice(0, -1)} ${lines[j + 1]?.trim() ?? ""}`;
+    }
+    return text;
+  });
+  joined.forEach((raw, index) => {
+    const fence = /^\s*```(\w*)/.exec(raw);
+    if (fence) {
+      inShell = !inBlock && ["sh", "bash", "shell"].includes(fence[1] ?? "");
+      inBlock = !inBlock;
+      return;
+    }
+    const text = raw.trim().replace(/^\$ /, "");
+    if (!inShell || !text.startsWith("mesh ")) return;
+    found.push({ doc, line: index + 1, text, words: shellWords(text).slice(1) });
+  });
   return found;
 }
 
