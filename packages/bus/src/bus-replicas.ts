@@ -45,14 +45,17 @@ export function replicasFor(nc: NatsConnection): number {
 }
 
 /**
- * Whether `err` says JetStream cannot place that many copies now (too few servers up): the caller
+ * Whether `err` says JetStream cannot place that many copies now (too few servers up, or a create
+ * that timed out waiting for them): the caller
  * makes it with one copy, and `raiseReplicas` raises it later.
  */
 export function isTooFewPeers(err: unknown): boolean {
   const message = err instanceof Error ? err.message : String(err);
   return (
     (err instanceof JetStreamApiError || err instanceof Error) &&
-    /insufficient resources|no suitable peers|peers? .*(unavailable|offline)/i.test(message)
+    // A create that times out is the same want of peers seen from the client: with a server down
+    // the meta leader may sit on the request past the client's wait (measured on 2.9.10).
+    /insufficient resources|no suitable peers|peers? .*(unavailable|offline)|timeout/i.test(message)
   );
 }
 
