@@ -3,7 +3,7 @@
 // nats-server of its own. The CLI's reads find it from the state directory, or from `--bus`.
 import assert from "node:assert/strict";
 import { access, mkdtemp, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -95,27 +95,28 @@ describe("mesh controller against a NATS cluster", { timeout: 240_000 }, () => {
     standby.child.stdin?.end();
     try {
       await standby.waitFor(/3\/3 the controller serves/);
+      // Both controllers answer `mesh status` on the bus, whichever is first: pick the standby's own
+      // answer by its id (its host and controller state directory).
       type Lead = { controller?: { self: string; leading: boolean; leader?: string | null } };
-      const lead = async (): Promise<Lead["controller"]> => {
-        const run = await mesh(["status", "--json", "--state", standbyState]);
-        return run.code === 0 ? (JSON.parse(run.stdout) as Lead).controller : undefined;
+      const standbyId = `${hostname()}:${join(standbyState, "controller")}`;
+      const standbyAnswer = async (): Promise<Lead["controller"]> => {
+        for (let i = 0; i < 20; i++) {
+          const run = await mesh(["status", "--json", "--state", standbyState]);
+          const answer = run.code === 0 ? (JSON.parse(run.stdout) as Lead).controller : undefined;
+          if (answer?.self === standbyId) return answer;
+        }
+        return undefined;
       };
-      const before = await lead();
-      assert.equal(before?.leading, false, "the standby does not lead while the leader holds the lease");
-      assert.ok(
-        before?.leader !== undefined && before.leader !== before.self,
-        "it names the other as leader",
-      );
+      const before = await until("the standby's own status answer", standbyAnswer, 30);
+      assert.equal(before.leading, false, "the standby does not lead while the leader holds the lease");
+      assert.ok(before.leader !== undefined && before.leader !== standbyId, "it names the other as leader");
       const began = Date.now();
       controller?.child.kill("SIGKILL");
       await controller?.done.catch(() => {});
       const after = await until(
         "the standby to lead",
-        async () => ((await lead())?.leading ? true : undefined),
-        {
-          seconds: 60,
-          everyMs: 500,
-        },
+        async () => ((await standbyAnswer())?.leading === true ? true : undefined),
+        { seconds: 60, everyMs: 500 },
       );
       assert.equal(after, true);
       console.log(
