@@ -38,13 +38,7 @@ export * from "./module-process.ts";
 export * from "./module-supervisor.ts";
 export * from "./node-agent.ts";
 export * from "./node-identity.ts";
-export {
-  MAX_REPORTED_FAILING,
-  ProviderStandings,
-  type ProviderStanding,
-  type ReportedFailure,
-  type ReportedWaiting,
-} from "./provider-standings.ts";
+export { MAX_REPORTED_FAILING, ProviderStandings, type ProviderStanding } from "./provider-standings.ts";
 export * from "./start-agent.ts";
 export * from "./tool-runner.ts";
 export {

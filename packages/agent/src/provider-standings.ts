@@ -5,6 +5,7 @@
 // consumers (at most MAX_REPORTED_FAILING), the set waiting for a person, and counts, never every
 // consumer.
 import type { BusLogger } from "@mesh/bus";
+import type { ReportedCounts, ReportedFailure, ReportedProvider, ReportedWaiting } from "@mesh/manifest";
 import {
   callControl,
   maskUrls,
@@ -32,52 +33,8 @@ export const STANDINGS_EVERY_MS = 2_000;
 /** How long one ask waits for a provider's control socket. */
 export const STANDINGS_TIMEOUT_MS = 5_000;
 
-/** One consumer its provider says is failing, as the node reports it. */
-export interface ReportedFailure {
-  readonly login: string;
-  /** The consumer's node, as the provider knows it; null when it does not. */
-  readonly node: string | null;
-  readonly class: string;
-  /** ISO 8601: when its run of failures began. */
-  readonly since: string;
-  readonly attempts: number;
-  /** The last error, scrubbed of every secret this node holds, one line, clipped. */
-  readonly error: string;
-}
-
-/** The retirement set of one provider that waits for a person (`retire list`). */
-export interface ReportedWaiting {
-  /** The id `retire approve` takes; null when the provider did not say it. */
-  readonly id: string | null;
-  /** At most MAX_REPORTED_WAITING of its logins. */
-  readonly logins: readonly string[];
-  readonly count: number;
-  /** Active consumers the provider made, counted before retiring. */
-  readonly held: number;
-  readonly reason: string;
-}
-
-/** How many consumers of one provider are in each state. */
-export type ReportedCounts = Readonly<Record<ConsumerState, number>>;
-
 /** What one provider module of this node says, as the node's report carries it. */
-export interface ProviderStanding {
-  readonly module: string;
-  /** Whether its control socket answered the last ask. */
-  readonly answered: boolean;
-  /** Why it did not answer, in words; null when it did. */
-  readonly problem: string | null;
-  /** ISO 8601: when it was last asked. */
-  readonly askedAt: string;
-  /** ISO 8601 of the provider's last finished pass; null before the first (or when it did not answer). */
-  readonly lastPassAt: string | null;
-  /** Why its contributions file was not read, when it was not. */
-  readonly contributionsProblem: string | null;
-  readonly counts: ReportedCounts;
-  /** At most MAX_REPORTED_FAILING, by login. */
-  readonly failing: readonly ReportedFailure[];
-  readonly waiting: ReportedWaiting | null;
-}
+export type ProviderStanding = ReportedProvider;
 
 /** What asks the providers: the node's state directory, where it says what it cannot ask, and the news. */
 export interface ProviderStandingsOptions {

@@ -2,7 +2,15 @@
 // trusted only as far as the bus vouches: the node is read from the subject (which the server lets
 // only that node publish to), never from the body.
 import { isValidNodeName, MESH_SUBJECT_PREFIX } from "@mesh/bus";
-import { isModuleName } from "@mesh/manifest";
+import {
+  isModuleName,
+  type ReportedCounts,
+  type ReportedFailure,
+  type ReportedProvider,
+  type ReportedWaiting,
+} from "@mesh/manifest";
+
+export type { ReportedCounts, ReportedFailure, ReportedProvider, ReportedWaiting };
 import { maskUrls, metricsUrlOf } from "@mesh/sdk";
 
 /** How a module of a node is doing, as its agent reports it. */
@@ -67,53 +75,6 @@ export interface NodeReport {
   readonly moduleKeys?: Readonly<Record<string, ReportedModuleKeys>>;
   /** What each provider module of the node says of its consumers, from its own control socket. */
   readonly providers?: readonly ReportedProvider[];
-}
-
-/** One consumer its provider says is failing, as the provider's node reports it. */
-export interface ReportedFailure {
-  readonly login: string;
-  readonly node: string | null;
-  readonly class: string;
-  /** ISO 8601: when its run of failures began. */
-  readonly since: string;
-  readonly attempts: number;
-  /** The last error, scrubbed by the provider and its node, URLs masked. */
-  readonly error: string;
-}
-
-/** The retirement set of one provider that waits for a person. */
-export interface ReportedWaiting {
-  /** The id `retire approve` takes; null when the node did not get it. */
-  readonly id: string | null;
-  /** Some of its logins (the node sends at most 20); `count` says how many there are. */
-  readonly logins: readonly string[];
-  readonly count: number;
-  readonly held: number;
-  readonly reason: string;
-}
-
-/** How many consumers of a provider are in each state. */
-export interface ReportedCounts {
-  readonly active: number;
-  readonly failing: number;
-  readonly unasked: number;
-  readonly "awaiting-approval": number;
-  readonly retired: number;
-}
-
-/** What one provider module says of its consumers, as its node reports it. */
-export interface ReportedProvider {
-  readonly module: string;
-  /** Whether its control socket answered the node's last ask. */
-  readonly answered: boolean;
-  readonly problem: string | null;
-  /** ISO 8601: when its node last asked it. */
-  readonly askedAt: string;
-  readonly lastPassAt: string | null;
-  readonly contributionsProblem: string | null;
-  readonly counts: ReportedCounts;
-  readonly failing: readonly ReportedFailure[];
-  readonly waiting: ReportedWaiting | null;
 }
 
 /** A module's public keys as its node reports them. */

@@ -30,6 +30,12 @@ export * from "./state-paths.ts";
 export * from "./contributions.ts";
 export * from "./credential.ts";
 export * from "./delivery.ts";
+export type {
+  ReportedCounts,
+  ReportedFailure,
+  ReportedProvider,
+  ReportedWaiting,
+} from "./provider-report.ts";
 export * from "./listen-address.ts";
 export * from "./events.ts";
 export * from "./check-code.ts";

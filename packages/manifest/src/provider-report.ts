@@ -1,0 +1,55 @@
+// What a node's agent reports of each provider module on it, from the provider's own control socket,
+// and what the controller takes in: one shape for both ends of the report.
+
+/** One consumer its provider says is failing, as the provider's node reports it. */
+export interface ReportedFailure {
+  readonly login: string;
+  /** The consumer's node, as the provider knows it; null when it does not. */
+  readonly node: string | null;
+  readonly class: string;
+  /** ISO 8601: when its run of failures began. */
+  readonly since: string;
+  readonly attempts: number;
+  /** The last error, scrubbed of every secret the node holds, URLs masked, one line, clipped. */
+  readonly error: string;
+}
+
+/** The retirement set of one provider that waits for a person (`retire list`). */
+export interface ReportedWaiting {
+  /** The id `retire approve` takes; null when the provider did not say it. */
+  readonly id: string | null;
+  /** Some of its logins (a node sends at most 20); `count` says how many there are. */
+  readonly logins: readonly string[];
+  readonly count: number;
+  /** Active consumers the provider made, counted before retiring. */
+  readonly held: number;
+  readonly reason: string;
+}
+
+/** How many consumers of one provider are in each state. */
+export interface ReportedCounts {
+  readonly active: number;
+  readonly failing: number;
+  readonly unasked: number;
+  readonly "awaiting-approval": number;
+  readonly retired: number;
+}
+
+/** What one provider module says of its consumers, as its node reports it. */
+export interface ReportedProvider {
+  readonly module: string;
+  /** Whether its control socket answered the node's last ask. */
+  readonly answered: boolean;
+  /** Why it did not answer, in words; null when it did. */
+  readonly problem: string | null;
+  /** ISO 8601: when its node last asked it. */
+  readonly askedAt: string;
+  /** ISO 8601 of the provider's last finished pass; null before the first (or when it did not answer). */
+  readonly lastPassAt: string | null;
+  /** Why its contributions file was not read, when it was not. */
+  readonly contributionsProblem: string | null;
+  readonly counts: ReportedCounts;
+  /** At most a hundred, by login. */
+  readonly failing: readonly ReportedFailure[];
+  readonly waiting: ReportedWaiting | null;
+}
