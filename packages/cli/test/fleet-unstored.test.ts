@@ -39,7 +39,13 @@ function fleet(apps: readonly string[]): string {
   );
 }
 
-describe("a fleet change the bus cannot store now", { timeout: 240_000 }, () => {
+// Opt-in with the cluster test (MESH_CLUSTER_TEST=1): after two of three servers come back,
+// JetStream on nats-server 2.9.10 answered "temporarily unavailable" for a varying time, and a clean
+// run failed on that wait once in three.
+const optedIn = process.env["MESH_CLUSTER_TEST"] === "1";
+if (!optedIn) process.stderr.write("# skipped: runs with MESH_CLUSTER_TEST=1, as the cluster test does\n");
+
+describe("a fleet change the bus cannot store now", { timeout: 240_000, skip: !optedIn }, () => {
   let authority: BusAuthority;
   let cluster: NatsCluster;
   let controller: Controller | undefined;
