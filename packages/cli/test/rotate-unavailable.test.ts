@@ -1,7 +1,8 @@
 // `mesh rotate` while the bus cannot store the new password: on a real 3-server cluster with two
 // servers killed, JetStream has no quorum while plain requests still reach the controller. The
 // rotation changes nothing and says so in the operator's words, with exit 3; once the servers are
-// back, it works.
+// back, the kept password is the old one (a refused write that the bus committed late is undone)
+// and a rotation works.
 import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -98,10 +99,12 @@ describe("mesh rotate while the bus cannot store", { timeout: 240_000 }, () => {
 
     await cluster.start(1);
     await cluster.start(2);
-    assert.equal(
-      await until("the bucket to answer again", version, 60),
-      before,
-      "the kept password is the same",
+    // The refused write may have been kept in the log of the one server left and committed once
+    // its peers came back; the controller puts the old password back, so the kept one is the old.
+    await until(
+      "the kept password to be the one before the refused rotation",
+      async () => ((await version()) === before ? true : undefined),
+      60,
     );
     const rotated = await until(
       "a rotation once the servers are back",

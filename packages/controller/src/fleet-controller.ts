@@ -34,7 +34,7 @@ import {
   STATUS_SUBJECT,
 } from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
-import type { PasswordStore } from "./password-store.ts";
+import { BusCannotStoreError, type PasswordStore } from "./password-store.ts";
 import { PendingWrites, WriteWaitsError } from "./pending-writes.ts";
 import { answerRotateRequest } from "./rotate-request.ts";
 import { STANDINGS_SUBJECT, type StandingsBook } from "./standings-book.ts";
@@ -366,7 +366,12 @@ export class FleetController implements Controller {
       if (!planEntries(this.#current.plan).some((e) => e.consumer === consumer && e.interface === iface)) {
         throw new UnknownConsumerError(consumer, iface);
       }
-      await this.#s.passwords.rotate(consumer, iface);
+      try {
+        await this.#s.passwords.rotate(consumer, iface);
+      } catch (err) {
+        if (err instanceof BusCannotStoreError) this.#restoreLater(err);
+        throw err;
+      }
       this.#p.observer?.rotated();
       await this.#pending
         .attempt("deliveries", "the deliveries of a rotation", () => this.#publishAll())
@@ -374,6 +379,19 @@ export class FleetController implements Controller {
           if (!(err instanceof WriteWaitsError)) throw err;
           this.#log.warn(err.message);
         });
+    });
+  }
+
+  // A rotation the bus did not confirm: the old password is put back until the bus stores it (run
+  // in the queue, after this rotation's answer), so that a new one committed late never stands.
+  #restoreLater(refused: BusCannotStoreError): void {
+    const what = `${refused.what}'s kept password (a rotation the bus did not confirm is undone)`;
+    queueMicrotask(() => {
+      void this.#exclusive(() =>
+        this.#pending.attempt(`restore ${refused.what}`, what, refused.restore),
+      ).catch((err: unknown) => {
+        if (!(err instanceof WriteWaitsError)) this.#log.warn(`${what}: ${(err as Error).message}`);
+      });
     });
   }
 

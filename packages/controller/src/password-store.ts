@@ -20,12 +20,19 @@ import { secretKey } from "@mesh/manifest";
  * The bus did not store a new password (JetStream has too few servers, or none, to store it now):
  * nothing changed, the old password stays in force, and asking again later works. The bus's own
  * words are kept as the cause only: they mean nothing to an operator.
+ *
+ * A write the bus did not confirm may still land later (its server had it in its log and commits
+ * it once its peers are back). `restore` puts the old password back; the controller runs it until
+ * the bus stores it, so that what the operator was told, nothing changed, comes true in the bus as
+ * it already is in every node (the new password was never delivered).
  */
 export class BusCannotStoreError extends Error {
   override name = "BusCannotStoreError";
   constructor(
     /** What was to be stored (`<consumer>/<interface>`'s new password). */
     readonly what: string,
+    /** Puts the kept password back in the bus, over a new one that landed late; idempotent. */
+    readonly restore: () => Promise<void>,
     options?: { cause?: unknown },
   ) {
     super(`the bus cannot store it now; nothing changed, try again (${what} was not rotated)`, options);
@@ -80,6 +87,11 @@ export class PasswordStore {
    */
   static async open(nc: NatsConnection, keys: NodeKeys, log: BusLogger): Promise<PasswordStore> {
     const state = await openState<SealedPassword>(nc, SEALED_PASSWORDS_BUCKET, { parse: parseSealed });
+    return PasswordStore.over(state, keys, log);
+  }
+
+  /** The passwords kept in `state` (the sealed-passwords bucket `open` opens). */
+  static over(state: BusState<SealedPassword>, keys: NodeKeys, log: BusLogger): PasswordStore {
     return new PasswordStore(state, keys, log);
   }
 
@@ -133,12 +145,29 @@ export class PasswordStore {
    * @throws BusCannotStoreError when the bus does not store it: the old password stays.
    */
   async rotate(consumer: string, iface: string): Promise<KeptPassword> {
+    const key = secretKey(consumer, iface);
+    const old = this.#kept.get(key);
     try {
-      return await this.#mint(secretKey(consumer, iface), "rotated on request");
+      return await this.#mint(key, "rotated on request");
     } catch (err) {
-      // #mint keeps the new password in memory only once the bus has stored it.
-      throw new BusCannotStoreError(`${consumer}'s ${iface}`, { cause: err });
+      // #mint keeps the new password in memory only once the bus has stored it, so memory and
+      // every node still hold the old one; the bus may yet commit the new one, and is put back.
+      const restore = async (): Promise<void> => {
+        // A later rotation that the bus stored replaced the old password: nothing to put back.
+        if (old === undefined || this.#kept.get(key) !== old) return;
+        await this.#state.put(key, await this.#record(old));
+      };
+      throw new BusCannotStoreError(`${consumer}'s ${iface}`, restore, { cause: err });
     }
+  }
+
+  async #record(kept: KeptPassword): Promise<SealedPassword> {
+    return {
+      v: 1,
+      sealed: await seal(kept.password, this.#keys.publicKey),
+      version: kept.version,
+      mintedAt: new Date().toISOString(),
+    };
   }
 
   async #read(key: string): Promise<KeptPassword | undefined> {
@@ -168,12 +197,7 @@ export class PasswordStore {
 
   async #mint(key: string, why: string): Promise<KeptPassword> {
     const kept: KeptPassword = { password: mintPassword(), version: randomUUID() };
-    await this.#state.put(key, {
-      v: 1,
-      sealed: await seal(kept.password, this.#keys.publicKey),
-      version: kept.version,
-      mintedAt: new Date().toISOString(),
-    });
+    await this.#state.put(key, await this.#record(kept));
     this.#kept.set(key, kept);
     this.#minted++;
     // A fleet's first start mints one per consumer: only the unusual mints are worth a line each.
