@@ -7,7 +7,7 @@
 // restarted after its provider applied the password and reads 1 from its new process, while the
 // old password is refused.
 import assert from "node:assert/strict";
-import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -84,6 +84,7 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
   let dir: string;
   let up: MeshProcess;
   let api: string;
+  let fleet: { nodes: Record<string, unknown>; modules: Record<string, Record<string, unknown>> };
   const state = () => join(dir, "state");
   const nodeState = () => join(state(), "nodes", "node-1");
   const said = (err: unknown): never => {
@@ -156,7 +157,8 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
     );
     // The example's own port may be taken on this machine; the test gives one that is free.
     modules["prometheus"] = { ...modules["prometheus"], metrics: `127.0.0.1:${promPort}` };
-    await writeFile(join(dir, "mesh.yaml"), JSON.stringify({ nodes: example.nodes, modules }, null, 2));
+    fleet = { nodes: example.nodes, modules };
+    await writeFile(join(dir, "mesh.yaml"), JSON.stringify(fleet, null, 2));
     up = startMesh(["up", join(dir, "mesh.yaml"), "--state", state(), "--isolation", "auto"], {
       MESH_POSTGRES_URL: pgAdmin,
       MESH_REDIS_URL: redis.adminUrl,
@@ -304,5 +306,23 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
       "MariaDB refuses the old password",
     );
     assert.doesNotMatch(up.output(), /:\/\/[^@\s/]*:[^@\s/]+@/, "no URL with a password in mesh up's output");
+  });
+
+  it("a module that leaves the fleet leaves the file_sd, and Prometheus stops scraping it", async () => {
+    const { ["redis-exporter"]: _gone, ...kept } = fleet.modules;
+    const path = join(dir, "mesh.yaml");
+    await writeFile(`${path}.tmp`, JSON.stringify({ nodes: fleet.nodes, modules: kept }, null, 2));
+    await rename(`${path}.tmp`, path);
+    await until(
+      "Prometheus to drop redis-exporter's target",
+      async () => {
+        const all = await targets();
+        return all.some((t) => t.labels["module"] === "redis-exporter") ? undefined : all;
+      },
+      { seconds: 60, everyMs: 500 },
+    ).catch(said);
+    const file = await readFile(join(state(), "scrape", "targets.json"), "utf8");
+    assert.doesNotMatch(file, /redis-exporter/);
+    assert.match(file, /"postgres-exporter"/, "the others stay");
   });
 });

@@ -231,7 +231,14 @@ export async function startMariadb(options: MariadbOptions = {}): Promise<Mariad
     if (proc !== undefined && proc.exitCode === null && proc.signalCode === null) {
       const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
       proc.kill("SIGTERM");
-      const clean = await Promise.race([exited.then(() => true), delay(30_000).then(() => false)]);
+      // The grace timer is cleared once the server has exited: left running, it kept the test's
+      // process alive for 30 s after its last test.
+      let grace: NodeJS.Timeout | undefined;
+      const clean = await Promise.race([
+        exited.then(() => true),
+        new Promise<boolean>((resolve) => (grace = setTimeout(() => resolve(false), 30_000))),
+      ]);
+      clearTimeout(grace);
       if (!clean) {
         proc.kill("SIGKILL");
         await exited;
