@@ -5,6 +5,7 @@ import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import {
+  belowReplicas,
   closeBus,
   connectBus,
   credsFor,
@@ -30,6 +31,7 @@ import { linesOf, problemsOf } from "./fleet-problems.ts";
 import { JoinSecrets } from "./join-secrets.ts";
 import { CONTROLLER_LEASE_BUCKET } from "./lease-driver.ts";
 import { accountUpdates, ModuleCredentials } from "./module-credentials.ts";
+import { ModuleLedgers } from "./module-ledgers.ts";
 import { NodeDeliveries } from "./node-deliveries.ts";
 import { controllerPermissions } from "./node-permissions.ts";
 import { PasswordStore } from "./password-store.ts";
@@ -142,8 +144,10 @@ async function run(
   // What the leader writes through, opened from the bus: at start, and again at each take-over.
   const openStores = async (): Promise<LeaderStores> => {
     const passwords = await PasswordStore.open(nc, sealKeys, log);
+    const ledgers = new ModuleLedgers({ nc, logger: log });
     const credentials = await ModuleCredentials.open({
       nc,
+      ledgers,
       authority: options.authority,
       logger: log,
       isReserved: (key) =>
@@ -170,9 +174,12 @@ async function run(
       ),
       credentials,
       credentialSync: new CredentialSync(credentials, log),
+      ledgers,
     };
   };
   const stores = await openStores();
+  // What the start could not raise (a server down) is raised once the servers are back.
+  if ((await belowReplicas(nc).catch(() => [])).length > 0) stores.ledgers.raiseLater();
   const first = await readFirstFleet(fleetFile, desired, log);
   const controller = new FleetController({
     nc,
