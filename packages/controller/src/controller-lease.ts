@@ -114,13 +114,17 @@ export class ControllerLease {
     const waited = this.#now() - this.#changedAt >= this.#timings.takeOverAfterMs;
     const record = { holder: this.#self, term: (seen?.record?.term ?? 0) + 1 };
     if (seen === undefined) return this.#patient && !waited ? { kind: "wait" } : { kind: "create", record };
+    // A lease of this controller's own id was left by its previous run (given up or not): nobody
+    // led since (the write is on its revision), so it takes it back in the same term.
+    if (seen.record?.holder === this.#self && seen.record.term > 0 && !this.#patient) {
+      return {
+        kind: "update",
+        revision: seen.revision,
+        record: { holder: seen.record.holder, term: seen.record.term },
+      };
+    }
     // Its holder stopped cleanly and gave it up: nobody leads, so nothing is to be waited out.
     if (seen.record?.released === true) return { kind: "update", revision: seen.revision, record };
-    // A lease of this controller's own id was left by its previous run: nobody led since (the
-    // write is on its revision), so it takes it back in the same term.
-    if (seen.record?.holder === this.#self && seen.record.term > 0 && !this.#patient) {
-      return { kind: "update", revision: seen.revision, record: seen.record };
-    }
     return waited ? { kind: "update", revision: seen.revision, record } : { kind: "wait" };
   }
 
