@@ -6,12 +6,15 @@ import {
   closeBus,
   nodeDeliveriesBucket,
   openState,
+  readFileIfExists,
   reportSubject,
+  writeFileAtomic,
   type BusLogger,
   type BusState,
   type StateChange,
   type StateWatch,
 } from "@mesh/bus";
+import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
@@ -33,6 +36,8 @@ import type { ProcessRecords } from "./process-records.ts";
 
 /** What a module waits for when the controller has not yet issued its bus credential. */
 const WAITING_FOR_CREDENTIAL = "its bus credential";
+/** The newest controller term this node applied a delivery of, in its state directory. */
+const DELIVERY_TERM_FILE = "delivery-term";
 
 /**
  * How often an app waiting for its provider's apply of a password is rendered again: often for
@@ -98,7 +103,9 @@ export class NodeAgent {
   #lastRefused: string | undefined;
   #generation = 0;
   // The newest controller term seen in a delivery: one of a lower term is a paused old leader's.
-  #term = 0;
+  // Kept in the state directory, so a restarted agent does not apply an old leader's late write
+  // that stayed in the bucket; undefined until read from there.
+  #term: number | undefined;
   #files = { written: 0, unchanged: 0 };
   #connected = true;
   #stopped = false;
@@ -240,6 +247,11 @@ export class NodeAgent {
       throw err;
     }
     const term = delivery.term ?? 0;
+    const termFile = join(this.#o.stateDir, DELIVERY_TERM_FILE);
+    if (this.#term === undefined) {
+      const kept = Number((await readFileIfExists(termFile))?.trim() ?? "0");
+      this.#term = Number.isSafeInteger(kept) && kept > 0 ? kept : 0;
+    }
     if (term < this.#term) {
       this.#lastRefused = text;
       this.#o.logger.warn(
@@ -248,6 +260,7 @@ export class NodeAgent {
       );
       return;
     }
+    if (term > this.#term) await writeFileAtomic(termFile, `${term}\n`);
     this.#term = term;
     const { node, stateDir, logger } = this.#o;
     const sealKeys = this.#o.identity.seal;

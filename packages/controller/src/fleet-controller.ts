@@ -584,6 +584,10 @@ export class FleetController implements Controller {
       this.#p.enrolled.get(node),
       this.#s.credentials.forNode(node, this.#current),
       term,
+      // Again right before the write, in this same term: every await since may have outlasted the lease.
+      () => {
+        if (this.#mustLead("publish deliveries") !== term) throw this.#notLeader("publish deliveries");
+      },
     );
     if (result.changed)
       this.#log.info(`published generation ${result.generation} of node ${node}'s delivery`);

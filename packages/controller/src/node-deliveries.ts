@@ -75,8 +75,9 @@ export class NodeDeliveries {
    * Publishes `node`'s delivery from `fleet` (an empty one for a node the fleet no longer names,
    * so its agent stops its modules) with its modules' `credentials`, when it differs from what the
    * node has. A node not enrolled gets its bucket only; its delivery follows when it enrolls. `term`
-   * is the publishing leader's (0: none).
-   * @throws the bus's error when a bucket cannot be read or written.
+   * is the publishing leader's (0: none); `mustLead`, called right before the write, throws when
+   * it no longer leads (a leader paused mid-publish past its lease writes nothing when it resumes).
+   * @throws the bus's error when a bucket cannot be read or written; what `mustLead` throws.
    */
   async publish(
     node: string,
@@ -84,6 +85,7 @@ export class NodeDeliveries {
     enrolled: EnrolledNode | undefined,
     credentials: NodeCredentials = { credentials: {}, replaceKeys: {} },
     term = 0,
+    mustLead: () => void = () => undefined,
   ): Promise<Published> {
     const bucket = await this.bucket(node);
     if (enrolled === undefined) return { node, generation: undefined, changed: false };
@@ -139,6 +141,7 @@ export class NodeDeliveries {
       boxes.set(p.key, { version: p.version, sealPublicKey: enrolled.sealPublicKey, box });
       secrets[p.key] = box;
     }
+    mustLead();
     await bucket.put(DELIVERY_KEY, {
       node,
       generation,
