@@ -15,9 +15,15 @@ import {
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
-import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
+import {
+  DELIVERY_KEY,
+  DeliveryPartsError,
+  readDelivery,
+  type Delivery,
+  type PartCache,
+} from "@mesh/manifest";
 import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk";
-import { parseDelivery } from "./delivery.ts";
+import { InvalidDeliveryError, parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
 import { ModuleIsolations, ownerOf } from "./module-isolation.ts";
@@ -119,6 +125,10 @@ export class NodeAgent {
   #gatedSince: number | undefined;
   /** Every secret of this node, read at each delivery: what a crashing module's log lines are scrubbed of. */
   #secrets: string[] = [];
+  /** The parts of the deliveries read so far, by key and fingerprint: a new head reads only what changed. */
+  readonly #parts: PartCache = new Map();
+  #saidPartsWaiting = "";
+  #partsTimer: NodeJS.Timeout | undefined;
   #waitTimer: NodeJS.Timeout | undefined;
 
   constructor(options: NodeAgentOptions) {
@@ -165,6 +175,7 @@ export class NodeAgent {
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
     clearTimeout(this.#waitTimer);
+    clearTimeout(this.#partsTimer);
     clearTimeout(this.#regateTimer);
     this.#metricsFiles.close();
     this.#standings.stop();
@@ -233,8 +244,20 @@ export class NodeAgent {
     this.#lastValue = value;
     let delivery: Delivery;
     try {
-      delivery = parseDelivery(value, this.#o.node);
+      const state = this.#state;
+      if (state === undefined) return;
+      const read = await readDelivery(value, (key) => state.get(key), this.#parts);
+      if (read.waiting !== undefined) {
+        this.#partsWait(value, read.waiting);
+        return;
+      }
+      this.#saidPartsWaiting = "";
+      delivery = parseDelivery(read.delivery, this.#o.node);
     } catch (err) {
+      if (err instanceof DeliveryPartsError) {
+        this.#lastRefused = text;
+        throw new InvalidDeliveryError(this.#o.node, err.field, err.why);
+      }
       // Said once: the same bad delivery is read again on every tick until the controller replaces it.
       this.#lastRefused = text;
       throw err;
@@ -364,6 +387,25 @@ export class NodeAgent {
       }, left + 10);
     }
     return true;
+  }
+
+  // The head names parts not written yet (the controller writes them first, so this is a moment's
+  // race, or a controller stopped between the two): nothing is applied; read again shortly.
+  #partsWait(value: unknown, waiting: readonly string[]): void {
+    const said = `${waiting.length} ${JSON.stringify(waiting[0])}`;
+    if (said !== this.#saidPartsWaiting) {
+      const generation = (value as { generation?: unknown }).generation;
+      this.#o.logger.info(
+        `node ${this.#o.node} waits for ${waiting.length} part(s) of delivery ${String(generation)} ` +
+          `(${waiting.slice(0, 3).join(", ")}${waiting.length > 3 ? ", …" : ""}): nothing of it is applied until all are there`,
+      );
+    }
+    this.#saidPartsWaiting = said;
+    if (this.#partsTimer !== undefined || this.#stopped) return;
+    this.#partsTimer = setTimeout(() => {
+      this.#partsTimer = undefined;
+      this.#resync();
+    }, this.#o.timings.retryMs);
   }
 
   // Reads the delivery as it is now, for what a watch may have missed while the bus was away.
