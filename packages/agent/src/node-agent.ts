@@ -76,6 +76,8 @@ export interface NodeAgentOptions {
   readonly nc: NatsConnection;
   /** The bus's URLs, as the node reaches them: its modules get them too (MESH_BUS_SERVERS). */
   readonly servers: readonly string[];
+  /** The bus CA's file when the bus uses TLS: its modules get it too (MESH_BUS_CA). */
+  readonly caFile?: string;
   readonly identity: NodeIdentity;
   readonly logger: BusLogger;
   readonly baseEnv: Readonly<Record<string, string | undefined>>;
@@ -308,7 +310,11 @@ export class NodeAgent {
       node: this.#o.node,
       stateDir: this.#o.stateDir,
       baseEnv: this.#o.baseEnv,
-      bus: { servers: this.#o.servers, users: this.#busUsers },
+      bus: {
+        servers: this.#o.servers,
+        users: this.#busUsers,
+        ...(this.#o.caFile !== undefined ? { caFile: this.#o.caFile } : {}),
+      },
       identity: (module: string) => this.#isolations.identity(module),
       passwordApplied: providerPasswordGate(this.#o.stateDir),
     };
