@@ -81,6 +81,8 @@ export class AdminUrlError extends Error {
 export interface ModuleBusAccess {
   /** The bus's URLs (the agent's own). */
   readonly servers: readonly string[];
+  /** The bus CA's file when the bus uses TLS (MESH_BUS_CA). */
+  readonly caFile?: string;
   /**
    * Module -> the bus user (public key) its creds file holds a credential for. A module missing
    * here has no credential yet: it starts without MESH_BUS_* (its events off).
@@ -130,7 +132,8 @@ export function moduleControlPath(stateDir: string, module: string): string {
  * when it provides or needs anything in the plan, and MESH_SECRETS_DIR (its flat directory of its
  * consumers' passwords) when it provides. When it has a bus credential: MESH_BUS_SERVERS
  * (comma-separated URLs), MESH_BUS_CREDS (its creds file) and MESH_BUS_USER (the credential's
- * public key, so a replaced credential changes the launch and restarts the module).
+ * public key, so a replaced credential changes the launch and restarts the module), and MESH_BUS_CA
+ * (the bus CA's file) when the bus uses TLS.
  */
 export function moduleEnv(
   module: string,
@@ -155,6 +158,7 @@ export function moduleEnv(
     env["MESH_BUS_SERVERS"] = ctx.bus.servers.join(",");
     env["MESH_BUS_CREDS"] = moduleCredsPath(ctx.stateDir, module);
     env["MESH_BUS_USER"] = user;
+    if (ctx.bus.caFile !== undefined) env["MESH_BUS_CA"] = ctx.bus.caFile;
   }
   const provided = delivery.plan.instances.find((i) => i.provider === module);
   if (provided !== undefined) {

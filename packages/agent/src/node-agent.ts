@@ -18,9 +18,15 @@ import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
-import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
+import {
+  DELIVERY_KEY,
+  DeliveryPartsError,
+  readDelivery,
+  type Delivery,
+  type PartCache,
+} from "@mesh/manifest";
 import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk";
-import { parseDelivery } from "./delivery.ts";
+import { InvalidDeliveryError, parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
 import { ModuleIsolations, ownerOf } from "./module-isolation.ts";
@@ -75,6 +81,8 @@ export interface NodeAgentOptions {
   readonly nc: NatsConnection;
   /** The bus's URLs, as the node reaches them: its modules get them too (MESH_BUS_SERVERS). */
   readonly servers: readonly string[];
+  /** The bus CA's file when the bus uses TLS: its modules get it too (MESH_BUS_CA). */
+  readonly caFile?: string;
   readonly identity: NodeIdentity;
   readonly logger: BusLogger;
   readonly baseEnv: Readonly<Record<string, string | undefined>>;
@@ -126,6 +134,10 @@ export class NodeAgent {
   #gatedSince: number | undefined;
   /** Every secret of this node, read at each delivery: what a crashing module's log lines are scrubbed of. */
   #secrets: string[] = [];
+  /** The parts of the deliveries read so far, by key and fingerprint: a new head reads only what changed. */
+  readonly #parts: PartCache = new Map();
+  #saidPartsWaiting = "";
+  #partsTimer: NodeJS.Timeout | undefined;
   #waitTimer: NodeJS.Timeout | undefined;
 
   constructor(options: NodeAgentOptions) {
@@ -172,6 +184,7 @@ export class NodeAgent {
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
     clearTimeout(this.#waitTimer);
+    clearTimeout(this.#partsTimer);
     clearTimeout(this.#regateTimer);
     this.#metricsFiles.close();
     this.#standings.stop();
@@ -240,8 +253,20 @@ export class NodeAgent {
     this.#lastValue = value;
     let delivery: Delivery;
     try {
-      delivery = parseDelivery(value, this.#o.node);
+      const state = this.#state;
+      if (state === undefined) return;
+      const read = await readDelivery(value, (key) => state.get(key), this.#parts);
+      if (read.waiting !== undefined) {
+        this.#partsWait(value, read.waiting);
+        return;
+      }
+      this.#saidPartsWaiting = "";
+      delivery = parseDelivery(read.delivery, this.#o.node);
     } catch (err) {
+      if (err instanceof DeliveryPartsError) {
+        this.#lastRefused = text;
+        throw new InvalidDeliveryError(this.#o.node, err.field, err.why);
+      }
       // Said once: the same bad delivery is read again on every tick until the controller replaces it.
       this.#lastRefused = text;
       throw err;
@@ -298,7 +323,11 @@ export class NodeAgent {
       node: this.#o.node,
       stateDir: this.#o.stateDir,
       baseEnv: this.#o.baseEnv,
-      bus: { servers: this.#o.servers, users: this.#busUsers },
+      bus: {
+        servers: this.#o.servers,
+        users: this.#busUsers,
+        ...(this.#o.caFile !== undefined ? { caFile: this.#o.caFile } : {}),
+      },
       identity: (module: string) => this.#isolations.identity(module),
       passwordApplied: providerPasswordGate(this.#o.stateDir),
     };
@@ -377,6 +406,25 @@ export class NodeAgent {
       }, left + 10);
     }
     return true;
+  }
+
+  // The head names parts not written yet (the controller writes them first, so this is a moment's
+  // race, or a controller stopped between the two): nothing is applied; read again shortly.
+  #partsWait(value: unknown, waiting: readonly string[]): void {
+    const said = `${waiting.length} ${JSON.stringify(waiting[0])}`;
+    if (said !== this.#saidPartsWaiting) {
+      const generation = (value as { generation?: unknown }).generation;
+      this.#o.logger.info(
+        `node ${this.#o.node} waits for ${waiting.length} part(s) of delivery ${String(generation)} ` +
+          `(${waiting.slice(0, 3).join(", ")}${waiting.length > 3 ? ", …" : ""}): nothing of it is applied until all are there`,
+      );
+    }
+    this.#saidPartsWaiting = said;
+    if (this.#partsTimer !== undefined || this.#stopped) return;
+    this.#partsTimer = setTimeout(() => {
+      this.#partsTimer = undefined;
+      this.#resync();
+    }, this.#o.timings.retryMs);
   }
 
   // Reads the delivery as it is now, for what a watch may have missed while the bus was away.

@@ -359,13 +359,14 @@ export interface AccountUpdates {
 }
 
 /**
- * Account updates for `authority` on the bus at `servers`, over a system user issued with a key
- * pair made here and never written anywhere.
+ * Account updates for `authority` on the bus at `servers` (trusting the bus CA `ca`, PEM, when it
+ * uses TLS), over a system user issued with a key pair made here and never written anywhere.
  */
 export function accountUpdates(
   authority: BusAuthority,
   servers: readonly string[],
   logger: BusLogger,
+  ca?: string,
 ): AccountUpdates {
   let connection: Promise<NatsConnection> | undefined;
   const connect = (): Promise<NatsConnection> => {
@@ -382,6 +383,7 @@ export function accountUpdates(
         name: "controller-account-updates",
         inboxPrefix: inboxPrefix(ACCOUNT_UPDATER_IDENTITY),
         log: logger,
+        ...(ca !== undefined ? { ca } : {}),
       });
     })());
     // A connection that could not be made is tried again next time.

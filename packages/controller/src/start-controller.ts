@@ -51,6 +51,11 @@ export interface ControllerOptions {
   readonly authority: BusAuthority;
   /** Where the controller says what it does. It is never given a password or a join secret. */
   readonly logger: BusLogger;
+  /**
+   * The mesh's bus CA (PEM) when the bus uses TLS: every connection of the controller trusts only
+   * the servers it signed, and each join token carries it to its node.
+   */
+  readonly ca?: string;
   /** The bus's URLs as other nodes reach them, written into join tokens; `servers` when absent. */
   readonly joinServers?: readonly string[];
   /** Watch the fleet file and reload when it changes (default true). */
@@ -101,6 +106,7 @@ export async function startController(options: ControllerOptions): Promise<Contr
     inboxPrefix: inboxPrefix("controller"),
     log,
     ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
+    ...(options.ca !== undefined ? { ca: options.ca } : {}),
   });
   try {
     return await run(nc, fleetFile, keys.seal, options, keys.nats.publicKey);
@@ -140,7 +146,7 @@ async function run(
       throw new NotLeaderError(what, other ? seen.holder : null, other ? seen.term : null);
     }
   };
-  const revocations = accountUpdates(options.authority, options.servers, log);
+  const revocations = accountUpdates(options.authority, options.servers, log, options.ca);
   // What the leader writes through, opened from the bus: at start, and again at each take-over.
   const openStores = async (): Promise<LeaderStores> => {
     const passwords = await PasswordStore.open(nc, sealKeys, log);
@@ -171,6 +177,7 @@ async function run(
         options.authority,
         options.joinServers ?? options.servers,
         log,
+        options.ca,
       ),
       credentials,
       credentialSync: new CredentialSync(credentials, log),
