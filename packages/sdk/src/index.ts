@@ -15,6 +15,7 @@ export * from "./tools.ts";
 export * from "./provider.ts";
 export * from "./harness.ts";
 export * from "./consumer-book.ts";
+export type { Trouble } from "./standing.ts";
 export * from "./clock.ts";
 export * from "./contributions-file.ts";
 export * from "./secret-file.ts";
