@@ -197,6 +197,10 @@ class Provisioner implements ProvisionerHandle {
   /** Creates that timed out but have not finished: not started again until they do. */
   readonly #inFlight = new Set<string>();
   readonly #stateSince = new Map<string, { state: ConsumerState; since: number }>();
+  /** Logins created or re-applied since the adapter's `afterChanges` last succeeded. */
+  readonly #unsaved = new Set<string>();
+  /** Whether anything changed in the backend since `afterChanges` last succeeded. */
+  #changesUnsaved = false;
 
   #asked = new Map<string, Contribution>();
   #lastPasswords: string[] = [];
@@ -462,8 +466,10 @@ class Provisioner implements ProvisionerHandle {
       const many = this.adapter.holdsMany.bind(this.adapter);
       // In batches, each with its own timeout: a backend that must be asked once per consumer (a login
       // each) would not answer a thousand within one.
-      for (let at = 0; at < checks.length; at += this.#s.verifyBatch) {
-        const batch = checks.slice(at, at + this.#s.verifyBatch).map((c) => c.p);
+      // The adapter says how many one call answers; the provider's own setting overrides it.
+      const size = this.options.verifyBatch ?? this.adapter.verifyBatch ?? this.#s.verifyBatch;
+      for (let at = 0; at < checks.length; at += size) {
+        const batch = checks.slice(at, at + size).map((c) => c.p);
         this.#metrics.roundTrip(batch.length);
         const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "verifying", (signal) =>
           many(batch, signal),
@@ -564,6 +570,8 @@ class Provisioner implements ProvisionerHandle {
       return;
     }
     this.#metrics.created(job.action ?? "re-asserted");
+    this.#unsaved.add(p.as);
+    this.#changesUnsaved = true;
     const known = this.#known.get(p.as);
     this.#known.set(p.as, { state: "active", derived: known?.derived ?? p.derived });
     this.#applied.set(p.as, job.digest);
@@ -623,6 +631,7 @@ class Provisioner implements ProvisionerHandle {
         return;
       }
       this.#known.set(login, { state: "retired", derived: k.derived, retiredAt: at, why });
+      this.#changesUnsaved = true;
       this.#applied.delete(login);
       this.#appliedTags.delete(login);
       this.#brakes.delete(login);
@@ -634,6 +643,31 @@ class Provisioner implements ProvisionerHandle {
     });
     this.#retirement.reset();
     return done.sort();
+  }
+
+  /**
+   * The adapter's `afterChanges`, once, when something changed since it last succeeded. When it
+   * fails, what was created or re-applied since is taken as not applied: the next pass applies it
+   * again (create is idempotent) and asks again.
+   */
+  async #afterChanges(): Promise<void> {
+    if (!this.#changesUnsaved) return;
+    const after = this.adapter.afterChanges.bind(this.adapter);
+    const { result } = withTimeout(this.#clock, this.#s.createTimeout, "finishing the changes", () =>
+      after(),
+    );
+    try {
+      await result;
+    } catch (err) {
+      this.#log.warn(
+        `the backend did not finish this pass's changes (${this.#describe(err, this.#passwords())}); ` +
+          `the ${this.#unsaved.size} consumer(s) applied since are applied again on the next pass`,
+      );
+      for (const login of this.#unsaved) this.#applied.delete(login);
+      return;
+    }
+    this.#unsaved.clear();
+    this.#changesUnsaved = false;
   }
 
   // ---- failures, secrets, problems ----------------------------------------------------------
@@ -721,6 +755,7 @@ class Provisioner implements ProvisionerHandle {
   // ---- snapshot and tools -------------------------------------------------------------------
 
   async #finishPass(now: number): Promise<void> {
+    await this.#afterChanges();
     this.#lastPassAt = now;
     await this.#rebuildSnapshot();
   }
@@ -910,6 +945,7 @@ class Provisioner implements ProvisionerHandle {
       }
       const why = `no longer asked for in ${this.options.receives}; retirement of ${waiting.logins.length} approved by ${who}`;
       const retired = await this.#retire(waiting.logins, why, who);
+      await this.#afterChanges();
       await this.#rebuildSnapshot();
       return { id: waiting.id, retired };
     });
@@ -986,6 +1022,8 @@ class Provisioner implements ProvisionerHandle {
       this.#log.info(`${login}: deleted by ${who}, login and data (${freedBytes} bytes freed)`);
       this.#record({ action: "deleted", login, who, why: `cleanup delete by ${who}`, freedBytes });
       this.#metrics.deleted();
+      this.#changesUnsaved = true;
+      await this.#afterChanges();
       await this.#rebuildSnapshot();
       return { login, freedBytes };
     });
