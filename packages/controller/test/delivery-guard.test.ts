@@ -20,7 +20,7 @@ import {
   NodeDeliveries,
   NotLeaderError,
   PasswordStore,
-  type Delivery,
+  type DeliveryHead,
   type EnrolledNode,
 } from "@mesh/controller";
 import type { NatsConnection } from "@nats-io/transport-node";
@@ -64,7 +64,7 @@ void describe("a delivery published by a controller that stopped leading meanwhi
     const first = await deliveries.publish("node-a", plan, enrolled, undefined, 1, () => undefined);
     assert.equal(first.changed, true);
     const bucket = await deliveries.bucket("node-a");
-    assert.equal((await bucket.get(DELIVERY_KEY))?.term, 1);
+    assert.equal(((await bucket.get(DELIVERY_KEY)) as DeliveryHead | undefined)?.term, 1);
 
     // The same leader, resumed after its lease ran out and another took term 2: asked whether it
     // leads only once everything else is ready, it does not, and writes nothing.
@@ -77,7 +77,7 @@ void describe("a delivery published by a controller that stopped leading meanwhi
       NotLeaderError,
     );
     assert.equal(asked, 1, "asked once, right before the write");
-    const kept = (await bucket.get(DELIVERY_KEY)) as Delivery | undefined;
+    const kept = (await bucket.get(DELIVERY_KEY)) as DeliveryHead | undefined;
     assert.equal(kept?.generation, first.generation);
     assert.equal(kept?.term, 1);
   });

@@ -75,6 +75,19 @@ describe("the consumer book", () => {
     assert.deepEqual(book.unsettled(), ["alpha"]);
   });
 
+  it("notApplied: an apply the backend did not finish is applied again, and stays active", () => {
+    const { book } = makeBook();
+    book.asked(entry("alpha"));
+    book.created("alpha", "d", "t", {});
+    const before = book.get("alpha")!.generation;
+    book.notApplied("alpha");
+    assert.equal(book.get("alpha")!.applied, undefined);
+    assert.equal(book.get("alpha")!.made, "active");
+    assert.equal(book.get("alpha")!.failure, undefined);
+    assert.ok(book.get("alpha")!.generation > before);
+    assert.deepEqual(book.unsettled(), ["alpha"]);
+  });
+
   it("notHeld, braked and held: the brake counts in a row and is let go once held", () => {
     const { book } = makeBook();
     book.asked(entry("alpha"));
