@@ -14,6 +14,7 @@ import {
   type StateChange,
   type StateWatch,
 } from "@mesh/bus";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
@@ -91,6 +92,8 @@ export interface NodeAgentOptions {
   readonly isolation?: IsolationMode;
   /** Where each module process is recorded while it runs (the next start stops what a crash left). */
   readonly records?: ProcessRecords;
+  /** The scrape targets file the controller on this machine keeps (`{mesh.targets}`). */
+  readonly scrapeTargets?: string;
 }
 
 /** One node's agent at work. Made by `startAgent`. */
@@ -103,6 +106,9 @@ export class NodeAgent {
   // A provider says where it serves its metrics once it listens: reported then, not at the next tick.
   readonly #metricsFiles = new FileWatcher(() => this.#changed());
   #modules: readonly string[] = [];
+  // The port picked for each app that names {module.metrics} without a fixed one: kept while the
+  // agent runs, so that deciding its launch again is not a restart.
+  readonly #metricsPorts = new Map<string, number>();
   #busUsers: ReadonlyMap<string, string> = new Map();
   #state: BusState<unknown> | undefined;
   #watch: StateWatch<unknown> | undefined;
@@ -318,6 +324,14 @@ export class NodeAgent {
     this.#changed();
   }
 
+  async #metricsPort(module: string, host: string): Promise<number> {
+    const kept = this.#metricsPorts.get(`${module}@${host}`);
+    if (kept !== undefined) return kept;
+    const port = await freePort(host);
+    this.#metricsPorts.set(`${module}@${host}`, port);
+    return port;
+  }
+
   async #assigned(delivery: Delivery): Promise<AssignedModule[]> {
     const ctx = {
       node: this.#o.node,
@@ -330,6 +344,8 @@ export class NodeAgent {
       },
       identity: (module: string) => this.#isolations.identity(module),
       passwordApplied: providerPasswordGate(this.#o.stateDir),
+      ...(this.#o.scrapeTargets === undefined ? {} : { scrapeTargets: this.#o.scrapeTargets }),
+      metricsPort: (module: string, host: string) => this.#metricsPort(module, host),
     };
     const assigned = await Promise.all(
       delivery.modules.map(async (m) => ({
@@ -498,4 +514,17 @@ export class NodeAgent {
       };
     });
   }
+}
+
+/** A port of `host` nobody listens on now: bound and let go at once, for a module to bind. */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, host, () => {
+      const address = server.address();
+      const port = typeof address === "object" && address !== null ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
 }

@@ -62,6 +62,11 @@ export interface StartAgentOptions {
    * agent's user (`auto`, the default here, and `npm start`'s).
    */
   readonly isolation?: IsolationMode;
+  /**
+   * The Prometheus file_sd JSON the controller on this machine keeps (`mesh up` gives its own): a
+   * module's templates name it as `{mesh.targets}`. Absent: a module that names it is not started.
+   */
+  readonly scrapeTargets?: string;
   /** Aborted while the agent starts (waiting for the bus, enrolling): it gives up at once. */
   readonly signal?: AbortSignal;
   /**
@@ -231,6 +236,7 @@ async function startLocked(
     baseEnv: options.env ?? process.env,
     timings,
     ...(options.isolation === undefined ? {} : { isolation: options.isolation }),
+    ...(options.scrapeTargets === undefined ? {} : { scrapeTargets: options.scrapeTargets }),
     records,
   });
   agent.run();

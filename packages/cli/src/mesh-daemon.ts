@@ -94,6 +94,7 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     metricsRoute,
     startControllerHttp,
     dashboardRoutes,
+    keepScrapeTargets,
   } = await import("@mesh/controller");
   const { startAgent, AgentStartAbortedError, stopLeftoverModules } = await import("@mesh/agent");
   const { startEmbeddedBus } = await import("./embedded-bus.ts");
@@ -221,6 +222,16 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     stopping.push(() => controller.stop());
     if (stopped()) return;
     metrics.follow(() => controller.status());
+    // Where Prometheus finds every /metrics of the fleet (file_sd), whatever ports they took.
+    const scrapeTargets = scrapeTargetsPath(state);
+    const targets = await keepScrapeTargets({
+      file: scrapeTargets,
+      status: () => controller.status(),
+      controllerUrl: server.url,
+      onError: (err) => say(`    cannot write the scrape targets ${scrapeTargets}: ${err.message}`),
+    });
+    stopping.push(() => Promise.resolve(targets.stop()));
+    say(`    Prometheus finds every /metrics of the fleet in ${scrapeTargets} (file_sd)`);
     for (const route of dashboardRoutes({ sources: controller, tokenRequired: operatorToken !== undefined }))
       server.route(route);
     say(
@@ -285,6 +296,7 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
             signal: stops.signal,
             timings: { ...agentLogOptions(io).timings, stopGraceMs: graceMs },
             isolation,
+            scrapeTargets,
           });
           agents.push(agent);
         } catch (err) {
@@ -315,6 +327,11 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     stops.dispose();
   }
   say("stopped");
+}
+
+/** `<state>/scrape/targets.json`: the file_sd JSON the controller of `state` keeps. */
+export function scrapeTargetsPath(state: string): string {
+  return join(state, "scrape", "targets.json");
 }
 
 async function writePrivate(path: string, data: string | Uint8Array): Promise<void> {

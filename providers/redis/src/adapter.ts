@@ -16,6 +16,7 @@ import { markEntry, parseJsonOrUndefined, readMark, retiredMark, type ConsumerMa
 import type { Adapter, Deleted, FailureClass, InventoryEntry, Logger, Provision, Retired } from "@mesh/sdk";
 import {
   CONSUMER_COMMAND_RULES,
+  consumerCommandRules,
   resolveRedisConfig,
   type RedisAdapterConfig,
   type ResolvedRedisConfig,
@@ -98,6 +99,8 @@ interface ServerFacts {
   readonly savesAcl: boolean;
   /** CONSUMER_COMMAND_RULES as this server writes them back (it drops redundant rules), sorted. */
   readonly commands: readonly string[];
+  /** The same with MONITORING_COMMAND_RULES, for a consumer that asked for `monitoring`. */
+  readonly monitoringCommands: readonly string[];
 }
 
 const MARK_PREFIX = "_mesh";
@@ -177,7 +180,7 @@ export class RedisNamespaceAdapter implements Adapter {
     if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
     // Nothing to write when all is in place: no ACL change, and no ACL SAVE rewriting the file.
     const inPlace =
-      isHeld(user, mark, login, p.password, facts.commands) &&
+      isHeld(user, mark, login, p.password, commandsOf(facts, p)) &&
       JSON.stringify(mark?.derived) === JSON.stringify(p.derived);
     if (inPlace) return;
     signal.throwIfAborted();
@@ -185,7 +188,7 @@ export class RedisNamespaceAdapter implements Adapter {
     const batch = this.client
       .multi()
       .call("ACL", "SETUSER", this.markName(login), ...markRules({ state: "active", derived: p.derived }))
-      .call("ACL", "SETUSER", login, ...consumerRules(login, p.password));
+      .call("ACL", "SETUSER", login, ...consumerRules(login, p.password, monitors(p)));
     this.unsavedSince ??= this.readies;
     await execChecked(batch, login, "write the consumer's ACL user and mark");
   }
@@ -219,7 +222,7 @@ export class RedisNamespaceAdapter implements Adapter {
     const facts = await this.serverFacts();
     signal.throwIfAborted();
     const [user, mark] = await this.readUser(p.as);
-    return isHeld(user, mark, p.as, p.password, facts.commands);
+    return isHeld(user, mark, p.as, p.password, commandsOf(facts, p));
   }
 
   /** `holds` for many consumers with one ACL LIST, however many they are. */
@@ -231,7 +234,7 @@ export class RedisNamespaceAdapter implements Adapter {
     for (const p of ps) {
       const markUser = users.get(this.markName(p.as));
       const mark = markUser === undefined ? undefined : decodeMark(markUser);
-      answers.set(p.as, isHeld(users.get(p.as), mark, p.as, p.password, facts.commands));
+      answers.set(p.as, isHeld(users.get(p.as), mark, p.as, p.password, commandsOf(facts, p)));
     }
     return answers;
   }
@@ -386,14 +389,21 @@ export class RedisNamespaceAdapter implements Adapter {
         .multi()
         .call("ACL", "SETUSER", probe, "reset", ...CONSUMER_COMMAND_RULES)
         .call("ACL", "GETUSER", probe)
+        .call("ACL", "SETUSER", probe, "reset", ...consumerCommandRules(true))
+        .call("ACL", "GETUSER", probe)
         .call("ACL", "DELUSER", probe),
       probe,
       "try the consumers' command rules on a throwaway user",
     );
     const described = fromGetUser(replies[1]);
-    if (described === undefined)
+    const monitoring = fromGetUser(replies[3]);
+    if (described === undefined || monitoring === undefined)
       throw new Error(`Redis at ${this.config.admin.endpoint} did not describe ACL user ${probe}`);
-    return { savesAcl: aclFile !== undefined && aclFile !== "", commands: described.commands };
+    return {
+      savesAcl: aclFile !== undefined && aclFile !== "",
+      commands: described.commands,
+      monitoringCommands: monitoring.commands,
+    };
   }
 
   private warnNoAclFile(unknownWhy: string | undefined): void {
@@ -539,7 +549,7 @@ function sha256(password: string): string {
  * acl-pubsub-default grants every channel. The password goes as its SHA-256, so the plaintext never
  * reaches the server, its ACL file or its logs.
  */
-function consumerRules(login: string, password: string): string[] {
+function consumerRules(login: string, password: string, monitoring: boolean): string[] {
   return [
     "reset",
     "resetchannels",
@@ -547,8 +557,18 @@ function consumerRules(login: string, password: string): string[] {
     `#${sha256(password)}`,
     `~${login}:*`,
     `&${login}:*`,
-    ...CONSUMER_COMMAND_RULES,
+    ...consumerCommandRules(monitoring),
   ];
+}
+
+/** Whether the consumer asked for `monitoring` (INFO, for a metrics exporter). */
+function monitors(p: Provision): boolean {
+  return p.values["monitoring"] === true;
+}
+
+/** The command rules `p` holds on this server, as it writes them back. */
+function commandsOf(facts: ServerFacts, p: Provision): readonly string[] {
+  return monitors(p) ? facts.monitoringCommands : facts.commands;
 }
 
 /** A mark user: off, no password, no commands; its one key pattern is the mark itself. */

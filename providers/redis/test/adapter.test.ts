@@ -227,6 +227,44 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     assert.equal(await admin.get("other:secret"), "x");
   });
 
+  void it("lets a consumer that asks for monitoring run INFO, and nothing more of the administration", async () => {
+    const watcher: Provision = { ...consumer("watcher"), values: { monitoring: true } };
+    await adapter.create(watcher, signal);
+    assert.equal(await adapter.holds(watcher, signal), true, "held with INFO");
+    assert.equal(
+      await adapter.holds({ ...watcher, values: {} }, signal),
+      false,
+      "a consumer without monitoring does not hold INFO: holds tells the two apart",
+    );
+    assert.equal((await adapter.holdsMany([watcher], signal)).get("watcher"), true);
+    const without = await adapter.holdsMany([{ ...watcher, values: { monitoring: false } }], signal);
+    assert.equal(without.get("watcher"), false);
+    await admin.set("other:secret", "x");
+    const c = await connectAs(plain, "watcher", watcher.password);
+    try {
+      const info = String(await c.call("INFO"));
+      assert.match(info, /# Server/, "INFO answers");
+      assert.match(info, /^db0:keys=\d+/m, "with counts of keys per database");
+      assert.doesNotMatch(info, /other:secret/, "and no key's name");
+      await rejectsWithNoperm(c.call("CONFIG", "GET", "*"), "CONFIG GET");
+      await rejectsWithNoperm(c.call("CLIENT", "LIST"), "CLIENT LIST");
+      await rejectsWithNoperm(c.call("SLOWLOG", "GET"), "SLOWLOG GET");
+      await rejectsWithNoperm(c.call("KEYS", "*"), "KEYS *");
+      await rejectsWithNoperm(c.call("SCAN", "0"), "SCAN");
+      await rejectsWithNoperm(c.get("other:secret"), "GET of another key");
+    } finally {
+      c.disconnect();
+    }
+    // Asked without monitoring again: create takes INFO away.
+    await adapter.create({ ...watcher, values: {} }, signal);
+    const again = await connectAs(plain, "watcher", watcher.password);
+    try {
+      await rejectsWithNoperm(again.call("INFO"), "INFO once monitoring is no longer asked for");
+    } finally {
+      again.disconnect();
+    }
+  });
+
   void it("never alters an ACL user it did not make, and never lists it", async () => {
     await admin.call("ACL", "SETUSER", "handmade", "on", ">by-hand", "~handmade:*", "+@all");
     await admin.set("handmade:data", "keep");
