@@ -5,6 +5,7 @@ import { readFileSync } from "node:fs";
 import { Readable } from "node:stream";
 import { describe, it } from "node:test";
 import type { Command } from "commander";
+import { TOOL_NAMES } from "@mesh/manifest";
 import { allCommands, buildProgram, commandPath } from "../src/cli.ts";
 import { COMMAND_EXIT_CODES, EXIT_CODE_MEANINGS } from "../src/exit-codes.ts";
 import type { CliIo } from "../src/io.ts";
@@ -30,13 +31,10 @@ describe("mesh's help", () => {
       "status",
       "plan",
       "tool",
-      "tool status",
+      // Every tool of the table that the control socket answers, and the words grouping them.
+      ...TOOL_NAMES.map((name) => `tool ${name}`),
       "tool retire",
-      "tool retire list",
-      "tool retire approve",
       "tool cleanup",
-      "tool cleanup list",
-      "tool cleanup delete",
       "ledger",
       "check",
       "explain",
