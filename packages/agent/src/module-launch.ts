@@ -22,7 +22,7 @@ import {
   type PlanEntry,
   type RunCommand,
 } from "@mesh/manifest";
-import { metricsUrlPath } from "@mesh/sdk";
+import { metricsUrlPath } from "@mesh/sdk/provider";
 import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import { moduleCredsPath } from "./module-keys.ts";
 import { ensureDir, type ModuleIdentity } from "./module-isolation.ts";

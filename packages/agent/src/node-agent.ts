@@ -16,7 +16,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
 import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
-import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk";
+import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk/provider";
 import { parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";

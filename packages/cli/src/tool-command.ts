@@ -17,19 +17,15 @@ import {
   type ChangingToolName,
   type ToolDefinition,
 } from "@mesh/manifest";
-import type { ControlResults, ControlTool } from "@mesh/sdk";
+import type { ControlResults, ControlTool } from "@mesh/sdk/provider";
+import { InvalidDurationError, InvalidLoginError, ToolError, isValidLogin, parseDuration } from "@mesh/sdk";
 import {
   BadControlRequestError,
   CONTROL_TOOLS,
   ControlUnreachableError,
-  InvalidDurationError,
-  InvalidLoginError,
-  ToolError,
   callControl,
   checkControlRequest,
-  isValidLogin,
-  parseDuration,
-} from "@mesh/sdk";
+} from "@mesh/sdk/provider";
 import { askController, busOverride, stateDirOf } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";

@@ -6,12 +6,13 @@
 // body, and without a token only a loopback Host is answered (a DNS-rebound name is not).
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { isLoopbackHost, isValidLogin } from "@mesh/sdk";
+import { isValidLogin } from "@mesh/sdk";
+import { isLoopbackHost } from "@mesh/sdk/provider";
 import { isModuleName, READ_ONLY_TOOL_NAMES } from "@mesh/manifest";
 import type { HttpRoute } from "../http-server.ts";
 import { DEFAULT_LEDGER_LIMIT, MAX_LEDGER_LIMIT } from "../ledger-reader.ts";
 import { RELAY_UNANSWERED_CODES, type ToolReply } from "../tool-relay.ts";
-import { maskDeep } from "@mesh/sdk";
+import { maskDeep } from "@mesh/sdk/provider";
 import { DashboardView, type DashboardSources, type DashboardViewOptions } from "./dashboard-state.ts";
 
 /** How to serve the dashboard. */
@@ -29,7 +30,7 @@ export interface DashboardOptions extends DashboardViewOptions {
 /** The largest body an action takes. */
 export const MAX_ACTION_BYTES = 4 * 1024;
 
-/** The id `retire approve` takes (see `setId` in @mesh/sdk). */
+/** The id `retire approve` takes (see `setId` in @mesh/sdk/provider). */
 const SET_ID = /^[0-9a-f]{12}$/;
 
 // Beside src/ and dist/ alike: the page is served as written, by the sources and the build.
