@@ -9,7 +9,7 @@ import { TOOL_NAMES } from "@mesh/manifest";
 import { allCommands, buildProgram, commandPath } from "../src/cli.ts";
 import { COMMAND_EXIT_CODES, EXIT_CODE_MEANINGS } from "../src/exit-codes.ts";
 import type { CliIo } from "../src/io.ts";
-import { meshInProcess as mesh } from "./run-mesh.ts";
+import { meshInProcess as mesh, runMesh } from "./run-mesh.ts";
 
 const quietIo: CliIo = { out: () => {}, err: () => {}, env: {}, stdin: Readable.from([]) };
 const commands = allCommands(buildProgram(quietIo));
@@ -124,5 +124,11 @@ describe("mesh's help", () => {
       version: string;
     };
     assert.equal(run.stdout, `${version}\n`);
+    // bin/mesh.js answers --version (and -V) alone before loading the program: the same line.
+    for (const flag of ["--version", "-V"]) {
+      const spawned = await runMesh([flag]);
+      assert.equal(spawned.code, 0, spawned.stderr);
+      assert.equal(spawned.stdout, `${version}\n`, flag);
+    }
   });
 });
