@@ -5,7 +5,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { connectBus, credsFor, ledgerInboxPrefix, ModuleLedger, type BusLogger } from "@mesh/bus";
-import { FileWatcher } from "@mesh/sdk";
+import { FileWatcher } from "@mesh/sdk/provider";
 import type { NatsConnection } from "@nats-io/transport-node";
 
 /** The variable that moves the `ledgers` secret away from the agent's state directory. */

@@ -24,7 +24,7 @@ import {
   type PlanEntry,
   type RunCommand,
 } from "@mesh/manifest";
-import { metricsUrlPath } from "@mesh/sdk";
+import { metricsUrlPath } from "@mesh/sdk/provider";
 import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import { moduleCredsPath } from "./module-keys.ts";
 import { ensureDir, type ModuleIdentity } from "./module-isolation.ts";
@@ -186,6 +186,32 @@ export function moduleEnv(
 }
 
 /**
+ * Why the module's manifest is not on this machine, or undefined when it is. The fleet names a
+ * manifest relative to the fleet file and the delivery carries the path that gives on the machine
+ * the fleet was read on; every other machine must hold the module's directory at that same path.
+ */
+async function missingModuleDir(module: DeliveredModule, delivery: Delivery): Promise<string | undefined> {
+  try {
+    await stat(module.manifest);
+    return undefined;
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (code !== "ENOENT" && code !== "ENOTDIR") return undefined; // said by loadManifest, as it reads
+  }
+  const dir = dirname(module.manifest);
+  const there = await stat(dir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  return (
+    `its manifest ${module.manifest} is not on this machine` +
+    (there ? "" : ` (nor its directory ${dir})`) +
+    `: a module's directory must be at the same path on every machine, the path the fleet names it by ` +
+    `relative to ${delivery.fleetFile}; copy the module's directory there (or mount it), and the agent starts it`
+  );
+}
+
+/**
  * Decides how `module` is started: its manifest's `run` (relative paths read from the manifest's
  * directory), as the user its identity says, with an environment built from nothing: PATH, LANG
  * and TZ of the agent, the fleet entry's `env`, its admin URL when it is a provider whose entry
@@ -196,6 +222,9 @@ export async function decideLaunch(
   delivery: Delivery,
   ctx: LaunchContext,
 ): Promise<LaunchDecision> {
+  const absent = await missingModuleDir(module, delivery);
+  if (absent !== undefined)
+    return { kind: "unreadable", why: absent, what: `module ${module.name}'s directory is not on this node` };
   let run;
   let seats: readonly string[];
   try {

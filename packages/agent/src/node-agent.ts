@@ -26,7 +26,7 @@ import {
   type Delivery,
   type PartCache,
 } from "@mesh/manifest";
-import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk";
+import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk/provider";
 import { InvalidDeliveryError, parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";

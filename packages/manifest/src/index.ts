@@ -40,3 +40,4 @@ export type {
 export * from "./listen-address.ts";
 export * from "./events.ts";
 export * from "./check-code.ts";
+export * from "./tools.ts";

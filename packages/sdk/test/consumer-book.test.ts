@@ -1,7 +1,9 @@
 // The consumer book: each transition, and the state and the "unsettled" set it leaves behind.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { ConsumerBook, SECRET_PATIENCE, SECRET_SAY_AGAIN, type Contribution, type Trouble } from "@mesh/sdk";
+import { ConsumerBook, SECRET_PATIENCE, SECRET_SAY_AGAIN } from "../src/consumer-book.ts";
+import type { Trouble } from "../src/standing.ts";
+import type { Contribution } from "@mesh/sdk/provider";
 
 function makeBook(start = 1_000): {
   book: ConsumerBook;
