@@ -16,7 +16,7 @@ import { createConnection } from "mysql2/promise";
 import pg from "pg";
 import { parse } from "yaml";
 import { secretPath } from "@mesh/manifest";
-import { callControl, passwordTag } from "@mesh/sdk";
+import { callControl, passwordTag } from "@mesh/sdk/provider";
 import {
   freePort,
   startMariadb,

@@ -24,7 +24,7 @@ import {
   type PlanEntry,
   type RunCommand,
 } from "@mesh/manifest";
-import { metricsUrlPath } from "@mesh/sdk";
+import { metricsUrlPath } from "@mesh/sdk/provider";
 import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import { moduleCredsPath } from "./module-keys.ts";
 import { ensureDir, type ModuleIdentity } from "./module-isolation.ts";
@@ -94,6 +94,8 @@ export class AdminUrlError extends Error {
 export interface ModuleBusAccess {
   /** The bus's URLs (the agent's own). */
   readonly servers: readonly string[];
+  /** The bus CA's file when the bus uses TLS (MESH_BUS_CA). */
+  readonly caFile?: string;
   /**
    * Module -> the bus user (public key) its creds file holds a credential for. A module missing
    * here has no credential yet: it starts without MESH_BUS_* (its events off).
@@ -143,7 +145,8 @@ export function moduleControlPath(stateDir: string, module: string): string {
  * when it provides or needs anything in the plan, and MESH_SECRETS_DIR (its flat directory of its
  * consumers' passwords) when it provides. When it has a bus credential: MESH_BUS_SERVERS
  * (comma-separated URLs), MESH_BUS_CREDS (its creds file) and MESH_BUS_USER (the credential's
- * public key, so a replaced credential changes the launch and restarts the module).
+ * public key, so a replaced credential changes the launch and restarts the module), and MESH_BUS_CA
+ * (the bus CA's file) when the bus uses TLS.
  */
 export function moduleEnv(
   module: string,
@@ -168,6 +171,7 @@ export function moduleEnv(
     env["MESH_BUS_SERVERS"] = ctx.bus.servers.join(",");
     env["MESH_BUS_CREDS"] = moduleCredsPath(ctx.stateDir, module);
     env["MESH_BUS_USER"] = user;
+    if (ctx.bus.caFile !== undefined) env["MESH_BUS_CA"] = ctx.bus.caFile;
   }
   const provided = delivery.plan.instances.find((i) => i.provider === module);
   if (provided !== undefined) {
@@ -182,6 +186,32 @@ export function moduleEnv(
 }
 
 /**
+ * Why the module's manifest is not on this machine, or undefined when it is. The fleet names a
+ * manifest relative to the fleet file and the delivery carries the path that gives on the machine
+ * the fleet was read on; every other machine must hold the module's directory at that same path.
+ */
+async function missingModuleDir(module: DeliveredModule, delivery: Delivery): Promise<string | undefined> {
+  try {
+    await stat(module.manifest);
+    return undefined;
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (code !== "ENOENT" && code !== "ENOTDIR") return undefined; // said by loadManifest, as it reads
+  }
+  const dir = dirname(module.manifest);
+  const there = await stat(dir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  return (
+    `its manifest ${module.manifest} is not on this machine` +
+    (there ? "" : ` (nor its directory ${dir})`) +
+    `: a module's directory must be at the same path on every machine, the path the fleet names it by ` +
+    `relative to ${delivery.fleetFile}; copy the module's directory there (or mount it), and the agent starts it`
+  );
+}
+
+/**
  * Decides how `module` is started: its manifest's `run` (relative paths read from the manifest's
  * directory), as the user its identity says, with an environment built from nothing: PATH, LANG
  * and TZ of the agent, the fleet entry's `env`, its admin URL when it is a provider whose entry
@@ -192,6 +222,9 @@ export async function decideLaunch(
   delivery: Delivery,
   ctx: LaunchContext,
 ): Promise<LaunchDecision> {
+  const absent = await missingModuleDir(module, delivery);
+  if (absent !== undefined)
+    return { kind: "unreadable", why: absent, what: `module ${module.name}'s directory is not on this node` };
   let run;
   let seats: readonly string[];
   try {

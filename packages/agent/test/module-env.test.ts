@@ -56,6 +56,19 @@ void describe("a module's environment", () => {
     await rm(dir, { recursive: true, force: true });
   });
 
+  void it("refuses a module whose directory is not on this machine, saying where it must be", async () => {
+    const decision = await decide({ name: "elsewhere", manifest: join(dir, "elsewhere", "module.json") });
+    assert.equal(decision.kind, "unreadable", JSON.stringify(decision));
+    const why = decision.kind === "unreadable" ? decision.why : "";
+    assert.match(
+      why,
+      new RegExp(`its manifest ${join(dir, "elsewhere", "module.json")} is not on this machine`),
+    );
+    assert.match(why, /nor its directory/);
+    assert.match(why, /same path on every machine/);
+    assert.ok(why.includes(join(dir, "mesh.yaml")), "names the fleet file the path is relative to");
+  });
+
   void it("holds PATH, LANG, the fleet entry's variables and the mesh's, and nothing else of the agent's", async () => {
     const env = envOf(
       await decide({ name: "app", manifest: join(dir, "app", "module.json"), env: { GREETING: "hi" } }),

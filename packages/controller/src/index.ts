@@ -57,7 +57,9 @@ export {
   DELIVERY_KEY,
   nodePlan,
   planEntries,
+  readDelivery,
   secretKey,
   type DeliveredModule,
   type Delivery,
+  type DeliveryHead,
 } from "@mesh/manifest";

@@ -130,7 +130,18 @@ export function createRedisAdapter(config: RedisAdapterConfig): RedisNamespaceAd
 
 /** The `redis-namespace` adapter over a client the caller made. `close()` closes that client. */
 export class RedisNamespaceAdapter implements Adapter {
+  /** One ACL LIST answers for every consumer, so a verify pass asks once however many there are. */
+  readonly verifyBatch = Infinity;
   private facts: Promise<ServerFacts> | undefined;
+  /** How many times the connection has become ready: a change after a new one may be on a restarted server. */
+  private readies = 0;
+  /**
+   * The connection (its count of readies) on which the first change not yet saved to the ACL file
+   * was made; undefined when none is waiting.
+   */
+  private unsavedSince: number | undefined;
+  /** A process starting cannot know whether the one before it saved: its first `afterChanges` saves. */
+  private savedOnce = false;
   private connecting: Promise<void> | undefined;
   private warnedNoAclFile = false;
   /** Why the connection last failed; cleared when it is ready again. */
@@ -148,6 +159,7 @@ export class RedisNamespaceAdapter implements Adapter {
       if (first) this.logger.warn(new RedisConnectionError(config.admin.endpoint, { cause: err }).message);
     });
     client.on("ready", () => {
+      this.readies++;
       if (this.lastError === undefined) return;
       this.lastError = undefined;
       this.logger.info(`Redis at ${config.admin.endpoint} answers again`);
@@ -156,7 +168,8 @@ export class RedisNamespaceAdapter implements Adapter {
 
   /**
    * Creates or repairs the consumer's ACL user, re-enabling a retired one and clearing its mark;
-   * writes nothing when all is already in place.
+   * writes nothing when all is already in place. The change is live at once; it reaches the ACL file
+   * with the pass's `afterChanges`, one ACL SAVE for all of the pass's creates.
    * @throws NotMadeHereError when a user of that name exists without this instance's mark.
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
@@ -176,8 +189,32 @@ export class RedisNamespaceAdapter implements Adapter {
       .multi()
       .call("ACL", "SETUSER", this.markName(login), ...markRules({ state: "active", derived: p.derived }))
       .call("ACL", "SETUSER", login, ...consumerRules(login, p.password, monitors(p)));
+    this.unsavedSince ??= this.readies;
     await execChecked(batch, login, "write the consumer's ACL user and mark");
-    await this.save(facts, login);
+  }
+
+  /**
+   * Saves the pass's creates to the ACL file with one ACL SAVE (nothing to do when the server has
+   * no ACL file or nothing changed). Retirements and deletions are saved as they are made.
+   * @throws RedisCommandError when the save fails, or when the connection was lost since the first
+   * change it saves: the server may have restarted from its ACL file without those changes, so the
+   * harness applies them again.
+   */
+  async afterChanges(): Promise<void> {
+    if (this.unsavedSince === undefined && this.savedOnce) return;
+    const facts = await this.serverFacts();
+    const since = this.unsavedSince;
+    await this.save(facts, "(this pass's consumers)");
+    this.unsavedSince = undefined;
+    this.savedOnce = true;
+    if (since !== undefined && since !== this.readies) {
+      throw new RedisCommandError(
+        "(this pass's consumers)",
+        "keep this pass's changes (the connection to Redis was lost after they were made, and a server " +
+          "that restarted from its ACL file has lost them)",
+        { cause: new Error(`connected ${this.readies - since} more time(s) since the first change`) },
+      );
+    }
   }
 
   /** Whether the consumer's ACL user is on, with exactly its password, patterns, commands and an active mark. */
