@@ -223,21 +223,26 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
   it("after mesh rotate, each exporter is restarted once its provider applied the password, reads 1 from its new process, and the old password is refused", async () => {
     const before = new Map<
       string,
-      { pid: number; tag: string | undefined; password: string; login: string }
+      { pid: number; tag: string | undefined; password: string; login: string; started: number }
     >();
     for (const e of EXPORTERS) {
       const login = e.login;
       const pid = await pidOf(e.module);
       assert.ok(pid, `${e.module} runs`);
       const password = (await readFile(secretPath(nodeState(), e.module, e.iface), "utf8")).trim();
-      before.set(e.module, { pid, tag: await appliedTag(e.provider, login), password, login });
+      // The running process's start time, as Prometheus scraped it from the exporter itself.
+      const started = await sample(`process_start_time_seconds{module="${e.module}"}`);
+      assert.ok(started !== undefined, `Prometheus has ${e.module}'s process_start_time_seconds`);
+      before.set(e.module, { pid, tag: await appliedTag(e.provider, login), password, login, started });
     }
     const rotatedAt = Date.now();
     for (const e of EXPORTERS) {
       const run = await runMesh(["rotate", e.module, e.iface, "--state", state()]);
       assert.equal(run.code, 0, run.stdout + run.stderr);
     }
+    const rotatedBy = Date.now();
     const restarted = new Map<string, string>();
+    const seenAt = new Map<string, number>();
     await until(
       "each exporter to be restarted",
       async () => {
@@ -246,6 +251,7 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
           const was = before.get(e.module);
           const pid = await pidOf(e.module);
           if (pid === undefined || pid === was?.pid) continue;
+          seenAt.set(e.module, Date.now());
           // Asked the moment the new process is seen: its provider had applied the new password before.
           const tag = await appliedTag(e.provider, was?.login ?? "");
           const password = (await readFile(secretPath(nodeState(), e.module, e.iface), "utf8")).trim();
@@ -264,16 +270,22 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
       assert.equal(restarted.get(e.module), "after", `${e.module} started only after ${e.provider} applied`);
 
     for (const e of EXPORTERS) {
-      // The new process's own start time, as Prometheus scraped it, with its *_up beside it.
+      // A later process's own start time, as Prometheus scraped it, with its *_up beside it.
+      const oldStart = before.get(e.module)?.started ?? Infinity;
       await until(
         `${e.metric} to read 1 from ${e.module}'s new process`,
         async () => {
           const started = await sample(`process_start_time_seconds{module="${e.module}"}`);
-          if (started === undefined || started < rotatedAt / 1000 - 2) return undefined;
+          if (started === undefined || started <= oldStart) return undefined;
           return (await sample(`${e.metric}{module="${e.module}"}`)) === 1 ? true : undefined;
         },
         { seconds: 60, everyMs: 500 },
       ).catch(said);
+      console.log(
+        `${e.module}: new process seen ${(seenAt.get(e.module) ?? 0) - rotatedAt} ms after the first mesh rotate ` +
+          `began (the three took ${rotatedBy - rotatedAt} ms); ` +
+          `${e.metric} 1 from it in Prometheus after ${Date.now() - rotatedAt} ms (scrape interval 2 s)`,
+      );
     }
 
     const old = (m: string) => before.get(m) ?? { login: "", password: "" };
