@@ -11,6 +11,7 @@ import {
   credentialsFor,
   loadManifest,
   moduleHomePath,
+  namesMeshTargets,
   namesModuleMetrics,
   parseListenAddress,
   receivesPath,
@@ -29,6 +30,7 @@ import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import { moduleCredsPath } from "./module-keys.ts";
 import { ensureDir, type ModuleIdentity } from "./module-isolation.ts";
 import type { ModuleLaunch } from "./module-process.ts";
+import type { ScrapeTargetsCopies } from "./scrape-targets-copies.ts";
 
 /** What the agent knows of itself when it starts a module. */
 export interface LaunchContext {
@@ -49,10 +51,11 @@ export interface LaunchContext {
    */
   readonly passwordApplied?: PasswordGate;
   /**
-   * The Prometheus file_sd JSON the controller keeps on this machine (`mesh up`'s), which a
-   * module's templates name as `{mesh.targets}`; absent: a module that names it is not started.
+   * The Prometheus file_sd JSON the controller keeps on this machine (`mesh up`'s), of which a
+   * module whose templates name `{mesh.targets}` is given its own copy; absent: a module that
+   * names it is not started.
    */
-  readonly scrapeTargets?: string;
+  readonly scrapeTargets?: ScrapeTargetsCopies;
   /**
    * A port of this node for `module` to serve its metrics on, when its templates name
    * `{module.metrics}` and the fleet gives it port 0 (or nothing): the same port every time it
@@ -363,7 +366,15 @@ async function renderRun(
     module: module.name,
     dir: moduleHomePath(ctx.stateDir, module.name),
     metrics: served ?? module.metrics ?? DEFAULT_MODULE_METRICS,
-    ...(ctx.scrapeTargets === undefined ? {} : { targets: ctx.scrapeTargets }),
+    ...(ctx.scrapeTargets === undefined || ![...templates, ...run.args].some(namesMeshTargets)
+      ? {}
+      : {
+          targets: await ctx.scrapeTargets.copyFor(
+            module.name,
+            moduleHomePath(ctx.stateDir, module.name),
+            owner,
+          ),
+        }),
     files,
     needs: credentials,
   };

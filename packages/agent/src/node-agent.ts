@@ -30,6 +30,7 @@ import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk/provider";
 import { InvalidDeliveryError, parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
+import { ScrapeTargetsCopies } from "./scrape-targets-copies.ts";
 import { ModuleIsolations, ownerOf } from "./module-isolation.ts";
 import type { IsolationMode } from "./module-users.ts";
 import { withMetricsUrls } from "./module-metrics.ts";
@@ -146,6 +147,9 @@ export class NodeAgent {
   #partsTimer: NodeJS.Timeout | undefined;
   #waitTimer: NodeJS.Timeout | undefined;
 
+  /** The modules' own copies of the scrape targets file, when this machine keeps one. */
+  readonly #targets: ScrapeTargetsCopies | undefined;
+
   constructor(options: NodeAgentOptions) {
     this.#o = options;
     this.#supervisor = new ModuleSupervisor(
@@ -163,6 +167,7 @@ export class NodeAgent {
       logger: options.logger,
       env: options.baseEnv,
     });
+    if (options.scrapeTargets !== undefined) this.#targets = new ScrapeTargetsCopies(options.scrapeTargets);
   }
 
   /** Starts following deliveries, watching the connection and reporting. */
@@ -193,6 +198,7 @@ export class NodeAgent {
     clearTimeout(this.#partsTimer);
     clearTimeout(this.#regateTimer);
     this.#metricsFiles.close();
+    this.#targets?.stop();
     this.#standings.stop();
     this.#watch?.stop();
     this.#wake?.();
@@ -344,7 +350,7 @@ export class NodeAgent {
       },
       identity: (module: string) => this.#isolations.identity(module),
       passwordApplied: providerPasswordGate(this.#o.stateDir),
-      ...(this.#o.scrapeTargets === undefined ? {} : { scrapeTargets: this.#o.scrapeTargets }),
+      ...(this.#targets === undefined ? {} : { scrapeTargets: this.#targets }),
       metricsPort: (module: string, host: string) => this.#metricsPort(module, host),
     };
     const assigned = await Promise.all(

@@ -2,12 +2,13 @@
 // variables, the mesh's own, and, for a provider whose fleet entry names one, its admin URL (from a
 // 0600 file or a variable of the agent's). A consumer never gets an admin URL.
 import assert from "node:assert/strict";
-import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { DeliveredModule, Delivery } from "@mesh/manifest";
+import { moduleHomePath, type DeliveredModule, type Delivery } from "@mesh/manifest";
 import { decideLaunch, type LaunchDecision } from "../src/index.ts";
+import { ScrapeTargetsCopies } from "../src/scrape-targets-copies.ts";
 
 const ADMIN = "kv://admin:sekrit-admin@127.0.0.1:1/";
 
@@ -124,9 +125,15 @@ void describe("a module's environment", () => {
   void it("gives an app that names {module.metrics} a port picked once, or the fleet's, and reports it as serving there", async () => {
     const manifest = join(dir, "exporter", "module.json");
     const asked: string[] = [];
+    // The mesh's own file, which no module reads: the module is given a copy in its own directory.
+    const source = join(dir, "mesh-targets.json");
+    await writeFile(source, '[{"targets":["127.0.0.1:1"]}]\n', { mode: 0o600 });
+    const copies = new ScrapeTargetsCopies(source, 60_000);
+    after(() => copies.stop());
+    const copy = join(moduleHomePath(ctx().stateDir, "exporter"), "scrape-targets.json");
     const picking = {
       ...ctx(),
-      scrapeTargets: "/state/scrape/targets.json",
+      scrapeTargets: copies,
       metricsPort: (module: string, host: string) => {
         asked.push(`${module}@${host}`);
         return Promise.resolve(40123);
@@ -135,10 +142,12 @@ void describe("a module's environment", () => {
     const picked = await decideLaunch({ name: "exporter", manifest }, delivery, picking);
     assert.equal(picked.kind, "run", JSON.stringify(picked));
     if (picked.kind !== "run") return;
-    assert.deepEqual(picked.launch.args, [
-      "--listen=127.0.0.1:40123",
-      "--targets=/state/scrape/targets.json",
-    ]);
+    assert.deepEqual(picked.launch.args, ["--listen=127.0.0.1:40123", `--targets=${copy}`]);
+    assert.equal(await readFile(copy, "utf8"), await readFile(source, "utf8"));
+    assert.equal((await stat(copy)).mode & 0o777, 0o600);
+    await writeFile(source, '[{"targets":["127.0.0.1:2"]}]\n');
+    await copies.refresh();
+    assert.match(await readFile(copy, "utf8"), /127\.0\.0\.1:2/, "the copy follows the file");
     assert.equal(picked.launch.metrics, "http://127.0.0.1:40123/metrics");
     assert.deepEqual(asked, ["exporter@127.0.0.1"]);
 

@@ -59,7 +59,10 @@ function cmp(a: string, b: string): number {
 
 /** What `keepScrapeTargets` is given. */
 export interface ScrapeTargetsOptions {
-  /** The file to keep: world-readable (0644, in a 0755 directory), since it names no secret. */
+  /**
+   * The file to keep: the mesh's own (0600, in a 0700 directory); each module that reads it is
+   * given its own copy by its node's agent.
+   */
   readonly file: string;
   readonly status: () => ControllerStatus;
   /** The controller's HTTP server (`http://127.0.0.1:PORT`), whose /metrics is the first target. */
@@ -83,15 +86,15 @@ export interface ScrapeTargets {
  */
 export async function keepScrapeTargets(options: ScrapeTargetsOptions): Promise<ScrapeTargets> {
   const dir = dirname(options.file);
-  await mkdir(dir, { recursive: true, mode: 0o755 });
-  await chmod(dir, 0o755);
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await chmod(dir, 0o700);
   let last: string | undefined;
   let writing: Promise<void> = Promise.resolve();
   const refresh = (): Promise<void> => {
     writing = writing.then(async () => {
       const text = `${JSON.stringify(scrapeTargetGroups(options.status(), options.controllerUrl), null, 2)}\n`;
       if (text === last) return;
-      await writeFileAtomic(options.file, text, 0o644);
+      await writeFileAtomic(options.file, text, 0o600);
       last = text;
     });
     return writing.catch((err: unknown) => {

@@ -69,7 +69,7 @@ describe("the kept scrape targets file", () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it("is written at once, world-readable, and again as modules come, go and move", async () => {
+  it("is written at once, the mesh's own, and again as modules come, go and move", async () => {
     const file = join(dir, "scrape", "targets.json");
     let status = statusWith({ "node-a": [{ name: "postgres", metrics: "http://127.0.0.1:4001/metrics" }] });
     const kept = await keepScrapeTargets({
@@ -82,8 +82,8 @@ describe("the kept scrape targets file", () => {
       const read = async () =>
         (JSON.parse(await readFile(file, "utf8")) as { targets: string[] }[]).map((g) => g.targets[0]);
       assert.deepEqual(await read(), ["127.0.0.1:4000", "127.0.0.1:4001"]);
-      assert.equal((await stat(file)).mode & 0o777, 0o644, "it names no secret: Prometheus's user reads it");
-      assert.equal((await stat(dirname(file))).mode & 0o777, 0o755);
+      assert.equal((await stat(file)).mode & 0o777, 0o600, "the mesh's own: a module reads its own copy");
+      assert.equal((await stat(dirname(file))).mode & 0o777, 0o700);
 
       status = statusWith({
         "node-a": [

@@ -24,6 +24,11 @@ export const MODULE_FIELDS: readonly string[] = ["dir", "name", "metrics"];
  */
 export const MESH_FIELDS: readonly string[] = ["targets"];
 
+/** Whether `template` names `{mesh.targets}`: the module reads the fleet's scrape targets. */
+export function namesMeshTargets(template: string): boolean {
+  return runPlaceholders(template).some((p) => p.root === "mesh" && p.field === "targets");
+}
+
 /** Whether `template` names `{module.metrics}`: the app serves its metrics where the mesh says. */
 export function namesModuleMetrics(template: string): boolean {
   return runPlaceholders(template).some((p) => p.root === "module" && p.field === "metrics");
