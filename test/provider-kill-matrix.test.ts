@@ -406,8 +406,11 @@ for (const subject of SUBJECTS) {
           // The provider was killed before or after saving; its next process saved once. Restarted,
           // the server comes back from that save with every consumer.
           await backend.restartServer();
-          await until("the provider passes again after the server's restart", async () =>
-            (await mesh.lastPassAt().catch(() => null)) !== null ? true : undefined,
+          await until("this test's own connection is back after the server's restart", () =>
+            adapter.inventory().then(
+              () => true,
+              () => undefined,
+            ),
           );
           const again = await convergedWithinTwoPasses(mesh, adapter, prefix, false);
           assert.deepEqual(again.problems, [], `after the server's restart too (seed ${SEED})`);
