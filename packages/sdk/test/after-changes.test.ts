@@ -71,7 +71,10 @@ void describe("adapter capabilities for whole passes", () => {
       await f.ask(["b1", "b2"]);
       await f.periodic();
       assert.equal(calls, 1);
-      assert.ok(f.lines.some((l) => /did not finish this pass's changes/.test(l)), "said");
+      assert.ok(
+        f.lines.some((l) => /did not finish this pass's changes/.test(l)),
+        "said",
+      );
       // What the save lost: the backend forgot b1 (as a Redis restarted from its ACL file would).
       f.adapter.backend.delete("b1");
       fail = false;

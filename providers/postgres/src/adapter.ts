@@ -381,7 +381,12 @@ export class PostgresAdapter implements BatchedAdapter {
           role:
             r.role === null
               ? undefined
-              : { login: r.role, canLogin: r.can_login === true, inDate: r.in_date === true, comment: r.comment },
+              : {
+                  login: r.role,
+                  canLogin: r.can_login === true,
+                  inDate: r.in_date === true,
+                  comment: r.comment,
+                },
           database:
             r.database === null
               ? undefined
@@ -668,7 +673,8 @@ export class PostgresAdapter implements BatchedAdapter {
       this.#spreading = (async () => {
         try {
           const ok = await this.#canLogIn(item.p.as, item.p.password, item.database);
-          if (round === this.#spreadRound) this.#loginChecks.set(item.p.as, { password: item.p.password, ok });
+          if (round === this.#spreadRound)
+            this.#loginChecks.set(item.p.as, { password: item.p.password, ok });
         } catch {
           // Unable to ask: the next verify pass logs in itself.
         }
