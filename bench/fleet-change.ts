@@ -404,7 +404,7 @@ runBench("fleet-change", async () => {
       `wall time to all ${n} roles + databases:   ${fmtMs(allCatalog)}  (${fmtMs(allCatalog / n)} per consumer)`,
       `baseline, the adapter's statements for ${n} consumers as a raw script over ${CONCURRENCY} connections:`,
       `                                          ${fmtMs(rawMs)}  (${fmtMs(rawMs / n)} per consumer; ` +
-        `CREATE ROLE + CREATE DATABASE alone ${fmtMs(pairMs)}; SCRAM verifiers computed beforehand, ` +
+        `CREATE ROLE + CREATE DATABASE alone ${fmtMs(pairMs)}, summed over the ${CONCURRENCY} connections; SCRAM verifiers computed beforehand, ` +
         `${fmtMs(rawA.verifierMs + rawB.verifierMs)})`,
       `mesh / raw script: ${fmtRatio(allCatalog / rawMs)} (roles + databases), ${fmtRatio(allCred / rawMs)} (credential files)`,
       `of which the provider, from its contributions file (written once, listing all ${n}) to the last role + database:`,

@@ -235,7 +235,8 @@ runBench("postgres-verification", async () => {
       `${n} consumers (made in ${fmtMs(makeMs)} by the adapter, 8 at a time, non-superuser admin); the harness's own`,
       "verify passes over all of them (its first pass, which applies every consumer again, is not counted).",
       "queries = calls of pg.Client#query; admin conn. = new admin connections; logins = connections as a consumer;",
-      "server xacts = transactions in pg_stat_database over the pass (each query outside BEGIN is one).",
+      "server xacts = transactions in pg_stat_database over the pass (each query outside BEGIN is one, a login",
+      "about 1.6; the server's count also holds autovacuum's own visits to the databases, which no pass asks for).",
       `creates that failed and were tried again: ${failures.length}` +
         (failures.length > 0 ? `\n  ${failures.join("\n  ")}` : ""),
       "",
