@@ -26,7 +26,7 @@ import {
   callControl,
   checkControlRequest,
 } from "@mesh/sdk/provider";
-import { askController, busOverride, stateDirOf } from "./controller-request.ts";
+import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatBytes, formatJson, formatTable, formatTime, maskDeep, maskUrls } from "./format.ts";
@@ -46,6 +46,7 @@ interface ToolFlags {
   readonly timeout?: string;
   readonly yes?: boolean;
   readonly bus?: string[];
+  readonly busCa?: string;
 }
 
 /** Asks one tool and returns its answer; says why on failure with the right exit code. */
@@ -74,6 +75,7 @@ export function addToolCommand(program: Command, io: CliIo): void {
       "the bus's URLs, in place of the ones the state directory names",
       (value: string, before: string[] | undefined) => [...(before ?? []), value],
     )
+    .option(...BUS_CA_OPTION)
     .option("--json", "print the answer as JSON, for scripts")
     .option("--timeout <duration>", "how long to wait for the answer", "2m")
     .option("--yes", "do not ask for confirmation before a deletion or an approval (for scripts)")

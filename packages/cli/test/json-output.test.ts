@@ -115,7 +115,10 @@ describe("--json on every command that reads", { timeout: 60_000 }, () => {
       "api-client",
       "counter",
       "files",
+      "mysqld-exporter",
       "notes",
+      "postgres-exporter",
+      "redis-exporter",
     ]);
     assert.equal(answer.fleet?.file, FLEET);
     for (const c of answer.consumers ?? []) {
@@ -150,8 +153,8 @@ describe("--json on every command that reads", { timeout: 60_000 }, () => {
     const empty = await both("plan", FLEET, "--empty");
     const fresh = empty.parsed as PlanReport;
     assert.equal(fresh.changed, true);
-    assert.equal(fresh.summary.create, 4);
-    assert.match(empty.text.stdout, /Plan: 4 consumers to create/);
+    assert.equal(fresh.summary.create, 7);
+    assert.match(empty.text.stdout, /Plan: 7 consumers to create/);
 
     const broken = join(dir, "broken.yaml");
     await writeFile(

@@ -30,6 +30,7 @@ export * from "./state-paths.ts";
 export * from "./contributions.ts";
 export * from "./credential.ts";
 export * from "./delivery.ts";
+export * from "./delivery-parts.ts";
 export type {
   ReportedCounts,
   ReportedFailure,

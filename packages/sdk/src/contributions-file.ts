@@ -58,14 +58,30 @@ const ENTRIES_PER_STEP = 500;
  * no tool's answer.
  */
 export async function readContributions(path: string, iface: string): Promise<ContributionsRead> {
-  let raw: string;
+  const text = await readContributionsText(path);
+  if (!text.ok) return text;
+  return parseContributionsYielding(text.raw, path, iface);
+}
+
+/** The reading half of `readContributions`: the file's text, or why it cannot be read. */
+export async function readContributionsText(
+  path: string,
+): Promise<{ readonly ok: true; readonly raw: string } | { readonly ok: false; readonly problem: string }> {
   try {
-    raw = await readFile(path, "utf8");
+    return { ok: true, raw: await readFile(path, "utf8") };
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     const what = code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? String(err)})`;
     return { ok: false, problem: `contributions file ${path} ${what}` };
   }
+}
+
+/** The parsing half of `readContributions`, letting the event loop turn as it goes. */
+export async function parseContributionsYielding(
+  raw: string,
+  path: string,
+  iface: string,
+): Promise<ContributionsRead> {
   const steps = parseSteps(raw, path, iface);
   const turns = new YieldTimer();
   for (;;) {

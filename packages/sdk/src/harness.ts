@@ -3,7 +3,6 @@ import { dirname } from "node:path";
 import type { FailureClass, Provision, ProviderAdapter } from "./adapter.ts";
 import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
 import { assertInstance } from "./admin-settings.ts";
-import { rememberJson } from "./cached-json.ts";
 import {
   consoleLogger,
   discardActions,
@@ -23,25 +22,30 @@ import {
   YieldTimer,
   yieldToEventLoop,
 } from "./concurrency.ts";
-import { readContributions, type Contribution } from "./contributions-file.ts";
+import { ConsumerBook } from "./consumer-book.ts";
+import {
+  parseContributionsYielding,
+  readContributionsText,
+  type Contribution,
+  type ContributionsRead,
+} from "./contributions-file.ts";
+import { PROVISIONER_DEFAULTS } from "./defaults.ts";
 import { InvalidLoginError, isValidLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
-import { DEFAULT_RETIREMENT_LIMITS, RetirementCounter } from "./retirement.ts";
+import { approveRetirement, deleteRetired, StatusBoard, type ToolHost } from "./provisioner-tools.ts";
 import { isRefusal } from "./refusals.ts";
+import { RetirementCounter } from "./retirement.ts";
 import { classOf, describeError } from "./scrub.ts";
 import { SecretsDirectory, SecretUnreadableError } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
 import {
   passwordTag,
-  ToolError,
   type CleanupEntry,
-  type ConsumerState,
-  type ConsumerStatus,
   type ProvisionerTools,
   type RetireList,
   type StatusReport,
 } from "./tools.ts";
-import { FileWatcher } from "./watcher.ts";
+import { FileWatcher, watchKey, type FileWatch } from "./watcher.ts";
 
 /** Settings of one provisioner loop; every duration is in milliseconds. */
 export interface ProvisionerOptions {
@@ -78,10 +82,18 @@ export interface ProvisionerOptions {
   readonly maxBrake?: number;
   /** How many creates or checks run at once (8). */
   readonly concurrency?: number;
-  /** How many consumers one batched check (`holdsMany`) covers; each batch has its own timeout (100). */
+  /**
+   * How many consumers one batched check (`holdsMany`) covers; each batch has its own timeout.
+   * Default: the adapter's own `verifyBatch` when it has one, else 100.
+   */
   readonly verifyBatch?: number;
-  /** Watch the contributions file's directory and the secret files (true). */
+  /**
+   * Watch the contributions file's directory and the secret files (true): a pass then reads only
+   * what changed, and every secret once per `verifyEvery`. Unwatched, every pass reads everything.
+   */
   readonly watch?: boolean;
+  /** What reports file changes instead of a `FileWatcher` (for tests that lose a change on purpose). */
+  readonly watcher?: (onChange: (path: string) => void) => FileWatch;
   readonly clock?: Clock;
   readonly logger?: Logger;
   readonly announcer?: Announcer;
@@ -120,46 +132,25 @@ export function runProvisioner(
   options: ProvisionerOptions,
 ): ProvisionerHandle {
   const guarded = guardAdapter(adapter, {
-    instance: options.instance ?? DEFAULTS.instance,
+    instance: options.instance ?? PROVISIONER_DEFAULTS.instance,
     logger: options.logger,
   });
-  return new Provisioner(iface, guarded, options);
+  // Read when each verification starts: an adapter says how many consumers one `holdsMany` covers.
+  const ownBatch = (): number | undefined => {
+    const size = (adapter as { verifyBatch?: unknown }).verifyBatch;
+    return typeof size === "number" && size >= 1 ? Math.floor(size) : undefined;
+  };
+  return new Provisioner(iface, guarded, options, ownBatch);
 }
 
-const DEFAULTS = {
-  instance: "default",
-  every: 5_000,
-  verifyEvery: 60_000,
-  holdsTimeout: 30_000,
-  createTimeout: 60_000,
-  failingAfter: 5 * 60_000,
-  sayAgainEvery: 15 * 60_000,
-  ...DEFAULT_RETIREMENT_LIMITS,
-  maxBrake: 60 * 60_000,
-  concurrency: 8,
-  verifyBatch: 100,
-} as const;
+const DEFAULTS = PROVISIONER_DEFAULTS;
 
-/** How long a missing secret is a race before it is said loudly, and how often after. */
-const SECRET_PATIENCE = 60_000;
-const SECRET_SAY_AGAIN = 20 * 60_000;
 /** A create failing the same way is said again only this often (in attempts). */
 const SAY_AGAIN_ATTEMPTS = 240;
-/** File changes closer together than this make one pass. */
-const WATCH_SETTLE = 15;
 
-type Settings = Omit<
-  { -readonly [K in keyof typeof DEFAULTS]: (typeof DEFAULTS)[K] extends number ? number : string },
-  never
->;
-
-/** A consumer this provider made, as the backend and this process know it. */
-interface Known {
-  state: "active" | "retired";
-  derived: Readonly<Record<string, unknown>>;
-  retiredAt?: number | undefined;
-  why?: string | undefined;
-}
+type Settings = {
+  -readonly [K in keyof typeof DEFAULTS]: (typeof DEFAULTS)[K] extends number ? number : string;
+};
 
 interface CreateJob {
   readonly p: Provision;
@@ -171,9 +162,17 @@ interface CreateJob {
   readonly why: string;
 }
 
+/** One consumer a verification checks, with its record's generation when the check began. */
+interface Check {
+  readonly p: Provision;
+  readonly digest: string;
+  readonly generation: number;
+}
+
 class Provisioner implements ProvisionerHandle {
   readonly ready: Promise<void>;
   readonly #s: Settings;
+  readonly #ownBatch: () => number | undefined;
   readonly #clock: Clock;
   readonly #log: Logger;
   readonly #actions: ActionLog;
@@ -182,35 +181,33 @@ class Provisioner implements ProvisionerHandle {
   readonly #lock = new Mutex();
   readonly #retirement: RetirementCounter;
   readonly #standings: Standings;
-  readonly #watcher: FileWatcher | undefined;
+  readonly #book: ConsumerBook;
+  readonly #board: StatusBoard;
+  readonly #host: ToolHost;
+  /** Logins created or re-applied since the adapter's `afterChanges` last succeeded. */
+  readonly #unsaved = new Set<string>();
+  /** Whether anything changed in the backend since `afterChanges` last succeeded. */
+  #changesUnsaved = false;
+  readonly #watcher: FileWatch | undefined;
   readonly #secretsDir: SecretsDirectory;
+  readonly #receivesKey: string;
 
-  /** What this provider made: seeded from the backend's marks, then kept as it acts. */
-  readonly #known = new Map<string, Known>();
-  /** Digest of what was last applied (or found held) per login, in this process. */
-  readonly #applied = new Map<string, string>();
-  /** `passwordTag` of the password last applied per login, in this process: what `status` names. */
-  readonly #appliedTags = new Map<string, string>();
-  readonly #brakes = new Map<string, { times: number; nextAt: number }>();
-  readonly #createFailures = new Map<string, { text: string; times: number }>();
-  readonly #secretMisses = new Map<string, { since: number; loudAt: number | undefined }>();
-  /** Creates that timed out but have not finished: not started again until they do. */
-  readonly #inFlight = new Set<string>();
-  readonly #stateSince = new Map<string, { state: ConsumerState; since: number }>();
-
-  #asked = new Map<string, Contribution>();
-  #lastPasswords: string[] = [];
+  /** Files the watcher said changed since the last pass took them. */
+  #dirty = new Set<string>();
+  /** Which logins read each secret file (by `watchKey`). */
+  #bySecret = new Map<string, string | string[]>();
+  /** The last contributions file read: its text and what it gave. */
+  #raw: string | undefined;
+  #read: ContributionsRead | undefined;
   #seeded = false;
   #seedProblem: string | undefined;
   #problem: string | null = null;
   #verifiedAt = Number.NEGATIVE_INFINITY;
+  #verifying: Promise<void> | undefined;
   #lastPassAt: number | null = null;
-  #snapshot: StatusReport;
-  /** What `cleanup list` and `retire list` answer, made with the snapshot, so no request walks every consumer. */
-  #cleanupList: readonly CleanupEntry[] = [];
-  #retireList: RetireList | undefined;
+  #waitingId: string | undefined;
+  #counted = 0;
   #timer: unknown;
-  #watchTimer: unknown;
   #watchQueued = false;
   #stopped = false;
 
@@ -218,8 +215,10 @@ class Provisioner implements ProvisionerHandle {
     readonly iface: string,
     readonly adapter: GuardedAdapter,
     readonly options: ProvisionerOptions,
+    ownBatch: () => number | undefined,
   ) {
     this.#s = settingsOf(options);
+    this.#ownBatch = ownBatch;
     this.#clock = options.clock ?? systemClock;
     this.#log = prefixed(
       options.logger ?? consoleLogger,
@@ -241,9 +240,37 @@ class Provisioner implements ProvisionerHandle {
             "`status` names it until it succeeds",
         ),
     );
+    this.#book = new ConsumerBook(
+      () => this.#clock.now(),
+      (login) => this.#standings.get(login),
+    );
+    this.#host = {
+      iface,
+      instance: this.#s.instance,
+      receives: options.receives,
+      stablePasses: this.#s.stablePasses,
+      book: this.#book,
+      standings: this.#standings,
+      retirement: this.#retirement,
+      adapter,
+      log: this.#log,
+      metrics: this.#metrics,
+      record: (entry) => this.#record(entry),
+      describe: (err) => this.#describe(err, []),
+      retire: (logins, why, who) => this.#retire(logins, why, who),
+      rebuild: () => this.#rebuild(),
+      afterChanges: (changed) => {
+        if (changed) this.#changesUnsaved = true;
+        return this.#afterChanges();
+      },
+    };
+    this.#board = new StatusBoard(this.#host);
     this.#secretsDir = new SecretsDirectory(options.secretsDir ?? dirname(options.receives));
-    this.#snapshot = this.#emptySnapshot();
-    if (options.watch !== false) this.#watcher = new FileWatcher(() => this.#poke());
+    this.#receivesKey = watchKey(options.receives);
+    if (options.watch !== false) {
+      const onChange = (path: string): void => this.#changed(path);
+      this.#watcher = options.watcher?.(onChange) ?? new FileWatcher(onChange);
+    }
     this.#watcher?.watchFiles([options.receives]);
     this.ready = this.#runPass("periodic").then(() => this.#schedule());
   }
@@ -252,16 +279,21 @@ class Provisioner implements ProvisionerHandle {
     return this.#runPass(kind);
   }
 
-  idle(): Promise<void> {
-    return this.#lock.run(async () => {});
+  async idle(): Promise<void> {
+    for (;;) {
+      await this.#lock.run(async () => {});
+      const verifying = this.#verifying;
+      if (verifying === undefined) return;
+      await verifying;
+    }
   }
 
   async stop(): Promise<void> {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#clock.clearTimeout(this.#timer);
-    this.#clock.clearTimeout(this.#watchTimer);
     this.#watcher?.close();
+    await this.#verifying;
     await this.#lock.run(async () => {
       await this.adapter.close?.();
     });
@@ -269,8 +301,10 @@ class Provisioner implements ProvisionerHandle {
 
   // ---- scheduling ---------------------------------------------------------------------------
 
-  #runPass(kind: "periodic" | "watch"): Promise<void> {
-    return this.#lock.run(async () => {
+  /** One pass under the lock, then, when one is due, a verification (which takes the lock only to act). */
+  async #runPass(kind: "periodic" | "watch"): Promise<void> {
+    await this.#lock.run(async () => {
+      if (kind === "watch") this.#watchQueued = false;
       if (this.#stopped) return;
       const started = performance.now();
       try {
@@ -283,6 +317,18 @@ class Provisioner implements ProvisionerHandle {
       }
       this.#metrics.passed(kind, (performance.now() - started) / 1000);
     });
+    const now = this.#clock.now();
+    if (this.#stopped || this.#verifying || now - this.#verifiedAt < this.#s.verifyEvery) return;
+    this.#verifiedAt = now;
+    const verifying = this.#verify().catch((err: unknown) => {
+      this.#log.error(`verification failed unexpectedly: ${this.#describe(err, this.#passwords())}`);
+    });
+    this.#verifying = verifying;
+    try {
+      await verifying;
+    } finally {
+      this.#verifying = undefined;
+    }
   }
 
   #schedule(): void {
@@ -292,14 +338,13 @@ class Provisioner implements ProvisionerHandle {
     }, this.#s.every);
   }
 
-  /** A watched file changed: one pass soon, however many changes arrive together. */
-  #poke(): void {
+  /** A watched file changed: it is read at the next pass, which starts at once unless one is queued. */
+  #changed(path: string): void {
+    this.#dirty.add(path);
     if (this.#stopped || this.#watchQueued) return;
     this.#watchQueued = true;
-    this.#watchTimer = this.#clock.setTimeout(() => {
-      this.#watchQueued = false;
-      void this.#runPass("watch");
-    }, WATCH_SETTLE);
+    // Changes that arrive together (one burst of file events) make one pass; the first one does not wait.
+    setImmediate(() => void this.#runPass("watch"));
   }
 
   // ---- the pass -----------------------------------------------------------------------------
@@ -307,44 +352,125 @@ class Provisioner implements ProvisionerHandle {
   async #pass(kind: "periodic" | "watch"): Promise<void> {
     const now = this.#clock.now();
     await this.#seed();
-    const read = await readContributions(this.options.receives, this.iface);
+    const dirty = this.#dirty;
+    this.#dirty = new Set();
+    for (const path of this.#watcher?.reopen() ?? []) dirty.add(path);
+    const { read, changed } = await this.#readAsked(kind, dirty);
     if (!read.ok) {
       // Nothing read is not nobody asking: nothing is applied, nothing retired, the count restarts.
       this.#sayProblem(read.problem);
       this.#retirement.reset();
+      this.#followRetirement();
       await this.#finishPass(now);
       return;
     }
     this.#sayProblem(null);
-    this.#asked = new Map(read.given.map((g) => [g.as, g]));
+
+    // What this pass looks at: entries that changed, secrets that changed, and whoever is not yet
+    // applied as asked. Unwatched, that is everyone.
+    let todo: Set<string> | undefined;
+    if (this.#watcher !== undefined) {
+      todo = new Set(changed);
+      for (const login of this.#book.unsettled()) todo.add(login);
+      const touched = (path: string): void => {
+        const logins = this.#bySecret.get(path);
+        if (typeof logins === "string") todo?.add(logins);
+        else if (logins) for (const login of logins) todo?.add(login);
+      };
+      for (const path of dirty) touched(path);
+      for (const path of this.#watcher.unwatched()) touched(path);
+    }
+    if (todo === undefined || todo.size > 0) {
+      // Resolved again each pass: a secrets directory replaced since the last one is judged as it is now.
+      this.#secretsDir.refresh();
+      const given = todo === undefined ? read.given : read.given.filter((g) => todo.has(g.as));
+      await this.#look(given, now);
+    }
+
+    if (this.#seeded) await this.#retireUnasked(kind, now);
+    for (const login of this.#standings.logins()) {
+      const r = this.#book.get(login);
+      if (r?.asked === undefined && r?.made !== "active") {
+        this.#standings.clear(login, "no longer asked for");
+        this.#book.touch(login);
+      }
+    }
+    await this.#finishPass(now);
+  }
+
+  /**
+   * The contributions file as it is now: read again at each periodic pass and when the watcher
+   * said it changed (or it is not watched), and parsed again only when its text changed. Returns the logins whose entry is
+   * new or changed.
+   */
+  async #readAsked(
+    kind: "periodic" | "watch",
+    dirty: ReadonlySet<string>,
+  ): Promise<{ read: ContributionsRead; changed: string[] }> {
+    // A periodic pass reads the file whatever the watcher said: a change it missed is seen there.
+    const unchanged =
+      kind === "watch" &&
+      this.#read !== undefined &&
+      this.#watcher !== undefined &&
+      this.#watcher.watching(this.#receivesKey) &&
+      !dirty.has(this.#receivesKey);
+    if (unchanged && this.#read) return { read: this.#read, changed: [] };
+    const text = await readContributionsText(this.options.receives);
+    if (!text.ok) {
+      this.#raw = undefined;
+      this.#read = text;
+      return { read: text, changed: [] };
+    }
+    if (text.raw === this.#raw && this.#read) return { read: this.#read, changed: [] };
+    const read = await parseContributionsYielding(text.raw, this.options.receives, this.iface);
+    this.#raw = text.raw;
+    this.#read = read;
+    if (!read.ok) return { read, changed: [] };
+
+    const changed: string[] = [];
+    const asked = new Set<string>();
+    const bySecret = new Map<string, string | string[]>();
+    const turns = new YieldTimer();
+    for (const g of read.given) {
+      if (turns.due()) await yieldToEventLoop();
+      asked.add(g.as);
+      if (this.#book.asked(g)) changed.push(g.as);
+      const key = watchKey(g.secret);
+      const was = bySecret.get(key);
+      if (was === undefined) bySecret.set(key, g.as);
+      else if (typeof was === "string") bySecret.set(key, [was, g.as]);
+      else was.push(g.as);
+    }
+    const gone: string[] = [];
+    for (const r of this.#book.records())
+      if (r.asked !== undefined && !asked.has(r.login)) gone.push(r.login);
+    for (const login of gone) this.#book.unasked(login);
+    this.#bySecret = bySecret;
     // Only secrets that can be read are watched: an entry naming /etc/shadow or /dev/zero sets no
     // watch on /etc or /dev.
     this.#watcher?.watchFiles([
       this.options.receives,
       ...read.given.map((g) => g.secret).filter((secret) => this.#secretsDir.mayHold(secret)),
     ]);
+    return { read, changed };
+  }
 
-    const verifying = now - this.#verifiedAt >= this.#s.verifyEvery;
-    if (verifying) this.#verifiedAt = now;
-
+  /** Reads these consumers' secrets and applies each one whose (login, password, values, derived) changed. */
+  async #look(given: readonly Contribution[], now: number): Promise<void> {
     const creates: CreateJob[] = [];
-    const passwords: string[] = [];
-    const checks: { p: Provision; digest: string }[] = [];
-    // Resolved again each pass: a secrets directory replaced since the last one is judged as it is now.
-    this.#secretsDir.refresh();
-    await forEachLimited(read.given, 64, async (g) => {
+    await forEachLimited(given, 64, async (g) => {
       if (!isValidLogin(g.as)) {
         this.#metrics.failed("validate", "refused");
-        this.#standings.failed(g.as, g.node, "refused", new InvalidLoginError(g.as).message);
+        this.#fail(g.as, g.node, "refused", new InvalidLoginError(g.as).message);
         return;
       }
       if (g.refused !== undefined) {
         // Still asked for, so never retired for it; it fails alone, and what it had stays as it was.
         this.#metrics.failed("validate", "refused");
-        this.#standings.failed(g.as, g.node, "refused", `contributions entry for ${g.as}: ${g.refused}`);
+        this.#fail(g.as, g.node, "refused", `contributions entry for ${g.as}: ${g.refused}`);
         return;
       }
-      if (this.#inFlight.has(g.as)) return;
+      if (this.#book.get(g.as)?.inFlight) return;
       let password: string;
       try {
         password = await this.#secretsDir.read(g.secret);
@@ -352,24 +478,13 @@ class Provisioner implements ProvisionerHandle {
         this.#secretMissing(g, err, now);
         return;
       }
-      this.#secretFound(g.as);
-      passwords.push(password);
-      const p: Provision = {
-        as: g.as,
-        password,
-        values: g.values,
-        derived: g.derived,
-        at: g.at,
-        node: g.node,
-      };
+      if (this.#book.secretFound(g.as)) this.#log.info(`${g.as}: secret readable again`);
+      this.#book.secretRead(g.as, password);
+      const p = provisionOf(g, password);
       const digest = digestOf(p);
-      const was = this.#applied.get(g.as);
-      if (was === digest) {
-        const brake = this.#brakes.get(g.as);
-        if (verifying && !(brake && now < brake.nextAt)) checks.push({ p, digest });
-        return;
-      }
-      const known = this.#known.get(g.as);
+      const r = this.#book.get(g.as);
+      const was = r?.applied;
+      if (was === digest) return;
       if (was !== undefined) {
         creates.push({
           p,
@@ -378,7 +493,7 @@ class Provisioner implements ProvisionerHandle {
           action: "re-applied",
           why: "password, values or derived changed",
         });
-      } else if (known?.state === "retired") {
+      } else if (r?.made === "retired") {
         creates.push({
           p,
           digest,
@@ -386,7 +501,7 @@ class Provisioner implements ProvisionerHandle {
           action: "created",
           why: "asked for again: re-enabled as it was",
         });
-      } else if (known?.state === "active") {
+      } else if (r?.made === "active") {
         // Made before this process started: applied again to be sure, which changes nothing worth a record.
         creates.push({
           p,
@@ -400,26 +515,7 @@ class Provisioner implements ProvisionerHandle {
         creates.push({ p, digest, reapplying: 0, action: "created", why });
       }
     });
-
-    this.#lastPasswords = passwords;
-    // What changed is applied before the (possibly long) verification, so a change never waits on it.
     await forEachLimited(creates, this.#s.concurrency, (job) => this.#create(job));
-    const reapplies = await this.#check(checks);
-    await forEachLimited(reapplies, this.#s.concurrency, (job) => this.#create(job));
-
-    if (this.#seeded) await this.#retireUnasked(kind, now);
-    for (const login of this.#standings.logins()) {
-      if (!this.#asked.has(login) && this.#known.get(login)?.state !== "active") {
-        this.#standings.clear(login, "no longer asked for");
-      }
-    }
-    for (const login of [...this.#createFailures.keys(), ...this.#secretMisses.keys()]) {
-      if (!this.#asked.has(login)) {
-        this.#createFailures.delete(login);
-        this.#secretMisses.delete(login);
-      }
-    }
-    await this.#finishPass(now);
   }
 
   /** Reads what this provider made from the backend's own marks, once it can. */
@@ -427,15 +523,7 @@ class Provisioner implements ProvisionerHandle {
     if (this.#seeded) return;
     try {
       const entries = await this.adapter.inventory();
-      for (const e of entries) {
-        if (this.#known.has(e.as)) continue;
-        this.#known.set(e.as, {
-          state: e.state,
-          derived: e.derived,
-          retiredAt: e.retiredAt?.getTime(),
-          why: e.why,
-        });
-      }
+      for (const e of entries) this.#book.seeded(e);
       this.#seeded = true;
       const retired = entries.filter((e) => e.state === "retired").length;
       this.#log.info(
@@ -454,68 +542,129 @@ class Provisioner implements ProvisionerHandle {
     }
   }
 
-  /** Verifies consumers with `holds` (batched when the adapter can); returns the re-applies due. */
-  async #check(checks: readonly { p: Provision; digest: string }[]): Promise<CreateJob[]> {
-    if (checks.length === 0) return [];
+  // ---- verification -------------------------------------------------------------------------
+
+  /**
+   * Verifies every consumer applied as asked (DESIGN §3 rule 4), a batch at a time. Each secret is
+   * read again (the safety net for a change the watcher missed) and each backend check is asked
+   * outside the lock, so a change that arrives meanwhile is applied at once; the lock is taken only
+   * to act on a batch's answers, and an answer for a consumer that changed since its check began
+   * (applied, retired, deleted, asked differently) is dropped.
+   */
+  async #verify(): Promise<void> {
+    const now = this.#clock.now();
+    const due: { g: Contribution; generation: number }[] = [];
+    for (const r of this.#book.records()) {
+      if (r.asked === undefined || r.applied === undefined || r.inFlight) continue;
+      // An entry that cannot be served fails alone at every pass; what it had is left as it was.
+      if (r.asked.refused !== undefined || !isValidLogin(r.login)) continue;
+      if (this.#book.isBraked(r.login, now)) continue;
+      due.push({ g: r.asked, generation: r.generation });
+    }
+    const order = this.#read?.ok ? this.#read.given : [];
+    if (order.length === due.length) {
+      // In the file's order, as the passes go.
+      const at = new Map(order.map((g, i) => [g.as, i]));
+      due.sort((a, b) => (at.get(a.g.as) ?? 0) - (at.get(b.g.as) ?? 0));
+    }
+    const size = this.options.verifyBatch ?? this.#ownBatch() ?? this.#s.verifyBatch;
+    this.#secretsDir.refresh();
+    for (let at = 0; at < due.length && !this.#stopped; at += size) {
+      const batch = due.slice(at, at + size);
+      const checks: Check[] = [];
+      const changed: Contribution[] = [];
+      await forEachLimited(batch, 64, async ({ g, generation }) => {
+        let password: string;
+        try {
+          password = await this.#secretsDir.read(g.secret);
+        } catch {
+          changed.push(g);
+          return;
+        }
+        const p = provisionOf(g, password);
+        const digest = digestOf(p);
+        if (digest === this.#book.get(g.as)?.applied) checks.push({ p, digest, generation });
+        else changed.push(g);
+      });
+      const { answers, timedOut } = await this.#ask(checks);
+      await this.#lock.run(async () => {
+        if (this.#stopped) return;
+        const reapplies = this.#judge(checks, answers);
+        await forEachLimited(reapplies, this.#s.concurrency, (job) => this.#create(job));
+        // A secret that changed without a word from the watcher: looked at as a pass would.
+        const stillAsked = changed.filter((g) => this.#book.get(g.as)?.asked === g);
+        if (stillAsked.length > 0) await this.#look(stillAsked, this.#clock.now());
+        await this.#rebuild();
+      });
+      // A backend that timed out will time out for the next batch too: the rest wait a pass.
+      if (timedOut) break;
+    }
+  }
+
+  /** Asks the backend whether it holds these (read-only, outside the lock). */
+  async #ask(
+    checks: readonly Check[],
+  ): Promise<{ answers: Map<string, boolean | Error>; timedOut: boolean }> {
     const answers = new Map<string, boolean | Error>();
+    let timedOut = false;
+    if (checks.length === 0) return { answers, timedOut };
     if (this.adapter.batched) {
       const many = this.adapter.holdsMany.bind(this.adapter);
-      // In batches, each with its own timeout: a backend that must be asked once per consumer (a login
-      // each) would not answer a thousand within one.
-      for (let at = 0; at < checks.length; at += this.#s.verifyBatch) {
-        const batch = checks.slice(at, at + this.#s.verifyBatch).map((c) => c.p);
-        this.#metrics.roundTrip(batch.length);
-        const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "verifying", (signal) =>
-          many(batch, signal),
-        );
-        try {
-          for (const [login, answer] of await result) answers.set(login, answer);
-        } catch (err) {
-          const e = err instanceof Error ? err : new Error(String(err));
-          for (const p of batch) answers.set(p.as, e);
-          // A backend that timed out will time out for the next batch too: the rest wait a pass.
-          if (err instanceof TimeoutError) break;
-        }
+      const batch = checks.map((c) => c.p);
+      this.#metrics.roundTrip(batch.length);
+      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "verifying", (signal) =>
+        many(batch, signal),
+      );
+      try {
+        for (const [login, answer] of await result) answers.set(login, answer);
+      } catch (err) {
+        const e = err instanceof Error ? err : new Error(String(err));
+        for (const p of batch) answers.set(p.as, e);
+        if (err instanceof TimeoutError) timedOut = true;
       }
-    } else {
-      // A backend that timed out will time out for the next consumer too: the rest wait a pass.
-      let timedOut = false;
-      await forEachLimited(checks, this.#s.concurrency, async (c) => {
-        if (timedOut) return;
-        this.#metrics.roundTrip(1);
-        const holds = this.adapter.holds.bind(this.adapter);
-        const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, `checking ${c.p.as}`, (signal) =>
-          holds(c.p, signal),
-        );
-        try {
-          answers.set(c.p.as, await result);
-        } catch (err) {
-          if (err instanceof TimeoutError) timedOut = true;
-          answers.set(c.p.as, err instanceof Error ? err : new Error(String(err)));
-        }
-      });
+      return { answers, timedOut };
     }
+    const holds = this.adapter.holds.bind(this.adapter);
+    await forEachLimited(checks, this.#s.concurrency, async (c) => {
+      if (timedOut) return;
+      this.#metrics.roundTrip(1);
+      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, `checking ${c.p.as}`, (signal) =>
+        holds(c.p, signal),
+      );
+      try {
+        answers.set(c.p.as, await result);
+      } catch (err) {
+        if (err instanceof TimeoutError) timedOut = true;
+        answers.set(c.p.as, err instanceof Error ? err : new Error(String(err)));
+      }
+    });
+    return { answers, timedOut };
+  }
 
+  /** Acts on a batch's answers (under the lock): returns the re-applies due. */
+  #judge(checks: readonly Check[], answers: ReadonlyMap<string, boolean | Error>): CreateJob[] {
     const reapply: CreateJob[] = [];
     for (const c of checks) {
       const answer = answers.get(c.p.as);
       if (answer === undefined) continue; // not asked this pass
+      // Changed while it was checked: the answer is about what was, and nothing is done on it.
+      if (this.#book.get(c.p.as)?.generation !== c.generation) continue;
       if (answer instanceof Error) {
         // Unable to ask is not evidence of loss: nothing is re-applied on it.
         const text = this.#describe(answer, [c.p.password]);
         const cls = this.#classify(answer, text);
         this.#metrics.verified("unknown");
         this.#metrics.failed("verify", cls);
-        this.#standings.failed(c.p.as, c.p.node, cls, `could not check: ${text}`);
+        this.#fail(c.p.as, c.p.node, cls, `could not check: ${text}`);
         continue;
       }
       this.#metrics.verified(answer ? "held" : "not-held");
       if (answer) {
-        this.#brakes.delete(c.p.as);
-        this.#standings.succeeded(c.p.as);
+        this.#book.held(c.p.as);
+        this.#succeed(c.p.as);
         continue;
       }
-      const times = (this.#brakes.get(c.p.as)?.times ?? 0) + 1;
+      const times = this.#book.notHeld(c.p.as);
       if (times === 1) this.#log.warn(`${c.p.as}: the backend no longer holds it; applying again`);
       else {
         this.#log.warn(
@@ -534,6 +683,8 @@ class Provisioner implements ProvisionerHandle {
     return reapply;
   }
 
+  // ---- applying and retiring ----------------------------------------------------------------
+
   async #create(job: CreateJob): Promise<void> {
     const { p } = job;
     const create = this.adapter.create.bind(this.adapter);
@@ -543,34 +694,27 @@ class Provisioner implements ProvisionerHandle {
       `creating ${p.as}`,
       (signal) => create(p, signal),
     );
-    this.#inFlight.add(p.as);
-    void settled.then(() => this.#inFlight.delete(p.as));
+    this.#book.flying(p.as);
+    void settled.then(() => this.#book.landed(p.as));
     try {
       await result;
     } catch (err) {
-      this.#applied.delete(p.as);
-      this.#appliedTags.delete(p.as);
       const text = this.#describe(err, [p.password]);
-      const was = this.#createFailures.get(p.as);
-      const failure = was && was.text === text ? { text, times: was.times + 1 } : { text, times: 1 };
-      this.#createFailures.set(p.as, failure);
+      const failure = this.#book.createFailed(p.as, text);
       // Said when it changes; while it stays the same, only rarely.
       if (failure.times === 1 || failure.times % SAY_AGAIN_ATTEMPTS === 0) {
         this.#log.warn(`${p.as}: create failed, will retry: ${text}`);
       }
       const cls = this.#classify(err, text);
       this.#metrics.failed("create", cls);
-      this.#standings.failed(p.as, p.node, cls, text);
+      this.#fail(p.as, p.node, cls, text);
       return;
     }
     this.#metrics.created(job.action ?? "re-asserted");
-    const known = this.#known.get(p.as);
-    this.#known.set(p.as, { state: "active", derived: known?.derived ?? p.derived });
-    this.#applied.set(p.as, job.digest);
-    this.#appliedTags.set(p.as, passwordTag(p.password));
-    const failed = this.#createFailures.get(p.as);
-    this.#createFailures.delete(p.as);
-    this.#standings.succeeded(p.as);
+    this.#unsaved.add(p.as);
+    this.#changesUnsaved = true;
+    const failed = this.#book.created(p.as, job.digest, passwordTag(p.password), p.derived);
+    this.#succeed(p.as);
     if (failed) this.#log.info(`${p.as}: created, after ${failed.times} failed attempt(s)`);
 
     if (job.action) {
@@ -578,22 +722,22 @@ class Provisioner implements ProvisionerHandle {
       this.#record({ action: job.action, login: p.as, who: "provisioner", why: job.why });
     }
     if (job.reapplying === 0) {
-      this.#brakes.delete(p.as);
+      this.#book.held(p.as);
       return;
     }
     // The brake: a create that keeps not producing what holds checks is checked less and less often.
     const wait = Math.min(this.#s.verifyEvery * 2 ** (job.reapplying - 1), this.#s.maxBrake);
-    this.#brakes.set(p.as, { times: job.reapplying, nextAt: this.#clock.now() + wait });
+    this.#book.braked(p.as, job.reapplying, this.#clock.now() + wait);
     if (job.reapplying > 1) this.#log.warn(`${p.as}: next check in ${Math.round(wait / 1000)}s`);
   }
 
   async #retireUnasked(kind: "periodic" | "watch", now: number): Promise<void> {
     const unasked: string[] = [];
     let held = 0;
-    for (const [login, k] of this.#known) {
-      if (k.state !== "active") continue;
+    for (const r of this.#book.records()) {
+      if (r.made !== "active") continue;
       held++;
-      if (!this.#asked.has(login)) unasked.push(login);
+      if (r.asked === undefined) unasked.push(r.login);
     }
     const step = this.#retirement.observe(unasked, held, kind === "periodic", now);
     if (step.kind === "retire") {
@@ -606,37 +750,86 @@ class Provisioner implements ProvisionerHandle {
           `retirement waits for a person: \`mesh tool retire approve ${w.id}\` retires them, asking for them again cancels it`,
       );
     }
+    // What status says of the unasked names the count.
+    if (this.#retirement.count !== this.#counted) {
+      this.#counted = this.#retirement.count;
+      for (const login of unasked) this.#book.touch(login);
+    }
+    this.#followRetirement();
+  }
+
+  /** Marks the set waiting for a person (if any) in the book, when it changed. */
+  #followRetirement(): void {
+    const waiting = this.#retirement.waiting;
+    if (waiting?.id === this.#waitingId) return;
+    this.#waitingId = waiting?.id;
+    this.#book.awaiting(waiting?.logins ?? []);
   }
 
   async #retire(logins: readonly string[], why: string, who: string): Promise<string[]> {
     const done: string[] = [];
     await forEachLimited(logins, this.#s.concurrency, async (login) => {
-      const k = this.#known.get(login);
-      if (!k || k.state !== "active") return;
+      const r = this.#book.get(login);
+      if (!r || r.made !== "active") return;
       const at = this.#clock.now();
       try {
-        await this.adapter.retire(login, k.derived, why, new Date(at));
+        await this.adapter.retire(login, r.derived, why, new Date(at));
       } catch (err) {
         this.#log.error(
           `${login}: could not retire, will try again: ${this.#describe(err, this.#passwords())}`,
         );
         return;
       }
-      this.#known.set(login, { state: "retired", derived: k.derived, retiredAt: at, why });
-      this.#applied.delete(login);
-      this.#appliedTags.delete(login);
-      this.#brakes.delete(login);
       this.#standings.clear(login, "retired");
+      this.#book.retired(login, at, why);
+      this.#changesUnsaved = true;
       this.#log.info(`${login}: retired (access disabled, data kept, marked to delete): ${why}`);
       this.#record({ action: "retired", login, who, why });
       this.#metrics.retired(who === "provisioner" ? "provisioner" : "approval");
       done.push(login);
     });
     this.#retirement.reset();
+    this.#followRetirement();
     return done.sort();
   }
 
+  /**
+   * The adapter's `afterChanges`, once, when something changed since it last succeeded. When it
+   * fails, what was created or re-applied since is taken as not applied: the next pass applies it
+   * again (create is idempotent) and asks again.
+   */
+  async #afterChanges(): Promise<void> {
+    if (!this.#changesUnsaved) return;
+    const after = this.adapter.afterChanges.bind(this.adapter);
+    const { result } = withTimeout(this.#clock, this.#s.createTimeout, "finishing the changes", () =>
+      after(),
+    );
+    try {
+      await result;
+    } catch (err) {
+      this.#log.warn(
+        `the backend did not finish this pass's changes (${this.#describe(err, this.#passwords())}); ` +
+          `the ${this.#unsaved.size} consumer(s) applied since are applied again on the next pass`,
+      );
+      for (const login of this.#unsaved) this.#book.notApplied(login);
+      return;
+    }
+    this.#unsaved.clear();
+    this.#changesUnsaved = false;
+  }
+
   // ---- failures, secrets, problems ----------------------------------------------------------
+
+  #fail(login: string, node: string | undefined, cls: FailureClass, text: string): void {
+    this.#standings.failed(login, node, cls, text);
+    this.#book.touch(login);
+  }
+
+  #succeed(login: string): void {
+    const was = this.#standings.get(login);
+    this.#standings.succeeded(login);
+    if (was) this.#book.touch(login);
+  }
 
   #classify(err: unknown, text: string): FailureClass {
     if (isRefusal(err)) return "refused";
@@ -654,37 +847,25 @@ class Provisioner implements ProvisionerHandle {
 
   #secretMissing(g: Contribution, err: unknown, now: number): void {
     const text = this.#describe(err, []);
-    const miss = this.#secretMisses.get(g.as);
-    if (err instanceof SecretUnreadableError && err.breaksRule) {
+    const breaksRule = err instanceof SecretUnreadableError && err.breaksRule;
+    const saying = this.#book.secretMissing(g.as, now, breaksRule);
+    if (saying === "refused") {
       // No race: the file is there and breaks the rule, so it is said loudly at once (and rarely after).
-      if (!miss || miss.loudAt === undefined || now - miss.loudAt >= SECRET_SAY_AGAIN) {
-        this.#secretMisses.set(g.as, { since: miss?.since ?? now, loudAt: now });
-        this.#log.error(
-          `${g.as}: its secret is REFUSED (${text}); nothing is provisioned for it until that is fixed`,
-        );
-      }
-    } else if (!miss) {
-      this.#secretMisses.set(g.as, { since: now, loudAt: undefined });
+      this.#log.error(
+        `${g.as}: its secret is REFUSED (${text}); nothing is provisioned for it until that is fixed`,
+      );
+    } else if (saying === "waiting") {
       this.#log.info(`${g.as}: secret not readable yet (${text}); waiting for it`);
-    } else if (now - miss.since >= SECRET_PATIENCE) {
-      if (miss.loudAt === undefined || now - miss.loudAt >= SECRET_SAY_AGAIN) {
-        miss.loudAt = now;
-        this.#log.error(
-          `${g.as}: CANNOT READ its secret for ${Math.round((now - miss.since) / 1000)}s (${text}). This is not a ` +
-            "race any more: nothing is provisioned for this consumer until somebody looks. Check that the file " +
-            "exists, who owns it, and which user this provider runs as",
-        );
-      }
+    } else if (saying === "loud") {
+      const since = this.#book.get(g.as)?.secretMiss?.since ?? now;
+      this.#log.error(
+        `${g.as}: CANNOT READ its secret for ${Math.round((now - since) / 1000)}s (${text}). This is not a ` +
+          "race any more: nothing is provisioned for this consumer until somebody looks. Check that the file " +
+          "exists, who owns it, and which user this provider runs as",
+      );
     }
     this.#metrics.failed("read-secret", "secret-unreadable");
-    this.#standings.failed(g.as, g.node, "secret-unreadable", text);
-  }
-
-  #secretFound(login: string): void {
-    const miss = this.#secretMisses.get(login);
-    if (!miss) return;
-    this.#secretMisses.delete(login);
-    if (miss.loudAt !== undefined) this.#log.info(`${login}: secret readable again`);
+    this.#fail(g.as, g.node, "secret-unreadable", text);
   }
 
   #sayProblem(problem: string | null): void {
@@ -713,283 +894,48 @@ class Provisioner implements ProvisionerHandle {
     return describeError(err, this.#secrets.length === 0 ? passwords : [...passwords, ...this.#secrets]);
   }
 
-  /** Every password read in the last pass: what no message may carry. */
+  /** Every password read for a consumer still asked for: what no message may carry. */
   #passwords(): string[] {
-    return this.#lastPasswords;
+    const passwords: string[] = [];
+    for (const r of this.#book.records()) if (r.password !== undefined) passwords.push(r.password);
+    return passwords;
   }
 
-  // ---- snapshot and tools -------------------------------------------------------------------
+  // ---- the board and the tools --------------------------------------------------------------
 
   async #finishPass(now: number): Promise<void> {
+    await this.#afterChanges();
     this.#lastPassAt = now;
-    await this.#rebuildSnapshot();
+    await this.#rebuild();
   }
 
-  #emptySnapshot(): StatusReport {
-    return Object.freeze({
-      interface: this.iface,
-      instance: this.#s.instance,
-      receives: this.options.receives,
-      lastPassAt: null,
-      contributionsProblem: null,
-      consumers: Object.freeze([]),
-    });
-  }
-
-  /**
-   * Makes what the read-only tools answer until the next rebuild: the status report, `cleanup list`
-   * and `retire list`. It yields to the event loop as it goes, so over 100,000 consumers a tool asked
-   * meanwhile is answered from the previous snapshot at once.
-   */
-  async #rebuildSnapshot(): Promise<void> {
-    const now = this.#clock.now();
-    const waiting = this.#retirement.waiting;
-    const waitingLogins = new Set(waiting?.logins ?? []);
-    const logins = new Set(this.#asked.keys());
-    for (const login of this.#known.keys()) logins.add(login);
-    const sorted = [...logins].sort();
-    const turns = new YieldTimer();
-    const consumers: ConsumerStatus[] = [];
-    const cleanup: CleanupEntry[] = [];
-    const texts: string[] = [];
-    let held = 0;
-    for (const login of sorted) {
-      if (turns.due()) await yieldToEventLoop();
-      const known = this.#known.get(login);
-      if (known?.state === "active") held++;
-      if (known?.state === "retired") {
-        cleanup.push({
-          login,
-          retiredAt: known.retiredAt === undefined ? null : new Date(known.retiredAt).toISOString(),
-          why: known.why ?? "",
-          derived: known.derived,
-        });
-      }
-      const status = this.#statusOf(login, waitingLogins.has(login), waiting?.id);
-      if (!status) continue;
-      const was = this.#stateSince.get(login);
-      const since = status.since ?? (was && was.state === status.state ? was.since : now);
-      this.#stateSince.set(login, { state: status.state, since });
-      const entry = Object.freeze({ ...status, since: new Date(since).toISOString() });
-      consumers.push(entry);
-      // Written out here, a little at a time, so no request has to write 100,000 at once.
-      texts.push(JSON.stringify(entry));
-    }
-    for (const login of this.#stateSince.keys()) if (!logins.has(login)) this.#stateSince.delete(login);
-    const head = {
-      interface: this.iface,
-      instance: this.#s.instance,
-      receives: this.options.receives,
-      lastPassAt: this.#lastPassAt === null ? null : new Date(this.#lastPassAt).toISOString(),
-      contributionsProblem: this.#problem,
-    };
-    const snapshot: StatusReport = Object.freeze({ ...head, consumers: Object.freeze(consumers) });
-    rememberJson(snapshot, `${JSON.stringify(head).slice(0, -1)},"consumers":[${texts.join(",")}]}`);
-    this.#snapshot = snapshot;
-    this.#cleanupList = Object.freeze(cleanup.sort((a, b) => a.login.localeCompare(b.login)));
-    this.#retireList = Object.freeze(this.#makeRetireList(held, consumers));
-  }
-
-  #statusOf(
-    login: string,
-    isWaiting: boolean,
-    waitingId: string | undefined,
-  ): (Omit<ConsumerStatus, "since"> & { since: number | undefined }) | undefined {
-    const asked = this.#asked.get(login);
-    const known = this.#known.get(login);
-    const trouble = this.#standings.get(login);
-    if (asked && trouble) {
-      return {
-        login,
-        state: "failing",
-        class: trouble.class,
-        since: trouble.since,
-        why: trouble.text,
-        node: asked.node,
-        attempts: trouble.attempts,
-      };
-    }
-    if (asked) {
-      const held = this.#applied.has(login);
-      return {
-        login,
-        state: "active",
-        class: null,
-        since: undefined,
-        why: held ? "held as asked" : "being created",
-        node: asked.node,
-        ...(this.#appliedTags.has(login) ? { applied: this.#appliedTags.get(login) } : {}),
-      };
-    }
-    if (known?.state === "retired") {
-      return { login, state: "retired", class: null, since: known.retiredAt, why: known.why ?? "retired" };
-    }
-    if (known?.state === "active") {
-      if (isWaiting) {
-        return {
-          login,
-          state: "awaiting-approval",
-          class: null,
-          since: undefined,
-          why: `no longer asked for; waits for a person: retire approve ${waitingId ?? ""}`,
-        };
-      }
-      return {
-        login,
-        state: "unasked",
-        class: null,
-        since: undefined,
-        why: `no longer asked for; seen in ${this.#retirement.count} of ${this.#s.stablePasses} periodic passes`,
-      };
-    }
-    return undefined;
+  #rebuild(): Promise<void> {
+    return this.#board.rebuild(this.#host, this.#lastPassAt, this.#problem);
   }
 
   status(): StatusReport {
-    return this.#snapshot;
+    return this.#board.status;
   }
 
   retireList(): RetireList {
-    return this.#retireList ?? this.#makeRetireList(0, []);
-  }
-
-  #makeRetireList(held: number, consumers: readonly ConsumerStatus[]): RetireList {
-    const waiting = this.#retirement.waiting;
-    if (waiting)
-      return { id: waiting.id, logins: waiting.logins, held: waiting.held, reason: waiting.reason };
-    const unasked = consumers.filter((c) => c.state === "unasked").map((c) => c.login);
-    return {
-      id: null,
-      logins: [],
-      held,
-      reason:
-        unasked.length === 0
-          ? "nothing waits for approval and nothing is counting towards retirement"
-          : `nothing waits for approval; ${unasked.join(", ")} seen unasked in ${this.#retirement.count} of ${this.#s.stablePasses} passes`,
-    };
-  }
-
-  retireApprove(id?: string, who = "operator"): Promise<{ id: string; retired: string[] }> {
-    return this.#lock.run(async () => {
-      const waiting = this.#retirement.waiting;
-      if (!waiting) {
-        throw new ToolError(
-          "nothing-waiting",
-          "no retirement waits for approval; `retire list` shows what is counting",
-        );
-      }
-      if (id !== undefined && id !== waiting.id) {
-        throw new ToolError(
-          "set-changed",
-          `the set waiting is ${waiting.id}, not ${id}: it changed since it was listed; run \`retire list\` again`,
-        );
-      }
-      // The set is confirmed against the file as it is now, not as the last pass saw it.
-      const read = await readContributions(this.options.receives, this.iface);
-      if (!read.ok) {
-        throw new ToolError(
-          "contributions-unreadable",
-          `${read.problem}: cannot confirm the set; nothing retired`,
-        );
-      }
-      const asked = new Set(read.given.map((g) => g.as));
-      const now = [...this.#known]
-        .filter(([login, k]) => k.state === "active" && !asked.has(login))
-        .map(([login]) => login)
-        .sort();
-      if (now.join("\n") !== waiting.logins.join("\n")) {
-        this.#retirement.reset();
-        await this.#rebuildSnapshot();
-        throw new ToolError(
-          "set-changed",
-          `the set no longer asked for is now ${now.join(", ") || "empty"}, not the one approved (${waiting.id}); nothing retired`,
-        );
-      }
-      for (const login of waiting.logins) {
-        this.#record({ action: "approved", login, who, why: `retirement of set ${waiting.id} approved` });
-      }
-      const why = `no longer asked for in ${this.options.receives}; retirement of ${waiting.logins.length} approved by ${who}`;
-      const retired = await this.#retire(waiting.logins, why, who);
-      await this.#rebuildSnapshot();
-      return { id: waiting.id, retired };
-    });
+    return this.#board.retireList(this.#host);
   }
 
   cleanupList(): readonly CleanupEntry[] {
-    return this.#cleanupList;
+    return this.#board.cleanupList;
+  }
+
+  retireApprove(id?: string, who = "operator"): Promise<{ id: string; retired: string[] }> {
+    return this.#lock.run(() => approveRetirement(this.#host, id, who));
   }
 
   cleanupDelete(login: string, who = "operator"): Promise<{ login: string; freedBytes: number }> {
-    return this.#lock.run(async () => {
-      if (!isValidLogin(login)) {
-        throw new ToolError(
-          "unknown-login",
-          `${JSON.stringify(login)} is not a login the mesh could have made`,
-        );
-      }
-      const known = this.#known.get(login);
-      if (!known) {
-        let exists = false;
-        try {
-          exists = (await this.adapter.exists?.(login)) ?? false;
-        } catch (err) {
-          throw new ToolError(
-            "backend-failed",
-            `cannot ask the backend about ${login}: ${this.#describe(err, [])}`,
-          );
-        }
-        if (exists) {
-          throw new ToolError(
-            "not-made-here",
-            `${login} exists in the backend but was not made by this provider (instance ${this.#s.instance}); the mesh never deletes it`,
-          );
-        }
-        throw new ToolError(
-          "unknown-login",
-          `${login} is not known to this provider; \`cleanup list\` shows what can be deleted`,
-        );
-      }
-      const read = await readContributions(this.options.receives, this.iface);
-      if (!read.ok) {
-        throw new ToolError(
-          "contributions-unreadable",
-          `${read.problem}: cannot confirm ${login} is unasked; nothing deleted`,
-        );
-      }
-      if (read.given.some((g) => g.as === login)) {
-        throw new ToolError(
-          "still-asked",
-          `${login} is still asked for in ${this.options.receives}; it is not deleted`,
-        );
-      }
-      if (known.state !== "retired") {
-        throw new ToolError(
-          "not-retired",
-          `${login} is not retired (it is active); only a retired consumer can be deleted — it retires after ` +
-            `${this.#s.stablePasses} passes unasked, or with \`retire approve\``,
-        );
-      }
-      let freedBytes: number;
-      try {
-        ({ freedBytes } = await this.adapter.delete({
-          as: login,
-          derived: known.derived,
-          retiredAt: known.retiredAt === undefined ? undefined : new Date(known.retiredAt),
-          why: known.why,
-        }));
-      } catch (err) {
-        throw new ToolError("backend-failed", `could not delete ${login}: ${this.#describe(err, [])}`, {
-          cause: err,
-        });
-      }
-      this.#known.delete(login);
-      this.#log.info(`${login}: deleted by ${who}, login and data (${freedBytes} bytes freed)`);
-      this.#record({ action: "deleted", login, who, why: `cleanup delete by ${who}`, freedBytes });
-      this.#metrics.deleted();
-      await this.#rebuildSnapshot();
-      return { login, freedBytes };
-    });
+    return this.#lock.run(() => deleteRetired(this.#host, login, who));
   }
+}
+
+function provisionOf(g: Contribution, password: string): Provision {
+  return { as: g.as, password, values: g.values, derived: g.derived, at: g.at, node: g.node };
 }
 
 function settingsOf(options: ProvisionerOptions): Settings {

@@ -13,23 +13,22 @@
 
 // The process: settings from the environment and flags, start, stop.
 export {
-  BusAnnouncer,
-  busEnvOf,
-  DEFAULT_EVERY_MS,
-  DEFAULT_VERIFY_EVERY_MS,
-  ProviderSettingsError,
   ProviderStartError,
-  resolveProviderSettings,
   runProviderMain,
   startProviderProcess,
   untilStopSignal,
-  type BusAnnouncerOptions,
-  type ProviderFlags,
   type ProviderProcess,
   type ProviderProcessOptions,
-  type ProviderSettings,
-  type StandingsBus,
 } from "./provider-process.ts";
+export {
+  busEnvOf,
+  ProviderSettingsError,
+  resolveProviderSettings,
+  type ProviderFlags,
+  type ProviderSettings,
+} from "./provider-settings.ts";
+export { BusAnnouncer, type BusAnnouncerOptions, type StandingsBus } from "./bus-announcer.ts";
+export { DEFAULT_EVERY_MS, DEFAULT_VERIFY_EVERY_MS, PROVISIONER_DEFAULTS } from "./defaults.ts";
 
 // The control socket the tools are asked on.
 export {
