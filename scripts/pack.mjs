@@ -33,6 +33,12 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const LEFT_OUT = new Set(["src", "test", "node_modules", "tsconfig.build.json", "tsconfig.json"]);
 /** Files of a bundled package that nothing reads at run time: source maps, changelogs and docs. */
 const NOT_RUN = /(\.map|\/(?!README|LICENSE|LICENCE)[^/]*\.md)$/i;
+/**
+ * Bundled packages of which only part is ever loaded, and that part: `mesh check` only parses code
+ * with the TypeScript compiler's API (lib/typescript.js), never runs tsc or tsserver, which are as
+ * large again.
+ */
+const ONLY = { typescript: /^(package\.json|LICENSE\.txt|lib(\/typescript\.js)?)$/ };
 /** Type declarations and TypeScript sources, left out with --no-types. */
 const TYPES = /(\.ts|\.d\.[cm]ts|\.tsbuildinfo)$|\/dist-types(\/|$)/;
 
@@ -147,10 +153,14 @@ export function packWorkspace(workspace, outDir = process.cwd(), { types = true 
         if (!existsSync(join(from, "dist"))) throw new Error(`${name} is not built: run npm run build first`);
         copyWorkspace(from, to, shippedManifest(readPackage(from)), types);
       } else {
+        const only = ONLY[name];
         cpSync(from, to, {
           recursive: true,
           dereference: true,
-          filter: (path) => !NOT_RUN.test(path) && (types || !TYPES.test(path)),
+          filter: (path) =>
+            (path === from || only === undefined || only.test(relative(from, path))) &&
+            !NOT_RUN.test(path) &&
+            (types || !TYPES.test(path)),
         });
       }
     }

@@ -12,7 +12,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { until } from "@mesh/testkit";
-import { startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
+import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const run = promisify(execFile);
@@ -114,5 +114,9 @@ console.log(JSON.stringify({ sdk: Object.keys(sdk), provider: Object.keys(provid
     const said = JSON.parse(body) as { text: string; count: number };
     assert.equal(said.text, "hello");
     assert.ok(said.count >= 1);
+    // What the SDK's README says `mesh logs greeter` shows.
+    const logs = await runMesh(["logs", "greeter", "--state", state], {}, dir);
+    assert.equal(logs.code, 0, logs.stderr);
+    assert.match(logs.stdout, /greeter: heard \{"text":"hello","count":\d+\} from greeter/);
   });
 });
