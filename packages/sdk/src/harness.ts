@@ -427,7 +427,9 @@ class Provisioner implements ProvisionerHandle {
       if (turns.due()) await yieldToEventLoop();
       asked.add(g.as);
       if (this.#book.asked(g)) changed.push(g.as);
-      const key = watchKey(g.secret);
+      // The entry's own string where it is the same (nearly always): one string per consumer, not two.
+      const named = watchKey(g.secret);
+      const key = named === g.secret ? g.secret : named;
       const was = bySecret.get(key);
       if (was === undefined) bySecret.set(key, g.as);
       else if (typeof was === "string") bySecret.set(key, [was, g.as]);
@@ -573,9 +575,21 @@ class Provisioner implements ProvisionerHandle {
           changed.push(g);
           return;
         }
+        const r = this.#book.get(g.as);
+        // The same entry and the same password as applied: what was applied is checked as it is,
+        // with nothing made again for it.
+        if (
+          r?.provision !== undefined &&
+          r.applied !== undefined &&
+          r.asked === g &&
+          r.provision.password === password
+        ) {
+          checks.push({ p: r.provision, digest: r.applied, generation });
+          return;
+        }
         const p = provisionOf(g, password);
         const digest = digestOf(p);
-        if (digest === this.#book.get(g.as)?.applied) checks.push({ p, digest, generation });
+        if (digest === r?.applied) checks.push({ p, digest, generation });
         else changed.push(g);
       });
       const { answers, timedOut } = await this.#ask(checks);
@@ -703,7 +717,7 @@ class Provisioner implements ProvisionerHandle {
       return;
     }
     this.#metrics.created(job.action ?? "re-asserted");
-    const failed = this.#book.created(p.as, job.digest, passwordTag(p.password), p.derived);
+    const failed = this.#book.created(p, job.digest, passwordTag(p.password));
     this.#succeed(p.as);
     if (failed) this.#log.info(`${p.as}: created, after ${failed.times} failed attempt(s)`);
 
