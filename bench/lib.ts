@@ -7,7 +7,14 @@ import { mkdir, mkdtemp, open, rename, rm } from "node:fs/promises";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
-import type { Logger } from "@mesh/sdk";
+import {
+  FakeClock,
+  runProvisioner,
+  type Logger,
+  type ProviderAdapter,
+  type ProvisionerHandle,
+  type ProvisionerOptions,
+} from "@mesh/sdk";
 
 /** Milliseconds on a monotonic clock, for intervals only. */
 export const now = (): number => performance.now();
@@ -414,4 +421,176 @@ export function sqlKind(args: readonly unknown[]): string {
     return `${verb} ${(words[1] ?? "").toUpperCase()}${verb === "COMMENT" ? ` ${(words[2] ?? "").toUpperCase()}` : ""}`;
   }
   return verb || "(other)";
+}
+
+// ---- goals, concurrency, and the harness's own path --------------------------------------------
+
+/** A figure next to its goal and whether it is met: `1.42× (goal ≤ 2×: met)`. */
+export function verdict(figure: string, goal: string, met: boolean): string {
+  return `${figure} (goal ${goal}: ${met ? "met" : "not met"})`;
+}
+
+/** Runs `work` on every item, `limit` at a time (as the harness runs creates), in order of the items. */
+export async function eachLimited<T>(
+  items: readonly T[],
+  limit: number,
+  work: (item: T, index: number) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const i = next++;
+      await work(items[i] as T, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
+
+/** What `provisionThroughHarness` measured. */
+export interface HarnessProvisioning {
+  /** From the contributions file's rename to the pass that created the last of them being done. */
+  readonly wallMs: number;
+  /** From the rename to the last `created` action (the creates themselves, without the end of the pass). */
+  readonly lastCreatedMs: number;
+  readonly created: number;
+  readonly problems: string[];
+}
+
+/**
+ * N new consumers the way the mesh makes them: the harness already running and watching, the agent
+ * writing every secret and then one contributions file naming all of them. Timed from the file's
+ * rename until all are created and the pass that made them has finished (so an adapter's
+ * `afterChanges` is in the time). Stops the harness, which closes `adapter`.
+ */
+export async function provisionThroughHarness(options: {
+  readonly iface: string;
+  readonly adapter: ProviderAdapter;
+  readonly instance: string;
+  readonly logins: readonly string[];
+  readonly concurrency?: number;
+  /** Called once the harness is ready and right before the file is written (reset meters here). */
+  readonly beforeChange?: () => Promise<void> | void;
+  readonly timeoutMs?: number;
+}): Promise<HarnessProvisioning> {
+  const dir = await tempDir(`${options.instance}-harness`);
+  const file = new ContributionsFile(dir, options.iface);
+  await file.write();
+  const logger = quietLogger();
+  const created = new Set<string>();
+  let lastAt = 0;
+  let allDone: () => void = () => {};
+  const done = new Promise<void>((resolve) => (allDone = resolve));
+  const handle = runProvisioner(options.iface, options.adapter, {
+    receives: file.path,
+    instance: options.instance,
+    ...(options.concurrency === undefined ? {} : { concurrency: options.concurrency }),
+    logger,
+    actions: {
+      append(entry) {
+        if (entry.action !== "created") return;
+        created.add(entry.login);
+        lastAt = now();
+        if (created.size === options.logins.length) allDone();
+      },
+    },
+  });
+  onCleanup(() => handle.stop());
+  await handle.ready;
+  await options.beforeChange?.();
+  const renamedAt = await file.add(options.logins);
+  const timeout = setTimeout(allDone, options.timeoutMs ?? 900_000);
+  await done;
+  clearTimeout(timeout);
+  // The pass that made the last one ends after its afterChanges; waiting for the lock waits for it.
+  await handle.idle();
+  const endedAt = now();
+  await handle.stop();
+  const problems = [...logger.errors, ...logger.warnings];
+  if (created.size !== options.logins.length)
+    problems.unshift(`only ${created.size} of ${options.logins.length} were created`);
+  return { wallMs: endedAt - renamedAt, lastCreatedMs: lastAt - renamedAt, created: created.size, problems };
+}
+
+/** One verify pass as `VerifyingHarness` saw it. */
+export interface VerifyPass {
+  readonly ms: number;
+  readonly held: number;
+  readonly notHeld: number;
+  readonly unknown: number;
+  /** How many `holds`/`holdsMany` calls the harness made (its own count of questions). */
+  readonly adapterCalls: number;
+}
+
+/**
+ * A harness under a `FakeClock` over consumers that already exist, for timing its verify passes
+ * one at a time: its timer never fires and it does not watch, so a pass runs only when asked.
+ */
+export class VerifyingHarness {
+  readonly clock = new FakeClock();
+  readonly logger = quietLogger();
+  readonly #verifyEvery = 60_000;
+  #handle: ProvisionerHandle | undefined;
+  #held = 0;
+  #notHeld = 0;
+  #unknown = 0;
+  #calls = 0;
+
+  constructor(
+    readonly iface: string,
+    readonly adapter: ProviderAdapter,
+    readonly file: ContributionsFile,
+    readonly instance: string,
+    readonly options: Partial<ProvisionerOptions> = {},
+  ) {}
+
+  /** Starts the harness and waits for its first pass (which re-asserts every consumer: not timed). */
+  async start(): Promise<void> {
+    this.#handle = runProvisioner(this.iface, this.adapter, {
+      receives: this.file.path,
+      instance: this.instance,
+      watch: false,
+      every: 1e9,
+      verifyEvery: this.#verifyEvery,
+      clock: this.clock,
+      logger: this.logger,
+      metrics: {
+        passed: () => {},
+        created: () => {},
+        failed: () => {},
+        verified: (result) => {
+          if (result === "held") this.#held++;
+          else if (result === "not-held") this.#notHeld++;
+          else this.#unknown++;
+        },
+        roundTrip: () => {
+          this.#calls++;
+        },
+        retired: () => {},
+        deleted: () => {},
+      },
+      ...this.options,
+    });
+    onCleanup(() => this.#handle?.stop());
+    await this.#handle.ready;
+  }
+
+  /** Moves the clock on so every consumer is due, and runs one verify pass; answers its wall time and verdicts. */
+  async verifyPass(): Promise<VerifyPass> {
+    if (!this.#handle) throw new Error("start() first");
+    this.#held = this.#notHeld = this.#unknown = this.#calls = 0;
+    this.clock.advance(this.#verifyEvery);
+    const started = now();
+    await this.#handle.pass("periodic");
+    return {
+      ms: now() - started,
+      held: this.#held,
+      notHeld: this.#notHeld,
+      unknown: this.#unknown,
+      adapterCalls: this.#calls,
+    };
+  }
+
+  async stop(): Promise<void> {
+    await this.#handle?.stop();
+  }
 }

@@ -1,8 +1,10 @@
 // What the Postgres provider costs over doing the same by hand: N new consumers (role + database)
-// through the harness and the adapter, against a plain SQL script issuing the same statements over
-// one connection, one after another. Same private server, same non-superuser admin, each with its
-// own N logins. The script runs in two halves around the provider's run, so whatever drifts on the
-// server over the run (WAL growth, checkpoints, a noisy neighbour) weighs on both alike.
+// through the harness and the adapter, against a plain SQL script issuing the same statements at
+// the same concurrency: 8 connections, each consumer's statements in order on one, against the
+// harness's 8 creates at once; and one connection against the harness at concurrency 1. Same
+// private server, same non-superuser admin, each with its own N logins. Each script runs in two
+// halves around the provider's runs, so whatever drifts on the server over the run (WAL growth,
+// checkpoints, a noisy neighbour) weighs on both alike. Goal: provider ≤ 1.10× the script.
 //
 //   node --import tsx bench/postgres-provisioning.ts   (MESH_BENCH_CONSUMERS=200 to change N)
 
@@ -29,6 +31,7 @@ import {
   tempDir,
   type CallMeter,
   type MeterKind,
+  verdict,
 } from "./lib.ts";
 
 const IFACE = "postgres-database";
@@ -50,12 +53,16 @@ function addKinds(into: Map<string, MeterKind>, more: ReadonlyMap<string, MeterK
   }
 }
 
-/** The by-hand way: verifiers ready (as a generated script would carry them), one connection, in order. */
+/**
+ * The by-hand way: verifiers ready (as a generated script would carry them), `concurrency`
+ * connections, each consumer's statements in order on one of them.
+ */
 async function rawRun(
   server: PostgresServer,
   adminUrl: string,
   logins: readonly string[],
   meter: CallMeter,
+  concurrency: number,
 ): Promise<Run & { verifierMs: number }> {
   const admin = decodeURIComponent(new URL(adminUrl).username);
   let t = now();
@@ -63,26 +70,35 @@ async function rawRun(
   for (let i = 0; i < logins.length; i++) verifiers.push(await scramVerifier(mintPassword()));
   const verifierMs = now() - t;
 
-  const client = new pg.Client({ connectionString: adminUrl });
-  client.on("error", () => {});
-  await client.connect();
+  const clients = Array.from({ length: concurrency }, () => new pg.Client({ connectionString: adminUrl }));
+  for (const client of clients) {
+    client.on("error", () => {});
+    await client.connect();
+  }
   try {
     await server.query("CHECKPOINT");
     meter.reset();
     t = now();
-    for (const [i, login] of logins.entries()) {
-      const role = pg.escapeIdentifier(login);
-      const mark = formatMark({ instance: "bench-raw", database: login, state: "active" });
-      await client.query(`CREATE ROLE ${role} PASSWORD ${pg.escapeLiteral(verifiers[i] ?? "")} LOGIN`);
-      await client.query(`GRANT ${role} TO ${pg.escapeIdentifier(admin)}`);
-      await client.query(`COMMENT ON ROLE ${role} IS ${pg.escapeLiteral(mark)}`);
-      await client.query(`CREATE DATABASE ${role} OWNER ${role}`);
-      await client.query(`REVOKE CONNECT, TEMPORARY ON DATABASE ${role} FROM PUBLIC`);
-    }
+    let next = 0;
+    await Promise.all(
+      clients.map(async (client) => {
+        while (next < logins.length) {
+          const i = next++;
+          const login = logins[i] as string;
+          const role = pg.escapeIdentifier(login);
+          const mark = formatMark({ instance: "bench-raw", database: login, state: "active" });
+          await client.query(`CREATE ROLE ${role} PASSWORD ${pg.escapeLiteral(verifiers[i] ?? "")} LOGIN`);
+          await client.query(`GRANT ${role} TO ${pg.escapeIdentifier(admin)}`);
+          await client.query(`COMMENT ON ROLE ${role} IS ${pg.escapeLiteral(mark)}`);
+          await client.query(`CREATE DATABASE ${role} OWNER ${role}`);
+          await client.query(`REVOKE CONNECT, TEMPORARY ON DATABASE ${role} FROM PUBLIC`);
+        }
+      }),
+    );
     const wallMs = now() - t;
     return { wallMs, verifierMs, kinds: copyKinds(meter), queries: meter.calls };
   } finally {
-    await client.end();
+    for (const client of clients) await client.end().catch(() => {});
   }
 }
 
@@ -150,25 +166,34 @@ runBench("postgres-provisioning", async () => {
   const logins = (prefix: string, from: number, count: number): string[] =>
     Array.from({ length: count }, (_, i) => loginOf(prefix, from + i, 4));
 
-  say(`postgres-provisioning: raw SQL, first ${half} consumers`);
-  const rawA = await rawRun(server, adminUrl, logins("r", 0, half), meter);
+  say(`postgres-provisioning: raw SQL at concurrency 8, first ${half} consumers`);
+  const rawA = await rawRun(server, adminUrl, logins("r", 0, half), meter, 8);
+  say(`postgres-provisioning: raw SQL at concurrency 1, first ${half} consumers`);
+  const rawSeqA = await rawRun(server, adminUrl, logins("q", 0, half), meter, 1);
   say(`postgres-provisioning: provider (default concurrency 8), ${n} consumers written at once`);
   const prov = await providerRun(server, adminUrl, logins("m", 0, n), meter, 8);
   say(`postgres-provisioning: provider at concurrency 1, ${n} consumers written at once`);
   const seq = await providerRun(server, adminUrl, logins("s", 0, n), meter, 1);
-  say(`postgres-provisioning: raw SQL, last ${n - half} consumers`);
-  const rawB = await rawRun(server, adminUrl, logins("r", half, n - half), meter);
+  say(`postgres-provisioning: raw SQL at concurrency 1, last ${n - half} consumers`);
+  const rawSeqB = await rawRun(server, adminUrl, logins("q", half, n - half), meter, 1);
+  say(`postgres-provisioning: raw SQL at concurrency 8, last ${n - half} consumers`);
+  const rawB = await rawRun(server, adminUrl, logins("r", half, n - half), meter, 8);
 
-  const raw = {
-    wallMs: rawA.wallMs + rawB.wallMs,
-    verifierMs: rawA.verifierMs + rawB.verifierMs,
-    queries: rawA.queries + rawB.queries,
-    kinds: new Map<string, MeterKind>(),
+  const joined = (a: typeof rawA, b: typeof rawA) => {
+    const run = {
+      wallMs: a.wallMs + b.wallMs,
+      verifierMs: a.verifierMs + b.verifierMs,
+      queries: a.queries + b.queries,
+      kinds: new Map<string, MeterKind>(),
+    };
+    addKinds(run.kinds, a.kinds);
+    addKinds(run.kinds, b.kinds);
+    return run;
   };
-  addKinds(raw.kinds, rawA.kinds);
-  addKinds(raw.kinds, rawB.kinds);
+  const raw = joined(rawA, rawB);
+  const rawSeq = joined(rawSeqA, rawSeqB);
   const [{ count: dbs }] = (await server.query<{ count: number }>(
-    "SELECT count(*)::int AS count FROM pg_database WHERE datname ~ '^[rms][0-9]{4}$'",
+    "SELECT count(*)::int AS count FROM pg_database WHERE datname ~ '^[rmsq][0-9]{4}$'",
   )) as [{ count: number }];
 
   const breakdown = (run: { kinds: ReadonlyMap<string, MeterKind> }): string =>
@@ -187,6 +212,7 @@ runBench("postgres-provisioning", async () => {
   const statementMs = (run: { kinds: ReadonlyMap<string, MeterKind> }): number =>
     [...run.kinds.values()].reduce((sum, k) => sum + k.totalMs, 0);
   const ratio = prov.wallMs / raw.wallMs;
+  const seqRatio = seq.wallMs / rawSeq.wallMs;
   const problems = [...prov.problems, ...seq.problems];
   printResult(
     "postgres-provisioning",
@@ -194,8 +220,8 @@ runBench("postgres-provisioning", async () => {
       `${n} new consumers (role with a SCRAM verifier + mark, admin membership, owned database, REVOKE from PUBLIC)`,
       "PostgreSQL 15 private server, the same non-superuser admin (CREATEROLE, CREATEDB) for every way.",
       "provider: timed from the contributions file's rename to the last `created` action.",
-      "raw: verifiers computed beforehand (as a generated script carries them), then timed; run in two",
-      "halves, before and after the provider's runs.",
+      "raw: verifiers computed beforehand (as a generated script carries them), then timed; at concurrency 8",
+      "(8 connections) and 1 (one), each in two halves, before and after the provider's runs.",
       "",
       table(
         ["way", "wall", "per consumer", "statements", "vs raw"],
@@ -205,20 +231,21 @@ runBench("postgres-provisioning", async () => {
             fmtMs(prov.wallMs),
             fmtMs(prov.wallMs / n),
             prov.queries,
-            fmtRatio(prov.wallMs / raw.wallMs),
+            fmtRatio(ratio),
           ],
+          ["raw SQL, 8 connections at once", fmtMs(raw.wallMs), fmtMs(raw.wallMs / n), raw.queries, "1.00×"],
           [
             "provider, concurrency 1 (one create at a time)",
             fmtMs(seq.wallMs),
             fmtMs(seq.wallMs / n),
             seq.queries,
-            fmtRatio(seq.wallMs / raw.wallMs),
+            fmtRatio(seqRatio),
           ],
           [
             "raw SQL, one connection, sequential",
-            fmtMs(raw.wallMs),
-            fmtMs(raw.wallMs / n),
-            raw.queries,
+            fmtMs(rawSeq.wallMs),
+            fmtMs(rawSeq.wallMs / n),
+            rawSeq.queries,
             "1.00×",
           ],
           [
@@ -231,14 +258,15 @@ runBench("postgres-provisioning", async () => {
         ],
       ),
       "",
-      `ratio provider/raw: ${fmtRatio(ratio)} (goal ≤ 1.10: ${ratio <= 1.1 ? "met" : "NOT met"}); ` +
-        `at concurrency 1: ${fmtRatio(seq.wallMs / raw.wallMs)}; against raw including its verifiers: ` +
-        `${fmtRatio(prov.wallMs / (raw.wallMs + raw.verifierMs))}`,
-      `raw halves (before / after the provider's runs): ${fmtMs(rawA.wallMs)} / ${fmtMs(rawB.wallMs)}; ` +
-        `CREATE DATABASE alone varies with the machine's load, so compare within one run only`,
-      `time outside any statement (client work: verifiers, files, the loop): provider at concurrency 1 ` +
-        `${fmtMs(seq.wallMs - statementMs(seq))}, raw ${fmtMs(raw.wallMs - statementMs(raw))}`,
-      `databases present at the end: ${dbs} of ${3 * n}`,
+      `ratio provider/raw at concurrency 8: ${verdict(fmtRatio(ratio), "≤ 1.10×", ratio <= 1.1)}`,
+      `ratio provider/raw at concurrency 1: ${verdict(fmtRatio(seqRatio), "≤ 1.10×", seqRatio <= 1.1)}; ` +
+        `at 8 against raw including its verifiers: ${fmtRatio(prov.wallMs / (raw.wallMs + raw.verifierMs))}`,
+      `raw halves at 8 (before / after the provider's runs): ${fmtMs(rawA.wallMs)} / ${fmtMs(rawB.wallMs)}; ` +
+        `at 1: ${fmtMs(rawSeqA.wallMs)} / ${fmtMs(rawSeqB.wallMs)}; CREATE DATABASE alone varies with the ` +
+        `machine's load, so compare within one run only`,
+      `time outside any statement (client work: verifiers, files, the loop), at concurrency 1: provider ` +
+        `${fmtMs(seq.wallMs - statementMs(seq))}, raw ${fmtMs(rawSeq.wallMs - statementMs(rawSeq))}`,
+      `databases present at the end: ${dbs} of ${4 * n}`,
       problems.length > 0
         ? `provider problems: ${problems.slice(0, 3).join(" | ")}`
         : "provider problems: none",
@@ -249,9 +277,11 @@ runBench("postgres-provisioning", async () => {
       breakdown(prov),
       "provider, concurrency 1:",
       breakdown(seq),
-      "raw:",
+      "raw, 8 connections:",
       breakdown(raw),
+      "raw, one connection:",
+      breakdown(rawSeq),
     ].join("\n"),
   );
-  if (problems.length > 0 || dbs !== 3 * n) process.exitCode = 1;
+  if (problems.length > 0 || dbs !== 4 * n) process.exitCode = 1;
 });

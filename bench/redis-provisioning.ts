@@ -1,22 +1,20 @@
-// What the Redis provider costs over doing the same by hand, and what verifying costs.
+// What the Redis provider costs over doing the same by hand, and what verifying costs, both on the
+// harness's own path.
 //
-// 1. N new consumers (mark user + consumer ACL user) through the adapter, one `create` after another
-//    as the harness calls it, against a file of the same ACL SETUSER commands piped into one
-//    `redis-cli` process (one command, one answer, as the adapter waits for each), ending with one
-//    ACL SAVE. Both on the same private Redis with an ACL file, each with its own N logins; the
-//    script runs in two halves around the adapter's run, so whatever drifts over the run weighs on
-//    both alike. The adapter also runs once on a Redis without an ACL file, to show what its
-//    ACL SAVE after every change costs.
-// 2. A verification pass over M consumers with `holdsMany`: round trips and commands per consumer
-//    and wall time, next to `holds` asked one consumer at a time.
+// 1. N new consumers (mark user + consumer ACL user) through the harness (watching, 8 creates at
+//    once) and the adapter, timed from the contributions file's rename until the pass that made
+//    them has ended (its one ACL SAVE included), against a plain script sending the same
+//    ACL SETUSER commands at the same concurrency (8 consumers in flight on one connection) and one
+//    ACL SAVE at the end. Both on the same private Redis with an ACL file, each with its own N
+//    logins; the script runs in two halves around the harness, so whatever drifts weighs on both.
+//    Goal: harness ≤ 2× the script.
+// 2. The harness's own verify passes over the N consumers, counted by the server itself
+//    (CONFIG RESETSTAT, then INFO commandstats) and by a wrapper round the adapter's client.
+//    Goal: ≤ 0.01 round trips per consumer per pass.
 //
-//   node --import tsx bench/redis-provisioning.ts
-//   (MESH_BENCH_CONSUMERS=200 and MESH_BENCH_VERIFY=1000 change N and M)
+//   node --import tsx bench/redis-provisioning.ts   (MESH_BENCH_CONSUMERS=1000 changes N)
 
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { writeFile } from "node:fs/promises";
-import { join } from "node:path";
 import { Redis } from "ioredis";
 import type { Provision } from "@mesh/sdk";
 import {
@@ -28,6 +26,8 @@ import {
 } from "@mesh/provider-redis";
 import { startRedis, type RedisServer } from "@mesh/testkit";
 import {
+  ContributionsFile,
+  eachLimited,
   envInt,
   fmtMs,
   fmtRatio,
@@ -37,21 +37,25 @@ import {
   now,
   onCleanup,
   printResult,
+  provisionThroughHarness,
   quietLogger,
   runBench,
   say,
   table,
   tempDir,
+  verdict,
+  VerifyingHarness,
   type QuietLogger,
 } from "./lib.ts";
 
 const INSTANCE = "bench";
-const never = new AbortController().signal;
 
 /** Counts round trips (a call, or a whole pipeline or MULTI) and the commands in them, by name. */
 class CountingClient implements RedisClient {
   trips = 0;
   commands = 0;
+  /** Milliseconds the ACL SAVEs took, summed. */
+  saveMs = 0;
   readonly kinds = new Map<string, number>();
   constructor(private readonly inner: Redis) {}
   get status(): string {
@@ -63,7 +67,12 @@ class CountingClient implements RedisClient {
   call(command: string, ...args: (string | number)[]): Promise<unknown> {
     this.trips++;
     this.note(command, args);
-    return this.inner.call(command, ...args);
+    const answer = this.inner.call(command, ...args);
+    if (command.toUpperCase() === "ACL" && String(args[0]).toUpperCase() === "SAVE") {
+      const started = now();
+      void answer.finally(() => (this.saveMs += now() - started)).catch(() => {});
+    }
+    return answer;
   }
   pipeline(): RedisBatch {
     return this.batch(this.inner.pipeline(), false);
@@ -86,6 +95,7 @@ class CountingClient implements RedisClient {
   reset(): void {
     this.trips = 0;
     this.commands = 0;
+    this.saveMs = 0;
     this.kinds.clear();
   }
   private note(command: string, args: readonly (string | number)[]): void {
@@ -124,221 +134,202 @@ function adapterFor(
   return { adapter, client };
 }
 
-/** The ACL commands the adapter sends for a new consumer, as a person would script them. */
-function rawScript(consumers: readonly Provision[]): string {
+const IFACE = "redis-namespace";
+const CONCURRENCY = 8;
+const GOAL = 2;
+const VERIFY_GOAL = 0.01;
+const VERIFY_PASSES = 5;
+
+/**
+ * The plain script: for each consumer the two ACL SETUSER commands the adapter writes (mark, then
+ * user), `CONCURRENCY` consumers in flight on one connection, then one ACL SAVE. Answers its wall time.
+ */
+async function rawRun(
+  server: RedisServer,
+  consumers: readonly Provision[],
+): Promise<{ ms: number; saveMs: number }> {
+  const client = new Redis(server.adminUrl, { lazyConnect: true });
+  client.on("error", () => {});
+  await client.connect();
   const mark = Buffer.from(JSON.stringify({ v: 1, state: "active", derived: {} }), "utf8").toString(
     "base64url",
   );
-  const lines: string[] = [];
-  for (const { as, password } of consumers) {
-    const hash = createHash("sha256").update(password, "utf8").digest("hex");
-    lines.push(
-      `ACL SETUSER _mesh:${INSTANCE}:${as} reset resetchannels ~${mark}`,
-      `ACL SETUSER ${as} reset resetchannels on #${hash} ~${as}:* &${as}:* ${CONSUMER_COMMAND_RULES.join(" ")}`,
-    );
+  try {
+    const started = now();
+    await eachLimited(consumers, CONCURRENCY, async ({ as, password }) => {
+      const hash = createHash("sha256").update(password, "utf8").digest("hex");
+      await client.call("ACL", "SETUSER", `_mesh:${INSTANCE}:${as}`, "reset", "resetchannels", `~${mark}`);
+      await client.call(
+        "ACL",
+        "SETUSER",
+        as,
+        "reset",
+        "resetchannels",
+        "on",
+        `#${hash}`,
+        `~${as}:*`,
+        `&${as}:*`,
+        ...CONSUMER_COMMAND_RULES,
+      );
+    });
+    const saveAt = now();
+    await client.call("ACL", "SAVE");
+    return { ms: now() - started, saveMs: now() - saveAt };
+  } finally {
+    client.disconnect();
   }
-  lines.push("ACL SAVE");
-  return `${lines.join("\n")}\n`;
 }
 
-/** Commands per consumer in `rawScript` (its one ACL SAVE aside). */
+/** Commands per consumer in the plain script (its one ACL SAVE aside). */
 const RAW_COMMANDS = 2;
 
-/** Pipes `script` into one `redis-cli` process as the admin; answers its wall time. */
-async function runScript(server: RedisServer, dir: string, script: string): Promise<number> {
-  const file = join(dir, `script-${Date.now()}.txt`);
-  await writeFile(file, script, { mode: 0o600 });
-  const url = new URL(server.adminUrl);
-  const started = now();
-  await new Promise<void>((resolve, reject) => {
-    const child = spawn(
-      "redis-cli",
-      [
-        "-h",
-        server.host,
-        "-p",
-        String(server.port),
-        "--user",
-        decodeURIComponent(url.username),
-        "--no-auth-warning",
-      ],
-      // The password goes in the environment, not on the command line where ps would show it.
-      {
-        stdio: ["pipe", "pipe", "pipe"],
-        env: { ...process.env, REDISCLI_AUTH: decodeURIComponent(url.password) },
-      },
-    );
-    let out = "";
-    child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
-    child.stderr.on("data", (chunk: Buffer) => (out += chunk.toString()));
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      const refused = out.split("\n").find((line) => line.startsWith("ERR") || line.startsWith("NOPERM"));
-      if (code !== 0 || refused !== undefined)
-        reject(new Error(`redis-cli exited ${code}: ${refused ?? out.slice(0, 300)}`));
-      else resolve();
-    });
-    child.stdin.end(script);
-  });
-  return now() - started;
+/** What the server itself counted since the last CONFIG RESETSTAT (INFO commandstats), by command. */
+async function serverCommands(admin: Redis): Promise<Map<string, number>> {
+  const info = String(await admin.call("INFO", "commandstats"));
+  const counts = new Map<string, number>();
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) counts.set(m[1] as string, Number(m[2]));
+  // The admin's own INFO and CONFIG RESETSTAT are the bench's, not the harness's.
+  counts.delete("info");
+  counts.delete("config|resetstat");
+  counts.delete("config");
+  return counts;
 }
 
-function provisions(prefix: string, from: number, count: number): Provision[] {
-  return Array.from({ length: count }, (_, i) => ({
-    as: loginOf(prefix, from + i, 4),
-    password: mintPassword(),
-    values: {},
-    derived: {},
-  }));
-}
+const sum = (m: ReadonlyMap<string, number>): number => [...m.values()].reduce((a, b) => a + b, 0);
 
 function perConsumer(kinds: ReadonlyMap<string, number>, n: number): string {
-  return [...kinds].map(([k, c]) => `${k} ${(c / n).toFixed(2)}`).join(", ");
+  return [...kinds].map(([k, c]) => `${k} ${(c / n).toFixed(3)}`).join(", ");
 }
 
 runBench("redis-provisioning", async () => {
-  const n = envInt("MESH_BENCH_CONSUMERS", 200);
-  const m = Math.max(envInt("MESH_BENCH_VERIFY", 1000), n);
+  const n = envInt("MESH_BENCH_CONSUMERS", 1000);
   const half = Math.floor(n / 2);
-  const dir = await tempDir("redis");
+  const provisions = (prefix: string, from: number, count: number): Provision[] =>
+    Array.from({ length: count }, (_, i) => ({
+      as: loginOf(prefix, from + i, 4),
+      password: mintPassword(),
+      values: {},
+      derived: {},
+    }));
 
-  say("redis-provisioning: starting a private Redis with an ACL file, and one without");
+  say("redis-provisioning: starting a private Redis with an ACL file");
   const server = await startRedis({ aclFile: true });
   onCleanup(() => server.stop());
-  const bare = await startRedis();
-  onCleanup(() => bare.stop());
-  const logger = quietLogger();
-  const { adapter, client } = adapterFor(server, logger);
-  const bareLogger = quietLogger();
-  const { adapter: bareAdapter } = adapterFor(bare, bareLogger);
-  // The first call learns the server (CONFIG GET aclfile and the rules probe) once: not timed.
-  await adapter.inventory();
-  await bareAdapter.inventory();
+  const admin = new Redis(server.adminUrl, { lazyConnect: true });
+  admin.on("error", () => {});
+  await admin.connect();
+  onCleanup(() => admin.disconnect());
 
   // ---- 1. provisioning ----
-  const rawA = provisions("r", 0, half);
-  say(`redis-provisioning: raw redis-cli script, first ${half} consumers`);
-  const rawAMs = await runScript(server, dir, rawScript(rawA));
+  // Warm the server and both paths (not timed).
+  await rawRun(server, provisions("w", 0, CONCURRENCY));
+  say(`redis-provisioning: plain script at concurrency ${CONCURRENCY}, first ${half} consumers`);
+  const rawA = await rawRun(server, provisions("r", 0, half));
 
-  const made = provisions("m", 0, n);
-  say(`redis-provisioning: adapter, ${n} consumers one create after another`);
-  client.reset();
-  let t = now();
-  for (const p of made) await adapter.create(p, never);
-  const adapterMs = now() - t;
+  say(`redis-provisioning: harness + adapter (concurrency ${CONCURRENCY}), ${n} consumers written at once`);
+  const logger = quietLogger();
+  const { adapter, client } = adapterFor(server, logger);
+  const logins = Array.from({ length: n }, (_, i) => loginOf("m", i, 4));
+  const run = await provisionThroughHarness({
+    iface: IFACE,
+    adapter,
+    instance: INSTANCE,
+    logins,
+    concurrency: CONCURRENCY,
+    beforeChange: () => client.reset(),
+  });
   const createTrips = client.trips;
   const createCommands = client.commands;
   const createKinds = new Map(client.kinds);
 
-  const rawB = provisions("r", half, n - half);
-  say(`redis-provisioning: raw redis-cli script, last ${n - half} consumers`);
-  const rawBMs = await runScript(server, dir, rawScript(rawB));
-  const rawMs = rawAMs + rawBMs;
+  say(`redis-provisioning: plain script at concurrency ${CONCURRENCY}, last ${n - half} consumers`);
+  const rawB = await rawRun(server, provisions("r", half, n - half));
+  const rawMs = rawA.ms + rawB.ms;
+  const createSaveMs = client.saveMs;
 
-  say(`redis-provisioning: adapter on the Redis without an ACL file, ${n} consumers`);
-  t = now();
-  for (const p of provisions("b", 0, n)) await bareAdapter.create(p, never);
-  const bareMs = now() - t;
-
-  // ---- 2. verification ----
-  const extra = provisions("r", n, m - n);
-  say(`redis-provisioning: ${m - n} more consumers by script, for a verification pass over ${m}`);
-  await runScript(server, dir, rawScript(extra));
-  const all: Provision[] = [...made, ...[...rawA, ...rawB, ...extra].slice(0, m - n)];
-
-  say(`redis-provisioning: holdsMany over ${all.length} consumers, 5 rounds`);
-  const manyMs: number[] = [];
-  let manyTrips = 0;
-  let manyCommands = 0;
+  // ---- 2. verification through the harness's own pass ----
+  say(`redis-provisioning: the harness's verify passes over ${n} consumers, ${VERIFY_PASSES} of them`);
+  const dir = await tempDir("redis-verify");
+  const file = new ContributionsFile(dir, IFACE, { sync: false });
+  await file.add(Array.from({ length: n }, (_, i) => loginOf("v", i, 4)));
+  const verifyLogger = quietLogger();
+  const verifying = adapterFor(server, verifyLogger);
+  const harness = new VerifyingHarness(IFACE, verifying.adapter, file, `${INSTANCE}-v`);
+  await harness.start();
+  const passMs: number[] = [];
+  const trips: number[] = [];
+  const seen: number[] = [];
+  let lastKinds = new Map<string, number>();
   let held = 0;
-  for (let round = 0; round < 5; round++) {
-    client.reset();
-    t = now();
-    const answers = await adapter.holdsMany(all, never);
-    manyMs.push(now() - t);
-    manyTrips = client.trips;
-    manyCommands = client.commands;
-    held = [...answers.values()].filter((a) => a === true).length;
+  for (let pass = 0; pass < VERIFY_PASSES; pass++) {
+    await admin.call("CONFIG", "RESETSTAT");
+    verifying.client.reset();
+    const result = await harness.verifyPass();
+    lastKinds = await serverCommands(admin);
+    passMs.push(result.ms);
+    trips.push(verifying.client.trips);
+    seen.push(sum(lastKinds));
+    held = result.held;
   }
+  await harness.stop();
+  const tripsPer = median(trips) / n;
+  const seenPer = median(seen) / n;
 
-  say(`redis-provisioning: holds one consumer at a time over ${all.length} consumers`);
-  client.reset();
-  t = now();
-  let heldOneByOne = 0;
-  for (const p of all) if (await adapter.holds(p, never)) heldOneByOne++;
-  const oneMs = now() - t;
-  const oneTrips = client.trips;
-  const oneCommands = client.commands;
-
-  const ratio = adapterMs / rawMs;
+  const ratio = run.wallMs / rawMs;
   printResult(
     "redis-provisioning",
     [
       `${n} new consumers (a mark user and an ACL user on ~<login>:* &<login>:*, password as its SHA-256)`,
-      "Redis private server with an ACL file, the same admin for both; the adapter one create after another.",
+      `private Redis with an ACL file, the same admin for both; everything at concurrency ${CONCURRENCY}.`,
       "",
       table(
-        ["way", "wall", "per consumer", "round trips", "commands"],
+        ["way", "wall", "per consumer", "round trips", "commands", "ACL SAVE"],
         [
           [
-            "adapter (create, sequential)",
-            fmtMs(adapterMs),
-            fmtMs(adapterMs / n),
+            "harness + adapter (rename → pass ended)",
+            fmtMs(run.wallMs),
+            fmtMs(run.wallMs / n),
             createTrips,
             createCommands,
+            createKinds.get("ACL SAVE") ?? 0,
           ],
           [
-            "raw ACL SETUSER file piped into one redis-cli",
+            "plain script, the same ACL SETUSERs",
             fmtMs(rawMs),
             fmtMs(rawMs / n),
-            RAW_COMMANDS * n + 2,
-            RAW_COMMANDS * n + 2,
+            RAW_COMMANDS * n + 1,
+            RAW_COMMANDS * n + 1,
+            1,
           ],
-          ["adapter, Redis without an ACL file", fmtMs(bareMs), fmtMs(bareMs / n), "", ""],
         ],
       ),
       "",
-      `ratio adapter/raw: ${fmtRatio(ratio)} (the adapter first reads the user and its mark, so that it never`,
-      "touches a user it did not make and writes nothing when all is in place, writes mark and user in one",
-      "MULTI, and saves the ACL file after every change so that a crash loses nothing; the script saves once)",
-      `ratio adapter with/without ACL file: ${fmtRatio(adapterMs / bareMs)} (the cost of ACL SAVE after each change)`,
+      `ratio harness/script: ${verdict(fmtRatio(ratio), `≤ ${GOAL}×`, ratio <= GOAL)}`,
+      `(rename → last created: ${fmtMs(run.lastCreatedMs)}; the rest is the end of the pass, its one ACL SAVE ` +
+        `${fmtMs(createSaveMs)}; the script's two ACL SAVEs took ${fmtMs(rawA.saveMs + rawB.saveMs)})`,
       `adapter per consumer: ${(createTrips / n).toFixed(2)} round trips, ${(createCommands / n).toFixed(2)} commands ` +
-        `(${perConsumer(createKinds, n)}; MULTI/EXEC counted as commands)`,
+        `(${perConsumer(createKinds, n)}; MULTI/EXEC counted as commands): it reads the user and its mark first,`,
+      "so that it never touches a user it did not make and writes nothing when all is in place.",
       "",
-      `verification over ${all.length} consumers:`,
+      `the harness's verify pass over ${n} consumers (median of ${VERIFY_PASSES}):`,
       table(
-        ["way", "wall (median)", "per consumer", "round trips", "trips per consumer", "commands", "held"],
-        [
-          [
-            "holdsMany (one ACL LIST)",
-            fmtMs(median(manyMs)),
-            fmtMs(median(manyMs) / all.length),
-            manyTrips,
-            (manyTrips / all.length).toFixed(4),
-            manyCommands,
-            held,
-          ],
-          [
-            "holds, one at a time",
-            fmtMs(oneMs),
-            fmtMs(oneMs / all.length),
-            oneTrips,
-            (oneTrips / all.length).toFixed(4),
-            oneCommands,
-            heldOneByOne,
-          ],
-        ],
+        ["wall", "round trips (client)", "commands (server's INFO commandstats)", "held"],
+        [[fmtMs(median(passMs)), median(trips), median(seen), held]],
       ),
-      `holdsMany rounds: ${manyMs.map(fmtMs).join(", ")}`,
-      `holdsMany speed-up over holds one at a time: ${fmtRatio(oneMs / median(manyMs))}`,
-      logger.warnings.length + logger.errors.length > 0
-        ? `adapter said: ${[...logger.errors, ...logger.warnings].slice(0, 3).join(" | ")}`
-        : "adapter warnings: none (the Redis without an ACL file warned once, as it should: " +
-          `${bareLogger.warnings.length} warning)`,
+      `server-side commands in the last pass: ${[...lastKinds].map(([k, c]) => `${k} ${c}`).join(", ") || "none"}`,
+      `round trips per consumer per verify pass: ${verdict(
+        `${tripsPer.toFixed(4)} (server saw ${seenPer.toFixed(4)} commands)`,
+        `≤ ${VERIFY_GOAL}`,
+        tripsPer <= VERIFY_GOAL && seenPer <= VERIFY_GOAL,
+      )}`,
+      `verify pass times: ${passMs.map(fmtMs).join(", ")}`,
+      [...run.problems, ...verifyLogger.errors].length > 0
+        ? `harness said: ${[...run.problems, ...verifyLogger.errors].slice(0, 3).join(" | ")}`
+        : "harness warnings: none",
     ].join("\n"),
   );
-  if (held !== all.length || heldOneByOne !== all.length) {
-    say(`only ${held} (batched) and ${heldOneByOne} (one by one) of ${all.length} held`);
+  if (run.created !== n || held !== n) {
+    say(`only ${run.created} created and ${held} held of ${n}`);
     process.exitCode = 1;
   }
 });

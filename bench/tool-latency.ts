@@ -6,7 +6,8 @@
 
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { FakeClock, runProvisioner, serveControl, type ControlTool } from "@mesh/sdk";
+import { FakeClock, runProvisioner } from "@mesh/sdk";
+import { serveControl, type ControlTool } from "@mesh/sdk/provider";
 import { MemoryAdapter } from "@mesh/testkit";
 import {
   ContributionsFile,

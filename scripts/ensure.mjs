@@ -1,7 +1,8 @@
 // What `npm test` and `npm start` need before they can run: the npm dependencies and, for the real
 // servers the tests start, Debian's postgresql, redis-server, mariadb-server, nats-server and glewlwyd
-// (with sqlite3 to load its schema), and
-// Debian's chromium for the dashboard's browser tests.
+// (with sqlite3 to load its schema), Debian's chromium for the dashboard's browser tests, and
+// Debian's prometheus and its Postgres, Redis and MySQL exporters, which the example fleet runs as
+// apps that do not know the mesh (installed without recommends: no node exporter, no services).
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
@@ -36,6 +37,14 @@ export function missingPackages() {
   if (!onPath("radosgw-admin") || !onPath("monmaptool")) missing.push("ceph-common");
   if (!onPath("glewlwyd") && !existsSync("/usr/bin/glewlwyd")) missing.push("glewlwyd");
   if (!onPath("sqlite3")) missing.push("sqlite3");
+  for (const pkg of [
+    "prometheus",
+    "prometheus-postgres-exporter",
+    "prometheus-redis-exporter",
+    "prometheus-mysqld-exporter",
+  ]) {
+    if (!existsSync(`/usr/bin/${pkg}`)) missing.push(pkg);
+  }
   return missing;
 }
 

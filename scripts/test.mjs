@@ -34,6 +34,7 @@ const SLOW_FIRST = [
   "test/cluster.test.ts",
   "packages/sdk/test/contributions-fuzz.test.ts",
   "test/dashboard-browser.test.ts",
+  "test/exporters-prometheus.test.ts",
   "test/tool-through-mesh.test.ts",
   "test/postgres-provider.test.ts",
   "packages/cli/test/tool-command.test.ts",

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { execFile, execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { appendFile, chmod, copyFile, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -32,12 +32,6 @@ const BUS = HOSTS.map((h) => `nats://${h.address}:4222`).join(",");
 
 // Why this machine cannot run it, or undefined when it can.
 function cannotRun(): string | undefined {
-  // Opt-in for now: on nats-server 2.9.10, making a new module's R3 ledger stream while one of the
-  // three servers is down can hang past the controller's wait, and the controller's queue with it,
-  // so in a clean clone's run this test fails on that open fault (the fleet change while a server
-  // is killed). MESH_CLUSTER_TEST=1 runs it.
-  if (process.env["MESH_CLUSTER_TEST"] !== "1")
-    return "the cluster test runs with MESH_CLUSTER_TEST=1 (it meets an open fault of R3 stream creation while a server is down)";
   if (process.platform !== "linux") return "the cluster test needs Linux network namespaces";
   if (typeof process.getuid !== "function" || process.getuid() !== 0)
     return "the cluster test needs root, to make network namespaces (ip netns add); run it as root (CI does)";
@@ -149,7 +143,7 @@ function fleetText(postgresPort: number, consumers: readonly { name: string; nod
 const reason = cannotRun();
 if (reason !== undefined) process.stderr.write(`# skipped: ${reason}\n`);
 
-describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeout: 240_000 }, () => {
+describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeout: 420_000 }, () => {
   let dir: string;
   let postgres: PostgresServer | undefined;
   let fleetFile: string;
@@ -283,6 +277,17 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
   });
 
   const notesLog = () => join(nodeState(2), "modules", "notes", "log");
+  const standbyState = () => join(dir, "host-2", "standby-state");
+  // Both controllers answer \`mesh status\`, whichever is first: the answer of the one named \`id\`.
+  type Lead = { self: string; leading: boolean; leader: string | null };
+  const answerOf = async (id: string): Promise<Lead | undefined> => {
+    for (let i = 0; i < 20; i++) {
+      const run = await mesh("status", "--json", "--state", controllerState());
+      const answer = run.code === 0 ? (JSON.parse(run.out) as { controller?: Lead }).controller : undefined;
+      if (answer?.self === id) return answer;
+    }
+    return undefined;
+  };
   const ledgerSeqs = async (): Promise<number[]> => {
     const run = await mesh("ledger", "postgres", "--json", "--limit", "1000", "--state", controllerState());
     assert.equal(run.code, 0, run.err);
@@ -372,14 +377,16 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
       },
       changedAt,
     );
-    // A new module's bus credential follows its node's next report (every 10 s) and the making of
-    // its ledger stream, which JetStream may not place while a server is down: measured, not held
-    // to the bound (see the report of this test's branch).
-    const credential = await until("wiki's bus credential on host 3", () => stat(wikiCreds), 30).then(
-      () => `${((Date.now() - changedAt) / 1000).toFixed(1)} s after the change`,
-      () => "not within 30 s of the change (its ledger stream could not be made yet)",
+    // The new module's ledger is made apart from the controller's queue: a join token (which goes
+    // through that queue) is answered meanwhile, not after JetStream has placed the stream.
+    await within(
+      "mesh join-token answers while the new module's ledger is made",
+      async () => {
+        const run = await mesh("join-token", "node-3", "--state", controllerState());
+        return run.code === 0 && /\S/.test(run.out) ? run : undefined;
+      },
+      Date.now(),
     );
-    figures.push(`wiki's bus credential on host 3: ${credential} (goal 15 s)`);
     const toolAt = Date.now();
     const tool = await within(
       "mesh tool postgres status answers",
@@ -466,6 +473,13 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
       `# ledger entries: ${seqsBefore.length} before the kill, ${seqsAfter.length} after\n`,
     );
     assert.deepEqual(lost, [], "no ledger entry is lost");
+    // A new module's bus credential follows the making of its ledger, which JetStream cannot place
+    // while its meta leader is elected again (tens of seconds when the killed server led it): made
+    // apart and retried until made, it comes; measured, held only to a liveness bound.
+    await until("wiki's bus credential on host 3", () => stat(wikiCreds), 60);
+    process.stderr.write(
+      `# wiki's bus credential on host 3: ${((Date.now() - changedAt) / 1000).toFixed(1)} s after the change (its ledger made first)\n`,
+    );
   });
 
   it("mesh join-token --renew makes a new token, and the enrolled node keeps running", async () => {
@@ -487,7 +501,126 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
     assert.ok(answer.nodes.some((n) => n.name === "node-3" && n.enrolled));
   });
 
-  void it.todo(
-    "with host 1 cut off (ip link set … down), the standby controller on host 2 leads within 20 s, a fleet change made there reaches host 3, and the old leader stands by and undoes nothing (needs the standby controller)",
-  );
+  it("with host 1 cut off (ip link set … down), the standby on host 2 leads within 20 s, a fleet change made there reaches host 3, and the old leader stands by and undoes nothing", async () => {
+    // Host 2's standby, with the leader's authority and keys copied (--standby-of).
+    const standby = inHost(HOSTS[1]?.ns ?? "", "mesh standby controller", process.execPath, [
+      MESH,
+      "controller",
+      fleetFile,
+      "--state",
+      standbyState(),
+      "--standby-of",
+      controllerState(),
+      "--bus",
+      BUS,
+    ]);
+    await until(
+      "the standby controller to serve",
+      () => (/3\/3 the controller serves/.test(standby.output) ? true : undefined),
+      90,
+    ).catch((err: unknown) => {
+      throw new Error(`${(err as Error).message}; it said:\n${standby.output}`);
+    });
+    const leaderId = `${hostname()}:${join(controllerState(), "controller")}`;
+    const standbyId = `${hostname()}:${join(standbyState(), "controller")}`;
+    await until(
+      "the standby to name the leader",
+      async () => ((await answerOf(standbyId))?.leader === leaderId ? true : undefined),
+      30,
+    );
+    const seqsBefore = await ledgerSeqs();
+    const controller = started.find((s) => s.name === "mesh controller");
+    assert.ok(controller !== undefined);
+
+    const host1 = HOSTS[0];
+    assert.ok(host1 !== undefined);
+    await ip("-n", host1.ns, "link", "set", host1.veth, "down");
+    const cutAt = Date.now();
+    const saidBefore = controller.output.length;
+    let reconnected = false;
+    const figures: string[] = [];
+    try {
+      const term = await until(
+        "the standby to lead",
+        () => {
+          const led = /controller \S+ leads the mesh in term (\d+)/.exec(standby.output);
+          return led !== null ? Number(led[1]) : undefined;
+        },
+        40,
+      );
+      figures.push(
+        `the standby leads ${((Date.now() - cutAt) / 1000).toFixed(1)} s after host 1 was cut off (goal 20 s, bound 40 s)`,
+      );
+      assert.ok(term >= 2, `a new term (${term})`);
+
+      // The fleet changes on the new leader's machine: a new Postgres consumer on host 3.
+      const changedAt = Date.now();
+      await writeFile(
+        fleetFile,
+        fleetText(postgres?.port ?? 0, [
+          { name: "notes", node: "node-2" },
+          { name: "wiki", node: "node-3" },
+          { name: "docs", node: "node-3" },
+        ]),
+      );
+      const docsSecret = join(nodeState(3), "modules", "docs", "passwords", "postgres-database");
+      const password = await until("docs's password on host 3", () => readFile(docsSecret, "utf8"), 30);
+      figures.push(
+        `the fleet change reaches host 3 ${((Date.now() - changedAt) / 1000).toFixed(1)} s after it was made (bound 30 s)`,
+      );
+      assert.ok(
+        Number((await readFile(join(nodeState(3), "delivery-term"), "utf8")).trim()) >= term,
+        "host 3 applied the new leader's term",
+      );
+
+      await ip("-n", host1.ns, "link", "set", host1.veth, "up");
+      reconnected = true;
+      const backAt = Date.now();
+      await until(
+        "docs's database, made by the provider on host 1",
+        async () =>
+          (await postgres?.query("SELECT 1 FROM pg_database WHERE datname = 'docs'"))?.length === 1
+            ? true
+            : undefined,
+        60,
+      );
+      figures.push(
+        `docs's database exists ${((Date.now() - backAt) / 1000).toFixed(1)} s after host 1 came back (bound 60 s)`,
+      );
+
+      // The old leader stands by, naming the new one, and undoes nothing.
+      const old = await until(
+        "the old leader to name the new one",
+        async () => {
+          const answer = await answerOf(leaderId);
+          return answer?.leader === standbyId ? answer : undefined;
+        },
+        40,
+      );
+      assert.equal(old.leading, false);
+      await new Promise((r) => setTimeout(r, 6_000));
+      assert.equal((await answerOf(standbyId))?.leading, true, "the standby still leads");
+      assert.equal(
+        await readFile(docsSecret, "utf8"),
+        password,
+        "docs's password is as the new leader made it",
+      );
+      assert.equal((await postgres?.query("SELECT 1 FROM pg_database WHERE datname = 'docs'"))?.length, 1);
+      const saidSince = controller.output.slice(saidBefore);
+      assert.match(saidSince, /stands by/, "the old leader stood by");
+      assert.doesNotMatch(saidSince, /leads the mesh/, "the old leader did not lead again");
+      const seqsAfter = await until(
+        "the ledger read again",
+        async () => {
+          const seqs = await ledgerSeqs();
+          return seqsBefore.every((q) => seqs.includes(q)) ? seqs : undefined;
+        },
+        30,
+      );
+      figures.push(`ledger entries: ${seqsBefore.length} before the cut, ${seqsAfter.length} after`);
+    } finally {
+      if (!reconnected) await ip("-n", host1.ns, "link", "set", host1.veth, "up").catch(() => {});
+      for (const line of figures) process.stderr.write(`# ${line}\n`);
+    }
+  });
 });

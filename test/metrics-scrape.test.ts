@@ -12,7 +12,7 @@ import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { provider as postgres } from "@mesh/provider-postgres";
-import { startProviderProcess, type ProviderProcess } from "@mesh/sdk";
+import { startProviderProcess, type ProviderProcess } from "@mesh/sdk/provider";
 import {
   scrapeProm,
   startPostgres,

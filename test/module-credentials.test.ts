@@ -28,6 +28,7 @@ import { ledgersPath, moduleCredsPath, moduleKeysPath, startAgent, type Agent } 
 import {
   DELIVERY_KEY,
   MODULE_CREDENTIALS_BUCKET,
+  readDelivery,
   startController,
   type Controller,
   type Delivery,
@@ -104,9 +105,11 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     });
   const withBus = (r: Recorded): boolean => r.env["MESH_BUS_CREDS"] !== undefined;
   const delivery = async (): Promise<Delivery> => {
-    const bucket = await openState<Delivery>(observer, nodeDeliveriesBucket("n1"), { create: false });
-    const d = await bucket.get(DELIVERY_KEY);
-    assert.ok(d);
+    const bucket = await openState<unknown>(observer, nodeDeliveriesBucket("n1"), { create: false });
+    const head = await bucket.get(DELIVERY_KEY);
+    assert.ok(head);
+    const d = (await readDelivery(head, (key) => bucket.get(key))).delivery;
+    assert.ok(d, "every part the head names is there");
     return d;
   };
   const startTheController = async (): Promise<Controller> =>

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { callControl } from "@mesh/sdk";
+import { callControl } from "@mesh/sdk/provider";
 import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
 

@@ -16,7 +16,8 @@ import type { PlanReport } from "../packages/cli/src/plan-command.ts";
 import { runMesh, startMesh, type MeshProcess, type MeshRun } from "../packages/cli/test/run-mesh.ts";
 import { connectAs } from "../providers/redis/test/conformance-target.ts";
 import { SERVED_FLEET_SUBJECT, secretKey } from "@mesh/controller";
-import { callControl, type RetireList, type StatusReport } from "@mesh/sdk";
+import { type RetireList, type StatusReport } from "@mesh/sdk";
+import { callControl } from "@mesh/sdk/provider";
 import { startPostgres, startRedis, type PostgresServer, type RedisServer, until } from "@mesh/testkit";
 
 const root = fileURLToPath(new URL("..", import.meta.url));

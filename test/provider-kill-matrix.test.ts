@@ -18,13 +18,8 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
 import mysql from "mysql2/promise";
-import {
-  callControl,
-  guardAdapter,
-  type GuardedAdapter,
-  type InventoryEntry,
-  type ProviderModule,
-} from "@mesh/sdk";
+import { guardAdapter, type GuardedAdapter, type InventoryEntry, type ProviderModule } from "@mesh/sdk";
+import { callControl } from "@mesh/sdk/provider";
 import { provider as mariadbProvider } from "@mesh/provider-mariadb";
 import { provider as postgresProvider } from "@mesh/provider-postgres";
 import { provider as redisProvider } from "@mesh/provider-redis";

@@ -2,6 +2,7 @@
 // the controller answers with a user JWT for the node's own NATS key. Nothing private travels.
 import {
   BusCredentialsRefusedError,
+  BusTlsError,
   closeBus,
   connectBus,
   enrollSubject,
@@ -67,11 +68,13 @@ export async function enrollNode(
           creds: new TextEncoder().encode(token.creds),
           name: token.node,
           inboxPrefix: inboxPrefix(token.node),
+          ...(token.ca !== undefined ? { ca: token.ca } : {}),
         });
         const reply = await nc.request(enrollSubject(), JSON.stringify(request), { timeout: 5_000 });
         return readReply(token.node, reply.string());
       } catch (err) {
-        if (err instanceof EnrollmentError) throw err;
+        // A CA that does not fit the bus does not start fitting by asking again.
+        if (err instanceof EnrollmentError || err instanceof BusTlsError) throw err;
         if (err instanceof BusCredentialsRefusedError) {
           throw new EnrollmentError(token.node, "the bus refused the join token's credentials", {
             cause: err,

@@ -4,7 +4,7 @@
 // module's ledger on the module's own ledger connection, and keeps how far it got in the module's
 // snapshots, so a restarted agent neither appends a line twice nor skips one.
 import { LedgerEntryError, type BusLogger, type ModuleLedger } from "@mesh/bus";
-import { actionJournalPath, FileWatcher } from "@mesh/sdk";
+import { actionJournalPath, FileWatcher } from "@mesh/sdk/provider";
 import { openModuleFile } from "./safe-open.ts";
 
 /** The snapshot key under which a module's ledger keeps how far its journal was appended. */

@@ -5,7 +5,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { connectBus, credsFor, ledgerInboxPrefix, ModuleLedger, type BusLogger } from "@mesh/bus";
-import { FileWatcher } from "@mesh/sdk";
+import { FileWatcher } from "@mesh/sdk/provider";
 import type { NatsConnection } from "@nats-io/transport-node";
 
 /** The variable that moves the `ledgers` secret away from the agent's state directory. */
@@ -61,6 +61,8 @@ export interface LedgerCredentialsOptions {
   readonly file: string;
   /** The bus's URLs, for `dial`'s default. */
   readonly servers: readonly string[];
+  /** The mesh's bus CA (PEM) when the bus uses TLS, for `dial`'s default. */
+  readonly ca?: string;
   readonly logger: BusLogger;
   /** Opens a module's ledger connection; default `connectBus` with the module's ledger inbox prefix. */
   readonly dial?: LedgerDial;
@@ -106,6 +108,7 @@ export class LedgerCredentials {
           name: `${module} ledger`,
           inboxPrefix: ledgerInboxPrefix(module),
           log: options.logger,
+          ...(options.ca !== undefined ? { ca: options.ca } : {}),
         }));
     this.#watcher = new FileWatcher(() => void this.reread());
     this.#watcher.watchFiles([options.file]);

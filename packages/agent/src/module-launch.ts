@@ -11,6 +11,8 @@ import {
   credentialsFor,
   loadManifest,
   moduleHomePath,
+  namesModuleMetrics,
+  parseListenAddress,
   receivesPath,
   renderedFilePath,
   renderRunTemplate,
@@ -22,7 +24,7 @@ import {
   type PlanEntry,
   type RunCommand,
 } from "@mesh/manifest";
-import { metricsUrlPath } from "@mesh/sdk";
+import { metricsUrlPath } from "@mesh/sdk/provider";
 import type { DeliveredModule, Delivery } from "@mesh/manifest";
 import { moduleCredsPath } from "./module-keys.ts";
 import { ensureDir, type ModuleIdentity } from "./module-isolation.ts";
@@ -46,6 +48,17 @@ export interface LaunchContext {
    * node. Absent: a password is handed over as delivered.
    */
   readonly passwordApplied?: PasswordGate;
+  /**
+   * The Prometheus file_sd JSON the controller keeps on this machine (`mesh up`'s), which a
+   * module's templates name as `{mesh.targets}`; absent: a module that names it is not started.
+   */
+  readonly scrapeTargets?: string;
+  /**
+   * A port of this node for `module` to serve its metrics on, when its templates name
+   * `{module.metrics}` and the fleet gives it port 0 (or nothing): the same port every time it
+   * is asked for the same module, so a new launch decision is not a restart.
+   */
+  readonly metricsPort?: (module: string, host: string) => Promise<number>;
 }
 
 /** Asks a provider of this node whether its backend has taken `password` for `entry`'s login. */
@@ -81,6 +94,8 @@ export class AdminUrlError extends Error {
 export interface ModuleBusAccess {
   /** The bus's URLs (the agent's own). */
   readonly servers: readonly string[];
+  /** The bus CA's file when the bus uses TLS (MESH_BUS_CA). */
+  readonly caFile?: string;
   /**
    * Module -> the bus user (public key) its creds file holds a credential for. A module missing
    * here has no credential yet: it starts without MESH_BUS_* (its events off).
@@ -130,7 +145,8 @@ export function moduleControlPath(stateDir: string, module: string): string {
  * when it provides or needs anything in the plan, and MESH_SECRETS_DIR (its flat directory of its
  * consumers' passwords) when it provides. When it has a bus credential: MESH_BUS_SERVERS
  * (comma-separated URLs), MESH_BUS_CREDS (its creds file) and MESH_BUS_USER (the credential's
- * public key, so a replaced credential changes the launch and restarts the module).
+ * public key, so a replaced credential changes the launch and restarts the module), and MESH_BUS_CA
+ * (the bus CA's file) when the bus uses TLS.
  */
 export function moduleEnv(
   module: string,
@@ -155,6 +171,7 @@ export function moduleEnv(
     env["MESH_BUS_SERVERS"] = ctx.bus.servers.join(",");
     env["MESH_BUS_CREDS"] = moduleCredsPath(ctx.stateDir, module);
     env["MESH_BUS_USER"] = user;
+    if (ctx.bus.caFile !== undefined) env["MESH_BUS_CA"] = ctx.bus.caFile;
   }
   const provided = delivery.plan.instances.find((i) => i.provider === module);
   if (provided !== undefined) {
@@ -169,6 +186,32 @@ export function moduleEnv(
 }
 
 /**
+ * Why the module's manifest is not on this machine, or undefined when it is. The fleet names a
+ * manifest relative to the fleet file and the delivery carries the path that gives on the machine
+ * the fleet was read on; every other machine must hold the module's directory at that same path.
+ */
+async function missingModuleDir(module: DeliveredModule, delivery: Delivery): Promise<string | undefined> {
+  try {
+    await stat(module.manifest);
+    return undefined;
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (code !== "ENOENT" && code !== "ENOTDIR") return undefined; // said by loadManifest, as it reads
+  }
+  const dir = dirname(module.manifest);
+  const there = await stat(dir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  return (
+    `its manifest ${module.manifest} is not on this machine` +
+    (there ? "" : ` (nor its directory ${dir})`) +
+    `: a module's directory must be at the same path on every machine, the path the fleet names it by ` +
+    `relative to ${delivery.fleetFile}; copy the module's directory there (or mount it), and the agent starts it`
+  );
+}
+
+/**
  * Decides how `module` is started: its manifest's `run` (relative paths read from the manifest's
  * directory), as the user its identity says, with an environment built from nothing: PATH, LANG
  * and TZ of the agent, the fleet entry's `env`, its admin URL when it is a provider whose entry
@@ -179,6 +222,9 @@ export async function decideLaunch(
   delivery: Delivery,
   ctx: LaunchContext,
 ): Promise<LaunchDecision> {
+  const absent = await missingModuleDir(module, delivery);
+  if (absent !== undefined)
+    return { kind: "unreadable", why: absent, what: `module ${module.name}'s directory is not on this node` };
   let run;
   let seats: readonly string[];
   try {
@@ -236,6 +282,7 @@ export async function decideLaunch(
       command: run.command,
       args: rendered.args,
       ...(rendered.digest === undefined ? {} : { rendered: rendered.digest }),
+      ...(rendered.metrics === undefined ? {} : { metrics: rendered.metrics }),
       onNewPassword: run.onNewPassword,
       cwd,
       env,
@@ -253,6 +300,8 @@ interface Rendered {
   readonly env: Record<string, string>;
   readonly digest?: string;
   readonly waiting?: string;
+  /** `http://HOST:PORT/metrics` when its templates name `{module.metrics}`: where the app serves them. */
+  readonly metrics?: string;
 }
 
 /**
@@ -307,16 +356,21 @@ async function renderRun(
     }
     credentials[iface] = { ...need, password };
   }
+  const served = [...templates, ...run.args].some(namesModuleMetrics)
+    ? await metricsAddress(module, ctx)
+    : undefined;
   const values = {
     module: module.name,
     dir: moduleHomePath(ctx.stateDir, module.name),
-    metrics: module.metrics ?? DEFAULT_MODULE_METRICS,
+    metrics: served ?? module.metrics ?? DEFAULT_MODULE_METRICS,
+    ...(ctx.scrapeTargets === undefined ? {} : { targets: ctx.scrapeTargets }),
     files,
     needs: credentials,
   };
+  const metrics = served === undefined ? {} : { metrics: `http://${served}/metrics` };
   const args = run.args.map((a) => renderRunTemplate(a, values));
   const env = Object.fromEntries([...run.env].map(([name, t]) => [name, renderRunTemplate(t, values)]));
-  if (run.files.size === 0) return { args, env };
+  if (run.files.size === 0) return { args, env, ...metrics };
   const digest = createHash("sha256");
   const dir = dirname(renderedFilePath(ctx.stateDir, module.name, "x"));
   // The agent's directory with the module's group, as its credentials; each file the module's own.
@@ -330,7 +384,19 @@ async function renderRun(
     digest.update(`${name}\0${text}\0`);
     await writeFileAtomic(files[name] ?? join(dir, name), text, 0o600, owner);
   }
-  return { args, env, digest: digest.digest("base64url") };
+  return { args, env, digest: digest.digest("base64url"), ...metrics };
+}
+
+/**
+ * Where an app that names `{module.metrics}` serves its metrics: the fleet's `metrics` as written,
+ * or, for port 0 (or none), a port the agent picks once for it. An app binds what it is told and
+ * says nothing back, so port 0 would be a port nobody knows.
+ */
+async function metricsAddress(module: DeliveredModule, ctx: LaunchContext): Promise<string> {
+  const { host, port } = parseListenAddress(module.metrics ?? DEFAULT_MODULE_METRICS);
+  const hostText = host.includes(":") ? `[${host}]` : host;
+  if (port !== 0 || ctx.metricsPort === undefined) return `${hostText}:${port}`;
+  return `${hostText}:${await ctx.metricsPort(module.name, host)}`;
 }
 
 /**

@@ -1,7 +1,7 @@
 // Where each running module serves its metrics, as it said in its metrics.url: read at every
 // report (the agent also watches the files, so a new URL is reported at once, not at the next tick).
 import { closeSync, readSync } from "node:fs";
-import { METRICS_URL_MAX_LENGTH, metricsUrlOf, metricsUrlPath } from "@mesh/sdk";
+import { METRICS_URL_MAX_LENGTH, metricsUrlOf, metricsUrlPath } from "@mesh/sdk/provider";
 import type { ModuleStatus } from "./module-process.ts";
 import { openModuleFileSync } from "./safe-open.ts";
 

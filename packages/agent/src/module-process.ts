@@ -36,6 +36,11 @@ export interface ModuleLaunch {
   readonly rendered?: string;
   /** What a new password in its rendered files needs; restart when absent. */
   readonly onNewPassword?: OnNewPassword;
+  /**
+   * `http://HOST:PORT/metrics` when its templates name `{module.metrics}`: an app that does not
+   * know the mesh serves its metrics there and writes no metrics.url.
+   */
+  readonly metrics?: string;
 }
 
 /** A module's lifecycle as reported: `crashing` once it exits too often, whatever it does right now. */
@@ -173,6 +178,9 @@ export class ModuleProcess {
       ...(this.#lastExit === undefined ? {} : { lastExit: this.#lastExit }),
       log: this.launch.logFile,
       ...(this.launch.isolation === undefined ? {} : { isolation: this.launch.isolation }),
+      ...(this.launch.metrics !== undefined && this.#state() === "running"
+        ? { metrics: this.launch.metrics }
+        : {}),
       ...(this.#state() === "crashing" ? { logTail: this.#logTail() } : {}),
     };
   }

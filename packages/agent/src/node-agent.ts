@@ -6,18 +6,28 @@ import {
   closeBus,
   nodeDeliveriesBucket,
   openState,
+  readFileIfExists,
   reportSubject,
+  writeFileAtomic,
   type BusLogger,
   type BusState,
   type StateChange,
   type StateWatch,
 } from "@mesh/bus";
+import { createServer } from "node:net";
+import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { AgentReport } from "./agent-report.ts";
 import { applyDelivery } from "./apply-delivery.ts";
-import { DELIVERY_KEY, type Delivery } from "@mesh/manifest";
-import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk";
-import { parseDelivery } from "./delivery.ts";
+import {
+  DELIVERY_KEY,
+  DeliveryPartsError,
+  readDelivery,
+  type Delivery,
+  type PartCache,
+} from "@mesh/manifest";
+import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk/provider";
+import { InvalidDeliveryError, parseDelivery } from "./delivery.ts";
 import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
 import { ModuleIsolations, ownerOf } from "./module-isolation.ts";
@@ -33,6 +43,8 @@ import type { ProcessRecords } from "./process-records.ts";
 
 /** What a module waits for when the controller has not yet issued its bus credential. */
 const WAITING_FOR_CREDENTIAL = "its bus credential";
+/** The newest controller term this node applied a delivery of, in its state directory. */
+const DELIVERY_TERM_FILE = "delivery-term";
 
 /**
  * How often an app waiting for its provider's apply of a password is rendered again: often for
@@ -70,6 +82,8 @@ export interface NodeAgentOptions {
   readonly nc: NatsConnection;
   /** The bus's URLs, as the node reaches them: its modules get them too (MESH_BUS_SERVERS). */
   readonly servers: readonly string[];
+  /** The bus CA's file when the bus uses TLS: its modules get it too (MESH_BUS_CA). */
+  readonly caFile?: string;
   readonly identity: NodeIdentity;
   readonly logger: BusLogger;
   readonly baseEnv: Readonly<Record<string, string | undefined>>;
@@ -78,6 +92,8 @@ export interface NodeAgentOptions {
   readonly isolation?: IsolationMode;
   /** Where each module process is recorded while it runs (the next start stops what a crash left). */
   readonly records?: ProcessRecords;
+  /** The scrape targets file the controller on this machine keeps (`{mesh.targets}`). */
+  readonly scrapeTargets?: string;
 }
 
 /** One node's agent at work. Made by `startAgent`. */
@@ -90,6 +106,9 @@ export class NodeAgent {
   // A provider says where it serves its metrics once it listens: reported then, not at the next tick.
   readonly #metricsFiles = new FileWatcher(() => this.#changed());
   #modules: readonly string[] = [];
+  // The port picked for each app that names {module.metrics} without a fixed one: kept while the
+  // agent runs, so that deciding its launch again is not a restart.
+  readonly #metricsPorts = new Map<string, number>();
   #busUsers: ReadonlyMap<string, string> = new Map();
   #state: BusState<unknown> | undefined;
   #watch: StateWatch<unknown> | undefined;
@@ -98,7 +117,9 @@ export class NodeAgent {
   #lastRefused: string | undefined;
   #generation = 0;
   // The newest controller term seen in a delivery: one of a lower term is a paused old leader's.
-  #term = 0;
+  // Kept in the state directory, so a restarted agent does not apply an old leader's late write
+  // that stayed in the bucket; undefined until read from there.
+  #term: number | undefined;
   #files = { written: 0, unchanged: 0 };
   #connected = true;
   #stopped = false;
@@ -119,6 +140,10 @@ export class NodeAgent {
   #gatedSince: number | undefined;
   /** Every secret of this node, read at each delivery: what a crashing module's log lines are scrubbed of. */
   #secrets: string[] = [];
+  /** The parts of the deliveries read so far, by key and fingerprint: a new head reads only what changed. */
+  readonly #parts: PartCache = new Map();
+  #saidPartsWaiting = "";
+  #partsTimer: NodeJS.Timeout | undefined;
   #waitTimer: NodeJS.Timeout | undefined;
 
   constructor(options: NodeAgentOptions) {
@@ -165,6 +190,7 @@ export class NodeAgent {
     clearInterval(this.#ticker);
     clearTimeout(this.#reportSoon);
     clearTimeout(this.#waitTimer);
+    clearTimeout(this.#partsTimer);
     clearTimeout(this.#regateTimer);
     this.#metricsFiles.close();
     this.#standings.stop();
@@ -233,13 +259,30 @@ export class NodeAgent {
     this.#lastValue = value;
     let delivery: Delivery;
     try {
-      delivery = parseDelivery(value, this.#o.node);
+      const state = this.#state;
+      if (state === undefined) return;
+      const read = await readDelivery(value, (key) => state.get(key), this.#parts);
+      if (read.waiting !== undefined) {
+        this.#partsWait(value, read.waiting);
+        return;
+      }
+      this.#saidPartsWaiting = "";
+      delivery = parseDelivery(read.delivery, this.#o.node);
     } catch (err) {
+      if (err instanceof DeliveryPartsError) {
+        this.#lastRefused = text;
+        throw new InvalidDeliveryError(this.#o.node, err.field, err.why);
+      }
       // Said once: the same bad delivery is read again on every tick until the controller replaces it.
       this.#lastRefused = text;
       throw err;
     }
     const term = delivery.term ?? 0;
+    const termFile = join(this.#o.stateDir, DELIVERY_TERM_FILE);
+    if (this.#term === undefined) {
+      const kept = Number((await readFileIfExists(termFile))?.trim() ?? "0");
+      this.#term = Number.isSafeInteger(kept) && kept > 0 ? kept : 0;
+    }
     if (term < this.#term) {
       this.#lastRefused = text;
       this.#o.logger.warn(
@@ -248,6 +291,7 @@ export class NodeAgent {
       );
       return;
     }
+    if (term > this.#term) await writeFileAtomic(termFile, `${term}\n`);
     this.#term = term;
     const { node, stateDir, logger } = this.#o;
     const sealKeys = this.#o.identity.seal;
@@ -280,14 +324,28 @@ export class NodeAgent {
     this.#changed();
   }
 
+  async #metricsPort(module: string, host: string): Promise<number> {
+    const kept = this.#metricsPorts.get(`${module}@${host}`);
+    if (kept !== undefined) return kept;
+    const port = await freePort(host);
+    this.#metricsPorts.set(`${module}@${host}`, port);
+    return port;
+  }
+
   async #assigned(delivery: Delivery): Promise<AssignedModule[]> {
     const ctx = {
       node: this.#o.node,
       stateDir: this.#o.stateDir,
       baseEnv: this.#o.baseEnv,
-      bus: { servers: this.#o.servers, users: this.#busUsers },
+      bus: {
+        servers: this.#o.servers,
+        users: this.#busUsers,
+        ...(this.#o.caFile !== undefined ? { caFile: this.#o.caFile } : {}),
+      },
       identity: (module: string) => this.#isolations.identity(module),
       passwordApplied: providerPasswordGate(this.#o.stateDir),
+      ...(this.#o.scrapeTargets === undefined ? {} : { scrapeTargets: this.#o.scrapeTargets }),
+      metricsPort: (module: string, host: string) => this.#metricsPort(module, host),
     };
     const assigned = await Promise.all(
       delivery.modules.map(async (m) => ({
@@ -366,6 +424,25 @@ export class NodeAgent {
     return true;
   }
 
+  // The head names parts not written yet (the controller writes them first, so this is a moment's
+  // race, or a controller stopped between the two): nothing is applied; read again shortly.
+  #partsWait(value: unknown, waiting: readonly string[]): void {
+    const said = `${waiting.length} ${JSON.stringify(waiting[0])}`;
+    if (said !== this.#saidPartsWaiting) {
+      const generation = (value as { generation?: unknown }).generation;
+      this.#o.logger.info(
+        `node ${this.#o.node} waits for ${waiting.length} part(s) of delivery ${String(generation)} ` +
+          `(${waiting.slice(0, 3).join(", ")}${waiting.length > 3 ? ", …" : ""}): nothing of it is applied until all are there`,
+      );
+    }
+    this.#saidPartsWaiting = said;
+    if (this.#partsTimer !== undefined || this.#stopped) return;
+    this.#partsTimer = setTimeout(() => {
+      this.#partsTimer = undefined;
+      this.#resync();
+    }, this.#o.timings.retryMs);
+  }
+
   // Reads the delivery as it is now, for what a watch may have missed while the bus was away.
   #resync(): void {
     const state = this.#state;
@@ -437,4 +514,17 @@ export class NodeAgent {
       };
     });
   }
+}
+
+/** A port of `host` nobody listens on now: bound and let go at once, for a module to bind. */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, host, () => {
+      const address = server.address();
+      const port = typeof address === "object" && address !== null ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
 }

@@ -20,6 +20,11 @@ export interface IdentityFiles {
   readonly creds: string;
   /** `<state>/bus.json`: the bus servers learnt at enrollment. */
   readonly bus: string;
+  /**
+   * `<state>/bus-ca.pem`, 0644: the mesh's bus CA when the bus uses TLS (from the join token or
+   * `--bus-ca`). A certificate is public: the node's modules read it too (MESH_BUS_CA).
+   */
+  readonly ca: string;
 }
 
 /** The identity files of the node whose state directory is `stateDir`. */
@@ -28,6 +33,7 @@ export function identityFiles(stateDir: string): IdentityFiles {
     keys: join(stateDir, "keys.json"),
     creds: join(stateDir, "node.creds"),
     bus: join(stateDir, "bus.json"),
+    ca: join(stateDir, "bus-ca.pem"),
   };
 }
 
@@ -144,6 +150,23 @@ export async function readBusServers(files: IdentityFiles): Promise<string[] | u
   } catch {
     return undefined;
   }
+}
+
+/** The bus CA kept from the last start, or undefined when the bus had no TLS. */
+export async function readBusCa(files: IdentityFiles): Promise<string | undefined> {
+  try {
+    return await readFile(files.ca, "utf8");
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Keeps the bus CA (0644: modules read it), so a restarted agent trusts the bus without a token.
+ * @throws FileWriteError.
+ */
+export async function writeBusCa(files: IdentityFiles, ca: string): Promise<void> {
+  await writeFileAtomic(files.ca, ca, 0o644);
 }
 
 /**

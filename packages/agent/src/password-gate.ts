@@ -3,7 +3,8 @@
 // does not know the mesh is handed a password only once this says yes: it never holds a password
 // its backend would refuse.
 import type { PlanEntry } from "@mesh/manifest";
-import { callControl, NoProviderListeningError, passwordTag, type StatusReport } from "@mesh/sdk";
+import { type StatusReport } from "@mesh/sdk";
+import { callControl, NoProviderListeningError, passwordTag } from "@mesh/sdk/provider";
 import type { GateAnswer, PasswordGate } from "./module-launch.ts";
 import { moduleControlPath } from "./module-launch.ts";
 import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";

@@ -6,14 +6,8 @@
 // consumer.
 import type { BusLogger } from "@mesh/bus";
 import type { ReportedCounts, ReportedFailure, ReportedProvider, ReportedWaiting } from "@mesh/manifest";
-import {
-  callControl,
-  maskUrls,
-  NoProviderListeningError,
-  type ConsumerState,
-  type RetireList,
-  type StatusReport,
-} from "@mesh/sdk";
+import { type ConsumerState, type RetireList, type StatusReport } from "@mesh/sdk";
+import { callControl, maskUrls, NoProviderListeningError } from "@mesh/sdk/provider";
 import { moduleControlPath } from "./module-launch.ts";
 import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";
 import { nodeSecrets, scrubValue } from "./tool-runner.ts";

@@ -24,8 +24,10 @@ import { NodeAgent, type AgentStatus, type AgentTimings } from "./node-agent.ts"
 import {
   identityFiles,
   loadOrMakeIdentity,
+  readBusCa,
   readBusServers,
   readIssuedJwt,
+  writeBusCa,
   writeBusServers,
   writeNodeCreds,
 } from "./node-identity.ts";
@@ -47,6 +49,11 @@ export interface StartAgentOptions {
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** The bus's URLs, when they differ from the join token's or the last enrollment's. */
   readonly servers?: string | readonly string[];
+  /**
+   * The mesh's bus CA (PEM) when the bus uses TLS, in place of the join token's or the one kept
+   * from the last start (`<state>/bus-ca.pem`).
+   */
+  readonly ca?: string;
   /** Shorter delays, for tests; `stopGraceMs` is the grace period a module has after SIGTERM. */
   readonly timings?: Partial<AgentTimings>;
   /**
@@ -55,6 +62,11 @@ export interface StartAgentOptions {
    * agent's user (`auto`, the default here, and `npm start`'s).
    */
   readonly isolation?: IsolationMode;
+  /**
+   * The Prometheus file_sd JSON the controller on this machine keeps (`mesh up` gives its own): a
+   * module's templates name it as `{mesh.targets}`. Absent: a module that names it is not started.
+   */
+  readonly scrapeTargets?: string;
   /** Aborted while the agent starts (waiting for the bus, enrolling): it gives up at once. */
   readonly signal?: AbortSignal;
   /**
@@ -167,6 +179,10 @@ async function startLocked(
     throw new AgentNotEnrolledError(node, files.bus, "does not know where the bus is");
   }
   if (JSON.stringify(servers) !== JSON.stringify(stored)) await writeBusServers(files, servers);
+  // The bus CA: given, else the join token's, else the one kept from the last start.
+  const storedCa = await readBusCa(files);
+  const ca = options.ca ?? token?.ca ?? storedCa;
+  if (ca !== undefined && ca !== storedCa) await writeBusCa(files, ca);
 
   // Keys made just now cannot match credentials left from before: those belong to other keys.
   const jwt = made ? undefined : await readIssuedJwt(files);
@@ -177,7 +193,7 @@ async function startLocked(
     const issued = await untilAborted(
       node,
       signal,
-      enrollNode(token, identity, logger, timings.enrollWithinMs),
+      enrollNode(ca === undefined ? token : { ...token, ca }, identity, logger, timings.enrollWithinMs),
     );
     enrolledNow = true;
     logger.info(`node ${node} enrolled; its credentials are in ${files.creds}`);
@@ -187,12 +203,12 @@ async function startLocked(
 
   let nc: NatsConnection;
   try {
-    nc = await connectNode(node, servers, () => creds, logger, timings.retryMs, signal);
+    nc = await connectNode(node, servers, ca, () => creds, logger, timings.retryMs, signal);
   } catch (err) {
     if (!(err instanceof BusCredentialsRefusedError) || token === undefined || enrolledNow) throw err;
     logger.warn(`the bus refused node ${node}'s credentials; enrolling again with the join token`);
     creds = await enroll("was refused by the bus");
-    nc = await connectNode(node, servers, () => creds, logger, timings.retryMs, signal);
+    nc = await connectNode(node, servers, ca, () => creds, logger, timings.retryMs, signal);
   }
   if (signal?.aborted === true) {
     await closeBus(nc);
@@ -203,17 +219,24 @@ async function startLocked(
 
   // Each module's ledger: written on its own connection, from the `ledgers` secret the agent keeps.
   const ledgerFile = ledgersFileOf(stateDir, options.env ?? process.env);
-  const ledgers = await followLedgerCredentials({ file: ledgerFile, servers, logger });
+  const ledgers = await followLedgerCredentials({
+    file: ledgerFile,
+    servers,
+    logger,
+    ...(ca !== undefined ? { ca } : {}),
+  });
   const agent = new NodeAgent({
     node,
     stateDir,
     nc,
     servers,
+    ...(ca !== undefined ? { caFile: files.ca } : {}),
     identity,
     logger,
     baseEnv: options.env ?? process.env,
     timings,
     ...(options.isolation === undefined ? {} : { isolation: options.isolation }),
+    ...(options.scrapeTargets === undefined ? {} : { scrapeTargets: options.scrapeTargets }),
     records,
   });
   agent.run();
@@ -244,6 +267,7 @@ async function startLocked(
 async function connectNode(
   node: string,
   servers: readonly string[],
+  ca: string | undefined,
   creds: () => Uint8Array | undefined,
   logger: BusLogger,
   retryMs: number,
@@ -259,6 +283,7 @@ async function connectNode(
         name: node,
         inboxPrefix: inboxPrefix(node),
         log: logger,
+        ...(ca !== undefined ? { ca } : {}),
       });
     } catch (err) {
       if (!(err instanceof BusUnreachableError)) throw err;
@@ -345,7 +370,9 @@ function learnServers(
 ): void {
   let known = [...used];
   const learn = (): void => {
-    const urls = (nc.info?.connect_urls ?? []).map((u) => (u.includes("://") ? u : `nats://${u}`));
+    // A cluster with TLS gossips bare host:port: kept as tls:// like the URLs the agent was given.
+    const scheme = used.some((u) => /^tls:\/\//i.test(u)) ? "tls" : "nats";
+    const urls = (nc.info?.connect_urls ?? []).map((u) => (u.includes("://") ? u : `${scheme}://${u}`));
     const next = unique([...known, ...urls]);
     if (next.length === known.length) return;
     known = next;

@@ -5,6 +5,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { toolSubject, type BusLogger, type LedgerKind } from "@mesh/bus";
+import { ToolError } from "@mesh/sdk";
 import {
   BadControlRequestError,
   callControl,
@@ -15,10 +16,9 @@ import {
   READ_ONLY_TOOLS,
   redactSecrets,
   secretsOfUrl,
-  ToolError,
   type ControlTool,
   type ToolCallReply,
-} from "@mesh/sdk";
+} from "@mesh/sdk/provider";
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { moduleControlPath } from "./module-launch.ts";
 import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";

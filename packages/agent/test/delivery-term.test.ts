@@ -75,4 +75,37 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
     await eventually(() => agent?.status().generation === 6, "the next term 2 delivery applied");
     assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
   });
+
+  void it("keeps the newest term across its restart, so an old leader's late write left in the bucket is not applied", async () => {
+    const secret = providerSecretPath(stateDir, "store", "app", "kv-store");
+    assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
+    await agent?.stop();
+    agent = undefined;
+    // The old leader's write landed last: it is what the bucket holds when the agent starts again.
+    await mesh.publish("n1", {
+      ...draft,
+      generation: 7,
+      term: 1,
+      secrets: { "app/kv-store": "pw-old-leader" },
+    });
+    const restarted = recordingLogger();
+    agent = await startAgent({
+      node: "n1",
+      stateDir,
+      joinToken: await mesh.joinToken("n1"),
+      logger: restarted,
+      timings: FAST,
+    });
+    await eventually(
+      () =>
+        restarted.lines.some((l) =>
+          /ignored delivery 7: it is of controller term 1, older than term 2/.test(l),
+        ),
+      "the restarted agent to ignore the old leader's delivery",
+    );
+    assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
+    await mesh.publish("n1", { ...draft, generation: 8, term: 3, secrets: { "app/kv-store": "pw-third" } });
+    await eventually(() => agent?.status().generation === 8, "a delivery of a newer term applied");
+    assert.equal(await readFile(secret, "utf8"), "pw-third");
+  });
 });

@@ -6,14 +6,13 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { connectBus, credsFor, ledgerInboxPrefix, ModuleLedger } from "@mesh/bus";
+import { type ActionEntry, type ProviderModule } from "@mesh/sdk";
 import {
   ActionJournal,
   actionJournalPath,
   resolveProviderSettings,
   startProviderProcess,
-  type ActionEntry,
-  type ProviderModule,
-} from "@mesh/sdk";
+} from "@mesh/sdk/provider";
 import { MemoryAdapter } from "@mesh/testkit";
 import { JOURNAL_SNAPSHOT_KEY, JournalFollowers } from "../src/journal-follower.ts";
 import { followLedgerCredentials, type LedgerCredentials } from "../src/ledger-credentials.ts";

@@ -34,6 +34,15 @@ void describe("a module's environment", () => {
         JSON.stringify({ name, run: { command: "/bin/true", args: [] } }),
       );
     }
+    // An app that does not know the mesh: it binds where it is told and reads the scrape targets.
+    await mkdir(join(dir, "exporter"));
+    await writeFile(
+      join(dir, "exporter", "module.json"),
+      JSON.stringify({
+        name: "exporter",
+        run: { command: "/bin/true", args: ["--listen={module.metrics}", "--targets={mesh.targets}"] },
+      }),
+    );
     delivery = {
       node: "n1",
       generation: 1,
@@ -45,6 +54,19 @@ void describe("a module's environment", () => {
   });
   after(async () => {
     await rm(dir, { recursive: true, force: true });
+  });
+
+  void it("refuses a module whose directory is not on this machine, saying where it must be", async () => {
+    const decision = await decide({ name: "elsewhere", manifest: join(dir, "elsewhere", "module.json") });
+    assert.equal(decision.kind, "unreadable", JSON.stringify(decision));
+    const why = decision.kind === "unreadable" ? decision.why : "";
+    assert.match(
+      why,
+      new RegExp(`its manifest ${join(dir, "elsewhere", "module.json")} is not on this machine`),
+    );
+    assert.match(why, /nor its directory/);
+    assert.match(why, /same path on every machine/);
+    assert.ok(why.includes(join(dir, "mesh.yaml")), "names the fleet file the path is relative to");
   });
 
   void it("holds PATH, LANG, the fleet entry's variables and the mesh's, and nothing else of the agent's", async () => {
@@ -97,5 +119,53 @@ void describe("a module's environment", () => {
     const decision = await decide(app);
     assert.equal(decision.kind, "unreadable");
     assert.match(decision.kind === "unreadable" ? decision.why : "", /never reaches a consumer/);
+  });
+
+  void it("gives an app that names {module.metrics} a port picked once, or the fleet's, and reports it as serving there", async () => {
+    const manifest = join(dir, "exporter", "module.json");
+    const asked: string[] = [];
+    const picking = {
+      ...ctx(),
+      scrapeTargets: "/state/scrape/targets.json",
+      metricsPort: (module: string, host: string) => {
+        asked.push(`${module}@${host}`);
+        return Promise.resolve(40123);
+      },
+    };
+    const picked = await decideLaunch({ name: "exporter", manifest }, delivery, picking);
+    assert.equal(picked.kind, "run", JSON.stringify(picked));
+    if (picked.kind !== "run") return;
+    assert.deepEqual(picked.launch.args, [
+      "--listen=127.0.0.1:40123",
+      "--targets=/state/scrape/targets.json",
+    ]);
+    assert.equal(picked.launch.metrics, "http://127.0.0.1:40123/metrics");
+    assert.deepEqual(asked, ["exporter@127.0.0.1"]);
+
+    const fixed = await decideLaunch(
+      { name: "exporter", manifest, metrics: "127.0.0.1:9464" },
+      delivery,
+      picking,
+    );
+    assert.equal(fixed.kind, "run");
+    if (fixed.kind !== "run") return;
+    assert.equal(fixed.launch.args[0], "--listen=127.0.0.1:9464", "the fleet's port, as written");
+    assert.equal(fixed.launch.metrics, "http://127.0.0.1:9464/metrics");
+    assert.deepEqual(asked, ["exporter@127.0.0.1"], "no port picked for a fixed one");
+
+    // A module that names nothing of it serves no metrics the agent knows of.
+    const plain = await decide({ name: "app", manifest: join(dir, "app", "module.json") });
+    assert.equal(plain.kind === "run" ? plain.launch.metrics : "not run", undefined);
+
+    // Without the controller's file on this node, {mesh.targets} cannot be rendered: not started, and why.
+    const noTargets = await decideLaunch({ name: "exporter", manifest }, delivery, {
+      ...picking,
+      scrapeTargets: undefined,
+    });
+    assert.equal(noTargets.kind, "unreadable");
+    assert.match(
+      noTargets.kind === "unreadable" ? noTargets.why : "",
+      /\{mesh\.targets\} has no file on this node/,
+    );
   });
 });

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Delivery } from "@mesh/manifest";
-import { metricsUrlPath } from "@mesh/sdk";
+import { metricsUrlPath } from "@mesh/sdk/provider";
 import {
   decideLaunch,
   DEFAULT_MODULE_METRICS,

@@ -6,14 +6,8 @@ import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import {
-  serveControl,
-  type ConsumerStatus,
-  type ControlServer,
-  type ProvisionerTools,
-  type RetireList,
-  type StatusReport,
-} from "@mesh/sdk";
+import { type ConsumerStatus, type ProvisionerTools, type RetireList, type StatusReport } from "@mesh/sdk";
+import { serveControl, type ControlServer } from "@mesh/sdk/provider";
 import { moduleControlPath } from "../src/index.ts";
 import { MAX_REPORTED_FAILING, ProviderStandings } from "../src/provider-standings.ts";
 import { secretPath } from "@mesh/manifest";

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { moduleHomePath } from "@mesh/manifest";
-import { actionJournalPath, metricsUrlPath } from "@mesh/sdk";
+import { actionJournalPath, metricsUrlPath } from "@mesh/sdk/provider";
 import { moduleControlPath } from "../src/module-launch.ts";
 import { readModuleMetricsUrl } from "../src/module-metrics.ts";
 import { checkModuleSocket, openModuleFile, UnsafeModuleFileError } from "../src/safe-open.ts";

@@ -22,13 +22,8 @@ import {
   type BusPermissions,
 } from "@mesh/bus";
 import { secretPath } from "@mesh/manifest";
-import {
-  serveControl,
-  ToolError,
-  type ControlServer,
-  type ProvisionerTools,
-  type StatusReport,
-} from "@mesh/sdk";
+import { ToolError, type ProvisionerTools, type StatusReport } from "@mesh/sdk";
+import { serveControl, type ControlServer } from "@mesh/sdk/provider";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {

@@ -6,6 +6,8 @@ import type { NatsConnection } from "@nats-io/transport-node";
 
 // The replicas asked for a connection (`connectBus`'s `replicas`), kept with the connection itself.
 const asked = new WeakMap<NatsConnection, number>();
+// The most servers a connection has seen in its cluster: one server down does not make the cluster smaller.
+const largest = new WeakMap<NatsConnection, number>();
 
 /** A replica count that JetStream cannot keep (it keeps 1 to 5 copies). */
 export class InvalidReplicasError extends Error {
@@ -28,20 +30,33 @@ export function setBusReplicas(nc: NatsConnection, replicas: number): void {
 }
 
 /**
- * How many servers the cluster `nc` is connected to has, as the server says it (its own and its
- * peers' client URLs); 1 for a server alone.
+ * How many servers of the cluster `nc` is connected to are up now, as the server says it (its own
+ * and its peers' client URLs: a server drops a peer it lost from them); 1 for a server alone.
  */
 export function clusterSize(nc: NatsConnection): number {
   const urls = nc.info?.connect_urls ?? [];
-  return Math.max(1, new Set(urls).size);
+  const now = Math.max(1, new Set(urls).size);
+  if (now > (largest.get(nc) ?? 0)) largest.set(nc, now);
+  return now;
 }
 
 /**
  * The replicas of a stream or bucket made on `nc`: the one set with `setBusReplicas` (or
- * `connectBus`'s `replicas`), else 3 on a cluster of 3 or more servers, else 1.
+ * `connectBus`'s `replicas`), else 3 on a cluster that has had 3 or more servers up (one of them
+ * down now does not lower it), else 1.
  */
 export function replicasFor(nc: NatsConnection): number {
-  return asked.get(nc) ?? (clusterSize(nc) >= 3 ? 3 : 1);
+  const up = clusterSize(nc);
+  return asked.get(nc) ?? (Math.max(up, largest.get(nc) ?? 0) >= 3 ? 3 : 1);
+}
+
+/**
+ * The copies a stream or bucket made on `nc` now is placed on: `replicasFor(nc)`, but no more than
+ * the servers up now, so JetStream never waits for a peer that is down to place it. One made with
+ * fewer is raised by `raiseReplicas` once the servers are back.
+ */
+export function placeableReplicas(nc: NatsConnection): number {
+  return Math.max(1, Math.min(replicasFor(nc), clusterSize(nc)));
 }
 
 /**
@@ -68,20 +83,19 @@ export interface RaisedStream {
 
 /**
  * Raises every stream of the account that has fewer copies than `replicasFor(nc)` (never lowers
- * one), and says each to `log`. A stream that cannot be raised now (too few servers up) is said
- * and left as it is.
+ * one) to as many as the servers up now can keep (`placeableReplicas`), and says each to `log`.
+ * A stream that cannot be raised now (too few servers up) is said and left as it is; `belowReplicas`
+ * tells what is left to raise.
  * @throws the bus's error when the streams cannot be listed.
  */
 export async function raiseReplicas(
   nc: NatsConnection,
   log?: { info(message: string): void; warn(message: string): void },
 ): Promise<RaisedStream[]> {
-  const target = replicasFor(nc);
+  const target = placeableReplicas(nc);
   const jsm = await jetstreamManager(nc);
-  const infos: StreamInfo[] = [];
-  for await (const info of jsm.streams.list()) infos.push(info);
   const raised: RaisedStream[] = [];
-  for (const info of infos) {
+  for (const info of await listStreams(nc)) {
     const from = info.config.num_replicas ?? 1;
     if (from >= target) continue;
     try {
@@ -90,7 +104,7 @@ export async function raiseReplicas(
     } catch (err) {
       log?.warn(
         `stream ${info.config.name} could not be raised from ${from} to ${target} copies now ` +
-          `(${(err as Error).message}); it is tried again at the next start`,
+          `(${(err as Error).message}); it is tried again`,
       );
     }
   }
@@ -101,4 +115,23 @@ export async function raiseReplicas(
     );
   }
   return raised;
+}
+
+/**
+ * The streams of the account with fewer copies than `replicasFor(nc)` (made while servers were
+ * down, or before the cluster grew).
+ * @throws the bus's error when the streams cannot be listed.
+ */
+export async function belowReplicas(nc: NatsConnection): Promise<string[]> {
+  const target = replicasFor(nc);
+  return (await listStreams(nc))
+    .filter((info) => (info.config.num_replicas ?? 1) < target)
+    .map((info) => info.config.name);
+}
+
+async function listStreams(nc: NatsConnection): Promise<StreamInfo[]> {
+  const jsm = await jetstreamManager(nc);
+  const infos: StreamInfo[] = [];
+  for await (const info of jsm.streams.list()) infos.push(info);
+  return infos;
 }

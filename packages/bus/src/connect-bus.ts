@@ -37,6 +37,8 @@ export interface ConnectBusOptions {
    * certificate it signed (see `mesh bus-config --tls-dir`).
    */
   readonly caFile?: string;
+  /** The mesh's bus CA as PEM text (what a join token carries), in place of `caFile`. */
+  readonly ca?: string;
   /**
    * How many copies of each stream and KV bucket made on this connection (see `replicasFor`);
    * default 3 on a cluster of 3 or more servers, else 1.
@@ -79,6 +81,71 @@ export class BusUnreachableError extends Error {
   }
 }
 
+/** Why a TLS connection to the bus failed, as `BusTlsError` says it. */
+export type BusTlsProblem = "no-ca" | "untrusted" | "wrong-name" | "not-offered";
+
+/**
+ * A TLS connection to the bus could not be made: no CA was given for a `tls://` URL, the server's
+ * certificate is not signed by the CA given, it names another address, or the server offers no TLS.
+ */
+export class BusTlsError extends Error {
+  override name = "BusTlsError";
+  constructor(
+    readonly who: string,
+    readonly servers: string,
+    readonly problem: BusTlsProblem,
+    options?: { cause?: unknown },
+  ) {
+    const detail = options?.cause instanceof Error ? ` (${options.cause.message})` : "";
+    const ca = "the mesh's bus CA (ca.pem in the directory given to mesh bus-config --tls-dir)";
+    super(
+      problem === "no-ca"
+        ? `${who} cannot use the bus at ${servers}: it uses TLS and no bus CA was given: pass ${ca} with ` +
+            `--bus-ca FILE, or join with a token from a controller started with --bus-ca`
+        : problem === "untrusted"
+          ? `the bus at ${servers} presented a certificate that ${who} does not trust${detail}: pass ${ca} ` +
+            `with --bus-ca FILE, the CA that signed the servers' certificates`
+          : problem === "wrong-name"
+            ? `the certificate of the bus at ${servers} is not for the address ${who} used${detail}: use the ` +
+              `address given to mesh bus-config --server for that server, or write its configuration again with ` +
+              `the address the clients use`
+            : `the bus at ${servers} offers no TLS, but ${who} was given a bus CA: give its tls:// URLs of a ` +
+              `cluster configured with mesh bus-config --tls-dir, or leave out --bus-ca`,
+      options,
+    );
+  }
+}
+
+// Node's TLS verification failures (tls.TLSSocket authorizationError codes).
+const UNTRUSTED_CODES = new Set([
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "CERT_SIGNATURE_FAILURE",
+  "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "CERT_UNTRUSTED",
+]);
+
+function tlsProblemOf(err: unknown): BusTlsProblem | undefined {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (code === "ERR_TLS_CERT_ALTNAME_INVALID" || /does not match certificate's altnames/i.test(e.message))
+      return "wrong-name";
+    if (
+      (typeof code === "string" && UNTRUSTED_CODES.has(code)) ||
+      /unable to verify the first certificate|self[- ]signed certificate|unable to get (local )?issuer certificate/i.test(
+        e.message,
+      )
+    )
+      return "untrusted";
+    if (/tls.{0,20}is not available on this server/i.test(e.message)) return "not-offered";
+  }
+  return undefined;
+}
+
 /** How often every mesh connection pings its server. */
 export const BUS_PING_INTERVAL_MS = 2_000;
 /** How many unanswered pings give a server up. */
@@ -90,12 +157,23 @@ export const BUS_CONNECT_TIMEOUT_MS = 2_000;
  * Opens a bus connection authenticated by `creds`, which reconnects for as long as it takes after
  * the server goes away. Permission refusals and disconnections are said to `log`.
  * @throws BusCredentialsRefusedError when the server refuses the credentials; BusUnreachableError
- * when no server answers (and `waitForServer` is not set); InvalidReplicasError for a `replicas`
- * outside 1–5.
+ * when no server answers (and `waitForServer` is not set); BusTlsError for a `tls://` URL without a
+ * CA, or a server whose certificate the CA did not sign or that names another address;
+ * InvalidReplicasError for a `replicas` outside 1–5.
  */
 export async function connectBus(options: ConnectBusOptions): Promise<NatsConnection> {
   const servers = typeof options.servers === "string" ? [options.servers] : [...options.servers];
   const where = servers.join(", ");
+  const ca =
+    options.ca !== undefined
+      ? { ca: options.ca }
+      : options.caFile !== undefined
+        ? { caFile: options.caFile }
+        : undefined;
+  // Without a CA the server's certificate would be checked against the system's CAs, which never
+  // signed a mesh bus's: said now, with the fix, instead of as a certificate error.
+  if (ca === undefined && servers.some((s) => /^tls:\/\//i.test(s)))
+    throw new BusTlsError(options.name, where, "no-ca");
   let nc: NatsConnection;
   try {
     nc = await connect({
@@ -112,10 +190,13 @@ export async function connectBus(options: ConnectBusOptions): Promise<NatsConnec
       timeout: BUS_CONNECT_TIMEOUT_MS,
       waitOnFirstConnect: options.waitForServer === true,
       ...(options.inboxPrefix !== undefined ? { inboxPrefix: options.inboxPrefix } : {}),
-      ...(options.caFile !== undefined ? { tls: { caFile: options.caFile } } : {}),
+      ...(ca !== undefined ? { tls: ca } : {}),
     });
   } catch (err) {
-    throw explainBusError(err, options.name, where);
+    const explained = explainBusError(err, options.name, where);
+    if (explained instanceof BusTlsError && explained.problem === "untrusted" && ca === undefined)
+      throw new BusTlsError(options.name, where, "no-ca", { cause: err });
+    throw explained;
   }
   if (options.replicas !== undefined) setBusReplicas(nc, options.replicas);
   if (options.log !== undefined) watchStatus(nc, options.name, where, options.log);
@@ -142,6 +223,10 @@ export async function closeBus(nc: NatsConnection): Promise<void> {
  * refused credentials or an unreachable server. Anything else is returned as it is.
  */
 export function explainBusError(err: unknown, who: string, servers: string): unknown {
+  if (err instanceof BusTlsError) return err;
+  const tls = tlsProblemOf(err);
+  // A server that wants TLS, reached with no CA, fails as a certificate it cannot check.
+  if (tls !== undefined) return new BusTlsError(who, servers, tls, { cause: err });
   if (
     err instanceof AuthorizationError ||
     err instanceof UserAuthenticationExpiredError ||

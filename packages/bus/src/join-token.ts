@@ -12,6 +12,8 @@ export interface JoinToken {
   readonly creds: string;
   /** The node's enrollment secret, which the controller checks. */
   readonly secret: string;
+  /** The mesh's bus CA (PEM) when the bus uses TLS: the node trusts the servers it signed. */
+  readonly ca?: string;
 }
 
 /** A join token that cannot be used: damaged, of another version, or made for another node. */
@@ -75,5 +77,15 @@ function readJoinToken(token: string, expected: string | undefined): JoinToken {
   if (typeof t.secret !== "string" || t.secret.length === 0) {
     throw new JoinTokenError(node, "holds no enrollment secret");
   }
-  return { v: 1, node: t.node, servers: servers as string[], creds: t.creds, secret: t.secret };
+  if (t.ca !== undefined && (typeof t.ca !== "string" || !t.ca.includes("BEGIN CERTIFICATE"))) {
+    throw new JoinTokenError(node, "holds a bus CA that is not a PEM certificate");
+  }
+  return {
+    v: 1,
+    node: t.node,
+    servers: servers as string[],
+    creds: t.creds,
+    secret: t.secret,
+    ...(t.ca !== undefined ? { ca: t.ca } : {}),
+  };
 }

@@ -14,7 +14,7 @@ import {
   type JsMsg,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { isTooFewPeers, replicasFor } from "./bus-replicas.ts";
+import { isTooFewPeers, placeableReplicas } from "./bus-replicas.ts";
 import { closeBus } from "./connect-bus.ts";
 import {
   ledgerSnapshotBucket,
@@ -78,7 +78,7 @@ export async function ensureLedger(nc: NatsConnection, module: string): Promise<
           deny_purge: true,
           duplicate_window: LEDGER_DUPLICATE_WINDOW_MS * 1_000_000,
         });
-      const replicas = replicasFor(nc);
+      const replicas = placeableReplicas(nc);
       // With a server of the cluster down, it is made with one copy now and raised at the next start.
       await add(replicas).catch((err: unknown) => {
         if (replicas > 1 && isTooFewPeers(err)) return add(1);

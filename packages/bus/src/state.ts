@@ -3,7 +3,7 @@
 import { jetstream, StorageType } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { isTooFewPeers, replicasFor } from "./bus-replicas.ts";
+import { isTooFewPeers, placeableReplicas } from "./bus-replicas.ts";
 import { assertBucketName } from "./subjects.ts";
 
 /** How to open a state bucket. */
@@ -168,7 +168,7 @@ export async function openState<T>(
       const maker = new Kvm(jetstream(nc, { timeout: CREATE_TIMEOUT_MS }));
       const create = (replicas: number): Promise<KV> =>
         maker.create(bucket, { history: 1, storage: StorageType.File, replicas });
-      const replicas = replicasFor(nc);
+      const replicas = placeableReplicas(nc);
       // With a server of the cluster down, it is made with one copy now and raised at the next start.
       await create(replicas).catch((err: unknown) => {
         if (replicas > 1 && isTooFewPeers(err)) return create(1);

@@ -2,9 +2,11 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { freePort } from "@mesh/testkit";
 import {
+  BusTlsError,
   BusUnreachableError,
   closeBus,
   connectBus,
+  explainBusError,
   createAuthority,
   credsFor,
   newUserKeys,
@@ -34,6 +36,31 @@ void describe("connectBus", () => {
   });
   after(async () => {
     await bus.stop();
+  });
+
+  void it("refuses a tls:// URL given without a CA before connecting, naming --bus-ca", async () => {
+    await assert.rejects(
+      connectBus({ servers: ["tls://127.0.0.1:1"], creds, name: "agent" }),
+      (err: unknown) => {
+        assert.ok(err instanceof BusTlsError);
+        assert.equal(err.problem, "no-ca");
+        assert.match(err.message, /uses TLS and no bus CA was given: pass .*--bus-ca FILE/);
+        return true;
+      },
+    );
+  });
+
+  void it("says a server certificate for another address is one, with the fix", () => {
+    const tlsError = Object.assign(
+      new Error(
+        "Hostname/IP does not match certificate's altnames: IP: 10.0.0.9 is not in the cert's list: 10.0.0.1",
+      ),
+      { code: "ERR_TLS_CERT_ALTNAME_INVALID" },
+    );
+    const explained = explainBusError(tlsError, "node-2", "tls://10.0.0.9:4222");
+    assert.ok(explained instanceof BusTlsError);
+    assert.equal(explained.problem, "wrong-name");
+    assert.match(explained.message, /is not for the address node-2 used .* mesh bus-config --server/);
   });
 
   void it("says plainly when no server answers at the address", async () => {

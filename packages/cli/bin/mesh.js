@@ -1,7 +1,16 @@
 #!/usr/bin/env node
 // The mesh command: the built JavaScript under dist/, run by plain node (no TypeScript compiled at
 // start-up). `npm ci` builds it (the workspace's `prepare`); `npm run build` does it again.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+
+// `mesh --version` alone needs none of the program: it answers before the program is loaded (the
+// same version the program's own --version prints, from the same package.json).
+const asked = process.argv.slice(2);
+if (asked.length === 1 && (asked[0] === "--version" || asked[0] === "-V")) {
+  const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
+  process.stdout.write(`${version}\n`);
+  process.exit(0);
+}
 
 const main = new URL("../dist/main.js", import.meta.url);
 if (!existsSync(main)) {

@@ -33,27 +33,65 @@ export function busOf(values: readonly string[] | string | undefined): string[] 
   return urls;
 }
 
-/** `--bus`, as Commander collects it (each use of the flag, each maybe comma-separated). */
+/** `--bus` (each use of the flag, each maybe comma-separated) and `--bus-ca`, as Commander collects them. */
 export interface BusFlags {
   bus?: string[];
+  busCa?: string;
 }
 
-/** Adds `--bus URL[,URL…]` to `command`: the bus to ask, in place of the one `<state>/bus.json` names. */
+/** `--bus-ca FILE`'s flag and help, for every command that connects to the bus. */
+export const BUS_CA_OPTION = [
+  "--bus-ca <file>",
+  "the mesh's bus CA (ca.pem in mesh bus-config's --tls-dir) when the bus uses TLS (tls:// URLs)",
+] as const;
+
+/**
+ * Adds `--bus URL[,URL…]` and `--bus-ca FILE` to `command`: the bus to ask, in place of the one
+ * `<state>/bus.json` names, and the CA it is trusted by.
+ */
 export function withBusFlags(command: Command): Command {
-  return command.option(
-    "--bus <url,...>",
-    "the bus's URLs, in place of the ones the state directory names (e.g. from another machine of a cluster)",
-    (value: string, before: string[] | undefined) => [...(before ?? []), value],
-  );
+  return command
+    .option(
+      "--bus <url,...>",
+      "the bus's URLs, in place of the ones the state directory names (e.g. from another machine of a cluster)",
+      (value: string, before: string[] | undefined) => [...(before ?? []), value],
+    )
+    .option(...BUS_CA_OPTION);
 }
 
 /**
- * The `AskOptions` part that `--bus` sets.
+ * The `AskOptions` part that `--bus` and `--bus-ca` set.
  * @throws CliExit (usage) for a URL that is not nats:// or tls://.
  */
-export function busOverride(flags: BusFlags): { servers?: readonly string[] } {
+export function busOverride(flags: BusFlags): { servers?: readonly string[]; caFile?: string } {
   const servers = busOf(flags.bus);
-  return servers === undefined ? {} : { servers };
+  return {
+    ...(servers === undefined ? {} : { servers }),
+    ...(flags.busCa === undefined ? {} : { caFile: resolve(flags.busCa) }),
+  };
+}
+
+/**
+ * The bus CA in `file` (`--bus-ca`), as PEM text, or undefined without the flag.
+ * @throws CliExit (usage) when the file cannot be read or holds no PEM certificate.
+ */
+export async function busCaOf(file: string | undefined): Promise<string | undefined> {
+  if (file === undefined) return undefined;
+  let text: string;
+  try {
+    text = await readFile(file, "utf8");
+  } catch (err) {
+    throw new CliExit(
+      EXIT_USAGE,
+      `--bus-ca: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
+    );
+  }
+  if (!text.includes("-----BEGIN CERTIFICATE-----"))
+    throw new CliExit(
+      EXIT_USAGE,
+      `--bus-ca: ${file} holds no PEM certificate: give the ca.pem that mesh bus-config made in its --tls-dir`,
+    );
+  return text;
 }
 
 /** How to ask. */
@@ -70,12 +108,14 @@ export interface AskOptions {
   readonly waiting?: string;
   /** The bus's URLs, in place of `<state>/bus.json`'s (`--bus`). */
   readonly servers?: readonly string[];
+  /** The bus CA's file, in place of the one `<state>/bus.json` keeps (`--bus-ca`). */
+  readonly caFile?: string;
 }
 
 /**
  * Sends `body` on `subject` to the controller of the mesh whose state is in `state`, with the
- * operator's credentials (`<state>/operator.creds`, the bus's address from `<state>/bus.json` unless
- * `options.servers` names it), and
+ * operator's credentials (`<state>/operator.creds`, the bus's address and CA from `<state>/bus.json`
+ * unless `options.servers` and `options.caFile` name them), and
  * returns its JSON answer.
  * @throws CliExit (EXIT_UNREACHABLE) when no mesh ran there, the bus refuses or does not answer, or
  * the controller does not answer in time.
@@ -95,13 +135,21 @@ async function askOnce<T>(state: string, subject: string, body: string, options:
   const { OPERATOR_IDENTITY } = await import("@mesh/controller");
   let servers: string[];
   let creds: Uint8Array;
+  let ca = await busCaOf(options.caFile);
   try {
     creds = await readFile(join(state, "operator.creds"));
-    servers =
-      options.servers !== undefined
-        ? [...options.servers]
-        : (JSON.parse(await readFile(join(state, "bus.json"), "utf8")) as { servers: string[] }).servers;
-  } catch {
+    // With --bus, bus.json is read only for its CA, and may be missing (a state copied without it).
+    const bus = await readFile(join(state, "bus.json"), "utf8").then(
+      (text) => JSON.parse(text) as { servers: string[]; ca?: string },
+      (err: unknown) => {
+        if (options.servers !== undefined) return undefined;
+        throw err;
+      },
+    );
+    servers = options.servers !== undefined ? [...options.servers] : (bus?.servers ?? []);
+    ca ??= bus?.ca;
+  } catch (err) {
+    if (err instanceof CliExit) throw err;
     throw new CliExit(EXIT_UNREACHABLE, `no mesh has run with state in ${state}; start one with \`mesh up\``);
   }
   let nc;
@@ -111,6 +159,7 @@ async function askOnce<T>(state: string, subject: string, body: string, options:
       creds,
       name: options.name ?? "mesh",
       inboxPrefix: inboxPrefix(OPERATOR_IDENTITY),
+      ...(ca !== undefined ? { ca } : {}),
     });
   } catch (err) {
     throw new CliExit(EXIT_UNREACHABLE, `the mesh in ${state} does not answer: ${(err as Error).message}`);

@@ -2,6 +2,8 @@
 // each command. This is the one place they are written; every command's help shows its own from
 // here (cli.ts adds them), and README's "Scripting" section repeats the general list.
 
+import { TOOL_GROUPS, TOOL_NAMES } from "@mesh/manifest";
+
 /** Done as asked (for `mesh up`, `mesh agent` and `mesh provider`: stopped cleanly by Ctrl-C or SIGTERM). */
 export const EXIT_OK = 0;
 /** Refused or failed: the mesh or a provider said no, a check found errors, a part could not start. */
@@ -57,13 +59,10 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
     [EXIT_USAGE]: "a setting is missing or bad",
   },
   tool: TOOL,
-  "tool status": TOOL,
-  "tool retire": TOOL,
-  "tool retire list": TOOL,
-  "tool retire approve": TOOL,
-  "tool cleanup": TOOL,
-  "tool cleanup list": TOOL,
-  "tool cleanup delete": TOOL,
+  // Every tool in the table, and the word that groups two-word ones (`tool retire`).
+  ...Object.fromEntries(
+    [...Object.keys(TOOL_GROUPS), ...TOOL_NAMES].map((name) => [`tool ${name}`, TOOL] as const),
+  ),
   up: {
     [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
     [EXIT_REFUSED]: "the fleet was refused, or a part could not start",

@@ -5,7 +5,7 @@ import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { decodeJoinToken, encodeJoinToken, writeFileAtomic } from "@mesh/bus";
-import { askController, busOverride, stateDirOf } from "./controller-request.ts";
+import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
@@ -107,6 +107,7 @@ export function addJoinTokenCommand(program: Command, io: CliIo): void {
       "the bus's URLs, in place of the ones the state directory names",
       (value: string, before: string[] | undefined) => [...(before ?? []), value],
     )
+    .option(...BUS_CA_OPTION)
     .option("--json", "print {node, servers, renewed, token or out} as JSON, for scripts")
     .addHelpText("after", HELP)
     .action(
@@ -119,6 +120,7 @@ export function addJoinTokenCommand(program: Command, io: CliIo): void {
           state?: string;
           json?: boolean;
           bus?: string[];
+          busCa?: string;
         },
       ) => {
         if (flags.advertise !== undefined) {

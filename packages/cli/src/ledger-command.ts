@@ -3,7 +3,7 @@
 // controller with the operator's credentials, as `mesh status` asks.
 import type { Command } from "commander";
 import type { LedgerRecord } from "@mesh/bus";
-import { askController, busOverride, stateDirOf } from "./controller-request.ts";
+import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatBytes, formatJson, formatTable, formatTime, maskDeep } from "./format.ts";
@@ -39,9 +39,13 @@ export function addLedgerCommand(program: Command, io: CliIo): void {
       "the bus's URLs, in place of the ones the state directory names",
       (value: string, before: string[] | undefined) => [...(before ?? []), value],
     )
+    .option(...BUS_CA_OPTION)
     .addHelpText("after", HELP)
     .action(
-      async (module: string, flags: { limit: string; json?: boolean; state?: string; bus?: string[] }) => {
+      async (
+        module: string,
+        flags: { limit: string; json?: boolean; state?: string; bus?: string[]; busCa?: string },
+      ) => {
         const limit = Number(flags.limit);
         if (!/^\d+$/.test(flags.limit.trim()) || !Number.isInteger(limit) || limit < 1) {
           throw new CliExit(EXIT_USAGE, `--limit ${flags.limit} is not a whole number of entries, 1 or more`);

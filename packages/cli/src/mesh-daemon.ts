@@ -13,7 +13,8 @@ import { join, resolve } from "node:path";
 import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic } from "@mesh/bus";
 import type { Agent, IsolationMode, StateLock } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
-import { ListenError, parseDuration } from "@mesh/sdk";
+import { parseDuration } from "@mesh/sdk";
+import { ListenError } from "@mesh/sdk/provider";
 import type { EmbeddedBus } from "./embedded-bus.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
@@ -57,6 +58,8 @@ export interface MeshRunOptions {
   readonly nodes?: readonly string[];
   /** An existing bus's URLs; the embedded nats-server when absent. */
   readonly bus?: readonly string[];
+  /** The mesh's bus CA (PEM) when the existing bus uses TLS (`--bus-ca`). */
+  readonly ca?: string;
   /** Where the embedded nats-server listens (default loopback). */
   readonly listen?: string;
   /** The address other machines reach the bus at, for the join tokens written. */
@@ -92,6 +95,7 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     metricsRoute,
     startControllerHttp,
     dashboardRoutes,
+    keepScrapeTargets,
   } = await import("@mesh/controller");
   const { startAgent, AgentStartAbortedError, stopLeftoverModules } = await import("@mesh/agent");
   const { startEmbeddedBus } = await import("./embedded-bus.ts");
@@ -165,7 +169,10 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     let servers: readonly string[];
     if (options.bus !== undefined) {
       servers = options.bus;
-      say(`1/${steps} the bus: the NATS servers at ${servers.join(", ")} (no nats-server is started here)`);
+      say(
+        `1/${steps} the bus: the NATS servers at ${servers.join(", ")} (no nats-server is started here)` +
+          (options.ca !== undefined ? "; TLS, trusting the bus CA given" : ""),
+      );
     } else {
       say(`1/${steps} the bus: starting nats-server (state in ${busDir})`);
       let bus: EmbeddedBus;
@@ -190,7 +197,12 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
       permissions: operatorPermissions(),
     });
     await writePrivate(join(state, "operator.creds"), credsFor(jwt, keys.seed));
-    await writePrivate(join(state, "bus.json"), JSON.stringify({ servers }));
+    // The CA with the URLs: mesh status and the other commands of this state trust the same servers.
+    const ca = options.ca;
+    await writePrivate(
+      join(state, "bus.json"),
+      JSON.stringify({ servers, ...(ca !== undefined ? { ca } : {}) }),
+    );
 
     say(`2/${steps} the controller: reading ${fleetFile}`);
     let controller: Controller;
@@ -199,6 +211,7 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
         stateDir: join(state, "controller"),
         fleetFile,
         servers,
+        ...(ca !== undefined ? { ca } : {}),
         authority,
         logger: prefixed(io, "controller"),
         observer: metrics.observer,
@@ -210,6 +223,16 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     stopping.push(() => controller.stop());
     if (stopped()) return;
     metrics.follow(() => controller.status());
+    // Where Prometheus finds every /metrics of the fleet (file_sd), whatever ports they took.
+    const scrapeTargets = scrapeTargetsPath(state);
+    const targets = await keepScrapeTargets({
+      file: scrapeTargets,
+      status: () => controller.status(),
+      controllerUrl: server.url,
+      onError: (err) => say(`    cannot write the scrape targets ${scrapeTargets}: ${err.message}`),
+    });
+    stopping.push(() => Promise.resolve(targets.stop()));
+    say(`    Prometheus finds every /metrics of the fleet in ${scrapeTargets} (file_sd)`);
     for (const route of dashboardRoutes({ sources: controller, tokenRequired: operatorToken !== undefined }))
       server.route(route);
     say(
@@ -269,10 +292,12 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
             stateDir: join(nodesDir, node),
             joinToken: await controller.joinToken(node),
             servers,
+            ...(ca !== undefined ? { ca } : {}),
             logger: prefixed(io, node),
             signal: stops.signal,
             timings: { ...agentLogOptions(io).timings, stopGraceMs: graceMs },
             isolation,
+            scrapeTargets,
           });
           agents.push(agent);
         } catch (err) {
@@ -303,6 +328,11 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     stops.dispose();
   }
   say("stopped");
+}
+
+/** `<state>/scrape/targets.json`: the file_sd JSON the controller of `state` keeps. */
+export function scrapeTargetsPath(state: string): string {
+  return join(state, "scrape", "targets.json");
 }
 
 async function writePrivate(path: string, data: string | Uint8Array): Promise<void> {

@@ -6,7 +6,7 @@ import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import type { ComparedFleet, FleetPlanDiff, ProviderPlan } from "@mesh/controller";
 import { formatProblem, ProblemsError } from "@mesh/manifest";
-import { askController, busOverride, stateDirOf } from "./controller-request.ts";
+import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_PLAN_CHANGES, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -48,6 +48,7 @@ interface PlanFlags {
   readonly detailedExitcode?: boolean;
   readonly empty?: boolean;
   readonly bus?: string[];
+  readonly busCa?: string;
 }
 
 /** Adds `mesh plan` to `program`. */
@@ -65,6 +66,7 @@ export function addPlanCommand(program: Command, io: CliIo): void {
       "the bus's URLs, in place of the ones the state directory names",
       (value: string, before: string[] | undefined) => [...(before ?? []), value],
     )
+    .option(...BUS_CA_OPTION)
     .option("--json", "print the plan as JSON, for scripts")
     .option(
       "--detailed-exitcode",

@@ -1,16 +1,16 @@
 // `mesh provider <name>`: runs one provider in the foreground until Ctrl-C or SIGTERM.
 
 import { Argument, type Command } from "commander";
+import { consoleLogger } from "@mesh/sdk";
 import {
   ProviderSettingsError,
-  consoleLogger,
   redactSecrets,
   resolveProviderSettings,
   secretsOfUrl,
   startProviderProcess,
   untilStopSignal,
-} from "@mesh/sdk";
-import type { ProviderProcess } from "@mesh/sdk";
+} from "@mesh/sdk/provider";
+import type { ProviderProcess } from "@mesh/sdk/provider";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
 import { PROVIDER_NAMES, type ProviderName, loadProvider } from "./providers.ts";

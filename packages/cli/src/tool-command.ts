@@ -6,27 +6,38 @@
 
 import { createInterface } from "node:readline/promises";
 import type { Command } from "commander";
-import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
-import type { ControlResults, ControlTool } from "@mesh/sdk";
+import {
+  isChangingTool,
+  isModuleName,
+  MODULE_NAME_RULE,
+  TOOL_GROUPS,
+  TOOL_TABLE,
+  toolDefinition,
+  toolUsage,
+  type ChangingToolName,
+  type ToolDefinition,
+} from "@mesh/manifest";
+import type { ControlResults, ControlTool } from "@mesh/sdk/provider";
+import { InvalidDurationError, InvalidLoginError, ToolError, isValidLogin, parseDuration } from "@mesh/sdk";
 import {
   BadControlRequestError,
   CONTROL_TOOLS,
   ControlUnreachableError,
-  InvalidDurationError,
-  InvalidLoginError,
-  ToolError,
   callControl,
   checkControlRequest,
-  isValidLogin,
-  parseDuration,
-} from "@mesh/sdk";
-import { askController, busOverride, stateDirOf } from "./controller-request.ts";
+} from "@mesh/sdk/provider";
+import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatBytes, formatJson, formatTable, formatTime, maskDeep, maskUrls } from "./format.ts";
 import type { CliIo } from "./io.ts";
 import { withProgress } from "./progress.ts";
 import { osUserName } from "./who.ts";
+
+/** The tools that change something, which ask for confirmation: "retire approve and cleanup delete". */
+const CONFIRMED_TOOLS = TOOL_TABLE.filter((t) => !t.readOnly)
+  .map((t) => t.name)
+  .join(" and ");
 
 interface ToolFlags {
   readonly control?: string;
@@ -35,6 +46,7 @@ interface ToolFlags {
   readonly timeout?: string;
   readonly yes?: boolean;
   readonly bus?: string[];
+  readonly busCa?: string;
 }
 
 /** Asks one tool and returns its answer; says why on failure with the right exit code. */
@@ -63,14 +75,15 @@ export function addToolCommand(program: Command, io: CliIo): void {
       "the bus's URLs, in place of the ones the state directory names",
       (value: string, before: string[] | undefined) => [...(before ?? []), value],
     )
+    .option(...BUS_CA_OPTION)
     .option("--json", "print the answer as JSON, for scripts")
     .option("--timeout <duration>", "how long to wait for the answer", "2m")
     .option("--yes", "do not ask for confirmation before a deletion or an approval (for scripts)")
     .addHelpText(
       "after",
       `
-Tools: ${CONTROL_TOOLS.join(", ")}.
-cleanup delete and retire approve ask for confirmation on a terminal; with no terminal, pass --yes.
+Tools: ${CONTROL_TOOLS.map((t) => toolUsage(t)).join(", ")}.
+${CONFIRMED_TOOLS} ask for confirmation on a terminal; with no terminal, pass --yes.
 
 Examples:
   $ mesh tool postgres status
@@ -115,78 +128,54 @@ Examples:
     await perform(io, flags, localAsker(io, flags), name, args);
   };
 
-  tool
-    .command("status")
-    .description("every consumer: its state, failure class, since when and why")
-    .addHelpText(
-      "after",
-      `\nExamples:\n  $ mesh tool postgres status\n  $ mesh tool postgres status --json\n  $ mesh tool --control /run/mesh/postgres.sock status`,
-    )
-    .action((_opts: unknown, cmd: Command) => local("status")(cmd, []));
+  // One subcommand per tool in the table, the two-word ones under their first word.
+  const groups = new Map<string, Command>();
+  for (const def of TOOL_TABLE as readonly (ToolDefinition & { readonly name: ControlTool })[]) {
+    const words = def.name.split(" ");
+    const last = words.pop() ?? def.name;
+    let parent = tool;
+    const group = words[0];
+    if (group !== undefined) {
+      parent =
+        groups.get(group) ??
+        tool
+          .command(group)
+          .description(TOOL_GROUPS[group] ?? `the ${group} tools`)
+          .addHelpText(
+            "after",
+            `\nExamples:\n${TOOL_TABLE.filter((t) => t.name.startsWith(`${group} `))
+              .map((t) => `  $ mesh tool postgres ${exampleCall(t)}`)
+              .join("\n")}`,
+          );
+      groups.set(group, parent);
+    }
+    const sub = parent.command(last).description(def.summary);
+    for (const arg of def.args) sub.argument(arg.optional ? `[${arg.name}]` : `<${arg.name}>`, arg.help);
+    const examples = [
+      `  $ mesh tool postgres ${exampleCall(def)}`,
+      ...(def.readOnly ? [`  $ mesh tool postgres ${def.name} --json`] : []),
+      `  $ mesh tool --control /run/mesh/postgres.sock ${exampleCall(def)}${def.confirm ? " --yes" : ""}`,
+    ];
+    if (def.confirm !== undefined) {
+      sub.option("--yes", `do not ask to type ${def.confirm.typed} (for scripts)`);
+      sub.addHelpText(
+        "after",
+        `\nAsks you to type ${def.confirm.typed} before it ${def.confirm.effect}; with no terminal, pass --yes.\n\nExamples:\n${examples.join("\n")}`,
+      );
+    } else {
+      sub.addHelpText("after", `\nExamples:\n${examples.join("\n")}`);
+    }
+    sub.action((...params: unknown[]) => {
+      const cmd = params.at(-1) as Command;
+      const args = params.slice(0, def.args.length).filter((a): a is string => typeof a === "string");
+      return local(def.name)(cmd, args);
+    });
+  }
+}
 
-  const retire = tool
-    .command("retire")
-    .description("the set of unasked consumers that waits for a person")
-    .addHelpText(
-      "after",
-      `\nExamples:\n  $ mesh tool postgres retire list\n  $ mesh tool postgres retire approve 3f9c2a`,
-    );
-  retire
-    .command("list")
-    .description("show the set waiting for approval, its id, and the bound it is past")
-    .addHelpText(
-      "after",
-      `\nExamples:\n  $ mesh tool postgres retire list\n  $ mesh tool postgres retire list --json\n  $ mesh tool --control /run/mesh/postgres.sock retire list`,
-    )
-    .action((_opts: unknown, cmd: Command) => local("retire list")(cmd, []));
-  retire
-    .command("approve")
-    .description("retire the waiting set (the one named by ID; refused if it has changed)")
-    .argument("[id]", "the id `retire list` shows")
-    .option("--yes", "do not ask to type the set's id (for scripts)")
-    .addHelpText(
-      "after",
-      `
-Shows the waiting set and asks you to type its id before it retires anything; with no terminal, pass --yes.
-
-Examples:
-  $ mesh tool postgres retire approve 3f9c2a
-  $ mesh tool --control /run/mesh/postgres.sock retire approve 3f9c2a --yes`,
-    )
-    .action((id: string | undefined, _opts: unknown, cmd: Command) =>
-      local("retire approve")(cmd, id === undefined ? [] : [id]),
-    );
-
-  const cleanup = tool
-    .command("cleanup")
-    .description("retired consumers, and deleting one for good")
-    .addHelpText(
-      "after",
-      `\nExamples:\n  $ mesh tool postgres cleanup list\n  $ mesh tool postgres cleanup delete app_umami`,
-    );
-  cleanup
-    .command("list")
-    .description("retired consumers that `cleanup delete` could remove")
-    .addHelpText(
-      "after",
-      `\nExamples:\n  $ mesh tool postgres cleanup list\n  $ mesh tool postgres cleanup list --json\n  $ mesh tool --control /run/mesh/postgres.sock cleanup list`,
-    )
-    .action((_opts: unknown, cmd: Command) => local("cleanup list")(cmd, []));
-  cleanup
-    .command("delete")
-    .description("delete one retired, unasked consumer, login and data, for good")
-    .argument("<login>", "the retired consumer's login")
-    .option("--yes", "do not ask to type the login (for scripts)")
-    .addHelpText(
-      "after",
-      `
-Asks you to type the login again before it deletes anything; with no terminal, pass --yes.
-
-Examples:
-  $ mesh tool postgres cleanup delete app_umami
-  $ mesh tool --control /run/mesh/postgres.sock cleanup delete app_umami --yes`,
-    )
-    .action((login: string, _opts: unknown, cmd: Command) => local("cleanup delete")(cmd, [login]));
+/** The tool called with its arguments' example values: `cleanup delete app_umami`. */
+function exampleCall(def: ToolDefinition): string {
+  return [def.name, ...def.args.map((a) => a.example)].join(" ");
 }
 
 function controlPath(flags: ToolFlags, io: CliIo): string | undefined {
@@ -294,9 +283,10 @@ async function perform(
   args: readonly string[],
   module?: string,
 ): Promise<void> {
-  if (name === "cleanup delete" && args[0] !== undefined && !isValidLogin(args[0])) {
-    throw new CliExit(EXIT_USAGE, new InvalidLoginError(args[0]).message);
-  }
+  const badLogin = toolDefinition(name).args.findIndex(
+    (a, i) => a.name === "login" && args[i] !== undefined && !isValidLogin(args[i]),
+  );
+  if (badLogin !== -1) throw new CliExit(EXIT_USAGE, new InvalidLoginError(args[badLogin] ?? "").message);
   try {
     checkControlRequest({ tool: name, args, who: osUserName() });
   } catch (err) {
@@ -308,7 +298,7 @@ async function perform(
   const paint = paintFor(io, "out");
   const again = module === undefined ? "mesh tool" : `mesh tool ${module}`;
   let sent = args;
-  if ((name === "cleanup delete" || name === "retire approve") && flags.yes !== true) {
+  if (isChangingTool(name) && flags.yes !== true) {
     sent = await confirmChange(io, ask, name, args);
   }
   switch (name) {
@@ -383,7 +373,7 @@ async function perform(
 async function confirmChange(
   io: CliIo,
   ask: Asker,
-  name: "cleanup delete" | "retire approve",
+  name: ChangingToolName,
   args: readonly string[],
 ): Promise<readonly string[]> {
   if (name === "cleanup delete") {

@@ -7,6 +7,8 @@ import type { Command } from "commander";
 import type { Agent, IsolationMode } from "@mesh/agent";
 import {
   askController,
+  BUS_CA_OPTION,
+  busCaOf,
   busOf,
   busOverride,
   stateDirOf,
@@ -30,6 +32,7 @@ type DaemonFlags = {
   http?: string;
   operatorTokenFile?: string;
   bus?: string[];
+  busCa?: string;
 } & LogFlags;
 
 // The flags `mesh up` and `mesh controller` share: where the state is, the bus, how it is reached.
@@ -42,6 +45,7 @@ function withDaemonFlags(command: Command): Command {
       "an existing NATS cluster's URLs (configured by mesh bus-config from this state); no nats-server is started",
       (value: string, before: string[] | undefined) => [...(before ?? []), value],
     )
+    .option(...BUS_CA_OPTION)
     .option(
       "--listen <host>",
       "the address the embedded nats-server listens on; other machines' agents reach it there (default: 127.0.0.1)",
@@ -60,12 +64,19 @@ function withDaemonFlags(command: Command): Command {
     );
 }
 
-function daemonOptions(fleet: string, flags: DaemonFlags, io: CliIo) {
+async function daemonOptions(fleet: string, flags: DaemonFlags, io: CliIo) {
+  if (flags.busCa !== undefined && flags.bus === undefined)
+    throw new CliExit(
+      EXIT_USAGE,
+      "--bus-ca is for an existing cluster with TLS (--bus tls://…): the embedded nats-server uses no TLS",
+    );
+  const ca = await busCaOf(flags.busCa);
   return {
     fleetFile: resolve(fleet),
     state: stateDirOf(flags.state, io),
     io: logIo(io, flags),
     ...(flags.bus !== undefined ? { bus: busOf(flags.bus) } : {}),
+    ...(ca !== undefined ? { ca } : {}),
     ...(flags.listen !== undefined ? { listen: flags.listen } : {}),
     ...(flags.advertise !== undefined ? { advertise: flags.advertise } : {}),
     ...(flags.http !== undefined ? { http: flags.http } : {}),
@@ -109,7 +120,7 @@ Examples:
       async (fleet: string, flags: DaemonFlags & { node?: string[]; isolation: string; grace?: string }) => {
         await runMesh({
           role: "up",
-          ...daemonOptions(fleet, flags, io),
+          ...(await daemonOptions(fleet, flags, io)),
           ...(flags.node !== undefined ? { nodes: flags.node } : {}),
           graceMs: graceOf(flags.grace),
           isolation: isolationOf(flags.isolation),
@@ -145,7 +156,7 @@ Examples:
     .action(async (fleet: string, flags: DaemonFlags & { standbyOf?: string }) => {
       await runMesh({
         role: "controller",
-        ...daemonOptions(fleet, flags, io),
+        ...(await daemonOptions(fleet, flags, io)),
         ...(flags.standbyOf !== undefined ? { standbyOf: flags.standbyOf } : {}),
       });
     });
@@ -162,6 +173,10 @@ Examples:
       "--bus <url,...>",
       "the bus's URLs, in place of the ones the join token (or the last enrollment) names",
       (value: string, before: string[] | undefined) => [...(before ?? []), value],
+    )
+    .option(
+      "--bus-ca <file>",
+      "the mesh's bus CA (ca.pem in mesh bus-config's --tls-dir), in place of the one the join token carries (or the last start kept)",
     )
     .option("--state <dir>", "the node's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
     .option(
@@ -199,6 +214,7 @@ stops the modules (SIGKILL after --grace), then the agent.`,
           graceOf(flags.grace),
           isolationOf(flags.isolation),
           busOf(flags.bus),
+          await busCaOf(flags.busCa),
         );
       },
     );
@@ -266,6 +282,7 @@ async function agent(
   graceMs: number,
   isolation: IsolationMode,
   servers: readonly string[] | undefined,
+  ca: string | undefined,
 ): Promise<void> {
   const { startAgent, AgentStartAbortedError, StateLockedError } = await import("@mesh/agent");
   const { watchStopSignals, killRecorded } = await import("./stop-signals.ts");
@@ -291,6 +308,7 @@ async function agent(
         stateDir: state,
         joinToken,
         ...(servers !== undefined ? { servers } : {}),
+        ...(ca !== undefined ? { ca } : {}),
         logger: prefixed(io, node),
         signal: stops.signal,
         timings: { ...agentLogOptions(io).timings, stopGraceMs: graceMs },
@@ -315,7 +333,7 @@ async function ask<T>(
   what: "status" | "rotate",
   body: string,
   io: CliIo,
-  bus: { servers?: readonly string[] },
+  bus: { servers?: readonly string[]; caFile?: string },
 ): Promise<T> {
   const { STATUS_SUBJECT, ROTATE_SUBJECT } = await import("@mesh/controller");
   const subject = what === "status" ? STATUS_SUBJECT : ROTATE_SUBJECT;
@@ -331,7 +349,7 @@ async function status(
   state: string,
   json: boolean,
   io: CliIo,
-  bus: { servers?: readonly string[] },
+  bus: { servers?: readonly string[]; caFile?: string },
 ): Promise<void> {
   const answer = maskedAnswer(await ask<StatusAnswer>(state, "status", "{}", io, bus));
   io.out(json ? formatJson(answer) : formatStatus(answer, Date.now(), paintFor(io, "out")));

@@ -27,7 +27,7 @@ describe("mesh check", () => {
   it("exits 0 for the example fleet, checked from its fleet file", async () => {
     const run = await check(["--fleet", FLEET]);
     assert.equal(run.code, 0, run.stdout + run.stderr);
-    assert.match(run.stdout, /9 modules checked: 0 errors, 0 warnings/);
+    assert.match(run.stdout, /14 modules checked: 0 errors, 0 warnings/);
   });
 
   it("exits 0 for a clean set of module directories", async () => {

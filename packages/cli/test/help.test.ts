@@ -5,10 +5,11 @@ import { readFileSync } from "node:fs";
 import { Readable } from "node:stream";
 import { describe, it } from "node:test";
 import type { Command } from "commander";
+import { TOOL_NAMES } from "@mesh/manifest";
 import { allCommands, buildProgram, commandPath } from "../src/cli.ts";
 import { COMMAND_EXIT_CODES, EXIT_CODE_MEANINGS } from "../src/exit-codes.ts";
 import type { CliIo } from "../src/io.ts";
-import { meshInProcess as mesh } from "./run-mesh.ts";
+import { meshInProcess as mesh, runMesh } from "./run-mesh.ts";
 
 const quietIo: CliIo = { out: () => {}, err: () => {}, env: {}, stdin: Readable.from([]) };
 const commands = allCommands(buildProgram(quietIo));
@@ -30,13 +31,10 @@ describe("mesh's help", () => {
       "status",
       "plan",
       "tool",
-      "tool status",
+      // Every tool of the table that the control socket answers, and the words grouping them.
+      ...TOOL_NAMES.map((name) => `tool ${name}`),
       "tool retire",
-      "tool retire list",
-      "tool retire approve",
       "tool cleanup",
-      "tool cleanup list",
-      "tool cleanup delete",
       "ledger",
       "check",
       "explain",
@@ -126,5 +124,11 @@ describe("mesh's help", () => {
       version: string;
     };
     assert.equal(run.stdout, `${version}\n`);
+    // bin/mesh.js answers --version (and -V) alone before loading the program: the same line.
+    for (const flag of ["--version", "-V"]) {
+      const spawned = await runMesh([flag]);
+      assert.equal(spawned.code, 0, spawned.stderr);
+      assert.equal(spawned.stdout, `${version}\n`, flag);
+    }
   });
 });

@@ -11,7 +11,8 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { createAuthority } from "@mesh/bus";
 import { startController, type Controller } from "@mesh/controller";
-import { serveControl, type ControlServer, type ProvisionerTools, type StatusReport } from "@mesh/sdk";
+import { type ProvisionerTools, type StatusReport } from "@mesh/sdk";
+import { serveControl, type ControlServer } from "@mesh/sdk/provider";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { PlanReport } from "../src/plan-command.ts";
 import type { StatusAnswer } from "../src/status-command.ts";
@@ -114,7 +115,10 @@ describe("--json on every command that reads", { timeout: 60_000 }, () => {
       "api-client",
       "counter",
       "files",
+      "mysqld-exporter",
       "notes",
+      "postgres-exporter",
+      "redis-exporter",
     ]);
     assert.equal(answer.fleet?.file, FLEET);
     for (const c of answer.consumers ?? []) {
@@ -149,8 +153,8 @@ describe("--json on every command that reads", { timeout: 60_000 }, () => {
     const empty = await both("plan", FLEET, "--empty");
     const fresh = empty.parsed as PlanReport;
     assert.equal(fresh.changed, true);
-    assert.equal(fresh.summary.create, 4);
-    assert.match(empty.text.stdout, /Plan: 4 consumers to create/);
+    assert.equal(fresh.summary.create, 7);
+    assert.match(empty.text.stdout, /Plan: 7 consumers to create/);
 
     const broken = join(dir, "broken.yaml");
     await writeFile(

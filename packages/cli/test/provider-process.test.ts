@@ -10,7 +10,7 @@ import {
   callControl,
   resolveProviderSettings,
   startProviderProcess,
-} from "@mesh/sdk";
+} from "@mesh/sdk/provider";
 
 const PASSWORD = "adm1n-S3cret/with@odd chars";
 const ADMIN_URL = `memory://mesh_admin:${encodeURIComponent(PASSWORD)}@127.0.0.1:1/store`;

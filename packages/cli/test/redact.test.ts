@@ -1,7 +1,7 @@
 // What the CLI and the provider process say about admin URLs rests on these.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { UNREADABLE_URL, redactSecrets, redactUrl, redactingLogger, secretsOfUrl } from "@mesh/sdk";
+import { UNREADABLE_URL, redactSecrets, redactUrl, redactingLogger, secretsOfUrl } from "@mesh/sdk/provider";
 
 describe("redactUrl", () => {
   it("replaces the password and keeps the rest", () => {

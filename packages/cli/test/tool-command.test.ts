@@ -8,8 +8,10 @@ import { closeBus, connectBus, createAuthority, credsFor, newUserKeys, type BusP
 import { TOOL_REQUEST_SUBJECT } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { CleanupEntry, ControlServer, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
-import { ToolError, serveControl } from "@mesh/sdk";
+import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
+import type { ControlServer } from "@mesh/sdk/provider";
+import { ToolError } from "@mesh/sdk";
+import { serveControl } from "@mesh/sdk/provider";
 import { MESH_BIN, cleanEnv, meshInProcess, writeOperatorState, type InProcessRun } from "./run-mesh.ts";
 
 const STATUS: StatusReport = {

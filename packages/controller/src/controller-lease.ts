@@ -11,6 +11,11 @@ export interface LeaseRecord {
   readonly holder: string;
   /** Counts the leaders: each one that takes the lease over takes the next term. */
   readonly term: number;
+  /**
+   * Given up by its holder on a clean stop: another controller takes it over at once, in the next
+   * term, instead of waiting for it to run out.
+   */
+  readonly released?: true;
 }
 
 /** How often the lease is renewed and how long silence lasts before someone acts on it. */
@@ -109,11 +114,17 @@ export class ControllerLease {
     const waited = this.#now() - this.#changedAt >= this.#timings.takeOverAfterMs;
     const record = { holder: this.#self, term: (seen?.record?.term ?? 0) + 1 };
     if (seen === undefined) return this.#patient && !waited ? { kind: "wait" } : { kind: "create", record };
-    // A lease of this controller's own id was left by its previous run: nobody led since (the
-    // write is on its revision), so it takes it back in the same term.
+    // A lease of this controller's own id was left by its previous run (given up or not): nobody
+    // led since (the write is on its revision), so it takes it back in the same term.
     if (seen.record?.holder === this.#self && seen.record.term > 0 && !this.#patient) {
-      return { kind: "update", revision: seen.revision, record: seen.record };
+      return {
+        kind: "update",
+        revision: seen.revision,
+        record: { holder: seen.record.holder, term: seen.record.term },
+      };
     }
+    // Its holder stopped cleanly and gave it up: nobody leads, so nothing is to be waited out.
+    if (seen.record?.released === true) return { kind: "update", revision: seen.revision, record };
     return waited ? { kind: "update", revision: seen.revision, record } : { kind: "wait" };
   }
 
@@ -134,9 +145,17 @@ export class ControllerLease {
     this.#drop();
   }
 
-  /** Gives the lease up (this controller stops): it leads no more. */
-  release(): void {
+  /**
+   * Gives the lease up (this controller stops): it leads no more, from now. Returns what to write
+   * so that another controller takes over at once (the released record, on the revision this one
+   * wrote last), or undefined when it did not hold the lease.
+   */
+  release(): { readonly revision: number; readonly record: LeaseRecord } | undefined {
+    const held = this.#held;
+    const seen = this.#seen;
     this.#drop();
+    if (held === undefined || seen === undefined || seen.record?.holder !== this.#self) return undefined;
+    return { revision: seen.revision, record: { holder: held.holder, term: held.term, released: true } };
   }
 
   #drop(): void {

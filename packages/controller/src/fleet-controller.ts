@@ -25,6 +25,7 @@ import type { JoinSecrets } from "./join-secrets.ts";
 import { answerJoinTokenRequest } from "./join-token-request.ts";
 import { answerLedgerRead, readLedgerFor, type LedgerReadReply } from "./ledger-reader.ts";
 import type { ModuleCredentials } from "./module-credentials.ts";
+import type { ModuleLedgers } from "./module-ledgers.ts";
 import type { NodeDeliveries, Published } from "./node-deliveries.ts";
 import {
   JOIN_TOKEN_SUBJECT,
@@ -167,6 +168,8 @@ export interface LeaderStores {
   readonly joinSecrets: JoinSecrets;
   readonly credentials: ModuleCredentials;
   readonly credentialSync: CredentialSync;
+  /** The modules' ledgers, made apart from the queue (a closed one makes nothing more). */
+  readonly ledgers: ModuleLedgers;
 }
 
 /** What a `FleetController` works with, opened by `startController`. */
@@ -244,7 +247,7 @@ export class FleetController implements Controller {
 
   constructor(parts: FleetControllerParts) {
     this.#p = parts;
-    this.#s = parts.stores;
+    this.#s = this.#use(parts.stores);
     this.#pending = this.#newPending();
     this.#log = parts.logger;
     this.fleetFile = parts.fleetFile;
@@ -418,7 +421,9 @@ export class FleetController implements Controller {
       reports: this.#reports,
       failing: this.#p.standings.failing(),
       leader: this.leader(),
-      waiting: this.#pending.waiting(),
+      waiting: [...this.#pending.waiting(), ...this.#s.ledgers.waiting()].sort((a, b) =>
+        a.since.localeCompare(b.since),
+      ),
     });
   }
 
@@ -442,6 +447,7 @@ export class FleetController implements Controller {
     this.#stopped ??= (async () => {
       this.#watcher?.close();
       this.#pending.close();
+      this.#s.ledgers.close();
       await this.#driver.stop();
       await this.#queue;
       await this.#answers.stop();
@@ -450,6 +456,15 @@ export class FleetController implements Controller {
       await this.#p.close();
     })();
     return this.#stopped;
+  }
+
+  // A module's ledger made in the background: the nodes that run it are issued its credentials.
+  #use(stores: LeaderStores): LeaderStores {
+    stores.ledgers.whenMade((module) => {
+      const node = this.#current.modules.find((m) => m.name === module)?.node;
+      if (node !== undefined) this.#syncNode(node);
+    });
+    return stores;
   }
 
   #newPending(): PendingWrites {
@@ -485,7 +500,8 @@ export class FleetController implements Controller {
     try {
       await this.#exclusive(async () => {
         if (this.#stale) {
-          this.#s = await this.#p.openStores();
+          this.#s.ledgers.close();
+          this.#s = this.#use(await this.#p.openStores());
           this.#stale = false;
         }
         const stored = await loadStoredFleet(this.#p.desired);
@@ -529,6 +545,7 @@ export class FleetController implements Controller {
     );
     this.#stale = true;
     this.#pending.close();
+    this.#s.ledgers.close();
     this.#pending = this.#newPending();
     const answers = this.#leaderAnswers;
     const tools = this.#tools;
@@ -567,6 +584,10 @@ export class FleetController implements Controller {
       this.#p.enrolled.get(node),
       this.#s.credentials.forNode(node, this.#current),
       term,
+      // Again right before the write, in this same term: every await since may have outlasted the lease.
+      () => {
+        if (this.#mustLead("publish deliveries") !== term) throw this.#notLeader("publish deliveries");
+      },
     );
     if (result.changed)
       this.#log.info(`published generation ${result.generation} of node ${node}'s delivery`);
@@ -590,6 +611,11 @@ export class FleetController implements Controller {
       await credentialSync.sync(node, this.#current, enrolled.has(node));
     }
     for (const node of nodes) {
+      if (!enrolled.has(node)) {
+        // Its bucket is made apart: a node that has not enrolled is nothing to wait for.
+        this.#s.ledgers.nodeBucket(node, () => this.#s.deliveries.bucket(node));
+        continue;
+      }
       const result = await this.#publishNode(node);
       if (result.changed) published.push(result);
     }

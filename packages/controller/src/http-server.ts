@@ -4,7 +4,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { BusLogger } from "@mesh/bus";
-import { ListenError, isLoopbackHost, parseListenAddress } from "@mesh/sdk";
+import { ListenError, isLoopbackHost, parseListenAddress } from "@mesh/sdk/provider";
 import type { Registry } from "prom-client";
 
 /** Where the controller's HTTP server listens when not told: loopback, on any free port. */
@@ -71,7 +71,7 @@ export class HttpExposedError extends Error {
 /**
  * Starts the controller's HTTP server with `routes`: GET and HEAD on an unknown path answer 404, a
  * known path asked with a method it does not take answers 405 with `Allow`.
- * @throws ListenAddressError (from @mesh/sdk) for an address that is not HOST:PORT; HttpExposedError
+ * @throws ListenAddressError (from @mesh/sdk/provider) for an address that is not HOST:PORT; HttpExposedError
  *   for an address other than loopback without an operator token; ListenError when it cannot listen.
  */
 export async function startControllerHttp(

@@ -44,6 +44,7 @@ export {
 } from "./pending-writes.ts";
 export * from "./plan-diff.ts";
 export * from "./revocation-list.ts";
+export * from "./scrape-targets.ts";
 export * from "./rotate-request.ts";
 export * from "./start-controller.ts";
 export * from "./standby-state.ts";
@@ -56,7 +57,9 @@ export {
   DELIVERY_KEY,
   nodePlan,
   planEntries,
+  readDelivery,
   secretKey,
   type DeliveredModule,
   type Delivery,
+  type DeliveryHead,
 } from "@mesh/manifest";

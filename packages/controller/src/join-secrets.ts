@@ -14,7 +14,7 @@ import {
   type BusState,
   type NodeKeys,
 } from "@mesh/bus";
-import { encodeJoinToken } from "@mesh/bus";
+import { decodeJoinToken, encodeJoinToken } from "@mesh/bus";
 import { enrollPermissions } from "./node-permissions.ts";
 
 /** A node's join token as the controller keeps it. */
@@ -60,10 +60,12 @@ export class JoinSecrets {
   readonly #authority: BusAuthority;
   readonly #servers: readonly string[];
   readonly #log: BusLogger;
+  readonly #ca: string | undefined;
 
   /**
    * @param state the controller's desired-state bucket.
    * @param servers the bus URLs written into each token (as a node will reach them).
+   * @param ca the mesh's bus CA (PEM) each token carries, when the bus uses TLS.
    */
   constructor(
     state: BusState<unknown>,
@@ -71,12 +73,14 @@ export class JoinSecrets {
     authority: BusAuthority,
     servers: readonly string[],
     log: BusLogger,
+    ca?: string,
   ) {
     this.#state = state;
     this.#keys = keys;
     this.#authority = authority;
     this.#servers = servers;
     this.#log = log;
+    this.#ca = ca;
   }
 
   /**
@@ -87,14 +91,17 @@ export class JoinSecrets {
   async tokenFor(node: string): Promise<string> {
     const kept = await this.#kept(node);
     if (kept !== undefined) {
+      let token: string | undefined;
       try {
-        return await unseal(kept.sealedToken, this.#keys);
+        token = await unseal(kept.sealedToken, this.#keys);
       } catch {
         this.#log.warn(
           `the join token of node ${node} cannot be opened with this controller's key (its key file was ` +
             `replaced): a new token is made, and the old one is no longer accepted`,
         );
       }
+      // A token kept from before the bus had TLS (or another CA) carries the CA that serves now.
+      if (token !== undefined) return this.#ca === undefined ? token : withCa(token, this.#ca);
     }
     return this.renew(node);
   }
@@ -115,7 +122,14 @@ export class JoinSecrets {
       permissions: enrollPermissions(node),
     });
     const creds = new TextDecoder().decode(credsFor(jwt, keys.seed));
-    const token = encodeJoinToken({ v: 1, node, servers: [...this.#servers], creds, secret });
+    const token = encodeJoinToken({
+      v: 1,
+      node,
+      servers: [...this.#servers],
+      creds,
+      secret,
+      ...(this.#ca !== undefined ? { ca: this.#ca } : {}),
+    });
     const record: KeptJoinToken = {
       v: 1,
       sealedToken: await seal(token, this.#keys.publicKey),
@@ -165,4 +179,9 @@ export class JoinSecrets {
     }
     return parseKeptJoinToken(value);
   }
+}
+
+function withCa(token: string, ca: string): string {
+  const parsed = decodeJoinToken(token);
+  return parsed.ca === ca ? token : encodeJoinToken({ ...parsed, ca });
 }

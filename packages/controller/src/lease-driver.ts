@@ -10,11 +10,14 @@ export const CONTROLLER_LEASE_BUCKET = "mesh-controller-lease";
 /** The lease's key in `CONTROLLER_LEASE_BUCKET`. */
 export const CONTROLLER_LEASE_KEY = "leader";
 
+/** How long a clean stop waits for the bus to store the released lease. */
+const RELEASE_WAIT_MS = 3_000;
+
 /** Reads a lease record, or undefined when the value is not one. */
 export function parseLeaseRecord(value: unknown): LeaseRecord | undefined {
   const v = value as Partial<LeaseRecord> | null | undefined;
   return typeof v?.holder === "string" && typeof v.term === "number" && Number.isInteger(v.term)
-    ? { holder: v.holder, term: v.term }
+    ? { holder: v.holder, term: v.term, ...(v.released === true ? { released: true } : {}) }
     : undefined;
 }
 
@@ -115,12 +118,34 @@ export class LeaseDriver {
     return this.#leading;
   }
 
-  /** Stops ticking; the lease is left to run out (or to be taken back by this controller's next run). */
+  /**
+   * Stops ticking and gives the lease up: this controller leads no more from now, and, when it held
+   * the lease, writes it released (compare-and-set on the revision it wrote last), so a standby
+   * takes over at its next reading instead of waiting the lease out. When that write is refused or
+   * not answered within `RELEASE_WAIT_MS`, the lease is left to run out.
+   */
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
     await this.#running;
-    this.#lease.release();
+    const release = this.#lease.release();
+    if (release === undefined || this.#paused) return;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error("no answer from the bus")), RELEASE_WAIT_MS);
+    });
+    try {
+      await Promise.race([this.#bucket.update(CONTROLLER_LEASE_KEY, release.record, release.revision), late]);
+      this.#log.info(
+        `controller ${release.record.holder} gave up its lease (term ${release.record.term}): a standby takes over at once`,
+      );
+    } catch (err) {
+      this.#log.warn(
+        `the controller lease could not be given up (${(err as Error).message}); a standby takes over when it runs out`,
+      );
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   // Tells the owner when leading changed, including a lease that ran out between ticks.

@@ -78,6 +78,11 @@ export interface ModuleCredentialsOptions {
    * called after `authority.revokeUser`, before the revoked keys are forgotten.
    */
   readonly applyRevocations: () => Promise<void>;
+  /**
+   * Whether a module's ledger is made; when it is not, it is made apart (`ModuleLedgers`) and the
+   * module is issued nothing until it is. Absent: each ledger is made in `sync`, awaited.
+   */
+  readonly ledgers?: { ready(module: string): boolean };
 }
 
 /** The credentials the controller issued to the modules of every node. Calls must not overlap. */
@@ -181,7 +186,12 @@ export class ModuleCredentials {
         continue; // issued; a change of permissions asks for new keys (see `forNode`)
       }
       if (!this.#issuable(reported.bus) || !this.#issuable(reported.ledger)) continue;
-      await ensureLedger(this.#o.nc, module);
+      // The ledger's credential is confined to a stream that must exist first.
+      if (this.#o.ledgers !== undefined) {
+        if (!this.#o.ledgers.ready(module)) continue;
+      } else {
+        await ensureLedger(this.#o.nc, module);
+      }
       const bus = await this.#o.authority.issueUser({
         name: `${module}@${node}`,
         publicKey: reported.bus,
@@ -349,13 +359,14 @@ export interface AccountUpdates {
 }
 
 /**
- * Account updates for `authority` on the bus at `servers`, over a system user issued with a key
- * pair made here and never written anywhere.
+ * Account updates for `authority` on the bus at `servers` (trusting the bus CA `ca`, PEM, when it
+ * uses TLS), over a system user issued with a key pair made here and never written anywhere.
  */
 export function accountUpdates(
   authority: BusAuthority,
   servers: readonly string[],
   logger: BusLogger,
+  ca?: string,
 ): AccountUpdates {
   let connection: Promise<NatsConnection> | undefined;
   const connect = (): Promise<NatsConnection> => {
@@ -372,6 +383,7 @@ export function accountUpdates(
         name: "controller-account-updates",
         inboxPrefix: inboxPrefix(ACCOUNT_UPDATER_IDENTITY),
         log: logger,
+        ...(ca !== undefined ? { ca } : {}),
       });
     })());
     // A connection that could not be made is tried again next time.

@@ -2,7 +2,8 @@
 // changed: the plan it takes part in, its modules, its sealing key, a password's version, or its
 // modules' credentials (JWTs, never a seed). A fingerprint of those (never of a password) decides,
 // so a controller restart republishes nothing and a node's generation only moves when its delivery
-// does.
+// does. A delivery is a small head and one key per part (see delivery-parts in @mesh/manifest):
+// a change writes the parts it changed, the head, then deletes the parts no longer named.
 import { createHash } from "node:crypto";
 import {
   assertNodeName,
@@ -13,7 +14,19 @@ import {
   type BusState,
 } from "@mesh/bus";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { DELIVERY_KEY, nodePlan, planEntries, secretKey, type Delivery } from "@mesh/manifest";
+import {
+  DELIVERY_KEY,
+  entryPartKey,
+  isDeliveryHead,
+  modulePartKey,
+  nodePlan,
+  partFingerprint,
+  planEntries,
+  secretKey,
+  type DeliveryHead,
+  type DeliveryPart,
+  type ModulePart,
+} from "@mesh/manifest";
 import type { EnrolledNode } from "./enrollment.ts";
 import type { FleetPlan } from "./fleet-plan.ts";
 import type { NodeCredentials } from "./module-credentials.ts";
@@ -45,8 +58,8 @@ export class NodeDeliveries {
   readonly #nc: NatsConnection;
   readonly #desired: BusState<unknown>;
   readonly #passwords: PasswordStore;
-  readonly #buckets = new Map<string, BusState<Delivery>>();
-  readonly #delivered = new Map<string, DeliveredRecord>();
+  readonly #buckets = new Map<string, BusState<unknown>>();
+  readonly #delivered = new Map<string, { record: DeliveredRecord; parts: Map<string, string> }>();
   // The boxes last sealed for each node, by secret key: a password whose version and node key are
   // unchanged keeps its box, so a change reseals only what changed (sealing is most of the cost).
   readonly #boxes = new Map<string, Map<string, { version: string; sealPublicKey: string; box: string }>>();
@@ -62,10 +75,10 @@ export class NodeDeliveries {
    * credentials only read it).
    * @throws InvalidNodeNameError; StateOpenError when it cannot be opened.
    */
-  async bucket(node: string): Promise<BusState<Delivery>> {
+  async bucket(node: string): Promise<BusState<unknown>> {
     let bucket = this.#buckets.get(node);
     if (bucket === undefined) {
-      bucket = await openState<Delivery>(this.#nc, nodeDeliveriesBucket(node));
+      bucket = await openState<unknown>(this.#nc, nodeDeliveriesBucket(node));
       this.#buckets.set(node, bucket);
     }
     return bucket;
@@ -75,8 +88,9 @@ export class NodeDeliveries {
    * Publishes `node`'s delivery from `fleet` (an empty one for a node the fleet no longer names,
    * so its agent stops its modules) with its modules' `credentials`, when it differs from what the
    * node has. A node not enrolled gets its bucket only; its delivery follows when it enrolls. `term`
-   * is the publishing leader's (0: none).
-   * @throws the bus's error when a bucket cannot be read or written.
+   * is the publishing leader's (0: none); `mustLead`, called right before the write, throws when
+   * it no longer leads (a leader paused mid-publish past its lease writes nothing when it resumes).
+   * @throws the bus's error when a bucket cannot be read or written; what `mustLead` throws.
    */
   async publish(
     node: string,
@@ -84,6 +98,7 @@ export class NodeDeliveries {
     enrolled: EnrolledNode | undefined,
     credentials: NodeCredentials = { credentials: {}, replaceKeys: {} },
     term = 0,
+    mustLead: () => void = () => undefined,
   ): Promise<Published> {
     const bucket = await this.bucket(node);
     if (enrolled === undefined) return { node, generation: undefined, changed: false };
@@ -127,32 +142,77 @@ export class NodeDeliveries {
       return { node, generation: last.record.generation, changed: false };
     }
     const generation = Math.max(last.record?.generation ?? 0, last.inBucket ?? 0) + 1;
+    // One part per module and per consumer entry, each written only when what it says changed;
+    // then the head that names them; then the parts it no longer names are deleted. A reader never
+    // sees a head naming a part not written yet, nor one whose part was deleted while it stood.
+    const parts: { key: string; fingerprint: string; write: () => Promise<DeliveryPart> }[] = [];
+    for (const m of modules) {
+      const part: ModulePart = {
+        kind: "module",
+        module: m,
+        ...(credentials.credentials[m.name] === undefined
+          ? {}
+          : { credential: credentials.credentials[m.name] }),
+        ...(credentials.replaceKeys[m.name] === undefined
+          ? {}
+          : { replaceKey: credentials.replaceKeys[m.name] }),
+      };
+      parts.push({ key: modulePartKey(m.name), fingerprint: partFingerprint(part), write: async () => part });
+    }
     const before = this.#boxes.get(node);
     const boxes = new Map<string, { version: string; sealPublicKey: string; box: string }>();
-    const secrets: Record<string, string> = {};
-    for (const p of passwords) {
-      const old = before?.get(p.key);
-      const box =
-        old !== undefined && old.version === p.version && old.sealPublicKey === enrolled.sealPublicKey
-          ? old.box
-          : await seal(p.password, enrolled.sealPublicKey);
-      boxes.set(p.key, { version: p.version, sealPublicKey: enrolled.sealPublicKey, box });
-      secrets[p.key] = box;
+    const byKey = new Map(passwords.map((p) => [p.key, p]));
+    for (const entry of planEntries(plan)) {
+      const key = secretKey(entry.consumer, entry.interface);
+      const p = byKey.get(key);
+      if (p === undefined) continue;
+      const said = {
+        kind: "entry" as const,
+        entry,
+        version: p.version,
+        sealPublicKey: enrolled.sealPublicKey,
+      };
+      const old = before?.get(key);
+      if (old !== undefined && old.version === p.version && old.sealPublicKey === enrolled.sealPublicKey)
+        boxes.set(key, old);
+      parts.push({
+        key: entryPartKey(entry.consumer, entry.interface),
+        fingerprint: partFingerprint(said),
+        write: async () => {
+          const kept = boxes.get(key);
+          const box = kept?.box ?? (await seal(p.password, enrolled.sealPublicKey));
+          boxes.set(key, { version: p.version, sealPublicKey: enrolled.sealPublicKey, box });
+          return { ...said, box };
+        },
+      });
     }
-    await bucket.put(DELIVERY_KEY, {
+    const held = last.parts ?? new Map<string, string>();
+    const changed = parts.filter((p) => held.get(p.key) !== p.fingerprint);
+    await inBatches(changed, async (p) => {
+      const part = await p.write();
+      mustLead();
+      await bucket.put(p.key, part);
+    });
+    const head: DeliveryHead = {
       node,
       generation,
       ...(term > 0 ? { term } : {}),
       fleetFile: fleet.fleetFile,
-      modules,
-      plan,
-      secrets,
-      credentials: credentials.credentials,
-      replaceKeys: credentials.replaceKeys,
-    });
+      instances: plan.instances.map(({ consumers: _consumers, ...instance }) => instance),
+      parts: Object.fromEntries(parts.map((p) => [p.key, p.fingerprint])),
+      issuesCredentials: true,
+    };
+    mustLead();
+    await bucket.put(DELIVERY_KEY, head);
+    const named = new Set(parts.map((p) => p.key));
+    await inBatches(
+      [...held.keys()].filter((key) => !named.has(key)),
+      (key) => bucket.delete(key),
+    );
     const record: DeliveredRecord = { v: 1, generation, fingerprint };
     await this.#desired.put(deliveredKey(node), record);
-    this.#delivered.set(node, record);
+    this.#delivered.set(node, { record, parts: new Map(parts.map((p) => [p.key, p.fingerprint])) });
+    for (const key of [...boxes.keys()]) if (!byKey.has(key)) boxes.delete(key);
     this.#boxes.set(node, boxes);
     return { node, generation, changed: true };
   }
@@ -161,10 +221,15 @@ export class NodeDeliveries {
   // process (then remembered), so a restart compares with what the nodes really have.
   async #last(
     node: string,
-    bucket: BusState<Delivery>,
-  ): Promise<{ record: DeliveredRecord | undefined; inBucket: number | undefined }> {
+    bucket: BusState<unknown>,
+  ): Promise<{
+    record: DeliveredRecord | undefined;
+    inBucket: number | undefined;
+    parts: Map<string, string> | undefined;
+  }> {
     const remembered = this.#delivered.get(node);
-    if (remembered !== undefined) return { record: remembered, inBucket: remembered.generation };
+    if (remembered !== undefined)
+      return { record: remembered.record, inBucket: remembered.record.generation, parts: remembered.parts };
     let record: DeliveredRecord | undefined;
     try {
       const value = (await this.#desired.get(deliveredKey(node))) as Partial<DeliveredRecord> | undefined;
@@ -175,12 +240,27 @@ export class NodeDeliveries {
       if (!(err instanceof StateValueError)) throw err;
     }
     let inBucket: number | undefined;
+    let parts: Map<string, string> | undefined;
     try {
-      const delivery = await bucket.get(DELIVERY_KEY);
+      const delivery = (await bucket.get(DELIVERY_KEY)) as Partial<DeliveryHead> | undefined;
       if (typeof delivery?.generation === "number") inBucket = delivery.generation;
+      // The parts the bucket holds now, as its head names them: only those that differ are written.
+      if (isDeliveryHead(delivery) && typeof delivery.parts === "object" && delivery.parts !== null)
+        parts = new Map(Object.entries(delivery.parts).filter(([, f]) => typeof f === "string"));
     } catch (err) {
       if (!(err instanceof StateValueError)) throw err;
     }
-    return { record, inBucket };
+    return { record, inBucket, parts };
   }
+}
+
+// Writes to the bus a few at a time: a node's first delivery has hundreds of parts.
+const WRITE_CONCURRENCY = 32;
+
+async function inBatches<T>(items: readonly T[], write: (item: T) => Promise<unknown>): Promise<void> {
+  const queue = [...items];
+  const worker = async (): Promise<void> => {
+    for (let next = queue.shift(); next !== undefined; next = queue.shift()) await write(next);
+  };
+  await Promise.all(Array.from({ length: Math.min(WRITE_CONCURRENCY, queue.length) }, worker));
 }

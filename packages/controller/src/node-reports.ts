@@ -11,7 +11,7 @@ import {
 } from "@mesh/manifest";
 
 export type { ReportedCounts, ReportedFailure, ReportedProvider, ReportedWaiting };
-import { maskUrls, metricsUrlOf } from "@mesh/sdk";
+import { maskUrls, metricsUrlOf } from "@mesh/sdk/provider";
 
 /** How a module of a node is doing, as its agent reports it. */
 export interface ModuleReport {

@@ -2,7 +2,7 @@
 // the mesh serves. Pure, so that `mesh plan` and a test can both ask it, and the retirement rule it
 // foretells is the harness's own (`approvalReason` from the sdk), never a copy that could drift.
 import { isDeepStrictEqual } from "node:util";
-import { approvalReason, DEFAULT_RETIREMENT_LIMITS, type RetirementBound } from "@mesh/sdk";
+import { approvalReason, DEFAULT_RETIREMENT_LIMITS, type RetirementBound } from "@mesh/sdk/provider";
 import { secretKey, type Endpoint, type PlanEntry, type PlanInstance } from "@mesh/manifest";
 import type { FleetPlan } from "./fleet-plan.ts";
 

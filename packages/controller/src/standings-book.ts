@@ -4,7 +4,7 @@
 // says what is said. Newest wins, so a message that arrives late never undoes a newer one.
 import { EVENTS_PREFIX, isModuleName, type Plan } from "@mesh/manifest";
 import type { BusLogger } from "@mesh/bus";
-import { maskUrls } from "@mesh/sdk";
+import { maskUrls } from "@mesh/sdk/provider";
 import { z } from "zod";
 
 /** What the controller subscribes to for standings: every module's `provisioner.*` events. */

@@ -5,6 +5,7 @@ import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import {
+  belowReplicas,
   closeBus,
   connectBus,
   credsFor,
@@ -30,6 +31,7 @@ import { linesOf, problemsOf } from "./fleet-problems.ts";
 import { JoinSecrets } from "./join-secrets.ts";
 import { CONTROLLER_LEASE_BUCKET } from "./lease-driver.ts";
 import { accountUpdates, ModuleCredentials } from "./module-credentials.ts";
+import { ModuleLedgers } from "./module-ledgers.ts";
 import { NodeDeliveries } from "./node-deliveries.ts";
 import { controllerPermissions } from "./node-permissions.ts";
 import { PasswordStore } from "./password-store.ts";
@@ -49,6 +51,11 @@ export interface ControllerOptions {
   readonly authority: BusAuthority;
   /** Where the controller says what it does. It is never given a password or a join secret. */
   readonly logger: BusLogger;
+  /**
+   * The mesh's bus CA (PEM) when the bus uses TLS: every connection of the controller trusts only
+   * the servers it signed, and each join token carries it to its node.
+   */
+  readonly ca?: string;
   /** The bus's URLs as other nodes reach them, written into join tokens; `servers` when absent. */
   readonly joinServers?: readonly string[];
   /** Watch the fleet file and reload when it changes (default true). */
@@ -99,6 +106,7 @@ export async function startController(options: ControllerOptions): Promise<Contr
     inboxPrefix: inboxPrefix("controller"),
     log,
     ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
+    ...(options.ca !== undefined ? { ca: options.ca } : {}),
   });
   try {
     return await run(nc, fleetFile, keys.seal, options, keys.nats.publicKey);
@@ -138,12 +146,14 @@ async function run(
       throw new NotLeaderError(what, other ? seen.holder : null, other ? seen.term : null);
     }
   };
-  const revocations = accountUpdates(options.authority, options.servers, log);
+  const revocations = accountUpdates(options.authority, options.servers, log, options.ca);
   // What the leader writes through, opened from the bus: at start, and again at each take-over.
   const openStores = async (): Promise<LeaderStores> => {
     const passwords = await PasswordStore.open(nc, sealKeys, log);
+    const ledgers = new ModuleLedgers({ nc, logger: log });
     const credentials = await ModuleCredentials.open({
       nc,
+      ledgers,
       authority: options.authority,
       logger: log,
       isReserved: (key) =>
@@ -167,12 +177,16 @@ async function run(
         options.authority,
         options.joinServers ?? options.servers,
         log,
+        options.ca,
       ),
       credentials,
       credentialSync: new CredentialSync(credentials, log),
+      ledgers,
     };
   };
   const stores = await openStores();
+  // What the start could not raise (a server down) is raised once the servers are back.
+  if ((await belowReplicas(nc).catch(() => [])).length > 0) stores.ledgers.raiseLater();
   const first = await readFirstFleet(fleetFile, desired, log);
   const controller = new FleetController({
     nc,

@@ -5,7 +5,12 @@
 // a log to know why a tool did not run.
 import { toolSubject, type BusLogger } from "@mesh/bus";
 import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
-import { BadControlRequestError, checkControlRequest, READ_ONLY_TOOLS, type ControlTool } from "@mesh/sdk";
+import {
+  BadControlRequestError,
+  checkControlRequest,
+  READ_ONLY_TOOLS,
+  type ControlTool,
+} from "@mesh/sdk/provider";
 import {
   NoRespondersError,
   RequestError,

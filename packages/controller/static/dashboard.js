@@ -14,7 +14,6 @@
     deleted: "deleted",
     unknown: "unknown",
   };
-  const READ_ONLY_TOOLS = new Set(["status", "retire list", "cleanup list"]);
 
   let state = null;
   let ledger = { module: null, reply: null };
@@ -480,9 +479,11 @@
     if (!reply) body = el("p", { class: "muted" }, "loading…");
     else if (!reply.ok) body = el("p", { class: "error" }, reply.error);
     else {
+      // Which tools only read is the controller's to say (its tool table), with the ledger.
+      const readOnly = new Set(reply.readOnlyTools ?? []);
       const entries = [...reply.entries]
         .reverse()
-        .filter((r) => showReads || !(r.entry.kind === "tool" && READ_ONLY_TOOLS.has(r.entry.tool)));
+        .filter((r) => showReads || !(r.entry.kind === "tool" && readOnly.has(r.entry.tool)));
       const hidden = reply.entries.length - entries.length;
       body = [
         entries.length === 0 ? el("p", { class: "muted" }, "No entries yet.") : null,

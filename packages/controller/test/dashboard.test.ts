@@ -390,7 +390,10 @@ describe("the dashboard's routes", () => {
   it("reads a module's ledger, and refuses a bad module or limit", async () => {
     const res = await ask(server.url, "GET", "/api/ledger?module=postgres&limit=10");
     assert.equal(res.status, 200);
-    assert.equal((JSON.parse(res.body) as { entries: unknown[] }).entries.length, 4);
+    const read = JSON.parse(res.body) as { entries: unknown[]; readOnlyTools: string[] };
+    assert.equal(read.entries.length, 4);
+    // The page hides these calls unless asked: the read-only tools, not the ones that change.
+    assert.deepEqual(read.readOnlyTools, ["status", "retire list", "cleanup list"]);
     assert.equal((await ask(server.url, "GET", "/api/ledger?module=Bad.Name")).status, 400);
     assert.equal((await ask(server.url, "GET", "/api/ledger?module=postgres&limit=0")).status, 400);
     assert.equal((await ask(server.url, "GET", "/api/ledger?module=postgres&limit=ten")).status, 400);

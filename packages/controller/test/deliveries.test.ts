@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { SealError, unseal } from "@mesh/bus";
-import type { Controller } from "@mesh/controller";
-import type { FleetDir } from "./fleet-dir.ts";
+import { nodeDeliveriesBucket, openState, SealError, unseal, type BusState } from "@mesh/bus";
+import { DELIVERY_KEY, type Controller, type DeliveryHead } from "@mesh/controller";
+import { FLEET_YAML, type FleetDir } from "./fleet-dir.ts";
 import { startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
 
 void describe("the controller publishes each node's delivery", () => {
@@ -107,5 +107,66 @@ void describe("the controller publishes each node's delivery", () => {
     assert.deepEqual(outcome.published, []);
     assert.equal(outcome.minted, 0);
     assert.equal((await a.delivery())?.generation, before);
+  });
+
+  // Revision of every key of a bucket: what was written since.
+  const revisions = async (bucket: BusState<unknown>): Promise<Map<string, number>> => {
+    const out = new Map<string, number>();
+    for (const key of await bucket.keys()) out.set(key, (await bucket.entry(key))?.revision ?? 0);
+    return out;
+  };
+
+  void it("stores a delivery as a head naming one key per module and per consumer entry, and a rotation rewrites only its own", async () => {
+    const bucket = await openState<unknown>(b.nc, nodeDeliveriesBucket("node-b"), { create: false });
+    const head = (await bucket.get(DELIVERY_KEY)) as DeliveryHead;
+    assert.deepEqual(Object.keys(head.parts), [
+      "m.app2",
+      "m.app3",
+      "m.redis",
+      "e.app2.postgres-database",
+      "e.app2.redis-namespace",
+      "e.app3.redis-namespace",
+    ]);
+    assert.ok(!("secrets" in head), "no sealed password in the head");
+    const before = await revisions(bucket);
+    await controller.rotate("app3", "redis-namespace");
+    const after = await revisions(bucket);
+    const rewritten = [...after].filter(([key, rev]) => before.get(key) !== rev).map(([key]) => key);
+    assert.deepEqual(rewritten.sort(), [DELIVERY_KEY, "e.app3.redis-namespace"]);
+    assert.equal((await b.delivery())?.generation, head.generation + 1);
+  });
+
+  void it("lets a node read its own parts and not another node's", async () => {
+    const own = await openState<unknown>(a.nc, nodeDeliveriesBucket("node-a"), { create: false });
+    assert.ok(await own.get("e.app1.postgres-database"));
+    await assert.rejects(async () => {
+      const other = await openState<unknown>(a.nc, nodeDeliveriesBucket("node-b"), { create: false });
+      await other.get("e.app3.redis-namespace");
+    }, /Permissions Violation|permission/i);
+  });
+
+  void it("deletes the parts of a consumer no longer delivered, after the head that no longer names them", async () => {
+    const bucket = await openState<unknown>(b.nc, nodeDeliveriesBucket("node-b"), { create: false });
+    await fleet.writeFleet(
+      FLEET_YAML.replace("  app3: { manifest: ./app3/module.json, node: node-b }\n", ""),
+    );
+    await controller.reload();
+    const keys = (await bucket.keys()).sort();
+    assert.deepEqual(keys, [
+      DELIVERY_KEY,
+      "e.app2.postgres-database",
+      "e.app2.redis-namespace",
+      "m.app2",
+      "m.redis",
+    ]);
+    const delivery = await b.delivery();
+    assert.deepEqual(
+      delivery?.modules.map((m) => m.name),
+      ["app2", "redis"],
+    );
+    assert.deepEqual(Object.keys(delivery?.secrets ?? {}).sort(), [
+      "app2/postgres-database",
+      "app2/redis-namespace",
+    ]);
   });
 });

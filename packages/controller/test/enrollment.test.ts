@@ -23,7 +23,7 @@ import {
   UnknownNodeError,
   type Controller,
   type ControllerStatus,
-  type Delivery,
+  type DeliveryHead,
 } from "@mesh/controller";
 import {
   enrollNode,
@@ -97,7 +97,7 @@ void describe("enrollment and what each credential may do", () => {
   });
 
   void it("lets a node watch its own deliveries bucket with nothing but its own inbox", async () => {
-    const bucket = await openState<Delivery>(a.nc, nodeDeliveriesBucket("node-a"), { create: false });
+    const bucket = await openState<DeliveryHead>(a.nc, nodeDeliveriesBucket("node-a"), { create: false });
     const watch = await bucket.watch({ key: DELIVERY_KEY });
     const generations: number[] = [];
     const done = (async () => {

@@ -14,7 +14,7 @@ import {
   type ControllerHttpServer,
   type ControllerStatus,
 } from "@mesh/controller";
-import { ListenAddressError, ListenError } from "@mesh/sdk";
+import { ListenAddressError, ListenError } from "@mesh/sdk/provider";
 import { scrapeProm } from "@mesh/testkit";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 import { enrollNode, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";

@@ -74,4 +74,53 @@ void describe("the controller lease on a real bucket", () => {
     const loser = drivers.find((d) => !d.lease.leading())!;
     assert.deepEqual(loser.lease.seen(), { holder: winner, term: 1 });
   });
+
+  void it("gives the lease up on a clean stop, so a standby takes it over at its next reading in the next term", async () => {
+    const released = await openState<unknown>(nc, "mesh-lease-release-test");
+    // The standby's clock never moves: it could not take over by waiting the lease out.
+    const now = (): number => 0;
+    const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+    const make = (id: string, patient: boolean) => {
+      const lease = new ControllerLease(id, TIMINGS, now, patient);
+      return {
+        lease,
+        driver: new LeaseDriver({
+          bucket: released,
+          lease,
+          timings: TIMINGS,
+          now,
+          logger: quiet,
+          changed: async () => undefined,
+        }),
+      };
+    };
+    const leader = make("leader", false);
+    const standby = make("standby", true);
+    await leader.driver.tick();
+    assert.equal(leader.lease.term(), 1);
+    await standby.driver.tick();
+    await standby.driver.tick();
+    assert.equal(standby.lease.leading(), false, "a live lease is not taken over");
+
+    await leader.driver.stop();
+    assert.equal(leader.lease.leading(), false, "it leads no more once stopped");
+    assert.deepEqual((await released.entry(CONTROLLER_LEASE_KEY))?.value, {
+      holder: "leader",
+      term: 1,
+      released: true,
+    });
+    await standby.driver.tick();
+    assert.equal(standby.lease.leading(), true, "the standby took the released lease at once");
+    assert.equal(standby.lease.term(), 2);
+    assert.deepEqual((await released.entry(CONTROLLER_LEASE_KEY))?.value, { holder: "standby", term: 2 });
+
+    // A stopped controller whose lease another took since writes nothing back.
+    const revision = (await released.entry(CONTROLLER_LEASE_KEY))?.revision;
+    await standby.driver.tick();
+    const late = make("leader", false);
+    late.lease.written(revision ?? 0, { holder: "leader", term: 1 });
+    await late.driver.stop();
+    assert.deepEqual((await released.entry(CONTROLLER_LEASE_KEY))?.value, { holder: "standby", term: 2 });
+    await standby.driver.stop();
+  });
 });

@@ -23,6 +23,7 @@ import {
 } from "@mesh/bus";
 import {
   DELIVERY_KEY,
+  readDelivery,
   startController,
   type Controller,
   type Delivery,
@@ -159,8 +160,10 @@ export async function enrollNode(token: string): Promise<TestNode> {
   });
   openConnections.push(nc);
   const delivery = async (): Promise<Delivery | undefined> => {
-    const bucket = await openState<Delivery>(nc, nodeDeliveriesBucket(t.node), { create: false });
-    return bucket.get(DELIVERY_KEY);
+    const bucket = await openState<unknown>(nc, nodeDeliveriesBucket(t.node), { create: false });
+    const head = await bucket.get(DELIVERY_KEY);
+    // A head whose parts are not all written yet is no delivery yet.
+    return head === undefined ? undefined : (await readDelivery(head, (key) => bucket.get(key))).delivery;
   };
   return {
     node: t.node,

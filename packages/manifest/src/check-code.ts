@@ -139,7 +139,7 @@ async function codeFiles(dir: string, top: boolean): Promise<string[]> {
  * subscription does and the events of Node's own emitters (`"error"`, `"SIGTERM"`) do not.
  */
 async function scanCode(file: string): Promise<CodeUse[]> {
-  const ts = (await import("typescript")).default;
+  const ts = await typescript();
   const text = await readFile(file, "utf8");
   const kind = /\.[cm]?js$/.test(file) ? ts.ScriptKind.JS : ts.ScriptKind.TS;
   const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true, kind);
@@ -164,6 +164,25 @@ async function scanCode(file: string): Promise<CodeUse[]> {
   };
   visit(source);
   return uses;
+}
+
+/**
+ * The TypeScript compiler, which reads the code (only parsing it). It is loaded when code is first
+ * read, from whoever runs the check: @mesh/cli depends on it, and a module that only uses
+ * @mesh/sdk never pays for it.
+ * @throws Error saying what to install when it is not there.
+ */
+async function typescript(): Promise<typeof TS.default> {
+  try {
+    return (await import("typescript")).default;
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== "ERR_MODULE_NOT_FOUND") throw err;
+    throw new Error(
+      "reading a module's code needs the typescript package, which is not installed where @mesh/manifest runs: " +
+        "install @mesh/cli (which brings it), or add typescript beside it",
+      { cause: err },
+    );
+  }
 }
 
 /** A spelling with case, `_`/`-` and surrounding space folded, so near-misses compare equal. */

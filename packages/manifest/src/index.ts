@@ -30,6 +30,7 @@ export * from "./state-paths.ts";
 export * from "./contributions.ts";
 export * from "./credential.ts";
 export * from "./delivery.ts";
+export * from "./delivery-parts.ts";
 export type {
   ReportedCounts,
   ReportedFailure,
@@ -39,3 +40,4 @@ export type {
 export * from "./listen-address.ts";
 export * from "./events.ts";
 export * from "./check-code.ts";
+export * from "./tools.ts";

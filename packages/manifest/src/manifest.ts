@@ -549,7 +549,7 @@ function normalizeRun(raw: NonNullable<RawManifest["run"]>, needs: string[], rep
     const fix =
       place === "args" && why.includes("in args")
         ? 'move it to "env" or to a rendered file in "files" (0600, the module\'s own)'
-        : "name a need of this module and one of its fields, {module.dir} or {files.<name>}";
+        : "name a need of this module and one of its fields, {module.dir}, {module.metrics}, {mesh.targets} or {files.<name>}";
     report.add(path, why, fix);
   };
   (raw.args ?? []).forEach((arg, i) => check(arg, "args", ["run", "args", i]));

@@ -1,6 +1,6 @@
 // The templates of a manifest's `run` (its `env` values, its `files` and its `args`), for an app that
 // does not know the mesh: `{postgres-database.url}`, `{postgres-database.values.name}`,
-// `{module.dir}`, `{files.pgpass}`. A placeholder is a dotted name in braces; every other brace is
+// `{module.dir}`, `{files.pgpass}`, `{mesh.targets}`. A placeholder is a dotted name in braces; every other brace is
 // text, so a rendered JSON or YAML file is written as it stands. Nothing else is expanded: a
 // template reaches only the module's own credentials, its own directory and its own files.
 import type { Credential } from "./credential.ts";
@@ -16,6 +16,18 @@ export const SECRET_FIELDS: readonly string[] = ["url", "password"];
 
 /** The module's own fields: its writable directory, its name, and where it serves its metrics. */
 export const MODULE_FIELDS: readonly string[] = ["dir", "name", "metrics"];
+
+/**
+ * What the mesh keeps for a module to read: `targets`, the path of the Prometheus file_sd JSON that
+ * lists every metrics endpoint of the fleet (the controller's, each provider's, each app's that
+ * names `{module.metrics}`), rewritten as modules come and go.
+ */
+export const MESH_FIELDS: readonly string[] = ["targets"];
+
+/** Whether `template` names `{module.metrics}`: the app serves its metrics where the mesh says. */
+export function namesModuleMetrics(template: string): boolean {
+  return runPlaceholders(template).some((p) => p.root === "module" && p.field === "metrics");
+}
 
 // A dotted name: the interface (or `module`, `files`) and one or two parts after it. A brace
 // around anything else (`{ "a": 1 }`) is not a placeholder.
@@ -45,7 +57,7 @@ export interface RunTemplateScope {
 /** One placeholder, read. */
 export interface RunPlaceholder {
   readonly text: string;
-  /** An interface, `module` or `files`. */
+  /** An interface, `module`, `mesh` or `files`. */
   readonly root: string;
   readonly field: string;
   /** The value's key after `values.`. */
@@ -64,7 +76,10 @@ export function runPlaceholders(template: string): RunPlaceholder[] {
 /** The interfaces whose password `template` hands over (through `.password` or `.url`). */
 export function secretInterfaces(template: string): string[] {
   return runPlaceholders(template)
-    .filter((p) => p.root !== "module" && p.root !== "files" && SECRET_FIELDS.includes(p.field))
+    .filter(
+      (p) =>
+        p.root !== "module" && p.root !== "mesh" && p.root !== "files" && SECRET_FIELDS.includes(p.field),
+    )
     .map((p) => p.root);
 }
 
@@ -83,6 +98,11 @@ export function runTemplateProblem(
     if (p.root === "module") {
       if (p.key !== undefined || !MODULE_FIELDS.includes(p.field))
         return `names ${name}: the module's fields are ${MODULE_FIELDS.map((f) => `{module.${f}}`).join(", ")}`;
+      continue;
+    }
+    if (p.root === "mesh") {
+      if (p.key !== undefined || !MESH_FIELDS.includes(p.field))
+        return `names ${name}: the mesh's fields are ${MESH_FIELDS.map((f) => `{mesh.${f}}`).join(", ")}`;
       continue;
     }
     if (p.root === "files") {
@@ -113,6 +133,8 @@ export interface RunTemplateValues {
   readonly module: string;
   readonly dir: string;
   readonly metrics: string;
+  /** The scrape targets file the mesh keeps on this node (`{mesh.targets}`); absent: none here. */
+  readonly targets?: string;
   /** File name -> the path it is rendered to. */
   readonly files: Readonly<Record<string, string>>;
   /** Interface -> its credential, and its password when a template hands it over. */
@@ -143,6 +165,16 @@ export function renderRunTemplate(template: string, values: RunTemplateValues): 
       if (field === "name") return values.module;
       if (field === "metrics") return values.metrics;
       return fail("is not a field of the module");
+    }
+    if (root === "mesh") {
+      if (field === "targets" && values.targets !== undefined) return values.targets;
+      return fail(
+        field === "targets"
+          ? "has no file on this node: the controller of `mesh up` keeps it on its own machine, so run " +
+              "this module on a node of that mesh up, or list fixed metrics ports (the fleet's metrics:) " +
+              "in its configuration"
+          : "is not a field of the mesh",
+      );
     }
     if (root === "files") {
       const path = Object.hasOwn(values.files, field) ? values.files[field] : undefined;

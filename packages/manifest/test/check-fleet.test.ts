@@ -49,9 +49,12 @@ describe("checkFleet", () => {
     const plan = derivePlan(fleet, manifests);
     const logins = plan.instances.flatMap((i) => i.consumers.map((c) => `${c.provider}: ${c.login}`));
     assert.deepEqual(logins, [
+      "mariadb: mysqld_exporter_mysql",
       "oidc: api_client_oidc",
       "postgres: notes_postgres",
+      "postgres: postgres_exporter_postgres",
       "redis: counter_redis",
+      "redis: redis_exporter_redis",
       "s3: files_s3",
     ]);
   });

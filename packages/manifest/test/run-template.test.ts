@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { Credential } from "../src/credential.ts";
 import {
+  namesModuleMetrics,
   renderRunTemplate,
   RunTemplateError,
   runTemplateProblem,
@@ -86,5 +87,34 @@ describe("a run template", () => {
     assert.match(runTemplateProblem("{postgres-database.url}", "args", scope) ?? "", /in args/);
     assert.equal(runTemplateProblem("--host={postgres-database.host}", "args", scope), undefined);
     assert.equal(runTemplateProblem("{postgres-database.password}", "files", scope), undefined);
+  });
+
+  it("names the mesh's scrape targets file where the node has one, and says why not where it has none", () => {
+    assert.equal(runTemplateProblem('files: ["{mesh.targets}"]', "files", scope), undefined);
+    assert.equal(runTemplateProblem("--sd={mesh.targets}", "args", scope), undefined);
+    assert.match(
+      runTemplateProblem("{mesh.config}", "files", scope) ?? "",
+      /the mesh's fields are \{mesh\.targets\}/,
+    );
+    assert.match(runTemplateProblem("{mesh.targets.x}", "files", scope) ?? "", /the mesh's fields/);
+    assert.deepEqual(secretInterfaces("{mesh.targets}"), []);
+    assert.equal(
+      renderRunTemplate('files: ["{mesh.targets}"]', {
+        ...values,
+        targets: "/var/lib/mesh/scrape/targets.json",
+      }),
+      'files: ["/var/lib/mesh/scrape/targets.json"]',
+    );
+    assert.throws(
+      () => renderRunTemplate("{mesh.targets}", values),
+      (err: unknown) =>
+        err instanceof RunTemplateError && /controller of `mesh up` keeps it/.test(err.message),
+    );
+  });
+
+  it("tells a template that names where the app serves its metrics", () => {
+    assert.equal(namesModuleMetrics("--web.listen-address={module.metrics}"), true);
+    assert.equal(namesModuleMetrics("{module.dir}/data"), false);
+    assert.equal(namesModuleMetrics("{ module.metrics }"), false);
   });
 });

@@ -68,6 +68,17 @@ export class GuardedAdapter implements Adapter {
     return this.#adapter.holdsMany !== undefined;
   }
 
+  /** How many consumers the guarded adapter answers in one `holdsMany`; undefined when it does not say. */
+  get verifyBatch(): number | undefined {
+    const size = this.#adapter.verifyBatch;
+    return typeof size === "number" && size >= 1 ? size : undefined;
+  }
+
+  /** The guarded adapter's `afterChanges`; nothing to do when it has none. */
+  async afterChanges(): Promise<void> {
+    await this.#adapter.afterChanges?.();
+  }
+
   /** The guarded adapter's `exists`, login checked first; undefined when it has none. */
   get exists(): ((as: string) => Promise<boolean>) | undefined {
     const exists = this.#adapter.exists?.bind(this.#adapter);

@@ -64,6 +64,13 @@ export interface Adapter {
    */
   holdsMany?(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>>;
   /**
+   * Optional: how many consumers one `holdsMany` covers in a verify pass (the harness's default is
+   * 100, each batch with its own timeout). `Infinity` where the backend answers for all of them in
+   * one or two queries, so a pass asks once however many consumers there are. Read at every pass, so
+   * a getter may answer once the adapter knows its backend.
+   */
+  readonly verifyBatch?: number | undefined;
+  /**
    * Disables the consumer's access reversibly, ends its open sessions, and marks its login and data
    * "to delete" with `at` and `why` in the backend itself. Deletes nothing.
    */
@@ -77,6 +84,13 @@ export interface Adapter {
    * `cleanup delete` tell "not made by this provider" from "unknown". Read-only.
    */
   exists?(as: string): Promise<boolean>;
+  /**
+   * Optional: called once at the end of a pass (or a tool) that created, re-applied or retired
+   * something, after all of it, for what a backend does best once for many changes (Redis saves its
+   * ACL file here). When it throws, the harness takes what that pass created or re-applied as not
+   * applied, so the next pass applies it again, and calls it again at the end of that pass.
+   */
+  afterChanges?(): Promise<void>;
   /** An adapter's own word on what class an error of its own is; undefined to let the harness guess. */
   classify?(err: unknown): FailureClass | undefined;
   /** Releases connections. Called once by `stop()`. */

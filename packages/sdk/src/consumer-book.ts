@@ -273,6 +273,20 @@ export class ConsumerBook {
     return row.failure;
   }
 
+  /**
+   * What was applied may not last (the backend did not finish the pass's changes, see the adapter's
+   * `afterChanges`): it is applied again on the next pass. Its state and troubles stay as they are.
+   */
+  notApplied(login: string): void {
+    const row = this.#rows.get(login);
+    if (!row || row.applied === undefined) return;
+    row.applied = undefined;
+    row.appliedTag = undefined;
+    row.provision = undefined;
+    row.generation++;
+    this.#settle(row);
+  }
+
   /** A check found it held: the brake is let go. */
   held(login: string): void {
     const row = this.#rows.get(login);

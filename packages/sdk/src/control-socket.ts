@@ -5,33 +5,32 @@
 import { chmod, lstat, mkdtemp, rename, rm, stat, unlink } from "node:fs/promises";
 import { type Server, type Socket, connect, createServer } from "node:net";
 import { basename, dirname, join } from "node:path";
+import {
+  isToolName,
+  READ_ONLY_TOOL_NAMES,
+  TOOL_NAMES,
+  toolArity,
+  toolDefinition,
+  toolUsage,
+  type ToolName,
+} from "@mesh/manifest";
 import { cachedJson } from "./cached-json.ts";
 import type { Logger } from "./collaborators.ts";
 import { isValidLogin } from "./login.ts";
 import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport, ToolErrorCode } from "./tools.ts";
 import { ToolError } from "./tools.ts";
 
-/** The tools a control socket answers, as a request names them. */
-export type ControlTool = "status" | "retire list" | "retire approve" | "cleanup list" | "cleanup delete";
+/** The tools a control socket answers, as a request names them (the table in @mesh/manifest). */
+export type ControlTool = ToolName;
 
 /** Every tool a control socket answers, in the order help texts list them. */
-export const CONTROL_TOOLS: readonly ControlTool[] = [
-  "status",
-  "retire list",
-  "retire approve",
-  "cleanup list",
-  "cleanup delete",
-];
+export const CONTROL_TOOLS: readonly ControlTool[] = TOOL_NAMES;
 
 /**
  * The tools that only read: a page refreshing itself may ask them without leaving an entry in the
  * module's ledger each time. Every other call is always recorded.
  */
-export const READ_ONLY_TOOLS: ReadonlySet<ControlTool> = new Set<ControlTool>([
-  "status",
-  "retire list",
-  "cleanup list",
-]);
+export const READ_ONLY_TOOLS: ReadonlySet<ControlTool> = READ_ONLY_TOOL_NAMES;
 
 /** One request line: the tool, its arguments, and who asks (said in the action log). */
 export interface ControlRequest {
@@ -348,7 +347,7 @@ export function checkControlRequest(raw: unknown): { tool: ControlTool; args: st
     );
   }
   const { tool, args = [], who = "unknown" } = raw as Record<string, unknown>;
-  if (typeof tool !== "string" || !(CONTROL_TOOLS as readonly string[]).includes(tool)) {
+  if (!isToolName(tool)) {
     throw new BadControlRequestError(
       `unknown tool ${JSON.stringify(tool)}: the tools are ${CONTROL_TOOLS.join(", ")}`,
     );
@@ -359,25 +358,21 @@ export function checkControlRequest(raw: unknown): { tool: ControlTool; args: st
   if (typeof who !== "string" || !WHO_PATTERN.test(who)) {
     throw new BadControlRequestError(`"who" must be a name of 1 to 128 printable characters`);
   }
-  const arity: Record<ControlTool, [number, number, string]> = {
-    status: [0, 0, "status"],
-    "retire list": [0, 0, "retire list"],
-    "retire approve": [0, 1, "retire approve [ID]"],
-    "cleanup list": [0, 0, "cleanup list"],
-    "cleanup delete": [1, 1, "cleanup delete LOGIN"],
-  };
-  const [least, most, usage] = arity[tool as ControlTool];
+  const { least, most } = toolArity(tool);
   if (args.length < least || args.length > most) {
     throw new BadControlRequestError(
-      `${tool} takes ${least === most ? least : `${least} to ${most}`} argument(s): ${usage}`,
+      `${tool} takes ${least === most ? least : `${least} to ${most}`} argument(s): ${toolUsage(tool)}`,
     );
   }
-  if (tool === "cleanup delete" && !isValidLogin(args[0])) {
+  const badLogin = toolDefinition(tool).args.findIndex(
+    (a, i) => a.name === "login" && !isValidLogin(args[i]),
+  );
+  if (badLogin !== -1) {
     throw new BadControlRequestError(
-      `${JSON.stringify(args[0])} is not a login: a login is 1–32 characters of a-z, 0-9 and _, starting with a letter`,
+      `${JSON.stringify(args[badLogin])} is not a login: a login is 1–32 characters of a-z, 0-9 and _, starting with a letter`,
     );
   }
-  return { tool: tool as ControlTool, args, who };
+  return { tool, args, who };
 }
 
 function serialize(response: ControlResponse): string {
@@ -399,7 +394,7 @@ async function answer(
     return failure("bad-request", message);
   }
   const { tool, args, who } = request;
-  const changes = tool === "retire approve" || tool === "cleanup delete";
+  const changes = !READ_ONLY_TOOLS.has(tool);
   if (changes) logger?.info(`control socket: ${who} asks ${[tool, ...args].join(" ")}`);
   try {
     const result = await run(tools, tool, args, who);

@@ -190,6 +190,10 @@ class Provisioner implements ProvisionerHandle {
   readonly #book: ConsumerBook;
   readonly #board: StatusBoard;
   readonly #host: ToolHost;
+  /** Logins created or re-applied since the adapter's `afterChanges` last succeeded. */
+  readonly #unsaved = new Set<string>();
+  /** Whether anything changed in the backend since `afterChanges` last succeeded. */
+  #changesUnsaved = false;
   readonly #watcher: FileWatch | undefined;
   readonly #secretsDir: SecretsDirectory;
   readonly #receivesKey: string;
@@ -261,6 +265,10 @@ class Provisioner implements ProvisionerHandle {
       describe: (err) => this.#describe(err, []),
       retire: (logins, why, who) => this.#retire(logins, why, who),
       rebuild: () => this.#rebuild(),
+      afterChanges: (changed) => {
+        if (changed) this.#changesUnsaved = true;
+        return this.#afterChanges();
+      },
     };
     this.#board = new StatusBoard(this.#host);
     this.#secretsDir = new SecretsDirectory(options.secretsDir ?? dirname(options.receives));
@@ -609,6 +617,8 @@ class Provisioner implements ProvisionerHandle {
         // A secret that changed without a word from the watcher: looked at as a pass would.
         const stillAsked = changed.filter((g) => this.#book.get(g.as)?.asked === g);
         if (stillAsked.length > 0) await this.#look(stillAsked, this.#clock.now());
+        // What this batch applied is finished now, as a pass's changes are, not at the next pass.
+        await this.#afterChanges();
         await this.#rebuild();
       });
       // A backend that timed out will time out for the next batch too: the rest wait a pass.
@@ -726,6 +736,8 @@ class Provisioner implements ProvisionerHandle {
       return;
     }
     this.#metrics.created(job.action ?? "re-asserted");
+    this.#unsaved.add(p.as);
+    this.#changesUnsaved = true;
     const failed = this.#book.created(p, job.digest, passwordTag(p.password));
     this.#succeed(p.as);
     if (failed) this.#log.info(`${p.as}: created, after ${failed.times} failed attempt(s)`);
@@ -795,6 +807,7 @@ class Provisioner implements ProvisionerHandle {
       }
       this.#standings.clear(login, "retired");
       this.#book.retired(login, at, why);
+      this.#changesUnsaved = true;
       this.#log.info(`${login}: retired (access disabled, data kept, marked to delete): ${why}`);
       this.#record({ action: "retired", login, who, why });
       this.#metrics.retired(who === "provisioner" ? "provisioner" : "approval");
@@ -803,6 +816,31 @@ class Provisioner implements ProvisionerHandle {
     this.#retirement.reset();
     this.#followRetirement();
     return done.sort();
+  }
+
+  /**
+   * The adapter's `afterChanges`, once, when something changed since it last succeeded. When it
+   * fails, what was created or re-applied since is taken as not applied: the next pass applies it
+   * again (create is idempotent) and asks again.
+   */
+  async #afterChanges(): Promise<void> {
+    if (!this.#changesUnsaved) return;
+    const after = this.adapter.afterChanges.bind(this.adapter);
+    const { result } = withTimeout(this.#clock, this.#s.createTimeout, "finishing the changes", () =>
+      after(),
+    );
+    try {
+      await result;
+    } catch (err) {
+      this.#log.warn(
+        `the backend did not finish this pass's changes (${this.#describe(err, this.#passwords())}); ` +
+          `the ${this.#unsaved.size} consumer(s) applied since are applied again on the next pass`,
+      );
+      for (const login of this.#unsaved) this.#book.notApplied(login);
+      return;
+    }
+    this.#unsaved.clear();
+    this.#changesUnsaved = false;
   }
 
   // ---- failures, secrets, problems ----------------------------------------------------------
@@ -891,6 +929,7 @@ class Provisioner implements ProvisionerHandle {
   // ---- the board and the tools --------------------------------------------------------------
 
   async #finishPass(now: number): Promise<void> {
+    await this.#afterChanges();
     this.#lastPassAt = now;
     await this.#rebuild();
   }

@@ -37,6 +37,8 @@ export interface ModuleBusOptions {
   readonly servers?: string | readonly string[];
   /** The creds file's text; else the file MESH_BUS_CREDS names, read again at each reconnect. */
   readonly creds?: string | Uint8Array;
+  /** The bus CA's file when the bus uses TLS; else MESH_BUS_CA when set (optional: absent, no TLS CA). */
+  readonly caFile?: string;
   /** The module's fleet name, its namespace; else MESH_MODULE. */
   readonly module?: string;
   /** The module's manifest, as a path or loaded; else the path in MESH_MANIFEST. */
@@ -613,8 +615,8 @@ function readCreds(file: string): Uint8Array {
 
 /**
  * Connects a module to the bus for its events, with what the agent hands every module it runs
- * (MESH_BUS_SERVERS, MESH_BUS_CREDS, MESH_MANIFEST, MESH_SEATS, MESH_MODULE) unless `options`
- * gives it. Every variable is checked before anything connects.
+ * (MESH_BUS_SERVERS, MESH_BUS_CREDS, MESH_MANIFEST, MESH_SEATS, MESH_MODULE, and MESH_BUS_CA when
+ * the bus uses TLS) unless `options` gives it. Every variable is checked before anything connects.
  * @throws ModuleBusNotConfiguredError naming a missing variable; ModuleBusCredentialsError when the
  *   credential file cannot be read; ManifestError for a manifest that cannot be used;
  *   SeatNotDeclaredError when a seat held is not in the manifest; BusCredentialsRefusedError /
@@ -663,12 +665,14 @@ export async function connectModuleBus(options: ModuleBusOptions = {}): Promise<
     },
     error: (m) => logger.error(m),
   };
+  const caFile = options.caFile ?? (env["MESH_BUS_CA"] || undefined);
   const nc = await connectBus({
     servers,
     creds,
     name: module,
     log: busLog,
     waitForServer: options.waitForServer === true,
+    ...(caFile !== undefined ? { caFile } : {}),
   });
   return new ModuleBus(nc, module, manifest, seats, {
     logger,

@@ -186,7 +186,7 @@ export function resolveProviderSettings(
 
 /**
  * The bus variables of `env` (MESH_BUS_SERVERS, MESH_BUS_CREDS, MESH_MANIFEST, MESH_SEATS,
- * MESH_MODULE, those that are set) when it holds a bus credential: MESH_BUS_CREDS and
+ * MESH_MODULE, MESH_BUS_CA, those that are set) when it holds a bus credential: MESH_BUS_CREDS and
  * MESH_BUS_SERVERS both set and not empty. Undefined otherwise: the provider announces nothing.
  */
 export function busEnvOf(
@@ -199,5 +199,7 @@ export function busEnvOf(
     const value = env[name];
     if (value !== undefined) bus[name] = value;
   }
+  // Optional: set only when the bus uses TLS.
+  if (set("MESH_BUS_CA")) bus["MESH_BUS_CA"] = env["MESH_BUS_CA"] ?? "";
   return bus;
 }

@@ -39,6 +39,8 @@ export interface ToolHost {
   retire(logins: readonly string[], why: string, who: string): Promise<string[]>;
   /** Makes the board again from the book. */
   rebuild(): Promise<void>;
+  /** The adapter's `afterChanges` when something changed (`changed`: this tool changed something). */
+  afterChanges(changed: boolean): Promise<void>;
 }
 
 /**
@@ -243,6 +245,7 @@ export async function approveRetirement(
   }
   const why = `no longer asked for in ${host.receives}; retirement of ${waiting.logins.length} approved by ${who}`;
   const retired = await host.retire(waiting.logins, why, who);
+  await host.afterChanges(false);
   await host.rebuild();
   return { id: waiting.id, retired };
 }
@@ -307,6 +310,7 @@ export async function deleteRetired(
   host.log.info(`${login}: deleted by ${who}, login and data (${freedBytes} bytes freed)`);
   host.record({ action: "deleted", login, who, why: `cleanup delete by ${who}`, freedBytes });
   host.metrics.deleted();
+  await host.afterChanges(true);
   await host.rebuild();
   return { login, freedBytes };
 }

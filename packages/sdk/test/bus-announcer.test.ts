@@ -7,15 +7,14 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { closeBus, connectBus, createAuthority, credsFor, newUserKeys, type BusAuthority } from "@mesh/bus";
 import { compilePermissions, loadManifest } from "@mesh/manifest";
+import { type Logger, type ProviderModule } from "@mesh/sdk";
 import {
   BusAnnouncer,
   busEnvOf,
   resolveProviderSettings,
   startProviderProcess,
-  type Logger,
-  type ProviderModule,
   type StandingsBus,
-} from "@mesh/sdk";
+} from "@mesh/sdk/provider";
 import { freePort, MemoryAdapter, startNats, type NatsServer } from "@mesh/testkit";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 

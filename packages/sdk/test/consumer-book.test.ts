@@ -1,14 +1,10 @@
 // The consumer book: each transition, and the state and the "unsettled" set it leaves behind.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import {
-  ConsumerBook,
-  SECRET_PATIENCE,
-  SECRET_SAY_AGAIN,
-  type Contribution,
-  type Provision,
-  type Trouble,
-} from "@mesh/sdk";
+import { ConsumerBook, SECRET_PATIENCE, SECRET_SAY_AGAIN } from "../src/consumer-book.ts";
+import type { Trouble } from "../src/standing.ts";
+import type { Provision } from "@mesh/sdk";
+import type { Contribution } from "@mesh/sdk/provider";
 
 function makeBook(start = 1_000): {
   book: ConsumerBook;
@@ -82,6 +78,20 @@ describe("the consumer book", () => {
     book.createFailed("alpha", "boom");
     assert.equal(book.get("alpha")!.applied, undefined);
     assert.equal(book.get("alpha")!.appliedTag, undefined);
+    assert.ok(book.get("alpha")!.generation > before);
+    assert.deepEqual(book.unsettled(), ["alpha"]);
+  });
+
+  it("notApplied: an apply the backend did not finish is applied again, and stays active", () => {
+    const { book } = makeBook();
+    book.asked(entry("alpha"));
+    book.created(provision("alpha"), "d", "t");
+    const before = book.get("alpha")!.generation;
+    book.notApplied("alpha");
+    assert.equal(book.get("alpha")!.provision, undefined);
+    assert.equal(book.get("alpha")!.applied, undefined);
+    assert.equal(book.get("alpha")!.made, "active");
+    assert.equal(book.get("alpha")!.failure, undefined);
     assert.ok(book.get("alpha")!.generation > before);
     assert.deepEqual(book.unsettled(), ["alpha"]);
   });

@@ -5,16 +5,17 @@ import { type Socket, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { CleanupEntry, ControlServer, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
+import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport } from "@mesh/sdk";
+import type { ControlServer } from "@mesh/sdk/provider";
+import { ToolError } from "@mesh/sdk";
 import {
   ControlSocketInUseError,
   ControlSocketPathError,
   MAX_REQUEST_BYTES,
   NoProviderListeningError,
-  ToolError,
   callControl,
   serveControl,
-} from "@mesh/sdk";
+} from "@mesh/sdk/provider";
 
 const STATUS: StatusReport = {
   interface: "postgres-database",

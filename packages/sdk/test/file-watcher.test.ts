@@ -5,7 +5,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { FileWatcher, watchKey } from "@mesh/sdk";
+import { FileWatcher, watchKey } from "../src/watcher.ts";
 
 describe("the file watcher", () => {
   it("a file under a directory not there yet is unwatched until the directory comes", async () => {

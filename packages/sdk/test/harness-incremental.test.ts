@@ -7,7 +7,8 @@ import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { watchKey, type FileWatch, type Provision } from "@mesh/sdk";
+import type { Provision } from "@mesh/sdk";
+import { watchKey, type FileWatch } from "../src/watcher.ts";
 import { makeFixture, type Fixture } from "./harness-fixture.ts";
 
 const MINUTE = 60_000;

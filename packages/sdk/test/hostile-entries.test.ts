@@ -6,15 +6,8 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import {
-  FakeClock,
-  MAX_VALUE_BYTES,
-  MAX_VALUE_DEPTH,
-  callControl,
-  runProvisioner,
-  serveControl,
-  type StatusReport,
-} from "@mesh/sdk";
+import { FakeClock, runProvisioner, type StatusReport } from "@mesh/sdk";
+import { MAX_VALUE_BYTES, MAX_VALUE_DEPTH, callControl, serveControl } from "@mesh/sdk/provider";
 import { MemoryAdapter } from "@mesh/testkit";
 import { makeFixture, IFACE, type Fixture } from "./harness-fixture.ts";
 

@@ -5,6 +5,7 @@ import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { type ProviderModule } from "@mesh/sdk";
 import {
   ListenAddressError,
   ListenError,
@@ -18,8 +19,7 @@ import {
   serveMetrics,
   startProviderProcess,
   type MetricsServer,
-  type ProviderModule,
-} from "@mesh/sdk";
+} from "@mesh/sdk/provider";
 import { MemoryAdapter, scrapeProm, type PromScrape } from "@mesh/testkit";
 import { IFACE, makeFixture, type Fixture } from "./harness-fixture.ts";
 

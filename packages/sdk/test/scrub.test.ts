@@ -1,7 +1,8 @@
 // Classing errors: the network's own codes are recognised however a driver wraps them.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { classOf, errorCodes, isNetworkError } from "@mesh/sdk";
+import { errorCodes, isNetworkError } from "@mesh/sdk";
+import { classOf } from "@mesh/sdk/provider";
 
 describe("network errors", () => {
   const refused = Object.assign(new Error("connect failed"), { code: "ECONNREFUSED" });

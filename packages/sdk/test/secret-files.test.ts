@@ -7,14 +7,14 @@ import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
+import { type ProviderModule } from "@mesh/sdk";
 import {
   MAX_SECRET_BYTES,
   ProviderSettingsError,
   SecretUnreadableError,
   readSecret,
   resolveProviderSettings,
-  type ProviderModule,
-} from "@mesh/sdk";
+} from "@mesh/sdk/provider";
 import { MemoryAdapter } from "@mesh/testkit";
 import { makeFixture, IFACE, type Fixture } from "./harness-fixture.ts";
 

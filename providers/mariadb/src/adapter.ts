@@ -167,6 +167,8 @@ function fromSqlTime(text: string | null): Date | undefined {
  * `escape`), and logins and database names are checked against the login pattern before any SQL.
  */
 export class MariadbAdapter implements BatchedAdapter {
+  /** `holdsMany` asks five queries however many consumers it checks: a verify pass asks once for all. */
+  readonly verifyBatch = Infinity;
   readonly #config: ResolvedMariadbConfig;
   readonly #pool: MariadbPool;
   #marksReady: Promise<void> | undefined;

@@ -150,6 +150,23 @@ interface DatabaseRow {
   readonly openToPublic: boolean;
 }
 
+/** What one batched query says of a consumer: its role, mark, database, and the admin's reach. */
+interface ConsumerRow {
+  readonly login: string;
+  readonly role: RoleRow | undefined;
+  readonly database: DatabaseRow | undefined;
+  /** Whether the admin is a member of the role (what a non-superuser needs to manage it). */
+  readonly adminIsMember: boolean;
+  /** The stored verifier, when the admin may read pg_authid. */
+  readonly verifier: string | null | undefined;
+}
+
+/** A password check made by a consumer login between verify passes. */
+interface LoginCheck {
+  readonly password: string;
+  readonly ok: boolean;
+}
+
 interface AdminFacts {
   readonly user: string;
   readonly superuser: boolean;
@@ -233,7 +250,22 @@ export function createPostgresAdapter(config: PostgresAdapterConfig): PostgresAd
  * instance's mark.
  */
 export class PostgresAdapter implements BatchedAdapter {
+  /**
+   * `holdsMany` asks one query however many consumers it checks (a superuser's stored verifiers
+   * included), so a verify pass asks once for all. An admin without pg_authid also logs in as each
+   * consumer, but between passes (see `holdsMany`), not inside one.
+   */
+  readonly verifyBatch = Infinity;
   readonly #config: ResolvedPostgresConfig;
+  /** Per login, the stored verifier last compared with the password, and the answer: PBKDF2 once per change. */
+  readonly #compared = new Map<string, { verifier: string; password: string; matches: boolean }>();
+  /** Per login, the password logins made since the last `holdsMany` (by `#spreadLogins`). */
+  readonly #loginChecks = new Map<string, LoginCheck>();
+  /** Which `holdsMany` the spread logins now running belong to; a newer one drops their answers. */
+  #spreadRound = 0;
+  #spreadTimer: ReturnType<typeof setTimeout> | undefined;
+  #spreading: Promise<void> = Promise.resolve();
+  #closed = false;
   readonly #logger: Logger;
   readonly #pool: PostgresPool;
   readonly #clients: PostgresClients;
@@ -305,6 +337,75 @@ export class PostgresAdapter implements BatchedAdapter {
     return new Map(
       rows.map((r) => [r.name, { name: r.name, owner: r.owner, openToPublic: r.open_to_public }]),
     );
+  }
+
+  /**
+   * Everything `holdsMany` checks but the password, for every consumer asked, in one query: role,
+   * LOGIN and validity, mark, the admin's membership, database, owner and PUBLIC's access; and the
+   * stored verifier when the admin may read pg_authid.
+   */
+  async #consumerRows(
+    asked: readonly { login: string; database: string }[],
+    readsAuthid: boolean,
+  ): Promise<Map<string, ConsumerRow>> {
+    const { rows } = await this.#pool.query<{
+      login: string;
+      role: string | null;
+      can_login: boolean | null;
+      in_date: boolean | null;
+      comment: string | null;
+      database: string | null;
+      owner: string | null;
+      open_to_public: boolean | null;
+      admin_is_member: boolean | null;
+      verifier?: string | null;
+    }>(
+      `SELECT a.login, r.rolname AS role, r.rolcanlogin AS can_login,
+              (r.rolvaliduntil IS NULL OR r.rolvaliduntil > now()) AS in_date,
+              pg_catalog.shobj_description(r.oid, 'pg_authid') AS comment,
+              d.datname AS database, pg_catalog.pg_get_userbyid(d.datdba) AS owner,
+              pg_catalog.has_database_privilege('public', d.oid, 'CONNECT') AS open_to_public,
+              pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER') AS admin_is_member
+              ${readsAuthid ? ", s.rolpassword AS verifier" : ""}
+         FROM unnest($1::text[], $2::text[]) AS a(login, database)
+         LEFT JOIN pg_catalog.pg_roles r ON r.rolname = a.login
+         LEFT JOIN pg_catalog.pg_database d ON d.datname = a.database
+         ${readsAuthid ? "LEFT JOIN pg_catalog.pg_authid s ON s.rolname = a.login" : ""}`,
+      [asked.map((a) => a.login), asked.map((a) => a.database)],
+    );
+    return new Map(
+      rows.map((r) => [
+        r.login,
+        {
+          login: r.login,
+          role:
+            r.role === null
+              ? undefined
+              : {
+                  login: r.role,
+                  canLogin: r.can_login === true,
+                  inDate: r.in_date === true,
+                  comment: r.comment,
+                },
+          database:
+            r.database === null
+              ? undefined
+              : { name: r.database, owner: r.owner ?? "", openToPublic: r.open_to_public !== false },
+          adminIsMember: r.admin_is_member === true,
+          verifier: readsAuthid ? (r.verifier ?? null) : undefined,
+        },
+      ]),
+    );
+  }
+
+  /** Whether `stored` is `password`'s verifier; PBKDF2 runs only when either changed since last asked. */
+  async #verifierMatches(login: string, stored: string | null, password: string): Promise<boolean> {
+    if (stored === null) return false;
+    const was = this.#compared.get(login);
+    if (was !== undefined && was.verifier === stored && was.password === password) return was.matches;
+    const matches = await verifierMatches(stored, password);
+    this.#compared.set(login, { verifier: stored, password, matches });
+    return matches;
   }
 
   async #storedVerifiers(logins: readonly string[]): Promise<Map<string, string | null>> {
@@ -424,6 +525,9 @@ export class PostgresAdapter implements BatchedAdapter {
       );
       await client.query(`COMMENT ON ROLE ${id(login)} IS ${lit(active)}`);
     });
+    // The verifier just stored is this password's: the next check need not run PBKDF2 for it.
+    this.#compared.set(login, { verifier, password: p.password, matches: true });
+    this.#loginChecks.delete(login);
     signal.throwIfAborted();
 
     // One session for the membership and what needs it: under concurrent creates, a membership
@@ -461,12 +565,34 @@ export class PostgresAdapter implements BatchedAdapter {
   }
 
   /**
-   * `holds` for many consumers with three catalog queries (roles with marks, databases, and the
-   * stored verifiers when the admin may read them); a consumer login each only when it may not.
-   * Whether each role carries this instance's active mark, can log in with exactly its password,
-   * and owns its database, closed to PUBLIC. Read-only.
+   * Whether the consumer's role carries this instance's active mark, can log in with exactly its
+   * password, and owns its database, closed to PUBLIC: one catalog query, and (for an admin that
+   * cannot read pg_authid) one consumer login. Exact at the moment it is asked. Read-only.
+   */
+  async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
+    const answer = (await this.#check([p], signal, false)).get(p.as);
+    if (answer instanceof Error) throw answer;
+    return answer === true;
+  }
+
+  /**
+   * `holds` for many consumers with one catalog query. With a superuser (or any admin that may read
+   * pg_authid) that query also reads the stored verifiers, compared here (PBKDF2 only for a verifier
+   * or password not compared before), so nothing else is asked. An admin that cannot read pg_authid
+   * can check a password only by logging in as the consumer: those logins are spread evenly over
+   * `loginSpreadMs` after each call, and the next call takes their answers, logging in itself only
+   * for a consumer not reached (or whose password has changed) since. A drift by hand is so found by
+   * the second verify pass after it at the latest. Read-only.
    */
   async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
+    return this.#check(ps, signal, true);
+  }
+
+  async #check(
+    ps: readonly Provision[],
+    signal: AbortSignal,
+    spread: boolean,
+  ): Promise<Map<string, boolean | Error>> {
     const answers = new Map<string, boolean | Error>();
     const asked: { p: Provision; database: string }[] = [];
     for (const p of ps) {
@@ -478,31 +604,40 @@ export class PostgresAdapter implements BatchedAdapter {
       }
     }
     if (asked.length === 0) return answers;
-    const logins = asked.map((a) => a.p.as);
     const facts = await this.#adminFacts();
-    const roles = await this.#roles(logins);
-    const databases = await this.#databases(asked.map((a) => a.database));
-    const verifiers = facts.readsAuthid ? await this.#storedVerifiers(logins) : undefined;
+    const rows = await this.#consumerRows(
+      asked.map((a) => ({ login: a.p.as, database: a.database })),
+      facts.readsAuthid,
+    );
 
     const logInto: { p: Provision; database: string }[] = [];
     for (const { p, database } of asked) {
-      const role = roles.get(p.as);
+      const row = rows.get(p.as);
+      const role = row?.role;
       const mark = this.#ownMark(role);
-      const db = databases.get(database);
+      const db = row?.database;
       const shaped =
         role !== undefined &&
         mark?.state === "active" &&
         mark.database === database &&
         role.canLogin &&
         role.inDate &&
+        (facts.superuser || row?.adminIsMember === true) &&
         db?.owner === p.as &&
         !db.openToPublic;
       if (!shaped) answers.set(p.as, false);
-      else if (verifiers) answers.set(p.as, await verifierMatches(verifiers.get(p.as), p.password));
+      else if (row?.verifier !== undefined)
+        answers.set(p.as, await this.#verifierMatches(p.as, row.verifier, p.password));
       else logInto.push({ p, database });
     }
 
-    await forEachLimited(logInto, LOGIN_CHECKS_AT_ONCE, async ({ p, database }) => {
+    const stillToLog: { p: Provision; database: string }[] = [];
+    for (const item of logInto) {
+      const done = spread ? this.#loginChecks.get(item.p.as) : undefined;
+      if (done !== undefined && done.password === item.p.password) answers.set(item.p.as, done.ok);
+      else stillToLog.push(item);
+    }
+    await forEachLimited(stillToLog, LOGIN_CHECKS_AT_ONCE, async ({ p, database }) => {
       if (signal.aborted) {
         answers.set(p.as, new Error("postgres: the check was stopped before this consumer's turn"));
         return;
@@ -513,7 +648,46 @@ export class PostgresAdapter implements BatchedAdapter {
         answers.set(p.as, err instanceof Error ? err : new Error(String(err)));
       }
     });
+    if (spread && !facts.readsAuthid) this.#spreadLogins(logInto);
     return answers;
+  }
+
+  /**
+   * Logs in as each of `items`, one at a time and evenly spaced over `loginSpreadMs`, keeping each
+   * answer for the next `holdsMany`. A newer call replaces the list; answers of the old one are dropped.
+   */
+  #spreadLogins(items: readonly { p: Provision; database: string }[]): void {
+    const round = ++this.#spreadRound;
+    this.#loginChecks.clear();
+    if (this.#spreadTimer !== undefined) clearTimeout(this.#spreadTimer);
+    this.#spreadTimer = undefined;
+    if (items.length === 0 || this.#closed) return;
+    const gap = this.#config.loginSpreadMs / items.length;
+    const startedAt = performance.now();
+    let next = 0;
+    const step = (): void => {
+      this.#spreadTimer = undefined;
+      if (round !== this.#spreadRound || this.#closed) return;
+      const item = items[next++];
+      if (item === undefined) return;
+      this.#spreading = (async () => {
+        try {
+          const ok = await this.#canLogIn(item.p.as, item.p.password, item.database);
+          if (round === this.#spreadRound)
+            this.#loginChecks.set(item.p.as, { password: item.p.password, ok });
+        } catch {
+          // Unable to ask: the next verify pass logs in itself.
+        }
+      })();
+      void this.#spreading.then(() => {
+        if (round !== this.#spreadRound || this.#closed || next >= items.length) return;
+        const due = startedAt + gap * (next + 0.5);
+        this.#spreadTimer = setTimeout(step, Math.max(0, due - performance.now()));
+        this.#spreadTimer.unref?.();
+      });
+    };
+    this.#spreadTimer = setTimeout(step, gap / 2);
+    this.#spreadTimer.unref?.();
   }
 
   /** Logs in as the consumer: the only exact password check open to an admin without pg_authid. */
@@ -621,8 +795,11 @@ export class PostgresAdapter implements BatchedAdapter {
     return classifyPostgresError(err);
   }
 
-  /** Ends the admin connections. */
+  /** Stops the spread logins and ends the admin connections. */
   async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#spreadTimer !== undefined) clearTimeout(this.#spreadTimer);
+    await this.#spreading;
     await this.#pool.end();
   }
 }

@@ -15,7 +15,7 @@ import {
   type GuardedAdapter,
   type Provision,
 } from "@mesh/sdk";
-import { mintPassword, type PostgresServer } from "@mesh/testkit";
+import { mintPassword, until, type PostgresServer } from "@mesh/testkit";
 import {
   ReservedNameError,
   classifyPostgresError,
@@ -117,6 +117,39 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
     } finally {
       await server.query("ALTER SYSTEM RESET log_statement");
       await server.query("SELECT pg_reload_conf()");
+    }
+  });
+
+  void it("spreads a non-superuser admin's consumer logins between verify passes, and still finds a password changed by hand", async () => {
+    const spread = guarded({ adminUrl, instance: INSTANCE, logger: quiet, loginSpreadMs: 600 });
+    const adminUser = decodeURIComponent(new URL(adminUrl).username);
+    const consumers = [provision(), provision(), provision()];
+    const logins: string[] = [];
+    const original = pg.Client.prototype.connect;
+    try {
+      for (const p of consumers) await spread.create(p, signal());
+      pg.Client.prototype.connect = function (this: pg.Client, ...args: unknown[]) {
+        if (this.user !== adminUser) logins.push(String(this.user));
+        return (original as unknown as (...a: unknown[]) => Promise<void>).apply(this, args);
+      } as unknown as typeof original;
+      let many = await spread.holdsMany(consumers, signal());
+      assert.deepEqual([...many.values()], [true, true, true]);
+      assert.equal(logins.length, 3, "the first pass logs in as each consumer itself");
+      await until("the spread logins", () => logins.length >= 6, 30);
+      logins.length = 0;
+      many = await spread.holdsMany(consumers, signal());
+      assert.deepEqual([...many.values()], [true, true, true]);
+      assert.equal(logins.length, 0, "the next pass takes their answers and logs in as none");
+      const [drifted] = consumers;
+      assert.ok(drifted);
+      await server.query(`ALTER ROLE "${drifted.as}" PASSWORD 'changed-by-hand'`);
+      await until("the spread logins after it", () => logins.length >= 3, 30);
+      many = await spread.holdsMany(consumers, signal());
+      assert.deepEqual([...many.values()], [false, true, true], "the pass after finds the drift");
+      assert.equal(await spread.holds(consumers[1] as Provision, signal()), true, "holds itself logs in");
+    } finally {
+      pg.Client.prototype.connect = original;
+      await spread.close();
     }
   });
 

@@ -16,6 +16,7 @@ import { markEntry, parseJsonOrUndefined, readMark, retiredMark, type ConsumerMa
 import type { Adapter, Deleted, FailureClass, InventoryEntry, Logger, Provision, Retired } from "@mesh/sdk";
 import {
   CONSUMER_COMMAND_RULES,
+  consumerCommandRules,
   resolveRedisConfig,
   type RedisAdapterConfig,
   type ResolvedRedisConfig,
@@ -98,6 +99,8 @@ interface ServerFacts {
   readonly savesAcl: boolean;
   /** CONSUMER_COMMAND_RULES as this server writes them back (it drops redundant rules), sorted. */
   readonly commands: readonly string[];
+  /** The same with MONITORING_COMMAND_RULES, for a consumer that asked for `monitoring`. */
+  readonly monitoringCommands: readonly string[];
 }
 
 const MARK_PREFIX = "_mesh";
@@ -127,7 +130,18 @@ export function createRedisAdapter(config: RedisAdapterConfig): RedisNamespaceAd
 
 /** The `redis-namespace` adapter over a client the caller made. `close()` closes that client. */
 export class RedisNamespaceAdapter implements Adapter {
+  /** One ACL LIST answers for every consumer, so a verify pass asks once however many there are. */
+  readonly verifyBatch = Infinity;
   private facts: Promise<ServerFacts> | undefined;
+  /** How many times the connection has become ready: a change after a new one may be on a restarted server. */
+  private readies = 0;
+  /**
+   * The connection (its count of readies) on which the first change not yet saved to the ACL file
+   * was made; undefined when none is waiting.
+   */
+  private unsavedSince: number | undefined;
+  /** A process starting cannot know whether the one before it saved: its first `afterChanges` saves. */
+  private savedOnce = false;
   private connecting: Promise<void> | undefined;
   private warnedNoAclFile = false;
   /** Why the connection last failed; cleared when it is ready again. */
@@ -145,6 +159,7 @@ export class RedisNamespaceAdapter implements Adapter {
       if (first) this.logger.warn(new RedisConnectionError(config.admin.endpoint, { cause: err }).message);
     });
     client.on("ready", () => {
+      this.readies++;
       if (this.lastError === undefined) return;
       this.lastError = undefined;
       this.logger.info(`Redis at ${config.admin.endpoint} answers again`);
@@ -153,7 +168,8 @@ export class RedisNamespaceAdapter implements Adapter {
 
   /**
    * Creates or repairs the consumer's ACL user, re-enabling a retired one and clearing its mark;
-   * writes nothing when all is already in place.
+   * writes nothing when all is already in place. The change is live at once; it reaches the ACL file
+   * with the pass's `afterChanges`, one ACL SAVE for all of the pass's creates.
    * @throws NotMadeHereError when a user of that name exists without this instance's mark.
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
@@ -164,7 +180,7 @@ export class RedisNamespaceAdapter implements Adapter {
     if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
     // Nothing to write when all is in place: no ACL change, and no ACL SAVE rewriting the file.
     const inPlace =
-      isHeld(user, mark, login, p.password, facts.commands) &&
+      isHeld(user, mark, login, p.password, commandsOf(facts, p)) &&
       JSON.stringify(mark?.derived) === JSON.stringify(p.derived);
     if (inPlace) return;
     signal.throwIfAborted();
@@ -172,9 +188,33 @@ export class RedisNamespaceAdapter implements Adapter {
     const batch = this.client
       .multi()
       .call("ACL", "SETUSER", this.markName(login), ...markRules({ state: "active", derived: p.derived }))
-      .call("ACL", "SETUSER", login, ...consumerRules(login, p.password));
+      .call("ACL", "SETUSER", login, ...consumerRules(login, p.password, monitors(p)));
+    this.unsavedSince ??= this.readies;
     await execChecked(batch, login, "write the consumer's ACL user and mark");
-    await this.save(facts, login);
+  }
+
+  /**
+   * Saves the pass's creates to the ACL file with one ACL SAVE (nothing to do when the server has
+   * no ACL file or nothing changed). Retirements and deletions are saved as they are made.
+   * @throws RedisCommandError when the save fails, or when the connection was lost since the first
+   * change it saves: the server may have restarted from its ACL file without those changes, so the
+   * harness applies them again.
+   */
+  async afterChanges(): Promise<void> {
+    if (this.unsavedSince === undefined && this.savedOnce) return;
+    const facts = await this.serverFacts();
+    const since = this.unsavedSince;
+    await this.save(facts, "(this pass's consumers)");
+    this.unsavedSince = undefined;
+    this.savedOnce = true;
+    if (since !== undefined && since !== this.readies) {
+      throw new RedisCommandError(
+        "(this pass's consumers)",
+        "keep this pass's changes (the connection to Redis was lost after they were made, and a server " +
+          "that restarted from its ACL file has lost them)",
+        { cause: new Error(`connected ${this.readies - since} more time(s) since the first change`) },
+      );
+    }
   }
 
   /** Whether the consumer's ACL user is on, with exactly its password, patterns, commands and an active mark. */
@@ -182,7 +222,7 @@ export class RedisNamespaceAdapter implements Adapter {
     const facts = await this.serverFacts();
     signal.throwIfAborted();
     const [user, mark] = await this.readUser(p.as);
-    return isHeld(user, mark, p.as, p.password, facts.commands);
+    return isHeld(user, mark, p.as, p.password, commandsOf(facts, p));
   }
 
   /** `holds` for many consumers with one ACL LIST, however many they are. */
@@ -194,7 +234,7 @@ export class RedisNamespaceAdapter implements Adapter {
     for (const p of ps) {
       const markUser = users.get(this.markName(p.as));
       const mark = markUser === undefined ? undefined : decodeMark(markUser);
-      answers.set(p.as, isHeld(users.get(p.as), mark, p.as, p.password, facts.commands));
+      answers.set(p.as, isHeld(users.get(p.as), mark, p.as, p.password, commandsOf(facts, p)));
     }
     return answers;
   }
@@ -349,14 +389,21 @@ export class RedisNamespaceAdapter implements Adapter {
         .multi()
         .call("ACL", "SETUSER", probe, "reset", ...CONSUMER_COMMAND_RULES)
         .call("ACL", "GETUSER", probe)
+        .call("ACL", "SETUSER", probe, "reset", ...consumerCommandRules(true))
+        .call("ACL", "GETUSER", probe)
         .call("ACL", "DELUSER", probe),
       probe,
       "try the consumers' command rules on a throwaway user",
     );
     const described = fromGetUser(replies[1]);
-    if (described === undefined)
+    const monitoring = fromGetUser(replies[3]);
+    if (described === undefined || monitoring === undefined)
       throw new Error(`Redis at ${this.config.admin.endpoint} did not describe ACL user ${probe}`);
-    return { savesAcl: aclFile !== undefined && aclFile !== "", commands: described.commands };
+    return {
+      savesAcl: aclFile !== undefined && aclFile !== "",
+      commands: described.commands,
+      monitoringCommands: monitoring.commands,
+    };
   }
 
   private warnNoAclFile(unknownWhy: string | undefined): void {
@@ -502,7 +549,7 @@ function sha256(password: string): string {
  * acl-pubsub-default grants every channel. The password goes as its SHA-256, so the plaintext never
  * reaches the server, its ACL file or its logs.
  */
-function consumerRules(login: string, password: string): string[] {
+function consumerRules(login: string, password: string, monitoring: boolean): string[] {
   return [
     "reset",
     "resetchannels",
@@ -510,8 +557,18 @@ function consumerRules(login: string, password: string): string[] {
     `#${sha256(password)}`,
     `~${login}:*`,
     `&${login}:*`,
-    ...CONSUMER_COMMAND_RULES,
+    ...consumerCommandRules(monitoring),
   ];
+}
+
+/** Whether the consumer asked for `monitoring` (INFO, for a metrics exporter). */
+function monitors(p: Provision): boolean {
+  return p.values["monitoring"] === true;
+}
+
+/** The command rules `p` holds on this server, as it writes them back. */
+function commandsOf(facts: ServerFacts, p: Provision): readonly string[] {
+  return monitors(p) ? facts.monitoringCommands : facts.commands;
 }
 
 /** A mark user: off, no password, no commands; its one key pattern is the mark itself. */

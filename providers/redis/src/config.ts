@@ -54,6 +54,18 @@ export const CONSUMER_COMMAND_RULES: readonly string[] = [
 ];
 
 /**
+ * What a consumer whose need says `monitoring: true` may run besides: INFO, the server-wide counters
+ * (memory, clients, commands, keys per database) a metrics exporter reads. INFO names no key and no
+ * other consumer; CONFIG, CLIENT LIST, SLOWLOG and the rest of `@admin` stay refused.
+ */
+export const MONITORING_COMMAND_RULES: readonly string[] = ["+info"];
+
+/** The command rules of a consumer, with MONITORING_COMMAND_RULES when it asked for monitoring. */
+export function consumerCommandRules(monitoring: boolean): readonly string[] {
+  return monitoring ? [...CONSUMER_COMMAND_RULES, ...MONITORING_COMMAND_RULES] : CONSUMER_COMMAND_RULES;
+}
+
+/**
  * The least an admin user needs, as ACL rules after its name, `on` and its password: ACL to make
  * users, CLIENT KILL to end a retired consumer's connections, CONFIG GET to see whether there is an
  * ACL file, and INFO, SELECT, SCAN, MEMORY USAGE and UNLINK on every key to delete a consumer's keys.

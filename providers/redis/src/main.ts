@@ -1,6 +1,6 @@
 // Runs the redis provider on its own, configured by environment variables (see runProviderMain);
 // `mesh provider redis` is the same with flags.
-import { runProviderMain } from "@mesh/sdk";
+import { runProviderMain } from "@mesh/sdk/provider";
 import { provider } from "./index.ts";
 
 await runProviderMain(provider);

@@ -227,6 +227,44 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     assert.equal(await admin.get("other:secret"), "x");
   });
 
+  void it("lets a consumer that asks for monitoring run INFO, and nothing more of the administration", async () => {
+    const watcher: Provision = { ...consumer("watcher"), values: { monitoring: true } };
+    await adapter.create(watcher, signal);
+    assert.equal(await adapter.holds(watcher, signal), true, "held with INFO");
+    assert.equal(
+      await adapter.holds({ ...watcher, values: {} }, signal),
+      false,
+      "a consumer without monitoring does not hold INFO: holds tells the two apart",
+    );
+    assert.equal((await adapter.holdsMany([watcher], signal)).get("watcher"), true);
+    const without = await adapter.holdsMany([{ ...watcher, values: { monitoring: false } }], signal);
+    assert.equal(without.get("watcher"), false);
+    await admin.set("other:secret", "x");
+    const c = await connectAs(plain, "watcher", watcher.password);
+    try {
+      const info = String(await c.call("INFO"));
+      assert.match(info, /# Server/, "INFO answers");
+      assert.match(info, /^db0:keys=\d+/m, "with counts of keys per database");
+      assert.doesNotMatch(info, /other:secret/, "and no key's name");
+      await rejectsWithNoperm(c.call("CONFIG", "GET", "*"), "CONFIG GET");
+      await rejectsWithNoperm(c.call("CLIENT", "LIST"), "CLIENT LIST");
+      await rejectsWithNoperm(c.call("SLOWLOG", "GET"), "SLOWLOG GET");
+      await rejectsWithNoperm(c.call("KEYS", "*"), "KEYS *");
+      await rejectsWithNoperm(c.call("SCAN", "0"), "SCAN");
+      await rejectsWithNoperm(c.get("other:secret"), "GET of another key");
+    } finally {
+      c.disconnect();
+    }
+    // Asked without monitoring again: create takes INFO away.
+    await adapter.create({ ...watcher, values: {} }, signal);
+    const again = await connectAs(plain, "watcher", watcher.password);
+    try {
+      await rejectsWithNoperm(again.call("INFO"), "INFO once monitoring is no longer asked for");
+    } finally {
+      again.disconnect();
+    }
+  });
+
   void it("never alters an ACL user it did not make, and never lists it", async () => {
     await admin.call("ACL", "SETUSER", "handmade", "on", ">by-hand", "~handmade:*", "+@all");
     await admin.set("handmade:data", "keep");
@@ -544,10 +582,29 @@ void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
     assert.equal((await fresh.inventory()).length, 2);
   });
 
+  void it("a create reaches the ACL file at afterChanges; one made before a restart makes afterChanges fail, so it is applied again", async () => {
+    const { server, adapter } = await serverWith(true);
+    const saved = consumer("saved_one");
+    const lost = consumer("lost_one");
+    await adapter.create(saved, signal);
+    await adapter.afterChanges();
+    await adapter.create(lost, signal);
+    // Redis goes down before the pass's ACL SAVE: it comes back from its file without lost_one.
+    await server.restart();
+    assert.equal(await eventually(() => adapter.holds(saved, signal)), true);
+    assert.equal(await adapter.holds(lost, signal), false, "the unsaved create is gone");
+    await assert.rejects(adapter.afterChanges(), /connection to Redis was lost/);
+    await adapter.create(lost, signal);
+    await adapter.afterChanges();
+    await server.restart();
+    assert.equal(await eventually(() => adapter.holds(lost, signal)), true, "saved once made again");
+  });
+
   void it("fails promptly as unreachable while the server is down, and the same adapter works once it is back", async () => {
     const { server, adapter } = await serverWith(true);
     const p = consumer("patient");
     await adapter.create(p, signal);
+    await adapter.afterChanges(); // as the harness does at the end of the pass
     await server.restart({
       whileDown: async () => {
         for (const attempt of [

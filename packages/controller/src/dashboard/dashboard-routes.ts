@@ -6,12 +6,13 @@
 // body, and without a token only a loopback Host is answered (a DNS-rebound name is not).
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { isLoopbackHost, isValidLogin } from "@mesh/sdk";
-import { isModuleName } from "@mesh/manifest";
+import { isValidLogin } from "@mesh/sdk";
+import { isLoopbackHost } from "@mesh/sdk/provider";
+import { isModuleName, READ_ONLY_TOOL_NAMES } from "@mesh/manifest";
 import type { HttpRoute } from "../http-server.ts";
 import { DEFAULT_LEDGER_LIMIT, MAX_LEDGER_LIMIT } from "../ledger-reader.ts";
 import { RELAY_UNANSWERED_CODES, type ToolReply } from "../tool-relay.ts";
-import { maskDeep } from "@mesh/sdk";
+import { maskDeep } from "@mesh/sdk/provider";
 import { DashboardView, type DashboardSources, type DashboardViewOptions } from "./dashboard-state.ts";
 
 /** How to serve the dashboard. */
@@ -29,7 +30,7 @@ export interface DashboardOptions extends DashboardViewOptions {
 /** The largest body an action takes. */
 export const MAX_ACTION_BYTES = 4 * 1024;
 
-/** The id `retire approve` takes (see `setId` in @mesh/sdk). */
+/** The id `retire approve` takes (see `setId` in @mesh/sdk/provider). */
 const SET_ID = /^[0-9a-f]{12}$/;
 
 // Beside src/ and dist/ alike: the page is served as written, by the sources and the build.
@@ -66,7 +67,8 @@ class Refusal extends Error {
  * The dashboard's routes, for the controller's HTTP server (`startControllerHttp`):
  * - `GET /`, `/dashboard.css`, `/dashboard.js`: the page (open: it holds no data);
  * - `GET /api/state`: nodes, modules, providers and their consumers (`DashboardState`);
- * - `GET /api/ledger?module=M&limit=N`: a module's newest ledger entries, oldest first;
+ * - `GET /api/ledger?module=M&limit=N`: a module's newest ledger entries, oldest first, and
+ *   `readOnlyTools`, the tools whose calls the page hides unless asked;
  * - `POST /api/approve` `{module, id}`: `retire approve <id>` on the provider;
  * - `POST /api/delete` `{module, login, typed}`: `cleanup delete <login>`, refused unless `typed`
  *   is the login itself.
@@ -146,7 +148,8 @@ export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
       if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LEDGER_LIMIT)
         throw new Refusal(400, "bad-request", `limit is a whole number from 1 to ${MAX_LEDGER_LIMIT}`);
       const read = await options.sources.ledger(module, limit);
-      return { status: read.ok ? 200 : 404, body: read };
+      // The page hides read-only tool calls unless asked; which they are comes from the tool table.
+      return { status: read.ok ? 200 : 404, body: { ...read, readOnlyTools: [...READ_ONLY_TOOL_NAMES] } };
     }),
     api("POST", "/api/approve", async (req) => {
       const body = await readAction(req);

@@ -3,7 +3,7 @@
 // `mesh tool`. A provider that does not answer is shown as such, never as an error page: its
 // consumers are then listed from the plan, with what the standings on the bus say of them.
 import type { ConsumerState, RetireList, StatusReport } from "@mesh/sdk";
-import { maskDeep, metricsUrlOf } from "@mesh/sdk";
+import { maskDeep, metricsUrlOf } from "@mesh/sdk/provider";
 import { DEFAULT_SILENT_AFTER_MS } from "../controller-metrics.ts";
 import type { ControllerStatus, FailingStatus } from "../controller-status.ts";
 import type { FleetPlan } from "../fleet-plan.ts";

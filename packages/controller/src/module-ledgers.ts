@@ -1,0 +1,169 @@
+// Each module's ledger (its history stream and snapshots bucket), made apart from the controller's
+// one-change-at-a-time queue. JetStream may take tens of seconds to place a stream while a server
+// of the cluster is down (or its meta leader is being elected again): a change, a rotation or a
+// join token must not wait behind that. A ledger is made in the background, tried again until it
+// is made, and `mesh status` lists it meanwhile; the module's credentials are issued once it is
+// (`whenMade`). So is the bucket of a node not enrolled yet. What was made with fewer copies than asked is raised once the servers are back.
+import { belowReplicas, ensureLedger, raiseReplicas, type BusLogger } from "@mesh/bus";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { WaitingWrite } from "./pending-writes.ts";
+
+/** How `ModuleLedgers` makes ledgers and waits between tries. */
+export interface ModuleLedgersOptions {
+  readonly nc: NatsConnection;
+  readonly logger: BusLogger;
+  /** Makes one module's ledger (default: `ensureLedger`). */
+  readonly ensure?: (nc: NatsConnection, module: string) => Promise<void>;
+  /** The longest one try may take before the next is scheduled (default 60 s). */
+  readonly tryBoundMs?: number;
+  /** The first wait after a failed try (default 500 ms), doubled each time up to `maxDelayMs`. */
+  readonly firstDelayMs?: number;
+  /** The longest wait between tries (default 4 s). */
+  readonly maxDelayMs?: number;
+}
+
+interface Making {
+  readonly what: string;
+  readonly since: number;
+  attempts: number;
+  error: string;
+  nextAt: number;
+  delayMs: number;
+  timer: NodeJS.Timeout | undefined;
+}
+
+const RAISE = " raise";
+
+/** The ledgers made (or being made) for the modules the controller issues credentials for. */
+export class ModuleLedgers {
+  readonly #o: ModuleLedgersOptions;
+  readonly #ensure: (nc: NatsConnection, module: string) => Promise<void>;
+  readonly #made = new Set<string>();
+  readonly #making = new Map<string, Making>();
+  readonly #listeners: ((module: string) => void)[] = [];
+  #closed = false;
+
+  constructor(options: ModuleLedgersOptions) {
+    this.#o = options;
+    this.#ensure = options.ensure ?? ensureLedger;
+  }
+
+  /**
+   * Whether `module`'s ledger is made. When it is not (as far as this controller knows), it is made
+   * in the background, and false is returned at once: the caller issues nothing for the module now,
+   * and is told through `whenMade`.
+   */
+  ready(module: string): boolean {
+    if (this.#made.has(module)) return true;
+    if (!this.#making.has(module) && !this.#closed) {
+      this.#start(module, `module ${module}'s ledger (its credentials follow)`, async () => {
+        await this.#ensure(this.#o.nc, module);
+        this.#made.add(module);
+        // Made with fewer copies than asked (a server was down): raised once they are back.
+        if ((await belowReplicas(this.#o.nc).catch(() => [])).length > 0) this.raiseLater();
+        for (const listener of this.#listeners) listener(module);
+      });
+    }
+    return false;
+  }
+
+  /**
+   * Makes `node`'s deliveries bucket with `open` in the background, tried again until made: a node
+   * not enrolled yet needs it only when it enrolls (which makes it, if it is still not there).
+   */
+  nodeBucket(node: string, open: () => Promise<unknown>): void {
+    const key = `node ${node}`;
+    if (this.#made.has(key) || this.#making.has(key) || this.#closed) return;
+    this.#start(key, `node ${node}'s deliveries bucket`, async () => {
+      await open();
+      this.#made.add(key);
+    });
+  }
+
+  /** Calls `listener` with each module whose ledger is made after it was asked for. */
+  whenMade(listener: (module: string) => void): void {
+    this.#listeners.push(listener);
+  }
+
+  /** Raises every stream with fewer copies than asked, trying again until none is left (servers back). */
+  raiseLater(): void {
+    if (this.#making.has(RAISE) || this.#closed) return;
+    this.#start(RAISE, "the copies of streams made while a bus server was down", async () => {
+      await raiseReplicas(this.#o.nc, this.#o.logger);
+      const left = await belowReplicas(this.#o.nc);
+      if (left.length > 0) throw new Error(`${left.length} stream(s) have fewer copies than asked`);
+    });
+  }
+
+  /** What waits to be made, oldest first, as `mesh status` lists it. */
+  waiting(): WaitingWrite[] {
+    return [...this.#making.values()]
+      .sort((a, b) => a.since - b.since)
+      .map((m) => ({
+        what: m.what,
+        since: new Date(m.since).toISOString(),
+        attempts: m.attempts,
+        error: m.error,
+        nextAt: new Date(m.nextAt).toISOString(),
+      }));
+  }
+
+  /** Stops making: nothing is tried again (a controller that stands by or stops). Idempotent. */
+  close(): void {
+    this.#closed = true;
+    for (const m of this.#making.values()) clearTimeout(m.timer);
+    this.#making.clear();
+  }
+
+  #start(key: string, what: string, attempt: () => Promise<void>): void {
+    const now = Date.now();
+    const making: Making = {
+      what,
+      since: now,
+      attempts: 0,
+      error: "being made",
+      nextAt: now,
+      delayMs: this.#o.firstDelayMs ?? 500,
+      timer: undefined,
+    };
+    this.#making.set(key, making);
+    const run = async (): Promise<void> => {
+      if (this.#closed || this.#making.get(key) !== making) return;
+      making.attempts += 1;
+      try {
+        await bounded(attempt(), this.#o.tryBoundMs ?? 60_000);
+      } catch (err) {
+        if (this.#closed || this.#making.get(key) !== making) return;
+        making.error = (err as Error).message;
+        if (making.attempts === 1)
+          this.#o.logger.warn(`${what} could not be made yet (${making.error}); it is tried again`);
+        making.nextAt = Date.now() + making.delayMs;
+        making.timer = setTimeout(() => void run(), making.delayMs);
+        making.timer.unref?.();
+        making.delayMs = Math.min(this.#o.maxDelayMs ?? 4_000, making.delayMs * 2);
+        return;
+      }
+      this.#making.delete(key);
+      if (making.attempts > 1 || Date.now() - making.since > 5_000) {
+        const waited = Math.round((Date.now() - making.since) / 1000);
+        this.#o.logger.info(
+          `made ${what} after ${making.attempts} tr${making.attempts === 1 ? "y" : "ies"} (${waited} s)`,
+        );
+      }
+    };
+    void run();
+  }
+}
+
+// `promise`, or a rejection after `ms` (the promise itself goes on: a late success is harmless,
+// since making a ledger again finds it made).
+function bounded<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`no answer from the bus within ${Math.round(ms / 1000)} s`)),
+      ms,
+    );
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,131 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import {
+  DeliveryPartsError,
+  entryPartKey,
+  joinDelivery,
+  modulePartKey,
+  partFingerprint,
+  readDelivery,
+  type DeliveryHead,
+  type DeliveryPart,
+  type PartCache,
+  type PlanEntry,
+} from "@mesh/manifest";
+
+const entry = (consumer: string): PlanEntry => ({
+  consumer,
+  consumerNode: "n1",
+  interface: "postgres-database",
+  login: `${consumer}_postgres`,
+  values: {},
+  derived: {},
+  provider: "postgres",
+  providerNode: "n1",
+});
+
+const parts = (version: string): Map<string, DeliveryPart> =>
+  new Map<string, DeliveryPart>([
+    [
+      modulePartKey("postgres"),
+      { kind: "module", module: { name: "postgres", manifest: "/m/postgres.json" } },
+    ],
+    [modulePartKey("app1"), { kind: "module", module: { name: "app1", manifest: "/m/app1.json" } }],
+    [
+      entryPartKey("app1", "postgres-database"),
+      { kind: "entry", entry: entry("app1"), version, sealPublicKey: "K", box: `box-${version}` },
+    ],
+    [
+      entryPartKey("app2", "postgres-database"),
+      { kind: "entry", entry: entry("app2"), version: "v9", sealPublicKey: "K", box: "box-app2" },
+    ],
+  ]);
+
+const headOf = (stored: Map<string, DeliveryPart>, generation = 1): DeliveryHead => ({
+  node: "n1",
+  generation,
+  fleetFile: "/fleet/mesh.yaml",
+  instances: [{ provider: "postgres", node: "n1", interface: "postgres-database" }],
+  parts: Object.fromEntries([...stored].map(([key, part]) => [key, partFingerprint(part)])),
+  issuesCredentials: true,
+});
+
+describe("a delivery stored as a head and parts", () => {
+  it("assembles the delivery the head names, in its order", async () => {
+    const stored = parts("v1");
+    const read = await readDelivery(headOf(stored), async (key) => stored.get(key));
+    assert.ok(read.delivery);
+    assert.deepEqual(
+      read.delivery.modules.map((m) => m.name),
+      ["postgres", "app1"],
+    );
+    assert.deepEqual(
+      read.delivery.plan.instances[0]?.consumers.map((c) => c.consumer),
+      ["app1", "app2"],
+    );
+    assert.deepEqual(read.delivery.secrets, {
+      "app1/postgres-database": "box-v1",
+      "app2/postgres-database": "box-app2",
+    });
+  });
+
+  it("waits, assembling nothing, while a part the head names is not there", async () => {
+    const stored = parts("v1");
+    const head = headOf(stored);
+    stored.delete(entryPartKey("app2", "postgres-database"));
+    const read = await readDelivery(head, async (key) => stored.get(key));
+    assert.equal(read.delivery, undefined);
+    assert.deepEqual(read.waiting, ["e.app2.postgres-database"]);
+  });
+
+  it("waits while a part is still the one of before (its fingerprint is not the head's)", async () => {
+    const head = headOf(parts("v2"), 2);
+    const old = parts("v1");
+    const read = await readDelivery(head, async (key) => old.get(key));
+    assert.deepEqual(read.waiting, ["e.app1.postgres-database"]);
+  });
+
+  it("reads again only the parts whose fingerprint changed", async () => {
+    const cache: PartCache = new Map();
+    const first = parts("v1");
+    await readDelivery(headOf(first), async (key) => first.get(key), cache);
+    const second = parts("v2");
+    const asked: string[] = [];
+    const read = await readDelivery(
+      headOf(second, 2),
+      async (key) => {
+        asked.push(key);
+        return second.get(key);
+      },
+      cache,
+    );
+    assert.deepEqual(asked, ["e.app1.postgres-database"]);
+    assert.equal(read.delivery?.secrets["app1/postgres-database"], "box-v2");
+  });
+
+  it("a box resealed for the same password version keeps the part's fingerprint", () => {
+    const [, , [, a] = []] = [...parts("v1")];
+    assert.ok(a && a.kind === "entry");
+    assert.equal(partFingerprint(a), partFingerprint({ ...a, box: "another box" }));
+    assert.notEqual(partFingerprint(a), partFingerprint({ ...a, version: "v2" }));
+  });
+
+  it("refuses an entry for an instance the head does not list", () => {
+    const stored = parts("v1");
+    const head = { ...headOf(stored), instances: [] };
+    assert.throws(() => joinDelivery(head, stored), DeliveryPartsError);
+  });
+
+  it("takes a whole delivery of before as it is", async () => {
+    const whole = {
+      node: "n1",
+      generation: 3,
+      fleetFile: "/f",
+      modules: [],
+      plan: { instances: [] },
+      secrets: {},
+    };
+    const read = await readDelivery(whole, () => Promise.reject(new Error("no part is read")));
+    assert.equal(read.delivery, whole);
+  });
+});
