@@ -200,7 +200,7 @@ runBench("pass-cost", async () => {
     "for retirement, and stamp the status board (made again only when a record changed).",
     "unwatched, per consumer and pass: read its secret file, check the login, SHA-256 digest of",
     "(login, password, values, derived) compared with the last one applied.",
-    "a verifying pass adds, per consumer: read the secret, the digest, one holds() under its timeout.",
+    "a verifying pass adds, per consumer: read the secret, compare it with the one applied, one holds() under its timeout.",
   );
   printResult("pass-cost", body.join("\n"));
 });

@@ -2,7 +2,7 @@
 // provider made, what was last applied, and its troubles. Every change goes through a transition
 // method, which keeps the record's lifecycle state (`ConsumerState`) and since when it has held.
 
-import type { InventoryEntry } from "./adapter.ts";
+import type { InventoryEntry, Provision } from "./adapter.ts";
 import type { Contribution } from "./contributions-file.ts";
 import type { Trouble } from "./standing.ts";
 import type { ConsumerState, ConsumerStatus } from "./tools.ts";
@@ -28,6 +28,8 @@ export interface ConsumerRecord {
   readonly appliedTag: string | undefined;
   /** The password last read for it: what no message may carry. */
   readonly password: string | undefined;
+  /** What was last applied (or found held), kept so a check of it makes nothing new. */
+  readonly provision: Provision | undefined;
   /** The re-apply brake: how many times in a row it was found not held, and when it is checked next. */
   readonly brake: { readonly times: number; readonly nextAt: number } | undefined;
   /** Its run of create failures that failed the same way. */
@@ -62,6 +64,7 @@ interface Row {
   applied: string | undefined;
   appliedTag: string | undefined;
   password: string | undefined;
+  provision: Provision | undefined;
   brake: { times: number; nextAt: number } | undefined;
   failure: { text: string; times: number } | undefined;
   secretMiss: { since: number; loudAt: number | undefined } | undefined;
@@ -70,8 +73,8 @@ interface Row {
   state: ConsumerState | undefined;
   since: number;
   generation: number;
-  /** The status entry and its JSON, kept until the record changes. */
-  view: { readonly entry: ConsumerStatus; readonly json: string } | undefined;
+  /** The status entry, kept until the record changes. */
+  view: ConsumerStatus | undefined;
 }
 
 const NOTHING: Readonly<Record<string, unknown>> = Object.freeze({});
@@ -128,11 +131,11 @@ export class ConsumerBook {
   }
 
   /** The status entry made for a record, kept until it changes. */
-  view(login: string): { readonly entry: ConsumerStatus; readonly json: string } | undefined {
+  view(login: string): ConsumerStatus | undefined {
     return this.#rows.get(login)?.view;
   }
 
-  remember(login: string, view: { readonly entry: ConsumerStatus; readonly json: string }): void {
+  remember(login: string, view: ConsumerStatus): void {
     const row = this.#rows.get(login);
     if (row) row.view = view;
   }
@@ -168,6 +171,7 @@ export class ConsumerBook {
     const row = this.#rows.get(login);
     if (!row || row.asked === undefined) return;
     row.asked = undefined;
+    row.password = undefined;
     row.failure = undefined;
     row.secretMiss = undefined;
     row.generation++;
@@ -236,14 +240,15 @@ export class ConsumerBook {
    * tag. Returns the run of failures it ended, if any.
    */
   created(
-    login: string,
+    p: Provision,
     digest: string,
     tag: string,
-    derived: Readonly<Record<string, unknown>>,
   ): { readonly text: string; readonly times: number } | undefined {
-    const row = this.#rows.get(login) ?? this.#row(login);
+    const row = this.#rows.get(p.as) ?? this.#row(p.as);
     const failed = row.failure;
-    if (row.made !== "active") row.derived = derived;
+    // What the backend was first made with stays what retire and delete are given.
+    if (row.made === undefined) row.derived = p.derived;
+    row.provision = p;
     row.made = "active";
     row.retiredAt = undefined;
     row.retiredWhy = undefined;
@@ -262,6 +267,7 @@ export class ConsumerBook {
     row.failure = was && was.text === text ? { text, times: was.times + 1 } : { text, times: 1 };
     row.applied = undefined;
     row.appliedTag = undefined;
+    row.provision = undefined;
     row.generation++;
     this.#settle(row);
     return row.failure;
@@ -276,6 +282,7 @@ export class ConsumerBook {
     if (!row || row.applied === undefined) return;
     row.applied = undefined;
     row.appliedTag = undefined;
+    row.provision = undefined;
     row.generation++;
     this.#settle(row);
   }
@@ -317,6 +324,7 @@ export class ConsumerBook {
     row.retiredWhy = why;
     row.applied = undefined;
     row.appliedTag = undefined;
+    row.provision = undefined;
     row.brake = undefined;
     row.awaiting = false;
     row.generation++;
@@ -364,6 +372,7 @@ export class ConsumerBook {
       applied: undefined,
       appliedTag: undefined,
       password: undefined,
+      provision: undefined,
       brake: undefined,
       failure: undefined,
       secretMiss: undefined,

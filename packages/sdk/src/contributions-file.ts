@@ -152,20 +152,29 @@ function* parseSteps(raw: string, path: string, iface: string): Generator<void, 
       };
     }
     seen.add(entry.as);
-    const values = entry.values ?? {};
-    const derived = entry.derived ?? {};
+    const values = orNothing(entry.values);
+    const derived = orNothing(entry.derived);
     const refused = boundsProblem("values", values) ?? boundsProblem("derived", derived);
     given.push({
       as: entry.as,
       secret: entry.secret,
       node: entry.node ?? undefined,
       at: entry.at ?? undefined,
-      values: refused === undefined ? values : {},
-      derived: refused === undefined ? derived : {},
+      values: refused === undefined ? values : NOTHING,
+      derived: refused === undefined ? derived : NOTHING,
       ...(refused === undefined ? {} : { refused }),
     });
   }
   return { ok: true, given, skipped };
+}
+
+/** The `values` or `derived` of an entry that gives none: one frozen object shared by all of them. */
+const NOTHING: Readonly<Record<string, unknown>> = Object.freeze({});
+
+function orNothing(value: Record<string, unknown> | null | undefined): Readonly<Record<string, unknown>> {
+  if (value === null || value === undefined) return NOTHING;
+  for (const _ in value) return value;
+  return NOTHING;
 }
 
 /**

@@ -162,6 +162,12 @@ interface CreateJob {
   readonly why: string;
 }
 
+/** One consumer due to be checked, with its record's generation when that was decided. */
+interface Due {
+  readonly g: Contribution;
+  readonly generation: number;
+}
+
 /** One consumer a verification checks, with its record's generation when the check began. */
 interface Check {
   readonly p: Provision;
@@ -303,10 +309,17 @@ class Provisioner implements ProvisionerHandle {
 
   /** One pass under the lock, then, when one is due, a verification (which takes the lock only to act). */
   async #runPass(kind: "periodic" | "watch"): Promise<void> {
+    let due: Due[] | undefined;
     await this.#lock.run(async () => {
       if (kind === "watch") this.#watchQueued = false;
       if (this.#stopped) return;
       const started = performance.now();
+      const now = this.#clock.now();
+      // Who is checked is settled as the pass begins: what it applies now is checked next time.
+      if (this.#verifying === undefined && now - this.#verifiedAt >= this.#s.verifyEvery) {
+        this.#verifiedAt = now;
+        due = this.#dueForCheck(now);
+      }
       try {
         await this.#pass(kind);
       } catch (err) {
@@ -317,10 +330,8 @@ class Provisioner implements ProvisionerHandle {
       }
       this.#metrics.passed(kind, (performance.now() - started) / 1000);
     });
-    const now = this.#clock.now();
-    if (this.#stopped || this.#verifying || now - this.#verifiedAt < this.#s.verifyEvery) return;
-    this.#verifiedAt = now;
-    const verifying = this.#verify().catch((err: unknown) => {
+    if (due === undefined || due.length === 0 || this.#stopped || this.#verifying) return;
+    const verifying = this.#verify(due).catch((err: unknown) => {
       this.#log.error(`verification failed unexpectedly: ${this.#describe(err, this.#passwords())}`);
     });
     this.#verifying = verifying;
@@ -435,7 +446,9 @@ class Provisioner implements ProvisionerHandle {
       if (turns.due()) await yieldToEventLoop();
       asked.add(g.as);
       if (this.#book.asked(g)) changed.push(g.as);
-      const key = watchKey(g.secret);
+      // The entry's own string where it is the same (nearly always): one string per consumer, not two.
+      const named = watchKey(g.secret);
+      const key = named === g.secret ? g.secret : named;
       const was = bySecret.get(key);
       if (was === undefined) bySecret.set(key, g.as);
       else if (typeof was === "string") bySecret.set(key, [was, g.as]);
@@ -551,9 +564,9 @@ class Provisioner implements ProvisionerHandle {
    * to act on a batch's answers, and an answer for a consumer that changed since its check began
    * (applied, retired, deleted, asked differently) is dropped.
    */
-  async #verify(): Promise<void> {
-    const now = this.#clock.now();
-    const due: { g: Contribution; generation: number }[] = [];
+  /** Every consumer applied as asked and not held back by its brake: what a verification checks. */
+  #dueForCheck(now: number): Due[] {
+    const due: Due[] = [];
     for (const r of this.#book.records()) {
       if (r.asked === undefined || r.applied === undefined || r.inFlight) continue;
       // An entry that cannot be served fails alone at every pass; what it had is left as it was.
@@ -561,12 +574,10 @@ class Provisioner implements ProvisionerHandle {
       if (this.#book.isBraked(r.login, now)) continue;
       due.push({ g: r.asked, generation: r.generation });
     }
-    const order = this.#read?.ok ? this.#read.given : [];
-    if (order.length === due.length) {
-      // In the file's order, as the passes go.
-      const at = new Map(order.map((g, i) => [g.as, i]));
-      due.sort((a, b) => (at.get(a.g.as) ?? 0) - (at.get(b.g.as) ?? 0));
-    }
+    return due;
+  }
+
+  async #verify(due: readonly Due[]): Promise<void> {
     const size = this.options.verifyBatch ?? this.#ownBatch() ?? this.#s.verifyBatch;
     this.#secretsDir.refresh();
     for (let at = 0; at < due.length && !this.#stopped; at += size) {
@@ -581,9 +592,21 @@ class Provisioner implements ProvisionerHandle {
           changed.push(g);
           return;
         }
+        const r = this.#book.get(g.as);
+        // The same entry and the same password as applied: what was applied is checked as it is,
+        // with nothing made again for it.
+        if (
+          r?.provision !== undefined &&
+          r.applied !== undefined &&
+          r.asked === g &&
+          r.provision.password === password
+        ) {
+          checks.push({ p: r.provision, digest: r.applied, generation });
+          return;
+        }
         const p = provisionOf(g, password);
         const digest = digestOf(p);
-        if (digest === this.#book.get(g.as)?.applied) checks.push({ p, digest, generation });
+        if (digest === r?.applied) checks.push({ p, digest, generation });
         else changed.push(g);
       });
       const { answers, timedOut } = await this.#ask(checks);
@@ -594,6 +617,8 @@ class Provisioner implements ProvisionerHandle {
         // A secret that changed without a word from the watcher: looked at as a pass would.
         const stillAsked = changed.filter((g) => this.#book.get(g.as)?.asked === g);
         if (stillAsked.length > 0) await this.#look(stillAsked, this.#clock.now());
+        // What this batch applied is finished now, as a pass's changes are, not at the next pass.
+        await this.#afterChanges();
         await this.#rebuild();
       });
       // A backend that timed out will time out for the next batch too: the rest wait a pass.
@@ -713,7 +738,7 @@ class Provisioner implements ProvisionerHandle {
     this.#metrics.created(job.action ?? "re-asserted");
     this.#unsaved.add(p.as);
     this.#changesUnsaved = true;
-    const failed = this.#book.created(p.as, job.digest, passwordTag(p.password), p.derived);
+    const failed = this.#book.created(p, job.digest, passwordTag(p.password));
     this.#succeed(p.as);
     if (failed) this.#log.info(`${p.as}: created, after ${failed.times} failed attempt(s)`);
 

@@ -98,14 +98,14 @@ export class StatusBoard {
             derived: r.derived,
           });
         }
-        let view = book.view(login);
-        if (!view) {
-          const entry = Object.freeze(statusOf(host, r));
-          view = { entry, json: JSON.stringify(entry) };
-          book.remember(login, view);
+        let entry = book.view(login);
+        if (!entry) {
+          entry = Object.freeze(statusOf(host, r));
+          book.remember(login, entry);
         }
-        consumers.push(view.entry);
-        texts.push(view.json);
+        consumers.push(entry);
+        // Written out here, a little at a time, so no request has to write 100,000 at once.
+        texts.push(JSON.stringify(entry));
       }
       this.#consumers = Object.freeze(consumers);
       this.#consumersJson = `[${texts.join(",")}]`;

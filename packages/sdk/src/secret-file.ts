@@ -27,6 +27,18 @@ function readAt(
   );
 }
 
+/** Reads at most `size` bytes of `fd` from its start. */
+async function readUpTo(fd: number, size: number): Promise<Buffer> {
+  const buffer = Buffer.allocUnsafe(size);
+  let length = 0;
+  while (length < size) {
+    const bytesRead = await readAt(fd, buffer, length, size - length, length);
+    if (bytesRead === 0) break;
+    length += bytesRead;
+  }
+  return buffer.subarray(0, length);
+}
+
 /** The longest secret path looked at; a longer one is refused before the filesystem is asked. */
 const MAX_SECRET_PATH = 4096;
 
@@ -142,19 +154,16 @@ export class SecretsDirectory {
     let raw: Buffer;
     try {
       // Judged by what was opened, not by a look at the path before: nothing can be swapped in between.
-      refuseUnlessSmallRegular(secret, await fstatFile(fd), rule);
-      // One byte more than allowed: a file that grew since fstat is seen and refused.
-      const buffer = Buffer.alloc(MAX_SECRET_BYTES + 1);
-      let length = 0;
-      while (length < buffer.length) {
-        const bytesRead = await readAt(fd, buffer, length, buffer.length - length, length);
-        if (bytesRead === 0) break;
-        length += bytesRead;
-      }
-      if (length > MAX_SECRET_BYTES) {
+      const stats = await fstatFile(fd);
+      refuseUnlessSmallRegular(secret, stats, rule);
+      // One byte more than fstat said, so a file that grew since is seen; then, read again in full,
+      // one byte more than allowed, so one that grew too large is refused. A secret is a few dozen
+      // bytes: a pass reading thousands allocates that, not 4 KiB each.
+      raw = await readUpTo(fd, stats.size + 1);
+      if (raw.length > stats.size) raw = await readUpTo(fd, MAX_SECRET_BYTES + 1);
+      if (raw.length > MAX_SECRET_BYTES) {
         throw refusal(secret, `is larger than ${MAX_SECRET_BYTES} bytes: ${rule}`);
       }
-      raw = buffer.subarray(0, length);
     } catch (err) {
       if (err instanceof SecretUnreadableError) throw err;
       throw new SecretUnreadableError(secret, `cannot be read (${codeOf(err)})`, { cause: err });

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { ConsumerBook, SECRET_PATIENCE, SECRET_SAY_AGAIN } from "../src/consumer-book.ts";
 import type { Trouble } from "../src/standing.ts";
+import type { Provision } from "@mesh/sdk";
 import type { Contribution } from "@mesh/sdk/provider";
 
 function makeBook(start = 1_000): {
@@ -17,6 +18,10 @@ function makeBook(start = 1_000): {
     (login) => trouble.get(login),
   );
   return { book, clock, trouble };
+}
+
+function provision(as: string, derived: Record<string, unknown> = {}): Provision {
+  return { as, password: `pw-${as}`, values: {}, derived };
 }
 
 function entry(as: string, values: Record<string, unknown> = {}): Contribution {
@@ -54,7 +59,7 @@ describe("the consumer book", () => {
     assert.equal(book.createFailed("alpha", "boom").times, 2, "the same way again counts on");
     assert.equal(book.createFailed("alpha", "other").times, 1, "a new way starts again");
     assert.deepEqual(book.unsettled(), ["alpha"]);
-    const failed = book.created("alpha", "digest-1", "tag-1", { d: 1 });
+    const failed = book.created(provision("alpha", { d: 1 }), "digest-1", "tag-1");
     assert.deepEqual(failed, { text: "other", times: 1 });
     const r = book.get("alpha")!;
     assert.equal(r.made, "active");
@@ -68,7 +73,7 @@ describe("the consumer book", () => {
   it("createFailed: what was applied is forgotten, so the next pass applies it again", () => {
     const { book } = makeBook();
     book.asked(entry("alpha"));
-    book.created("alpha", "d", "t", {});
+    book.created(provision("alpha", {}), "d", "t");
     const before = book.get("alpha")!.generation;
     book.createFailed("alpha", "boom");
     assert.equal(book.get("alpha")!.applied, undefined);
@@ -80,9 +85,10 @@ describe("the consumer book", () => {
   it("notApplied: an apply the backend did not finish is applied again, and stays active", () => {
     const { book } = makeBook();
     book.asked(entry("alpha"));
-    book.created("alpha", "d", "t", {});
+    book.created(provision("alpha"), "d", "t");
     const before = book.get("alpha")!.generation;
     book.notApplied("alpha");
+    assert.equal(book.get("alpha")!.provision, undefined);
     assert.equal(book.get("alpha")!.applied, undefined);
     assert.equal(book.get("alpha")!.made, "active");
     assert.equal(book.get("alpha")!.failure, undefined);
@@ -93,7 +99,7 @@ describe("the consumer book", () => {
   it("notHeld, braked and held: the brake counts in a row and is let go once held", () => {
     const { book } = makeBook();
     book.asked(entry("alpha"));
-    book.created("alpha", "d", "t", {});
+    book.created(provision("alpha", {}), "d", "t");
     assert.equal(book.notHeld("alpha"), 1);
     book.braked("alpha", 1, 2_000);
     assert.equal(book.notHeld("alpha"), 2, "found not held again after one re-apply");
@@ -107,7 +113,7 @@ describe("the consumer book", () => {
   it("unasked, awaiting and retired: unasked, then awaiting approval, then retired", () => {
     const { book, clock } = makeBook();
     book.asked(entry("alpha"));
-    book.created("alpha", "d", "t", {});
+    book.created(provision("alpha", {}), "d", "t");
     clock.now = 2_000;
     book.unasked("alpha");
     assert.equal(book.get("alpha")!.state, "unasked");
@@ -134,7 +140,7 @@ describe("the consumer book", () => {
   it("deleted: a record neither asked for nor made goes", () => {
     const { book } = makeBook();
     book.asked(entry("alpha"));
-    book.created("alpha", "d", "t", {});
+    book.created(provision("alpha", {}), "d", "t");
     book.unasked("alpha");
     book.retired("alpha", 1, "why");
     assert.deepEqual(book.sortedLogins(), ["alpha"]);
@@ -162,7 +168,7 @@ describe("the consumer book", () => {
     assert.equal(book.secretMissing("alpha", SECRET_PATIENCE + 1_000, false), "none");
     assert.equal(book.secretMissing("alpha", SECRET_PATIENCE + SECRET_SAY_AGAIN, false), "loud");
     assert.deepEqual(book.unsettled(), ["alpha"]);
-    book.created("alpha", "d", "t", {});
+    book.created(provision("alpha", {}), "d", "t");
     assert.deepEqual(book.unsettled(), ["alpha"], "a secret miss keeps it unsettled");
     assert.equal(book.secretFound("alpha"), true, "it had been said loudly");
     assert.equal(book.get("alpha")!.secretMiss, undefined);
@@ -193,7 +199,7 @@ describe("the consumer book", () => {
   it("touch: a standing in trouble makes an asked consumer failing, and unsettled", () => {
     const { book, trouble } = makeBook();
     book.asked(entry("alpha"));
-    book.created("alpha", "d", "t", {});
+    book.created(provision("alpha", {}), "d", "t");
     const version = book.version;
     trouble.set("alpha", troubleNow);
     book.touch("alpha");
@@ -209,7 +215,7 @@ describe("the consumer book", () => {
   it("a refused entry stays unsettled: every pass fails it again", () => {
     const { book } = makeBook();
     book.asked(entry("alpha"));
-    book.created("alpha", "d", "t", {});
+    book.created(provision("alpha", {}), "d", "t");
     book.asked({ ...entry("alpha"), refused: "too deep" });
     assert.deepEqual(book.unsettled(), ["alpha"]);
   });

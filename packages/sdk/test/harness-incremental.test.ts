@@ -65,7 +65,7 @@ async function settled(f: Fixture): Promise<void> {
   await f.handle.idle();
 }
 
-async function until(what: string, ok: () => boolean, ms = 10_000): Promise<void> {
+async function until(what: string, ok: () => boolean, ms = 30_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (!ok()) {
     if (Date.now() > deadline) throw new Error(`gave up waiting: ${what}`);
