@@ -124,7 +124,15 @@ describe("the example fleet", () => {
     }
     assert.deepEqual(
       plan.instances.flatMap((i) => i.consumers.map((c) => `${c.consumer} on ${c.consumerNode}`)),
-      ["api-client on node-1", "notes on node-1", "counter on node-1", "files on node-1"],
+      [
+        "mysqld-exporter on node-1",
+        "api-client on node-1",
+        "notes on node-1",
+        "postgres-exporter on node-1",
+        "counter on node-1",
+        "redis-exporter on node-1",
+        "files on node-1",
+      ],
     );
   });
 });
