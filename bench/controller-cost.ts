@@ -315,7 +315,7 @@ runBench("controller-cost", async () => {
       "",
       `delivery per node, assembled: min ${kb(Math.min(...sizes))}, max ${kb(Math.max(...sizes))}; ` +
         `stored as a head of min ${kb(Math.min(...stored.map((s) => s.head)))}, max ${kb(Math.max(...stored.map((s) => s.head)))} ` +
-        `and up to ${Math.max(...stored.map((s) => s.parts))} parts of at most ${kb(Math.max(...stored.map((s) => s.largestPart)))} ` +
+        `and up to ${Math.max(...stored.map((s) => s.parts))} parts of at most ${Math.max(...stored.map((s) => s.largestPart))} bytes ` +
         `(NATS's default max payload is 1 MB)`,
       `warnings: ${log.warnings.length}, errors: ${log.errors.length}`,
     ].join("\n"),
