@@ -75,4 +75,22 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
     await eventually(() => agent?.status().generation === 6, "the next term 2 delivery applied");
     assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
   });
+
+  void it("applies a delivery stored in parts only once every part its head names is there", async () => {
+    const secret = providerSecretPath(stateDir, "store", "app", "kv-store");
+    const writeRest = await mesh.publishInParts(
+      "n1",
+      { ...draft, generation: 7, secrets: { "app/kv-store": "pw-in-parts" } },
+      ["e.app.kv-store"],
+    );
+    await eventually(
+      () => logger.lines.some((l) => /waits for 1 part\(s\) of delivery 7 \(e\.app\.kv-store\)/.test(l)),
+      "the agent to wait for the part not written yet",
+    );
+    assert.equal(agent?.status().generation, 6, "nothing of delivery 7 applied");
+    assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
+    await writeRest();
+    await eventually(() => agent?.status().generation === 7, "delivery 7 applied once its part is there");
+    assert.equal(await readFile(secret, "utf8"), "pw-in-parts");
+  });
 });
