@@ -42,7 +42,7 @@ async function writeFleet(dir: string, consumers: number): Promise<string> {
   return file;
 }
 
-describe(`mesh plan against a fleet of ${CONSUMERS} consumers`, { timeout: 240_000 }, () => {
+describe(`mesh plan against a fleet of ${CONSUMERS} consumers`, { timeout: 80 * CONSUMERS + 120_000 }, () => {
   let dir: string;
   let state: string;
   let fleetFile: string;
