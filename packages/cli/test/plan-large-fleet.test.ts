@@ -64,6 +64,9 @@ describe(`mesh plan against a fleet of ${CONSUMERS} consumers`, { timeout: 80 * 
       authority,
       logger: quiet,
       watch: false,
+      // The one controller here: its first publish of a large fleet must not make it step down on a
+      // renewal acknowledged late (a loaded machine).
+      leaseTimings: { stepDownAfterMs: 120_000, takeOverAfterMs: 240_000 },
     });
     await writeOperatorState(authority, state, nats.url);
   });
