@@ -256,7 +256,7 @@ export class NodeDeliveries {
 }
 
 // Writes to the bus a few at a time: a node's first delivery has hundreds of parts.
-const WRITE_CONCURRENCY = 32;
+const WRITE_CONCURRENCY = 128;
 
 async function inBatches<T>(items: readonly T[], write: (item: T) => Promise<unknown>): Promise<void> {
   const queue = [...items];
