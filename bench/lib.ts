@@ -176,7 +176,9 @@ export function runBench(name: string, body: () => Promise<void>): void {
       say(`${name}: finished in ${fmtMs(now() - started)}`);
     } catch (err) {
       process.exitCode = 1;
-      say(`${name} FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      say(
+        `${name} FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}${err instanceof Error && err.cause !== undefined ? `\ncaused by: ${String((err.cause as Error).stack ?? err.cause)}` : ""}`,
+      );
     } finally {
       await cleanUp();
       process.removeListener("SIGINT", interrupted);

@@ -76,15 +76,33 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
     assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
   });
 
+  void it("applies a delivery stored in parts only once every part its head names is there", async () => {
+    const secret = providerSecretPath(stateDir, "store", "app", "kv-store");
+    const writeRest = await mesh.publishInParts(
+      "n1",
+      { ...draft, generation: 7, secrets: { "app/kv-store": "pw-in-parts" } },
+      ["e.app.kv-store"],
+    );
+    await eventually(
+      () => logger.lines.some((l) => /waits for 1 part\(s\) of delivery 7 \(e\.app\.kv-store\)/.test(l)),
+      "the agent to wait for the part not written yet",
+    );
+    assert.equal(agent?.status().generation, 6, "nothing of delivery 7 applied");
+    assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
+    await writeRest();
+    await eventually(() => agent?.status().generation === 7, "delivery 7 applied once its part is there");
+    assert.equal(await readFile(secret, "utf8"), "pw-in-parts");
+  });
+
   void it("keeps the newest term across its restart, so an old leader's late write left in the bucket is not applied", async () => {
     const secret = providerSecretPath(stateDir, "store", "app", "kv-store");
-    assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
+    assert.equal(await readFile(secret, "utf8"), "pw-in-parts");
     await agent?.stop();
     agent = undefined;
     // The old leader's write landed last: it is what the bucket holds when the agent starts again.
     await mesh.publish("n1", {
       ...draft,
-      generation: 7,
+      generation: 8,
       term: 1,
       secrets: { "app/kv-store": "pw-old-leader" },
     });
@@ -99,13 +117,13 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
     await eventually(
       () =>
         restarted.lines.some((l) =>
-          /ignored delivery 7: it is of controller term 1, older than term 2/.test(l),
+          /ignored delivery 8: it is of controller term 1, older than term 2/.test(l),
         ),
       "the restarted agent to ignore the old leader's delivery",
     );
-    assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
-    await mesh.publish("n1", { ...draft, generation: 8, term: 3, secrets: { "app/kv-store": "pw-third" } });
-    await eventually(() => agent?.status().generation === 8, "a delivery of a newer term applied");
+    assert.equal(await readFile(secret, "utf8"), "pw-in-parts");
+    await mesh.publish("n1", { ...draft, generation: 9, term: 3, secrets: { "app/kv-store": "pw-third" } });
+    await eventually(() => agent?.status().generation === 9, "a delivery of a newer term applied");
     assert.equal(await readFile(secret, "utf8"), "pw-third");
   });
 });

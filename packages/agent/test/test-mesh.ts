@@ -21,7 +21,17 @@ import {
   type BusAuthority,
   type BusLogger,
 } from "@mesh/bus";
-import type { DeliveredModule, Delivery, Plan } from "@mesh/manifest";
+import {
+  DELIVERY_KEY,
+  entryPartKey,
+  modulePartKey,
+  partFingerprint,
+  type DeliveredModule,
+  type Delivery,
+  type DeliveryHead,
+  type DeliveryPart,
+  type Plan,
+} from "@mesh/manifest";
 import type { AgentReport } from "../src/index.ts";
 
 /** What the stand-in controller learnt from a node's enrollment. */
@@ -54,6 +64,16 @@ export interface TestMesh {
   joinToken(node: string, options?: { secret?: string }): Promise<string>;
   /** Seals `draft`'s passwords to `node`'s key and puts the delivery in its bucket. */
   publish(node: string, draft: DeliveryDraft): Promise<Delivery>;
+  /**
+   * Puts `draft` in the node's bucket as the controller stores it: one key per module and per
+   * consumer entry, then the head. The parts named in `withhold` are left out (the head names them).
+   * Answers a function that writes the withheld parts.
+   */
+  publishInParts(
+    node: string,
+    draft: DeliveryDraft,
+    withhold?: readonly string[],
+  ): Promise<() => Promise<void>>;
   stop(): Promise<void>;
 }
 
@@ -109,6 +129,26 @@ export async function startTestMesh(): Promise<TestMesh> {
   });
   await nc.flush();
 
+  const sealDraft = async (node: string, draft: DeliveryDraft): Promise<Delivery> => {
+    const sealKey = enrolled.get(node)?.sealPublicKey;
+    if (sealKey === undefined) throw new Error(`${node} has not enrolled`);
+    const sealed: Record<string, string> = {};
+    for (const [key, value] of Object.entries(draft.secrets)) {
+      sealed[key] = typeof value === "string" ? await seal(value, sealKey) : value.box;
+    }
+    const delivery: Delivery = {
+      node,
+      generation: draft.generation,
+      fleetFile: "/srv/mesh/mesh.yaml",
+      modules: draft.modules,
+      plan: draft.plan,
+      secrets: sealed,
+      ...(draft.credentials === undefined ? {} : { credentials: draft.credentials }),
+      ...(draft.term === undefined ? {} : { term: draft.term }),
+    };
+    return delivery;
+  };
+
   return {
     server,
     authority,
@@ -129,25 +169,51 @@ export async function startTestMesh(): Promise<TestMesh> {
       return Buffer.from(JSON.stringify(token)).toString("base64url");
     },
     async publish(node, draft) {
-      const sealKey = enrolled.get(node)?.sealPublicKey;
-      if (sealKey === undefined) throw new Error(`${node} has not enrolled`);
-      const sealed: Record<string, string> = {};
-      for (const [key, value] of Object.entries(draft.secrets)) {
-        sealed[key] = typeof value === "string" ? await seal(value, sealKey) : value.box;
-      }
-      const delivery: Delivery = {
-        node,
-        generation: draft.generation,
-        fleetFile: "/srv/mesh/mesh.yaml",
-        modules: draft.modules,
-        plan: draft.plan,
-        secrets: sealed,
-        ...(draft.credentials === undefined ? {} : { credentials: draft.credentials }),
-        ...(draft.term === undefined ? {} : { term: draft.term }),
-      };
+      const delivery = await sealDraft(node, draft);
       const state = await openState<Delivery>(nc, nodeDeliveriesBucket(node));
       await state.put("delivery", delivery);
       return delivery;
+    },
+    async publishInParts(node, draft, withhold = []) {
+      const delivery = await sealDraft(node, draft);
+      const parts = new Map<string, DeliveryPart>();
+      for (const module of delivery.modules) {
+        const credential = delivery.credentials?.[module.name];
+        parts.set(modulePartKey(module.name), {
+          kind: "module",
+          module,
+          ...(credential === undefined ? {} : { credential }),
+        });
+      }
+      for (const entry of delivery.plan.instances.flatMap((i) => i.consumers)) {
+        const box = delivery.secrets[`${entry.consumer}/${entry.interface}`];
+        if (box === undefined) continue;
+        parts.set(entryPartKey(entry.consumer, entry.interface), {
+          kind: "entry",
+          entry,
+          version: `v${draft.generation}`,
+          sealPublicKey: enrolled.get(node)?.sealPublicKey ?? "",
+          box,
+        });
+      }
+      const state = await openState<unknown>(nc, nodeDeliveriesBucket(node));
+      for (const [key, part] of parts) if (!withhold.includes(key)) await state.put(key, part);
+      const head: DeliveryHead = {
+        node,
+        generation: delivery.generation,
+        ...(delivery.term === undefined ? {} : { term: delivery.term }),
+        fleetFile: delivery.fleetFile,
+        instances: delivery.plan.instances.map(({ consumers: _consumers, ...instance }) => instance),
+        parts: Object.fromEntries([...parts].map(([key, part]) => [key, partFingerprint(part)])),
+        issuesCredentials: delivery.credentials !== undefined,
+      };
+      await state.put(DELIVERY_KEY, head);
+      return async () => {
+        for (const key of withhold) {
+          const part = parts.get(key);
+          if (part !== undefined) await state.put(key, part);
+        }
+      };
     },
     async stop() {
       await closeBus(nc);

@@ -156,7 +156,9 @@ export function addBusConfigCommand(program: Command, io: CliIo): void {
           `wrote the configuration of ${written.servers.length} server(s) of cluster ${written.cluster}:\n` +
             `${lines.join("\n")}\n` +
             `the bus: ${written.bus.join(",")}\n` +
-            (written.ca !== undefined ? `clients trust the CA ${written.ca}\n` : ""),
+            (written.ca !== undefined
+              ? `clients trust the CA ${written.ca}: give it to mesh controller, mesh up and mesh agent as --bus-ca ${written.ca}\n`
+              : ""),
         );
       },
     );

@@ -3,7 +3,7 @@
 // `mesh up`; one request, its JSON answer.
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { closeBus, connectBus, inboxPrefix } from "@mesh/bus";
+import { closeBus, connectBus, inboxPrefix, requestInParts } from "@mesh/bus";
 import type { Command } from "commander";
 import { CliExit, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
@@ -165,21 +165,23 @@ async function askOnce<T>(state: string, subject: string, body: string, options:
     throw new CliExit(EXIT_UNREACHABLE, `the mesh in ${state} does not answer: ${(err as Error).message}`);
   }
   try {
-    const reply = await nc
-      .request(subject, body, { timeout: options.timeoutMs ?? 30_000 })
-      .catch((err: unknown) => {
-        if (options.timedOut !== undefined && isNamed(err, "TimeoutError")) {
-          throw new CliExit(EXIT_UNREACHABLE, options.timedOut);
-        }
-        if (isNamed(err, "NoRespondersError")) {
-          throw new CliExit(
-            EXIT_UNREACHABLE,
-            `no controller answers on the bus of the mesh in ${state}: is \`mesh up\` still running?`,
-          );
-        }
-        throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
-      });
-    return reply.json<T>();
+    // Taken in parts: a large fleet's plan or status is more than one message may hold.
+    const reply = await requestInParts(nc, subject, body, {
+      timeoutMs: options.timeoutMs ?? 30_000,
+      inboxPrefix: inboxPrefix(OPERATOR_IDENTITY),
+    }).catch((err: unknown) => {
+      if (options.timedOut !== undefined && isNamed(err, "TimeoutError")) {
+        throw new CliExit(EXIT_UNREACHABLE, options.timedOut);
+      }
+      if (isNamed(err, "NoRespondersError")) {
+        throw new CliExit(
+          EXIT_UNREACHABLE,
+          `no controller answers on the bus of the mesh in ${state}: is \`mesh up\` still running?`,
+        );
+      }
+      throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
+    });
+    return JSON.parse(reply) as T;
   } finally {
     await closeBus(nc);
   }

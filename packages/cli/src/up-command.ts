@@ -145,6 +145,9 @@ token. One mesh per state directory; Ctrl-C or SIGTERM stops it (and the embedde
 Examples:
   $ mesh controller mesh.yaml --state /var/lib/mesh \
       --bus nats://10.0.0.1:4222,nats://10.0.0.2:4222,nats://10.0.0.3:4222
+  with TLS (mesh bus-config --tls-dir /var/lib/mesh-ca made the CA; the join tokens carry it):
+  $ mesh controller mesh.yaml --state /var/lib/mesh --bus-ca /var/lib/mesh-ca/ca.pem \
+      --bus tls://10.0.0.1:4222,tls://10.0.0.2:4222,tls://10.0.0.3:4222
   $ mesh controller mesh.yaml --listen 0.0.0.0 --advertise 10.0.0.1
   on a second machine, with the first one's state copied to /var/lib/mesh-leader:
   $ mesh controller mesh.yaml --state /var/lib/mesh --standby-of /var/lib/mesh-leader --bus nats://10.0.0.1:4222`,

@@ -1,6 +1,6 @@
 // The subjects the controller answers on, each read by its own loop; one message at a time per
 // subject, and an error answering one message never ends the loop.
-import type { BusLogger } from "@mesh/bus";
+import { respondInParts, type BusLogger } from "@mesh/bus";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 
 /** The queue group every controller answers in, so one request gets one answer. */
@@ -35,8 +35,9 @@ export class BusAnswers {
         for await (const msg of sub) {
           try {
             const answer = await handle(msg.data, msg.subject);
+            // In parts when the asker takes them: a large fleet's answer exceeds one message.
             if (answer !== undefined && msg.reply !== undefined && msg.reply !== "")
-              msg.respond(JSON.stringify(answer));
+              respondInParts(this.#nc, msg, JSON.stringify(answer));
           } catch (err) {
             this.#log.error(`the controller could not answer on ${msg.subject}: ${(err as Error).message}`);
           }

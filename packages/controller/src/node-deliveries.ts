@@ -63,6 +63,8 @@ export class NodeDeliveries {
   // The boxes last sealed for each node, by secret key: a password whose version and node key are
   // unchanged keeps its box, so a change reseals only what changed (sealing is most of the cost).
   readonly #boxes = new Map<string, Map<string, { version: string; sealPublicKey: string; box: string }>>();
+  // Parts written by a publish that failed before its head: deleted by the next one unless it names them.
+  readonly #strays = new Map<string, Set<string>>();
 
   constructor(nc: NatsConnection, desired: BusState<unknown>, passwords: PasswordStore) {
     this.#nc = nc;
@@ -188,6 +190,9 @@ export class NodeDeliveries {
     }
     const held = last.parts ?? new Map<string, string>();
     const changed = parts.filter((p) => held.get(p.key) !== p.fingerprint);
+    const strays = this.#strays.get(node) ?? new Set<string>();
+    this.#strays.set(node, strays);
+    for (const p of changed) if (!held.has(p.key)) strays.add(p.key);
     await inBatches(changed, async (p) => {
       const part = await p.write();
       mustLead();
@@ -206,9 +211,10 @@ export class NodeDeliveries {
     await bucket.put(DELIVERY_KEY, head);
     const named = new Set(parts.map((p) => p.key));
     await inBatches(
-      [...held.keys()].filter((key) => !named.has(key)),
+      [...new Set([...held.keys(), ...strays])].filter((key) => !named.has(key)),
       (key) => bucket.delete(key),
     );
+    this.#strays.delete(node);
     const record: DeliveredRecord = { v: 1, generation, fingerprint };
     await this.#desired.put(deliveredKey(node), record);
     this.#delivered.set(node, { record, parts: new Map(parts.map((p) => [p.key, p.fingerprint])) });
@@ -255,7 +261,7 @@ export class NodeDeliveries {
 }
 
 // Writes to the bus a few at a time: a node's first delivery has hundreds of parts.
-const WRITE_CONCURRENCY = 32;
+const WRITE_CONCURRENCY = 128;
 
 async function inBatches<T>(items: readonly T[], write: (item: T) => Promise<unknown>): Promise<void> {
   const queue = [...items];

@@ -166,6 +166,13 @@ describe("the bus announcer", () => {
       }),
       { MESH_BUS_SERVERS: "nats://h:1", MESH_BUS_CREDS: "/c", MESH_MODULE: "pg", MESH_SEATS: "" },
     );
+    // The bus CA, when the bus uses TLS, goes with the rest.
+    assert.equal(
+      busEnvOf({ MESH_BUS_SERVERS: "tls://h:1", MESH_BUS_CREDS: "/c", MESH_BUS_CA: "/ca.pem" })?.[
+        "MESH_BUS_CA"
+      ],
+      "/ca.pem",
+    );
   });
 });
 
