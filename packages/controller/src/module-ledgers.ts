@@ -84,6 +84,7 @@ export class ModuleLedgers {
     this.#start(key, `node ${node}'s deliveries bucket`, async () => {
       await open();
       this.#made.add(key);
+      if ((await belowReplicas(this.#o.nc).catch(() => [])).length > 0) this.raiseLater();
     });
   }
 
