@@ -666,11 +666,38 @@ export class FleetController implements Controller {
         this.#s.ledgers.nodeBucket(node, () => this.#s.deliveries.bucket(node));
         continue;
       }
-      const result = await this.#publishNode(node);
-      if (result.changed) published.push(result);
+      try {
+        const result = await this.#publishNode(node);
+        if (result.changed) published.push(result);
+      } catch (err) {
+        if (err instanceof NotLeaderError) throw err;
+        this.#deliverLater(node, err);
+      }
     }
     await credentialSync.revokeRetired();
     return { published, minted };
+  }
+
+  // One node's delivery the bus did not take (its bucket's server is being replaced, say): it waits
+  // and is tried again on its own, so that the other nodes' deliveries, and the change that made
+  // them, do not wait for it.
+  #deliverLater(node: string, refused: unknown): void {
+    this.#log.warn(
+      `node ${node}'s delivery waits: the bus did not take it (${(refused as Error).message}); it is tried again until stored`,
+    );
+    let first: unknown = refused;
+    this.#pending
+      .attempt(`delivery ${node}`, `node ${node}'s delivery`, async () => {
+        if (first !== undefined) {
+          const err = first;
+          first = undefined;
+          throw err;
+        }
+        await this.#publishNode(node);
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof WriteWaitsError)) this.#log.warn((err as Error).message);
+      });
   }
 
   // A node reported module keys not issued for: issue them and publish its delivery.
