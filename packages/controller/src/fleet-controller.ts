@@ -36,7 +36,7 @@ import {
 } from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import { BusCannotStoreError, type PasswordStore } from "./password-store.ts";
-import { PendingWrites, WriteWaitsError } from "./pending-writes.ts";
+import { PendingWrites, WriteWaitsError, type WaitingWrite } from "./pending-writes.ts";
 import { answerRotateRequest } from "./rotate-request.ts";
 import { STANDINGS_SUBJECT, type StandingsBook } from "./standings-book.ts";
 import type { ControllerLease, LeaseTimings } from "./controller-lease.ts";
@@ -240,6 +240,12 @@ export class FleetController implements Controller {
   #leaderAnswers: BusAnswers | undefined;
   // Whether the fleet file is applied when this controller first leads (see `standby`).
   #applyFileFirst: boolean;
+  // A fleet this controller accepted and the bus has not stored yet (since when, on the wall
+  // clock): kept across a lapse of its own lease, and applied again when it leads again in the
+  // same term (nobody else led meanwhile).
+  #unstored: { readonly readAt: string; readonly since: number } | undefined;
+  // The term this controller last led in.
+  #ledTerm: number | undefined;
   #fleetTerm: number | null = null;
   #storedSha: string | undefined;
   #answeredOnce = false;
@@ -347,6 +353,7 @@ export class FleetController implements Controller {
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       this.#p.standings.retainPlan(next.plan);
       const stored = next;
+      this.#unstored = { readAt: next.readAt, since: this.#unstored?.since ?? Date.now() };
       return this.#pending.attempt("fleet", `the fleet read at ${next.readAt}`, async () => {
         await this.#store(stored);
         return this.#publishAll();
@@ -360,6 +367,7 @@ export class FleetController implements Controller {
     const term = this.#mustLead("store the fleet");
     await storeFleet(this.#p.desired, fleet, { term });
     this.#storedSha = (await loadStoredFleetHead(this.#p.desired))?.sha256;
+    if (this.#unstored?.readAt === fleet.readAt) this.#unstored = undefined;
     this.#fleetTerm = term;
   }
 
@@ -421,8 +429,8 @@ export class FleetController implements Controller {
       reports: this.#reports,
       failing: this.#p.standings.failing(),
       leader: this.leader(),
-      waiting: [...this.#pending.waiting(), ...this.#s.ledgers.waiting()].sort((a, b) =>
-        a.since.localeCompare(b.since),
+      waiting: [...this.#pending.waiting(), ...this.#s.ledgers.waiting(), ...this.#waitsToLead()].sort(
+        (a, b) => a.since.localeCompare(b.since),
       ),
     });
   }
@@ -456,6 +464,27 @@ export class FleetController implements Controller {
       await this.#p.close();
     })();
     return this.#stopped;
+  }
+
+  // An accepted fleet that waits for this controller to lead again (its lease lapsed while the
+  // bus could not store it) and to store it then, as `mesh status` lists it.
+  #waitsToLead(): WaitingWrite[] {
+    if (this.#unstored === undefined) return [];
+    const what = `the fleet read at ${this.#unstored.readAt}`;
+    // Still tried (the lease lapsed on the clock, and this controller is told at its next reading).
+    if (this.#pending.waiting().some((w) => w.what === what)) return [];
+    const since = new Date(this.#unstored.since).toISOString();
+    return [
+      {
+        what,
+        since,
+        attempts: 0,
+        error: this.leading()
+          ? "this controller leads again and stores it next"
+          : "this controller stands by until the bus renews its lease; it stores the fleet then",
+        nextAt: new Date().toISOString(),
+      },
+    ];
   }
 
   // A module's ledger made in the background: the nodes that run it are issued its credentials.
@@ -497,39 +526,60 @@ export class FleetController implements Controller {
   async #lead(): Promise<void> {
     const term = this.#p.lease.term();
     this.#log.info(`controller ${this.#p.lease.self} leads the mesh in term ${term}`);
-    try {
-      await this.#exclusive(async () => {
-        if (this.#stale) {
-          this.#s.ledgers.close();
-          this.#s = this.#use(await this.#p.openStores());
-          this.#stale = false;
+    const ledBefore = this.#ledTerm;
+    this.#ledTerm = term;
+    const serve = async (): Promise<void> => {
+      if (this.#stale) {
+        this.#s.ledgers.close();
+        this.#s = this.#use(await this.#p.openStores());
+        this.#stale = false;
+      }
+      const stored = await loadStoredFleet(this.#p.desired);
+      const head = await loadStoredFleetHead(this.#p.desired);
+      if (stored !== undefined && stored.fleetFile === this.fleetFile && head !== undefined) {
+        this.#current = stored;
+        this.#storedSha = head.sha256;
+        this.#fleetTerm = head.term;
+      }
+      // It led before, accepted a fleet the bus did not store, and its lease lapsed: when no
+      // other leader stored a fleet since, the accepted one is applied again, not dropped.
+      if (this.#unstored !== undefined) {
+        if (ledBefore !== undefined && (head?.term ?? 0) <= ledBefore) this.#applyFileFirst = true;
+        else {
+          this.#log.warn(
+            `the fleet read at ${this.#unstored.readAt} was not stored before another controller ` +
+              `stored its own: that one is served; save the fleet file again to apply it`,
+          );
+          this.#unstored = undefined;
         }
-        const stored = await loadStoredFleet(this.#p.desired);
-        const head = await loadStoredFleetHead(this.#p.desired);
-        if (stored !== undefined && stored.fleetFile === this.fleetFile && head !== undefined) {
-          this.#current = stored;
-          this.#storedSha = head.sha256;
-          this.#fleetTerm = head.term;
-        }
-        if (this.#applyFileFirst || stored === undefined) {
-          this.#applyFileFirst = false;
-          // When the file is refused now, the fleet read at start (its last good one) is served.
-          await this.#applyFile(false).catch(async (err: unknown) => {
-            if (!(err instanceof FleetRefusedError)) throw err;
-            if (stored === undefined) await this.#store(this.#current);
-            await this.#publishAll();
-          });
-        } else {
+      }
+      if (this.#applyFileFirst || stored === undefined) {
+        this.#applyFileFirst = false;
+        // When the file is refused now, the fleet read at start (its last good one) is served.
+        await this.#applyFile(false).catch(async (err: unknown) => {
+          if (!(err instanceof FleetRefusedError)) throw err;
+          if (stored === undefined) await this.#store(this.#current);
           await this.#publishAll();
-        }
-      });
+        });
+      } else {
+        await this.#publishAll();
+      }
+    };
+    try {
+      // At its start, a failure fails the start; later (the lease taken again while the bus is
+      // slow), serving waits and is tried again, and this controller answers as leader meanwhile:
+      // a leader that answers nothing would stop every rotation and join token.
+      await this.#exclusive(() =>
+        this.#answeredOnce
+          ? this.#pending.attempt("lead", `the fleet served in term ${term}`, serve)
+          : serve(),
+      );
     } catch (err) {
-      if (!this.#answeredOnce) this.#failedFirst = err;
-      else
-        this.#log.error(
-          `controller ${this.#p.lease.self} could not publish the fleet: ${(err as Error).message}`,
-        );
-      return;
+      if (!this.#answeredOnce) {
+        this.#failedFirst = err;
+        return;
+      }
+      this.#log.warn(`controller ${this.#p.lease.self} leads, but ${(err as Error).message}`);
     }
     this.#answerAsLeader();
   }
@@ -616,11 +666,38 @@ export class FleetController implements Controller {
         this.#s.ledgers.nodeBucket(node, () => this.#s.deliveries.bucket(node));
         continue;
       }
-      const result = await this.#publishNode(node);
-      if (result.changed) published.push(result);
+      try {
+        const result = await this.#publishNode(node);
+        if (result.changed) published.push(result);
+      } catch (err) {
+        if (err instanceof NotLeaderError) throw err;
+        this.#deliverLater(node, err);
+      }
     }
     await credentialSync.revokeRetired();
     return { published, minted };
+  }
+
+  // One node's delivery the bus did not take (its bucket's server is being replaced, say): it waits
+  // and is tried again on its own, so that the other nodes' deliveries, and the change that made
+  // them, do not wait for it.
+  #deliverLater(node: string, refused: unknown): void {
+    this.#log.warn(
+      `node ${node}'s delivery waits: the bus did not take it (${(refused as Error).message}); it is tried again until stored`,
+    );
+    let first: unknown = refused;
+    this.#pending
+      .attempt(`delivery ${node}`, `node ${node}'s delivery`, async () => {
+        if (first !== undefined) {
+          const err = first;
+          first = undefined;
+          throw err;
+        }
+        await this.#publishNode(node);
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof WriteWaitsError)) this.#log.warn((err as Error).message);
+      });
   }
 
   // A node reported module keys not issued for: issue them and publish its delivery.

@@ -32,6 +32,7 @@ export * from "./join-secrets.ts";
 export * from "./join-token-request.ts";
 export * from "./lease-driver.ts";
 export * from "./module-credentials.ts";
+export * from "./module-ledgers.ts";
 export * from "./node-deliveries.ts";
 export * from "./node-permissions.ts";
 export * from "./node-reports.ts";

@@ -4,7 +4,14 @@
 // join token must not wait behind that. A ledger is made in the background, tried again until it
 // is made, and `mesh status` lists it meanwhile; the module's credentials are issued once it is
 // (`whenMade`). So is the bucket of a node not enrolled yet. What was made with fewer copies than asked is raised once the servers are back.
-import { belowReplicas, ensureLedger, raiseReplicas, type BusLogger } from "@mesh/bus";
+import {
+  belowReplicas,
+  clusterSize,
+  ensureLedger,
+  raiseReplicas,
+  replicasFor,
+  type BusLogger,
+} from "@mesh/bus";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { WaitingWrite } from "./pending-writes.ts";
 
@@ -77,6 +84,7 @@ export class ModuleLedgers {
     this.#start(key, `node ${node}'s deliveries bucket`, async () => {
       await open();
       this.#made.add(key);
+      if ((await belowReplicas(this.#o.nc).catch(() => [])).length > 0) this.raiseLater();
     });
   }
 
@@ -89,6 +97,10 @@ export class ModuleLedgers {
   raiseLater(): void {
     if (this.#making.has(RAISE) || this.#closed) return;
     this.#start(RAISE, "the copies of streams made while a bus server was down", async () => {
+      const up = clusterSize(this.#o.nc);
+      const asked = replicasFor(this.#o.nc);
+      // Nothing to ask of JetStream until the servers are back.
+      if (up < asked) throw new Error(`${up} of the ${asked} bus servers that keep a copy are up`);
       await raiseReplicas(this.#o.nc, this.#o.logger);
       const left = await belowReplicas(this.#o.nc);
       if (left.length > 0) throw new Error(`${left.length} stream(s) have fewer copies than asked`);

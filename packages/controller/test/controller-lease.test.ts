@@ -119,4 +119,33 @@ void describe("the controller lease", () => {
     other.refused();
     assert.equal(other.leading(), false);
   });
+
+  void it("gives the lease up on release, and a released lease is taken over at once in the next term", () => {
+    const clock = fakeClock();
+    const lease = new ControllerLease("a", DEFAULT_LEASE_TIMINGS, clock.now);
+    lease.observe(undefined);
+    const revision = apply(lease, lease.step(), 0);
+    assert.deepEqual(lease.release(), { revision, record: { holder: "a", term: 1, released: true } });
+    assert.equal(lease.leading(), false);
+    assert.equal(lease.release(), undefined, "nothing to give up twice");
+
+    // A standby whose clock has not moved: it waits out a live lease, not a released one.
+    const standby = new ControllerLease("b", DEFAULT_LEASE_TIMINGS, clock.now, true);
+    standby.observe({ revision, record: { holder: "a", term: 1 } });
+    assert.deepEqual(standby.step(), { kind: "wait" });
+    standby.observe({ revision: revision + 1, record: { holder: "a", term: 1, released: true } });
+    assert.deepEqual(standby.step(), {
+      kind: "update",
+      revision: revision + 1,
+      record: { holder: "b", term: 2 },
+    });
+    // Its own released lease, found by the same controller restarted: taken back in the same term.
+    const again = new ControllerLease("a", DEFAULT_LEASE_TIMINGS, clock.now);
+    again.observe({ revision: revision + 1, record: { holder: "a", term: 1, released: true } });
+    assert.deepEqual(again.step(), {
+      kind: "update",
+      revision: revision + 1,
+      record: { holder: "a", term: 1 },
+    });
+  });
 });
