@@ -61,6 +61,13 @@ export class LeaseDriver {
   /** One read and, when the lease says so, one write; then tells of a change of leader. Never throws. */
   async tick(): Promise<void> {
     if (this.#paused) return this.#settle();
+    await this.#keep();
+    await this.#settle();
+    if (!this.#leading) await this.#idle?.().catch(() => undefined);
+  }
+
+  // One read of the lease and, when it says so, one write. Never throws.
+  async #keep(): Promise<void> {
     try {
       const entry = await this.#bucket.entry(CONTROLLER_LEASE_KEY);
       this.#lease.observe(
@@ -82,8 +89,6 @@ export class LeaseDriver {
       // Unacknowledged: the lease runs out on its own clock if this goes on.
       this.#log.warn(`the controller lease could not be read or renewed: ${(err as Error).message}`);
     }
-    await this.#settle();
-    if (!this.#leading) await this.#idle?.().catch(() => undefined);
   }
 
   /**
@@ -148,11 +153,27 @@ export class LeaseDriver {
     }
   }
 
-  // Tells the owner when leading changed, including a lease that ran out between ticks.
+  // Tells the owner when leading changed, including a lease that ran out between ticks. Taking up
+  // the lead (serving a large fleet: a first delivery of 10,000 consumers takes seconds) may last
+  // longer than the lease itself, so the lease is kept meanwhile; a lease lost meanwhile stops
+  // every write of it, since each asks whether it still leads.
   async #settle(): Promise<void> {
     const leading = this.#lease.leading();
     if (leading === this.#leading) return;
     this.#leading = leading;
-    await this.#changed(leading);
+    if (!leading) {
+      await this.#changed(false);
+      return;
+    }
+    let keeping: Promise<void> = Promise.resolve();
+    const timer = setInterval(() => {
+      keeping = keeping.then(() => (this.#paused || this.#stopped ? undefined : this.#keep()));
+    }, this.#timings.renewEveryMs);
+    try {
+      await this.#changed(true);
+    } finally {
+      clearInterval(timer);
+      await keeping;
+    }
   }
 }

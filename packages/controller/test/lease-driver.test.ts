@@ -123,4 +123,29 @@ void describe("the controller lease on a real bucket", () => {
     assert.deepEqual((await released.entry(CONTROLLER_LEASE_KEY))?.value, { holder: "standby", term: 2 });
     await standby.driver.stop();
   });
+  void it("keeps the lease while taking up the lead lasts longer than the lease itself", async () => {
+    const slow = await openState<unknown>(nc, "mesh-lease-slow-test");
+    const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+    const lease = new ControllerLease("slow", TIMINGS, Date.now);
+    let revisionsWhileServing = 0;
+    const driver = new LeaseDriver({
+      bucket: slow,
+      lease,
+      timings: TIMINGS,
+      now: Date.now,
+      logger: quiet,
+      // A first delivery of a large fleet: three times as long as the lease lasts unrenewed.
+      changed: async (leading) => {
+        if (!leading) return;
+        const first = (await slow.entry(CONTROLLER_LEASE_KEY))!.revision;
+        await new Promise((resolve) => setTimeout(resolve, 3 * TIMINGS.stepDownAfterMs));
+        revisionsWhileServing = (await slow.entry(CONTROLLER_LEASE_KEY))!.revision - first;
+        assert.ok(lease.leading(), "still leads when serving ends");
+      },
+    });
+    await driver.tick();
+    assert.ok(revisionsWhileServing >= 2, `renewed ${revisionsWhileServing} time(s) while serving`);
+    assert.ok(lease.leading());
+    await driver.stop();
+  });
 });
