@@ -361,6 +361,8 @@ export class FleetController implements Controller {
         return this.#publishAll();
       });
     }
+    // The stored fleet is this one already (a write the bus did not confirm may have landed late).
+    this.#unstored = undefined;
     return this.#publishAll();
   }
 
