@@ -131,7 +131,9 @@ describe("a fleet change the bus cannot store now", { timeout: 240_000 }, () => 
       "the waiting fleet stored",
       () => (controller?.status().waiting?.length === 0 ? true : undefined),
       90,
-    );
+    ).catch((err: unknown) => {
+      throw new Error(`${(err as Error).message}; waiting: ${JSON.stringify(controller?.status().waiting)}`);
+    });
     // Read until the change shows: a server just back may answer from before it (it catches up).
     const stored = await until(
       "the stored fleet to hold the change",

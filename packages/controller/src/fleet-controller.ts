@@ -244,6 +244,8 @@ export class FleetController implements Controller {
   // clock): kept across a lapse of its own lease, and applied again when it leads again in the
   // same term (nobody else led meanwhile).
   #unstored: { readonly readAt: string; readonly since: number } | undefined;
+  // When the fleet file changed while this controller's own lease had lapsed (applied when it leads again).
+  #fileChangedAt: number | undefined;
   // The term this controller last led in.
   #ledTerm: number | undefined;
   #fleetTerm: number | null = null;
@@ -359,6 +361,8 @@ export class FleetController implements Controller {
         return this.#publishAll();
       });
     }
+    // The stored fleet is this one already (a write the bus did not confirm may have landed late).
+    this.#unstored = undefined;
     return this.#publishAll();
   }
 
@@ -543,6 +547,10 @@ export class FleetController implements Controller {
       }
       // It led before, accepted a fleet the bus did not store, and its lease lapsed: when no
       // other leader stored a fleet since, the accepted one is applied again, not dropped.
+      if (this.#fileChangedAt !== undefined) {
+        this.#fileChangedAt = undefined;
+        if (ledBefore !== undefined && (head?.term ?? 0) <= ledBefore) this.#applyFileFirst = true;
+      }
       if (this.#unstored !== undefined) {
         if (ledBefore !== undefined && (head?.term ?? 0) <= ledBefore) this.#applyFileFirst = true;
         else {
@@ -678,6 +686,25 @@ export class FleetController implements Controller {
     return { published, minted };
   }
 
+  // The fleet file changed while the lease waited to be renewed: applied once this controller
+  // leads again (tried again until then; if it stands by meanwhile, `#lead` applies it).
+  #applyWhenLeading(): void {
+    const what = `the fleet file as saved at ${new Date().toISOString()}`;
+    void this.#exclusive(() =>
+      this.#pending.attempt("fleet file", what, async () => {
+        this.#mustLead("apply the fleet file");
+        this.#fileChangedAt = undefined;
+        await this.#applyFile().catch((err: unknown) => {
+          // A refused file is said; it is not tried again until it changes.
+          if (!(err instanceof FleetRefusedError)) throw err;
+          this.#log.error(err.message);
+        });
+      }),
+    ).catch((err: unknown) => {
+      if (!(err instanceof WriteWaitsError)) this.#log.warn(`${what}: ${(err as Error).message}`);
+    });
+  }
+
   // One node's delivery the bus did not take (its bucket's server is being replaced, say): it waits
   // and is tried again on its own, so that the other nodes' deliveries, and the change that made
   // them, do not wait for it.
@@ -783,6 +810,18 @@ export class FleetController implements Controller {
       this.fleetFile,
       () => {
         if (!this.leading()) {
+          // Its own lease lapsed (the bus slow to renew it), and no other controller holds it:
+          // the change is applied when it leads again, unless another leader stores a fleet first.
+          const seen = this.#p.lease.seen();
+          if (this.#ledTerm !== undefined && (seen === undefined || seen.holder === this.#p.lease.self)) {
+            this.#fileChangedAt = this.#fileChangedAt ?? Date.now();
+            this.#log.warn(
+              `the fleet file ${this.fleetFile} changed while this controller's lease waits to be renewed: ` +
+                `it is applied when the bus renews it`,
+            );
+            this.#applyWhenLeading();
+            return;
+          }
           this.#log.warn(
             `the fleet file ${this.fleetFile} changed, but this controller stands by: the leader's fleet is ` +
               `served; edit the fleet on the leader's machine (mesh status names it)`,
