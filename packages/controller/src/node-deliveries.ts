@@ -17,14 +17,17 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import {
   DELIVERY_KEY,
   entryPartKey,
+  indexFingerprint,
   isDeliveryHead,
   modulePartKey,
+  nameParts,
   nodePlan,
   partFingerprint,
   planEntries,
   secretKey,
   type DeliveryHead,
   type DeliveryPart,
+  type IndexPart,
   type ModulePart,
 } from "@mesh/manifest";
 import type { EnrolledNode } from "./enrollment.ts";
@@ -198,18 +201,27 @@ export class NodeDeliveries {
       mustLead();
       await bucket.put(p.key, part);
     });
+    // A node with many parts gets them listed in indexes, written (when changed) before the head.
+    const { named: listed, indexes } = nameParts(parts.map((p) => [p.key, p.fingerprint] as const));
+    const changedIndexes = indexes.filter((i) => held.get(i.key) !== i.fingerprint);
+    for (const i of changedIndexes) if (!held.has(i.key)) strays.add(i.key);
+    await inBatches(changedIndexes, async (i) => {
+      mustLead();
+      await bucket.put(i.key, i.part);
+    });
     const head: DeliveryHead = {
       node,
       generation,
       ...(term > 0 ? { term } : {}),
       fleetFile: fleet.fleetFile,
       instances: plan.instances.map(({ consumers: _consumers, ...instance }) => instance),
-      parts: Object.fromEntries(parts.map((p) => [p.key, p.fingerprint])),
+      ...listed,
       issuesCredentials: true,
     };
     mustLead();
     await bucket.put(DELIVERY_KEY, head);
-    const named = new Set(parts.map((p) => p.key));
+    const written = [...parts, ...indexes];
+    const named = new Set(written.map((p) => p.key));
     await inBatches(
       [...new Set([...held.keys(), ...strays])].filter((key) => !named.has(key)),
       (key) => bucket.delete(key),
@@ -217,7 +229,7 @@ export class NodeDeliveries {
     this.#strays.delete(node);
     const record: DeliveredRecord = { v: 1, generation, fingerprint };
     await this.#desired.put(deliveredKey(node), record);
-    this.#delivered.set(node, { record, parts: new Map(parts.map((p) => [p.key, p.fingerprint])) });
+    this.#delivered.set(node, { record, parts: new Map(written.map((p) => [p.key, p.fingerprint])) });
     for (const key of [...boxes.keys()]) if (!byKey.has(key)) boxes.delete(key);
     this.#boxes.set(node, boxes);
     return { node, generation, changed: true };
@@ -250,14 +262,34 @@ export class NodeDeliveries {
     try {
       const delivery = (await bucket.get(DELIVERY_KEY)) as Partial<DeliveryHead> | undefined;
       if (typeof delivery?.generation === "number") inBucket = delivery.generation;
-      // The parts the bucket holds now, as its head names them: only those that differ are written.
-      if (isDeliveryHead(delivery) && typeof delivery.parts === "object" && delivery.parts !== null)
-        parts = new Map(Object.entries(delivery.parts).filter(([, f]) => typeof f === "string"));
+      // The parts the bucket holds now, as its head (and its indexes) name them: only those that
+      // differ are written.
+      if (isDeliveryHead(delivery)) parts = await heldParts(delivery, bucket);
     } catch (err) {
       if (!(err instanceof StateValueError)) throw err;
     }
     return { record, inBucket, parts };
   }
+}
+
+// The keys and fingerprints a stored head names: its parts, or its indexes and what they list (an
+// index that cannot be read counts as not held, so it and its parts are written again).
+async function heldParts(head: DeliveryHead, bucket: BusState<unknown>): Promise<Map<string, string>> {
+  const strings = (o: unknown): [string, string][] =>
+    typeof o === "object" && o !== null
+      ? Object.entries(o as Record<string, unknown>).filter(
+          (e): e is [string, string] => typeof e[1] === "string",
+        )
+      : [];
+  const held = new Map(strings(head.parts));
+  for (const [key] of strings(head.index)) {
+    const index = (await bucket.get(key).catch(() => undefined)) as Partial<IndexPart> | undefined;
+    if (index?.kind !== "index" || typeof index.parts !== "object") continue;
+    // What the bucket holds, which a publish that failed before its head may have changed.
+    held.set(key, indexFingerprint(index.parts));
+    for (const [part, f] of strings(index.parts)) held.set(part, f);
+  }
+  return held;
 }
 
 // Writes to the bus a few at a time: a node's first delivery has hundreds of parts.

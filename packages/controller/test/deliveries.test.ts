@@ -119,7 +119,7 @@ void describe("the controller publishes each node's delivery", () => {
   void it("stores a delivery as a head naming one key per module and per consumer entry, and a rotation rewrites only its own", async () => {
     const bucket = await openState<unknown>(b.nc, nodeDeliveriesBucket("node-b"), { create: false });
     const head = (await bucket.get(DELIVERY_KEY)) as DeliveryHead;
-    assert.deepEqual(Object.keys(head.parts), [
+    assert.deepEqual(Object.keys(head.parts ?? {}), [
       "m.app2",
       "m.app3",
       "m.redis",

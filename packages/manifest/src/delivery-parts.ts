@@ -17,8 +17,17 @@ export interface DeliveryHead {
   readonly term?: number;
   readonly fleetFile: string;
   readonly instances: readonly HeadInstance[];
-  /** Part key (`partKey…`) -> `partFingerprint` of the part, in the delivery's order. */
-  readonly parts: Readonly<Record<string, string>>;
+  /**
+   * Part key (`partKey…`) -> `partFingerprint` of the part, in the delivery's order, when the
+   * delivery has at most `INDEX_CHUNK` parts; absent when `index` names them instead.
+   */
+  readonly parts?: Readonly<Record<string, string>>;
+  /**
+   * Index key (`indexPartKey(n)`) -> `indexFingerprint` of its list, in order, for a delivery of
+   * more than `INDEX_CHUNK` parts: each index lists up to `INDEX_CHUNK` of them, so the head stays
+   * small however many consumers the node has.
+   */
+  readonly index?: Readonly<Record<string, string>>;
   /** Whether the controller issues module credentials (`Delivery.credentials` is then present). */
   readonly issuesCredentials: boolean;
 }
@@ -43,6 +52,48 @@ export interface EntryPart {
   readonly box: string;
 }
 
+/** One list of a large delivery's parts (part key -> fingerprint, in order), under its own key. */
+export interface IndexPart {
+  readonly kind: "index";
+  readonly parts: Readonly<Record<string, string>>;
+}
+
+/** How many parts a head names itself, and how many one index lists. */
+export const INDEX_CHUNK = 1024;
+
+/** The key of a large delivery's `n`th index. */
+export const indexPartKey = (n: number): string => `i.${n}`;
+
+/** The fingerprint a head names an index by. */
+export function indexFingerprint(parts: Readonly<Record<string, string>>): string {
+  return createHash("sha256").update(JSON.stringify(parts)).digest("hex").slice(0, 20);
+}
+
+/**
+ * How a head names `parts` (key and fingerprint, in order): itself when there are at most
+ * `INDEX_CHUNK`, else through indexes of `INDEX_CHUNK` each, which are returned to be stored.
+ */
+export function nameParts(parts: readonly (readonly [string, string])[]): {
+  readonly named: Pick<DeliveryHead, "parts" | "index">;
+  readonly indexes: readonly {
+    readonly key: string;
+    readonly fingerprint: string;
+    readonly part: IndexPart;
+  }[];
+} {
+  if (parts.length <= INDEX_CHUNK) return { named: { parts: Object.fromEntries(parts) }, indexes: [] };
+  const indexes = [];
+  for (let at = 0; at < parts.length; at += INDEX_CHUNK) {
+    const list = Object.fromEntries(parts.slice(at, at + INDEX_CHUNK));
+    indexes.push({
+      key: indexPartKey(at / INDEX_CHUNK),
+      fingerprint: indexFingerprint(list),
+      part: { kind: "index" as const, parts: list },
+    });
+  }
+  return { named: { index: Object.fromEntries(indexes.map((i) => [i.key, i.fingerprint])) }, indexes };
+}
+
 /** One part of a delivery, stored under its own key. */
 export type DeliveryPart = ModulePart | EntryPart;
 
@@ -64,7 +115,12 @@ export function partFingerprint(part: DeliveryPart | Omit<EntryPart, "box">): st
 
 /** Whether `value` is a head (a delivery split into parts) rather than a whole delivery of before. */
 export function isDeliveryHead(value: unknown): value is DeliveryHead {
-  return typeof value === "object" && value !== null && "parts" in value && !("secrets" in value);
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    ("parts" in value || "index" in value) &&
+    !("secrets" in value)
+  );
 }
 
 /** A head or part that cannot be assembled into a delivery. */
@@ -168,7 +224,31 @@ export async function readDelivery(
   cache: PartCache = new Map(),
 ): Promise<DeliveryRead> {
   if (!isDeliveryHead(value)) return { delivery: value as Delivery };
-  const named = isObject(value.parts) ? Object.entries(value.parts) : [];
+  let listed: Record<string, string> = isObject(value.parts) ? (value.parts as Record<string, string>) : {};
+  const indexes = isObject(value.index) ? Object.entries(value.index as Record<string, string>) : [];
+  if (indexes.length > 0) {
+    // A large delivery: its indexes first (cached as parts are), then the parts they list.
+    const missing: string[] = [];
+    listed = {};
+    for (const [key, fingerprint] of indexes) {
+      let index = cache.get(key)?.fingerprint === fingerprint ? cache.get(key)?.part : undefined;
+      if (index === undefined) {
+        const read = await get(key);
+        if (
+          isObject(read) &&
+          isObject(read["parts"]) &&
+          indexFingerprint(read["parts"] as Record<string, string>) === fingerprint
+        ) {
+          cache.set(key, { fingerprint, part: read });
+          index = read;
+        }
+      }
+      if (index === undefined) missing.push(key);
+      else Object.assign(listed, (index as unknown as IndexPart).parts);
+    }
+    if (missing.length > 0) return { waiting: missing.sort() };
+  }
+  const named = Object.entries(listed);
   const waiting: string[] = [];
   const queue = named.filter(([key, fingerprint]) => cache.get(key)?.fingerprint !== fingerprint);
   const worker = async (): Promise<void> => {
@@ -181,9 +261,9 @@ export async function readDelivery(
     }
   };
   await Promise.all(Array.from({ length: Math.min(READ_CONCURRENCY, queue.length) }, worker));
-  const keep = new Set(named.map(([key]) => key));
+  const keep = new Set([...named.map(([key]) => key), ...indexes.map(([key]) => key)]);
   for (const key of cache.keys()) if (!keep.has(key)) cache.delete(key);
   if (waiting.length > 0) return { waiting: waiting.sort() };
   const parts = new Map([...cache].map(([key, { part }]) => [key, part]));
-  return { delivery: joinDelivery(value, parts) };
+  return { delivery: joinDelivery({ ...value, parts: listed }, parts) };
 }

@@ -3,6 +3,8 @@ import { describe, it } from "node:test";
 import {
   DeliveryPartsError,
   entryPartKey,
+  INDEX_CHUNK,
+  nameParts,
   joinDelivery,
   modulePartKey,
   partFingerprint,
@@ -127,5 +129,52 @@ describe("a delivery stored as a head and parts", () => {
     };
     const read = await readDelivery(whole, () => Promise.reject(new Error("no part is read")));
     assert.equal(read.delivery, whole);
+  });
+  it("a node with more parts than one head names has them listed in indexes, and the head stays small", async () => {
+    const stored = new Map<string, unknown>();
+    const many: [string, string][] = [];
+    for (let n = 0; n < 2 * INDEX_CHUNK + 5; n++) {
+      const part: DeliveryPart = {
+        kind: "entry",
+        entry: entry(`app${n}`),
+        version: "v1",
+        sealPublicKey: "K",
+        box: `box-${n}`,
+      };
+      const key = entryPartKey(`app${n}`, "postgres-database");
+      stored.set(key, part);
+      many.push([key, partFingerprint(part)]);
+    }
+    const { named, indexes } = nameParts(many);
+    assert.equal(named.parts, undefined);
+    assert.equal(indexes.length, 3);
+    const head: DeliveryHead = { ...headOf(new Map()), parts: undefined, ...named };
+    assert.ok(JSON.stringify(head).length < 1_000, "the head names three indexes, not 2,053 parts");
+
+    // An index not written yet: nothing is assembled, and the index is what it waits for.
+    for (const i of indexes.slice(0, 2)) stored.set(i.key, i.part);
+    const cache: PartCache = new Map();
+    const early = await readDelivery(head, async (key) => stored.get(key), cache);
+    assert.deepEqual(early.waiting, [indexes[2]!.key]);
+
+    stored.set(indexes[2]!.key, indexes[2]!.part);
+    let reads = 0;
+    const read = await readDelivery(
+      head,
+      async (key) => {
+        reads++;
+        return stored.get(key);
+      },
+      cache,
+    );
+    assert.equal(read.delivery?.plan.instances[0]?.consumers.length, 2 * INDEX_CHUNK + 5);
+    assert.equal(read.delivery?.secrets["app2052/postgres-database"], "box-2052");
+    assert.equal(reads, 1 + 2 * INDEX_CHUNK + 5, "the two indexes read before came from the cache");
+
+    // An index that does not match the head's fingerprint (a publish that stopped before its head)
+    // is waited for, not trusted.
+    stored.set(indexes[0]!.key, { kind: "index", parts: {} });
+    const stale = await readDelivery(head, async (key) => stored.get(key));
+    assert.deepEqual(stale.waiting, [indexes[0]!.key]);
   });
 });
