@@ -265,10 +265,7 @@ export class ConsumerBook {
     const row = this.#rows.get(login) ?? this.#row(login);
     const was = row.failure;
     row.failure = was && was.text === text ? { text, times: was.times + 1 } : { text, times: 1 };
-    row.applied = undefined;
-    row.appliedTag = undefined;
-    row.provision = undefined;
-    row.generation++;
+    forgetApplied(row);
     this.#settle(row);
     return row.failure;
   }
@@ -280,10 +277,7 @@ export class ConsumerBook {
   notApplied(login: string): void {
     const row = this.#rows.get(login);
     if (!row || row.applied === undefined) return;
-    row.applied = undefined;
-    row.appliedTag = undefined;
-    row.provision = undefined;
-    row.generation++;
+    forgetApplied(row);
     this.#settle(row);
   }
 
@@ -322,12 +316,9 @@ export class ConsumerBook {
     row.made = "retired";
     row.retiredAt = at;
     row.retiredWhy = why;
-    row.applied = undefined;
-    row.appliedTag = undefined;
-    row.provision = undefined;
     row.brake = undefined;
     row.awaiting = false;
-    row.generation++;
+    forgetApplied(row);
     this.#settle(row);
   }
 
@@ -458,4 +449,12 @@ function sameJson(a: unknown, b: unknown): boolean {
     if (!sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
   }
   return true;
+}
+
+// What was applied is forgotten, so the next pass applies it again; a check begun before is dropped.
+function forgetApplied(row: Row): void {
+  row.applied = undefined;
+  row.appliedTag = undefined;
+  row.provision = undefined;
+  row.generation++;
 }
