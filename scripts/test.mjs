@@ -95,7 +95,9 @@ function runTests(title, list, concurrency) {
     "--test-reporter=./scripts/file-times-reporter.mjs",
     "--test-reporter-destination=stdout",
     `--test-concurrency=${concurrency}`,
-    "--test-timeout=300000",
+    // A bound on each file, against a hang, not a measure: the kill matrix takes about 90 s on a
+    // quiet 2-core machine and more than 300 s on a loaded one.
+    "--test-timeout=600000",
     ...list,
   ]);
 }
