@@ -5,7 +5,7 @@
 // four small apps that use what the mesh gives them and an audit logger — then takes one app out of
 // the fleet and shows its database retired, not deleted.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -96,6 +96,9 @@ async function main(): Promise<void> {
   say("password, seals it to the machines that need it, and the providers make exactly that.");
 
   const dir = await mkdtemp(join(tmpdir(), "mesh-start-"));
+  // mkdtemp makes it 0700; each module's own user must pass through it to reach its directory in
+  // the state, or the agent runs every module as itself (--isolation auto) and says so.
+  await chmod(dir, 0o711);
   const state = join(dir, "state");
   const fleet = join(dir, "mesh.yaml");
   let postgres: PostgresServer | undefined;

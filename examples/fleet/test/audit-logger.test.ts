@@ -92,7 +92,7 @@ async function lines(path: string): Promise<Record<string, unknown>[]> {
 }
 
 describe("the audit logger", () => {
-  it("writes every event it hears as one JSON line in its state directory, says each, and exits 0 on SIGTERM", async () => {
+  it("writes every event it hears as one JSON line in its home, says each, and exits 0 on SIGTERM", async () => {
     const { creds, manifest, seed } = await credentialOf("audit-logger");
     assert.deepEqual(
       compilePermissions(manifest, "audit-logger", []).pub.allow,
@@ -102,7 +102,10 @@ describe("the audit logger", () => {
     const credsFile = join(dir, "audit-logger.creds");
     await writeFile(credsFile, creds, { mode: 0o600 });
     const stateDir = join(dir, "state");
+    // Its home, as the agent gives it: the module's own writable directory under the node's state.
+    const home = join(stateDir, "modules", "audit-logger", "home");
     const app = start({
+      HOME: home,
       MESH_BUS_SERVERS: server.url,
       MESH_BUS_CREDS: credsFile,
       MESH_MANIFEST: resolve(MANIFESTS["audit-logger"]),
@@ -122,7 +125,7 @@ describe("the audit logger", () => {
     notes.emit("note.created", { id: 2 });
     await notes.flush();
 
-    const file = join(stateDir, "modules", "audit-logger", "events.jsonl");
+    const file = join(home, "events.jsonl");
     await waitUntil(async () => (await lines(file)).length === 3, "three lines in the file", app);
     const written = await lines(file);
     assert.deepEqual(

@@ -35,9 +35,9 @@ export interface ProviderSettings {
   readonly verifyEvery: number;
   /** HOST:PORT for /metrics; none when absent. */
   readonly metrics?: string | undefined;
-  /** `<MESH_STATE_DIR>/modules/<MESH_MODULE>/metrics.url` when run by the agent with metrics; absent otherwise. */
+  /** `<MESH_STATE_DIR>/modules/<MESH_MODULE>/home/metrics.url` when run by the agent with metrics; absent otherwise. */
   readonly metricsUrlFile?: string | undefined;
-  /** `<MESH_STATE_DIR>/modules/<MESH_MODULE>/actions.jsonl` when run by the agent; absent otherwise. */
+  /** `<MESH_STATE_DIR>/modules/<MESH_MODULE>/home/actions.jsonl` when run by the agent; absent otherwise. */
   readonly journal?: string | undefined;
   /** The node it runs on (MESH_NODE), said in standings; absent when not set. */
   readonly node?: string | undefined;

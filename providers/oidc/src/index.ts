@@ -46,8 +46,9 @@ export {
 } from "./config.ts";
 
 /**
- * Where the admin API key is kept: MESH_OIDC_KEY_FILE when set, else beside the module's state when
- * the agent runs it (`<MESH_STATE_DIR>/modules/<MESH_MODULE>/glewlwyd-api.key`), else nowhere.
+ * Where the admin API key is kept: MESH_OIDC_KEY_FILE when set, else in the module's home when the
+ * agent runs it (`<MESH_STATE_DIR>/modules/<MESH_MODULE>/home/glewlwyd-api.key`: the one directory
+ * of the mesh's that the provider's own user may write), else nowhere.
  */
 export function keyFileOf(env: Readonly<Record<string, string | undefined>>): string | undefined {
   const explicit = env[KEY_FILE_ENV];
@@ -60,7 +61,7 @@ export function keyFileOf(env: Readonly<Record<string, string | undefined>>): st
     !/^[a-z][a-z0-9-]*$/.test(module)
   )
     return undefined;
-  return join(stateDir, "modules", module, "glewlwyd-api.key");
+  return join(stateDir, "modules", module, "home", "glewlwyd-api.key");
 }
 
 /** How `mesh provider oidc` finds and starts this provider. */

@@ -81,11 +81,11 @@ void describe("the oidc provider's manifest", () => {
 });
 
 void describe("where the API key is kept", () => {
-  void it("is MESH_OIDC_KEY_FILE, else beside the module's state under the agent, else nowhere", () => {
+  void it("is MESH_OIDC_KEY_FILE, else in the module's home under the agent, else nowhere", () => {
     assert.equal(keyFileOf({ MESH_OIDC_KEY_FILE: "/etc/mesh/key" }), "/etc/mesh/key");
     assert.equal(
       keyFileOf({ MESH_STATE_DIR: "/var/lib/mesh", MESH_MODULE: "oidc" }),
-      "/var/lib/mesh/modules/oidc/glewlwyd-api.key",
+      "/var/lib/mesh/modules/oidc/home/glewlwyd-api.key",
     );
     assert.equal(keyFileOf({ MESH_STATE_DIR: "relative", MESH_MODULE: "oidc" }), undefined);
     assert.equal(keyFileOf({ MESH_STATE_DIR: "/var/lib/mesh", MESH_MODULE: "../etc" }), undefined);

@@ -2,7 +2,7 @@
 // JSON line to its own file, so a person can read back what the mesh said and when. It holds no
 // permission but to listen: its credential, compiled from module.json, lets it publish nothing.
 //
-// The file is $AUDIT_LOG, else <MESH_STATE_DIR>/modules/<its module name>/events.jsonl.
+// The file is $AUDIT_LOG, else events.jsonl in its home, the module's own writable directory.
 import { mkdir, open, type FileHandle } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { clip, connectModuleBus, type Logger, type ModuleEvent } from "@mesh/sdk";
@@ -20,18 +20,22 @@ const logger: Logger = {
   error: (m) => console.error(`${NAME}: error: ${m}`),
 };
 
-/** Where the events go, from AUDIT_LOG or the node's state directory. */
+/**
+ * Where the events go: AUDIT_LOG, else its home. Under the mesh, HOME is the module's own writable
+ * directory in the node's state (the agent sets it, with MESH_STATE_DIR); the module directory
+ * above it is the agent's, which a module running as its own user cannot write.
+ */
 function logPath(): string {
   const given = process.env["AUDIT_LOG"];
   if (given !== undefined && given !== "") return given;
-  const state = process.env["MESH_STATE_DIR"];
-  if (state === undefined || state === "") {
+  const home = process.env["HOME"];
+  if (process.env["MESH_STATE_DIR"] === undefined || home === undefined || home === "") {
     throw new Error(
-      `neither AUDIT_LOG nor MESH_STATE_DIR is set: the mesh agent sets MESH_STATE_DIR for every module ` +
-        `it runs; start ${NAME} with \`mesh up\`, or set AUDIT_LOG to the file to write`,
+      `AUDIT_LOG is not set and ${NAME} is not run by a mesh agent (which sets MESH_STATE_DIR and HOME ` +
+        `for every module): start ${NAME} with \`mesh up\`, or set AUDIT_LOG to the file to write`,
     );
   }
-  return join(state, "modules", NAME, "events.jsonl");
+  return join(home, "events.jsonl");
 }
 
 /** One line of the file: when it was heard, where from, and the body as it came. */
