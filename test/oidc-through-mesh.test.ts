@@ -5,7 +5,7 @@
 // with that secret succeeds, `mesh rotate` mints a new one: the password file changes, a token
 // request with the new secret succeeds within seconds, and one with the old secret is refused.
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -57,6 +57,9 @@ describe("mesh rotate on an OIDC client", { timeout: 180_000 }, () => {
   before(async () => {
     server = await startGlewlwyd();
     dir = await mkdtemp(join(tmpdir(), "mesh-oidc-"));
+    // Passable by the modules' own users, so the provider runs isolated, as its own user, and can
+    // write only its home: where it must keep the API key it makes.
+    await chmod(dir, 0o711);
     await mkdir(join(dir, CONSUMER));
     // A consumer with no process of its own: only its client and its secret matter here.
     await writeFile(
