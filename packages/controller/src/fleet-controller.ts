@@ -384,7 +384,7 @@ export class FleetController implements Controller {
       try {
         await this.#s.passwords.rotate(consumer, iface);
       } catch (err) {
-        if (err instanceof BusCannotStoreError) this.#restoreLater(err);
+        if (err instanceof BusCannotStoreError) this.#restoreLater(err.what, err.restore);
         throw err;
       }
       this.#p.observer?.rotated();
@@ -399,15 +399,30 @@ export class FleetController implements Controller {
 
   // A rotation the bus did not confirm: the old password is put back until the bus stores it (run
   // in the queue, after this rotation's answer), so that a new one committed late never stands.
-  #restoreLater(refused: BusCannotStoreError): void {
-    const what = `${refused.what}'s kept password (a rotation the bus did not confirm is undone)`;
+  // `since` (wall clock, ms) is when it was refused, for a restore resumed from the restores file.
+  #restoreLater(refused: string, restore: () => Promise<void>, since?: number): void {
+    const what = `${refused}'s kept password (a rotation the bus did not confirm is undone)`;
     queueMicrotask(() => {
-      void this.#exclusive(() =>
-        this.#pending.attempt(`restore ${refused.what}`, what, refused.restore),
-      ).catch((err: unknown) => {
-        if (!(err instanceof WriteWaitsError)) this.#log.warn(`${what}: ${(err as Error).message}`);
-      });
+      void this.#exclusive(() => this.#pending.attempt(`restore ${refused}`, what, restore, since)).catch(
+        (err: unknown) => {
+          if (!(err instanceof WriteWaitsError)) this.#log.warn(`${what}: ${(err as Error).message}`);
+        },
+      );
     });
+  }
+
+  // What the restores file says is still to undo (a rotation refused before this controller was
+  // killed, or before it stood by): resumed each time it leads, since only the leader writes.
+  #resumeRestores(): void {
+    const passwords = this.#s.passwords;
+    for (const r of passwords.pendingRestores()) {
+      const since = Date.parse(r.since);
+      this.#restoreLater(
+        `${r.consumer}'s ${r.interface}`,
+        () => passwords.restore(r.key),
+        Number.isNaN(since) ? undefined : since,
+      );
+    }
   }
 
   async joinToken(node: string): Promise<string> {
@@ -538,6 +553,7 @@ export class FleetController implements Controller {
         this.#s = this.#use(await this.#p.openStores());
         this.#stale = false;
       }
+      this.#resumeRestores();
       const stored = await loadStoredFleet(this.#p.desired);
       const head = await loadStoredFleetHead(this.#p.desired);
       if (stored !== undefined && stored.fleetFile === this.fleetFile && head !== undefined) {
