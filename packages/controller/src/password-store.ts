@@ -66,12 +66,13 @@ export interface PendingRestore {
   readonly since: string;
 }
 
-const parseSealed = (value: unknown): SealedPassword => {
+const parseSealed = (value: unknown, nested = false): SealedPassword => {
   const v = value as Partial<SealedPassword> | null;
   if (v?.v !== 1 || typeof v.sealed !== "string" || typeof v.version !== "string") {
     throw new Error("not a sealed password record");
   }
-  return { v: 1, sealed: v.sealed, version: v.version, mintedAt: String(v.mintedAt) };
+  const record = { v: 1, sealed: v.sealed, version: v.version, mintedAt: String(v.mintedAt) } as const;
+  return v.replaces === undefined || nested ? record : { ...record, replaces: parseSealed(v.replaces, true) };
 };
 
 // Reading or minting a large fleet's passwords one at a time would be slow; all at once would
@@ -111,7 +112,9 @@ export class PasswordStore {
     log: BusLogger,
     restores: RestoreIntents = RestoreIntents.inMemory(),
   ): Promise<PasswordStore> {
-    const state = await openState<SealedPassword>(nc, SEALED_PASSWORDS_BUCKET, { parse: parseSealed });
+    const state = await openState<SealedPassword>(nc, SEALED_PASSWORDS_BUCKET, {
+      parse: (value) => parseSealed(value),
+    });
     return PasswordStore.over(state, keys, log, restores);
   }
 
@@ -179,7 +182,7 @@ export class PasswordStore {
    */
   async ensure(consumer: string, iface: string): Promise<KeptPassword> {
     const key = secretKey(consumer, iface);
-    const kept = this.#kept.get(key) ?? (await this.#read(key));
+    const kept = this.#kept.get(key) ?? (await this.#read(key, consumer, iface));
     return kept ?? this.#mint(key, "first needed");
   }
 
@@ -196,7 +199,15 @@ export class PasswordStore {
     const kept: KeptPassword = { password: mintPassword(), version: randomUUID() };
     const intent = old === undefined ? undefined : await this.#intend(key, consumer, iface, old, kept);
     try {
-      await this.#state.put(key, await this.#record(kept));
+      const record = await this.#record(kept);
+      if (intent === undefined) await this.#state.put(key, record);
+      else {
+        // Offered first as unconfirmed, naming the password it replaces: should the bus commit it
+        // late, a standby on another machine (which has no restores file of this one) knows to
+        // put the old one back. Confirmed by the same write without it, on the revision stored.
+        const revision = await this.#state.put(key, { ...record, replaces: intent.kept });
+        await this.#state.update(key, record, revision);
+      }
     } catch (err) {
       // Memory and every node still hold the old password; the bus may yet commit the new one,
       // and is put back (by `restore`, run until stored, or by the next controller from the file).
@@ -287,18 +298,38 @@ export class PasswordStore {
     };
   }
 
-  async #read(key: string): Promise<KeptPassword | undefined> {
+  async #read(key: string, consumer: string, iface: string): Promise<KeptPassword | undefined> {
+    let intent = this.#restores.get(key);
     let record: SealedPassword | undefined;
     try {
       record = await this.#state.get(key);
     } catch (err) {
-      // A damaged record holds nothing usable: say so and mint a new one (a rotation, no data lost).
-      this.#log.warn(`${(err as Error).message}; a new password is minted for ${key}`);
-      return undefined;
+      if (intent === undefined) {
+        // A damaged record holds nothing usable: say so and mint a new one (a rotation, no data lost).
+        this.#log.warn(`${(err as Error).message}; a new password is minted for ${key}`);
+        return undefined;
+      }
+      record = undefined;
+    }
+    if (intent === undefined && record?.replaces !== undefined) {
+      // A rotation no controller confirmed (one that asked was killed, or stood by, before it could
+      // write it again): the password it replaces is in force; written down, and put back.
+      intent = {
+        consumer,
+        interface: iface,
+        kept: record.replaces,
+        refused: [record.version],
+        since: new Date().toISOString(),
+      };
+      await this.#restores.record(key, intent).catch((err: unknown) => {
+        this.#log.warn(
+          `the password of ${key} is a rotation nobody confirmed: the one it replaces is used, but ` +
+            `${(err as Error).message}`,
+        );
+      });
     }
     // A refused rotation that landed late is not the password in force: the old one written down
     // is (and is put back by the restore that waits).
-    const intent = this.#restores.get(key);
     if (intent !== undefined && (record === undefined || intent.refused.includes(record.version))) {
       record = intent.kept;
     }

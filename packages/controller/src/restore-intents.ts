@@ -24,6 +24,12 @@ export interface SealedPassword {
   readonly version: string;
   /** ISO 8601. */
   readonly mintedAt: string;
+  /**
+   * Set on a rotation not confirmed yet: the password it replaces, which stays in force until the
+   * controller that asked writes this record again without it, once the bus has stored it. A record
+   * the bus commits late carries it, so any controller that leads next knows to put it back.
+   */
+  readonly replaces?: SealedPassword;
 }
 
 /** One rotation (or several in a row) the bus did not confirm: `kept` stands, whatever landed late. */

@@ -220,6 +220,43 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     assert.deepEqual((await RestoreIntents.load(dir, quiet)).all(), []);
   });
 
+  void it("a standby on another machine, without the restores file, knows the late one from the bus", async () => {
+    const keys = await newNodeKeys();
+    const kv = await lateLandingKv();
+    const killed = PasswordStore.over(
+      kv.state,
+      keys,
+      quiet,
+      await RestoreIntents.load(await stateDir(), quiet),
+    );
+    const first = await killed.ensure("notes", "postgres-database");
+    kv.failNextPut();
+    await assert.rejects(killed.rotate("notes", "postgres-database"), BusCannotStoreError);
+    const late = await kv.state.get(KEY);
+    assert.equal(late?.replaces?.version, first.version, "the late one names the one it replaces");
+
+    const standby = PasswordStore.over(
+      kv.state,
+      keys,
+      quiet,
+      await RestoreIntents.load(await stateDir(), quiet),
+    );
+    assert.deepEqual(
+      await standby.ensure("notes", "postgres-database"),
+      first,
+      "the late one is never handed out",
+    );
+    assert.deepEqual(
+      standby.pendingRestores().map((r) => r.key),
+      [KEY],
+    );
+    await standby.restore(KEY);
+    const restored = await kv.state.get(KEY);
+    assert.equal(restored?.version, first.version);
+    assert.equal(restored?.replaces, undefined);
+    assert.deepEqual(standby.pendingRestores(), []);
+  });
+
   void it("a rotation the bus stores leaves nothing to restore", async () => {
     const keys = await newNodeKeys();
     const kv = await lateLandingKv();
@@ -230,6 +267,7 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     await assert.rejects(store.rotate("notes", "postgres-database"), BusCannotStoreError);
     const stored = await store.rotate("notes", "postgres-database");
     assert.deepEqual(store.pendingRestores(), []);
+    assert.equal((await kv.state.get(KEY))?.replaces, undefined, "a stored rotation is confirmed");
     const restarted = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
     assert.deepEqual(restarted.pendingRestores(), []);
     assert.deepEqual(await restarted.ensure("notes", "postgres-database"), stored);
