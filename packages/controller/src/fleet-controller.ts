@@ -236,6 +236,8 @@ export class FleetController implements Controller {
   #pending: PendingWrites;
   // Whether the stores may hold what another leader changed since (this one stood by).
   #stale = false;
+  // The restores resumed from the password store and not settled yet, by key (tried in `#pending`).
+  readonly #restoring = new Set<string>();
   // What only the leader answers, while it leads.
   #leaderAnswers: BusAnswers | undefined;
   // Whether the fleet file is applied when this controller first leads (see `standby`).
@@ -384,7 +386,7 @@ export class FleetController implements Controller {
       try {
         await this.#s.passwords.rotate(consumer, iface);
       } catch (err) {
-        if (err instanceof BusCannotStoreError) this.#restoreLater(err);
+        if (err instanceof BusCannotStoreError) this.#restoreLater(err.what, err.restore);
         throw err;
       }
       this.#p.observer?.rotated();
@@ -399,15 +401,41 @@ export class FleetController implements Controller {
 
   // A rotation the bus did not confirm: the old password is put back until the bus stores it (run
   // in the queue, after this rotation's answer), so that a new one committed late never stands.
-  #restoreLater(refused: BusCannotStoreError): void {
-    const what = `${refused.what}'s kept password (a rotation the bus did not confirm is undone)`;
+  // `since` (wall clock, ms) is when it was refused, for a restore resumed from the restores file.
+  #restoreLater(refused: string, restore: () => Promise<void>, since?: number): void {
+    const what = `${refused}'s kept password (a rotation the bus did not confirm is undone)`;
     queueMicrotask(() => {
-      void this.#exclusive(() =>
-        this.#pending.attempt(`restore ${refused.what}`, what, refused.restore),
-      ).catch((err: unknown) => {
-        if (!(err instanceof WriteWaitsError)) this.#log.warn(`${what}: ${(err as Error).message}`);
-      });
+      // Only the leader writes: a retry that finds this controller standing by writes nothing.
+      const leading = (): Promise<void> => {
+        this.#mustLead("restore passwords");
+        return restore();
+      };
+      void this.#exclusive(() => this.#pending.attempt(`restore ${refused}`, what, leading, since)).catch(
+        (err: unknown) => {
+          if (!(err instanceof WriteWaitsError)) this.#log.warn(`${what}: ${(err as Error).message}`);
+        },
+      );
     });
+  }
+
+  // What the restores file says is still to undo (a rotation refused before this controller was
+  // killed, or before it stood by), or a rotation nobody confirmed found in the bus: resumed when
+  // this controller leads, since only the leader writes. Each once until it is settled.
+  #resumeRestores(): void {
+    const passwords = this.#s.passwords;
+    for (const r of passwords.pendingRestores()) {
+      if (this.#restoring.has(r.key)) continue;
+      this.#restoring.add(r.key);
+      const since = Date.parse(r.since);
+      this.#restoreLater(
+        `${r.consumer}'s ${r.interface}`,
+        async () => {
+          await passwords.restore(r.key);
+          this.#restoring.delete(r.key);
+        },
+        Number.isNaN(since) ? undefined : since,
+      );
+    }
   }
 
   async joinToken(node: string): Promise<string> {
@@ -538,6 +566,7 @@ export class FleetController implements Controller {
         this.#s = this.#use(await this.#p.openStores());
         this.#stale = false;
       }
+      this.#resumeRestores();
       const stored = await loadStoredFleet(this.#p.desired);
       const head = await loadStoredFleetHead(this.#p.desired);
       if (stored !== undefined && stored.fleetFile === this.fleetFile && head !== undefined) {
@@ -605,6 +634,8 @@ export class FleetController implements Controller {
     this.#pending.close();
     this.#s.ledgers.close();
     this.#pending = this.#newPending();
+    // Dropped with what waited; resumed when it leads again.
+    this.#restoring.clear();
     const answers = this.#leaderAnswers;
     const tools = this.#tools;
     this.#leaderAnswers = undefined;
@@ -658,6 +689,8 @@ export class FleetController implements Controller {
     this.#mustLead("mint passwords");
     const before = passwords.minted;
     await passwords.ensureAll(planEntries(this.#current.plan));
+    // Reading them may have found a rotation nobody confirmed (its controller killed meanwhile).
+    this.#resumeRestores();
     const minted = passwords.minted - before;
     if (minted > 0)
       this.#log.info(`minted ${minted} password(s) for consumers new to the fleet, kept sealed`);

@@ -37,6 +37,7 @@ export * from "./node-deliveries.ts";
 export * from "./node-permissions.ts";
 export * from "./node-reports.ts";
 export * from "./password-store.ts";
+export { RESTORES_FILE, RestoreIntents, type RestoreIntent } from "./restore-intents.ts";
 export {
   PendingWrites,
   WriteWaitsError,

@@ -2,12 +2,17 @@
 // key in the bus (so it survives a controller restart and can be sealed again for a node that
 // enrolls later). The plaintext lives in this process's memory, the nodes' secret files and the
 // backends; never in the bus, a file of the controller's, a log line or an error.
+//
+// A rotation is written down (`RestoreIntents`, a file of the controller's) before it is offered to
+// the bus, and settled when the bus stores it: so a refused one that the bus commits late is undone
+// even by a controller that was killed meanwhile and starts again.
 import { randomUUID } from "node:crypto";
 import {
   mintPassword,
   openState,
   seal,
   SEALED_PASSWORDS_BUCKET,
+  StateValueError,
   unseal,
   type BusLogger,
   type BusState,
@@ -15,6 +20,9 @@ import {
 } from "@mesh/bus";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { secretKey } from "@mesh/manifest";
+import { RestoreIntents, type RestoreIntent, type SealedPassword } from "./restore-intents.ts";
+
+export type { SealedPassword } from "./restore-intents.ts";
 
 /**
  * The bus did not store a new password (JetStream has too few servers, or none, to store it now):
@@ -24,7 +32,9 @@ import { secretKey } from "@mesh/manifest";
  * A write the bus did not confirm may still land later (its server had it in its log and commits
  * it once its peers are back). `restore` puts the old password back; the controller runs it until
  * the bus stores it, so that what the operator was told, nothing changed, comes true in the bus as
- * it already is in every node (the new password was never delivered).
+ * it already is in every node (the new password was never delivered). The store wrote that down
+ * before the write, so a controller that starts over the same state directory does the same
+ * (`PasswordStore.pendingRestores`).
  */
 export class BusCannotStoreError extends Error {
   override name = "BusCannotStoreError";
@@ -46,21 +56,23 @@ export interface KeptPassword {
   readonly version: string;
 }
 
-/** A password as the bus keeps it: sealed to the controller's key. */
-export interface SealedPassword {
-  readonly v: 1;
-  readonly sealed: string;
-  readonly version: string;
-  /** ISO 8601. */
-  readonly mintedAt: string;
+/** A restore that waits: the old password of `consumer` for `interface` is to be put back. */
+export interface PendingRestore {
+  /** The `secretKey`. */
+  readonly key: string;
+  readonly consumer: string;
+  readonly interface: string;
+  /** ISO 8601: when the rotation it undoes was offered to the bus. */
+  readonly since: string;
 }
 
-const parseSealed = (value: unknown): SealedPassword => {
+const parseSealed = (value: unknown, nested = false): SealedPassword => {
   const v = value as Partial<SealedPassword> | null;
   if (v?.v !== 1 || typeof v.sealed !== "string" || typeof v.version !== "string") {
     throw new Error("not a sealed password record");
   }
-  return { v: 1, sealed: v.sealed, version: v.version, mintedAt: String(v.mintedAt) };
+  const record = { v: 1, sealed: v.sealed, version: v.version, mintedAt: String(v.mintedAt) } as const;
+  return v.replaces === undefined || nested ? record : { ...record, replaces: parseSealed(v.replaces, true) };
 };
 
 // Reading or minting a large fleet's passwords one at a time would be slow; all at once would
@@ -72,27 +84,62 @@ export class PasswordStore {
   readonly #state: BusState<SealedPassword>;
   readonly #keys: NodeKeys;
   readonly #log: BusLogger;
+  readonly #restores: RestoreIntents;
   readonly #kept = new Map<string, KeptPassword>();
   #minted = 0;
 
-  private constructor(state: BusState<SealedPassword>, keys: NodeKeys, log: BusLogger) {
+  private constructor(
+    state: BusState<SealedPassword>,
+    keys: NodeKeys,
+    log: BusLogger,
+    restores: RestoreIntents,
+  ) {
     this.#state = state;
     this.#keys = keys;
     this.#log = log;
+    this.#restores = restores;
   }
 
   /**
-   * Opens (creating when needed) the sealed-passwords bucket, sealing to and opening with `keys`.
+   * Opens (creating when needed) the sealed-passwords bucket, sealing to and opening with `keys`;
+   * `restores` are the controller's restore intents (`RestoreIntents.load` of its state directory;
+   * in memory only when not given).
    * @throws StateOpenError when the bucket cannot be opened.
    */
-  static async open(nc: NatsConnection, keys: NodeKeys, log: BusLogger): Promise<PasswordStore> {
-    const state = await openState<SealedPassword>(nc, SEALED_PASSWORDS_BUCKET, { parse: parseSealed });
-    return PasswordStore.over(state, keys, log);
+  static async open(
+    nc: NatsConnection,
+    keys: NodeKeys,
+    log: BusLogger,
+    restores: RestoreIntents = RestoreIntents.inMemory(),
+  ): Promise<PasswordStore> {
+    const state = await openState<SealedPassword>(nc, SEALED_PASSWORDS_BUCKET, {
+      parse: (value) => parseSealed(value),
+    });
+    return PasswordStore.over(state, keys, log, restores);
   }
 
-  /** The passwords kept in `state` (the sealed-passwords bucket `open` opens). */
-  static over(state: BusState<SealedPassword>, keys: NodeKeys, log: BusLogger): PasswordStore {
-    return new PasswordStore(state, keys, log);
+  /**
+   * The passwords kept in `state` (the sealed-passwords bucket `open` opens), with the restore
+   * intents `restores` (in memory only when not given).
+   */
+  static over(
+    state: BusState<SealedPassword>,
+    keys: NodeKeys,
+    log: BusLogger,
+    restores: RestoreIntents = RestoreIntents.inMemory(),
+  ): PasswordStore {
+    return new PasswordStore(state, keys, log, restores);
+  }
+
+  /**
+   * The restores that wait, written down by this controller (or by the one it started over): each
+   * is to be settled with `restore`, and until then the old password is the one this store hands
+   * out, whatever the bus holds.
+   */
+  pendingRestores(): PendingRestore[] {
+    return this.#restores
+      .all()
+      .map(([key, i]) => ({ key, consumer: i.consumer, interface: i.interface, since: i.since }));
   }
 
   /** How many passwords this process has minted (first mints, rotations, and replacements). */
@@ -135,30 +182,111 @@ export class PasswordStore {
    */
   async ensure(consumer: string, iface: string): Promise<KeptPassword> {
     const key = secretKey(consumer, iface);
-    const kept = this.#kept.get(key) ?? (await this.#read(key));
+    const kept = this.#kept.get(key) ?? (await this.#read(key, consumer, iface));
     return kept ?? this.#mint(key, "first needed");
   }
 
   /**
    * Replaces the password of `consumer` for `iface` with a new one, kept sealed before it is
-   * returned. The provider applies it when the nodes have it.
-   * @throws BusCannotStoreError when the bus does not store it: the old password stays.
+   * returned. The provider applies it when the nodes have it. Before the bus is asked, the old
+   * password is written down as the one to put back should the bus not confirm.
+   * @throws BusCannotStoreError when the bus does not store it: the old password stays;
+   * FileWriteError when the restores file cannot be written (nothing was offered to the bus).
    */
   async rotate(consumer: string, iface: string): Promise<KeptPassword> {
     const key = secretKey(consumer, iface);
     const old = this.#kept.get(key);
+    const kept: KeptPassword = { password: mintPassword(), version: randomUUID() };
+    const intent = old === undefined ? undefined : await this.#intend(key, consumer, iface, old, kept);
     try {
-      return await this.#mint(key, "rotated on request");
+      const record = await this.#record(kept);
+      if (intent === undefined) await this.#state.put(key, record);
+      else {
+        // Offered first as unconfirmed, naming the password it replaces: should the bus commit it
+        // late, a standby on another machine (which has no restores file of this one) knows to
+        // put the old one back. Confirmed by the same write without it, on the revision stored.
+        const revision = await this.#state.put(key, { ...record, replaces: intent.kept });
+        await this.#state.update(key, record, revision);
+      }
     } catch (err) {
-      // #mint keeps the new password in memory only once the bus has stored it, so memory and
-      // every node still hold the old one; the bus may yet commit the new one, and is put back.
-      const restore = async (): Promise<void> => {
-        // A later rotation that the bus stored replaced the old password: nothing to put back.
-        if (old === undefined || this.#kept.get(key) !== old) return;
-        await this.#state.put(key, await this.#record(old));
-      };
-      throw new BusCannotStoreError(`${consumer}'s ${iface}`, restore, { cause: err });
+      // Memory and every node still hold the old password; the bus may yet commit the new one,
+      // and is put back (by `restore`, run until stored, or by the next controller from the file).
+      throw new BusCannotStoreError(`${consumer}'s ${iface}`, () => this.restore(key), { cause: err });
     }
+    this.#kept.set(key, kept);
+    this.#minted++;
+    this.#log.info(`minted a new password for ${key} (rotated on request)`);
+    // Stored, it stands: over the old one and over every refused one before it (those the bus
+    // committed late come before it in the bus's log).
+    if (intent !== undefined) {
+      await this.#restores.clear(key, intent).catch((err: unknown) => {
+        this.#log.warn(
+          `the new password for ${key} is stored, but ${(err as Error).message}: a controller that ` +
+            `starts over this state directory puts the old one back (one more rotation, nothing lost)`,
+        );
+      });
+    }
+    return kept;
+  }
+
+  /**
+   * Settles the restore written down for `key`: when the bus holds one of the refused passwords
+   * (committed late), nothing, or the old one, the old one is stored there (compare-and-set on the
+   * revision read, so one that lands meanwhile is seen on the next try); when it holds another (a
+   * later rotation stored, by this controller or another leader), that one stands. Either way the
+   * intent is then forgotten. Nothing to do when none waits; idempotent.
+   * @throws the bus's error when the bus cannot read or store it now (try again); StaleRevisionError
+   * when the key changed between the read and the write; FileWriteError when the restores file
+   * cannot be written.
+   */
+  async restore(key: string): Promise<void> {
+    const intent = this.#restores.get(key);
+    if (intent === undefined) return;
+    let entry: { readonly revision: number; readonly value: SealedPassword } | undefined;
+    try {
+      entry = await this.#state.entry(key);
+    } catch (err) {
+      // A damaged record is no later rotation: the old password goes over it.
+      if (!(err instanceof StateValueError)) throw err;
+      entry = undefined;
+    }
+    if (entry === undefined || this.#mustYield(intent, entry.value.version)) {
+      await this.#state.update(key, intent.kept, entry?.revision ?? 0);
+      this.#log.info(`the password of ${key} is the one before the rotation the bus did not confirm`);
+    } else {
+      this.#log.info(`the password of ${key} was rotated since, and stored: that one stands`);
+    }
+    await this.#restores.clear(key, intent);
+  }
+
+  // Writes down, before the bus is asked, that `old` stands unless `next` is stored. A rotation
+  // refused before and not settled yet keeps its old password and adds the new refused version.
+  async #intend(
+    key: string,
+    consumer: string,
+    iface: string,
+    old: KeptPassword,
+    next: KeptPassword,
+  ): Promise<RestoreIntent> {
+    const before = this.#restores.get(key);
+    const intent: RestoreIntent =
+      before !== undefined && before.kept.version === old.version
+        ? { ...before, refused: [...before.refused, next.version] }
+        : {
+            consumer,
+            interface: iface,
+            kept: await this.#record(old),
+            refused: [next.version],
+            since: new Date().toISOString(),
+          };
+    await this.#restores.record(key, intent);
+    return intent;
+  }
+
+  // Whether a password found in the bus is one a written-down restore undoes: a refused one that
+  // landed late, or the old one itself (written again to settle the log).
+  #mustYield(intent: RestoreIntent, version: string): boolean {
+    return version === intent.kept.version || intent.refused.includes(version);
   }
 
   async #record(kept: KeptPassword): Promise<SealedPassword> {
@@ -170,14 +298,40 @@ export class PasswordStore {
     };
   }
 
-  async #read(key: string): Promise<KeptPassword | undefined> {
+  async #read(key: string, consumer: string, iface: string): Promise<KeptPassword | undefined> {
+    let intent = this.#restores.get(key);
     let record: SealedPassword | undefined;
     try {
       record = await this.#state.get(key);
     } catch (err) {
-      // A damaged record holds nothing usable: say so and mint a new one (a rotation, no data lost).
-      this.#log.warn(`${(err as Error).message}; a new password is minted for ${key}`);
-      return undefined;
+      if (intent === undefined) {
+        // A damaged record holds nothing usable: say so and mint a new one (a rotation, no data lost).
+        this.#log.warn(`${(err as Error).message}; a new password is minted for ${key}`);
+        return undefined;
+      }
+      record = undefined;
+    }
+    if (intent === undefined && record?.replaces !== undefined) {
+      // A rotation no controller confirmed (one that asked was killed, or stood by, before it could
+      // write it again): the password it replaces is in force; written down, and put back.
+      intent = {
+        consumer,
+        interface: iface,
+        kept: record.replaces,
+        refused: [record.version],
+        since: new Date().toISOString(),
+      };
+      await this.#restores.record(key, intent).catch((err: unknown) => {
+        this.#log.warn(
+          `the password of ${key} is a rotation nobody confirmed: the one it replaces is used, but ` +
+            `${(err as Error).message}`,
+        );
+      });
+    }
+    // A refused rotation that landed late is not the password in force: the old one written down
+    // is (and is put back by the restore that waits).
+    if (intent !== undefined && (record === undefined || intent.refused.includes(record.version))) {
+      record = intent.kept;
     }
     if (record === undefined) return undefined;
     let password: string;

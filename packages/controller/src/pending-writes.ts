@@ -75,10 +75,11 @@ export class PendingWrites {
 
   /**
    * Runs `attempt` now. When it fails, it is kept under `key` (replacing what waited there, whose
-   * `since` it keeps) and tried again after a backoff until it succeeds.
+   * `since` it keeps) and tried again after a backoff until it succeeds. `since` (ms on the clock)
+   * is when it was first refused, when that was before this try (a write resumed after a restart).
    * @throws WriteWaitsError when this try failed: the write waits, it is not dropped.
    */
-  async attempt<T>(key: string, what: string, attempt: () => Promise<T>): Promise<T> {
+  async attempt<T>(key: string, what: string, attempt: () => Promise<T>, since?: number): Promise<T> {
     const before = this.#entries.get(key);
     if (before !== undefined) this.#clock.clearTimeout(before.timer);
     try {
@@ -90,7 +91,7 @@ export class PendingWrites {
       const entry: Entry = {
         what,
         attempt,
-        since: before?.since ?? now,
+        since: before?.since ?? since ?? now,
         attempts: (before?.attempts ?? 0) + 1,
         error: (err as Error).message,
         delayMs: before?.delayMs ?? this.#first,

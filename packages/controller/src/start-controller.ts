@@ -35,6 +35,7 @@ import { ModuleLedgers } from "./module-ledgers.ts";
 import { NodeDeliveries } from "./node-deliveries.ts";
 import { controllerPermissions } from "./node-permissions.ts";
 import { PasswordStore } from "./password-store.ts";
+import { RestoreIntents } from "./restore-intents.ts";
 import { syncRevocations } from "./revocation-list.ts";
 import { StandingsBook } from "./standings-book.ts";
 import { loadStoredFleet } from "./stored-fleet.ts";
@@ -147,9 +148,11 @@ async function run(
     }
   };
   const revocations = accountUpdates(options.authority, options.servers, log, options.ca);
+  // Read once: the rotations this controller (before a restart) left to undo, resumed when it leads.
+  const restores = await RestoreIntents.load(options.stateDir, log);
   // What the leader writes through, opened from the bus: at start, and again at each take-over.
   const openStores = async (): Promise<LeaderStores> => {
-    const passwords = await PasswordStore.open(nc, sealKeys, log);
+    const passwords = await PasswordStore.open(nc, sealKeys, log, restores);
     const ledgers = new ModuleLedgers({ nc, logger: log });
     const credentials = await ModuleCredentials.open({
       nc,

@@ -1,9 +1,34 @@
 // A rotation the bus did not confirm: the controller keeps the old password, and the restore it
-// is handed puts the old one back over a new one that the bus committed late.
+// is handed puts the old one back over a new one that the bus committed late; written down before
+// the bus is asked, so a controller that starts over the same state directory does it too.
 import assert from "node:assert/strict";
-import { describe, it } from "node:test";
-import { newNodeKeys, unseal, type BusState } from "@mesh/bus";
-import { BusCannotStoreError, PasswordStore, type SealedPassword } from "@mesh/controller";
+import { randomUUID } from "node:crypto";
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import {
+  closeBus,
+  connectBus,
+  createAuthority,
+  credsFor,
+  newNodeKeys,
+  newUserKeys,
+  openState,
+  unseal,
+  type BusState,
+} from "@mesh/bus";
+import {
+  BusCannotStoreError,
+  controllerPermissions,
+  PasswordStore,
+  RESTORES_FILE,
+  RestoreIntents,
+  type RestoreIntent,
+  type SealedPassword,
+} from "@mesh/controller";
+import { startNats, type NatsServer } from "@mesh/testkit";
+import type { NatsConnection } from "@nats-io/transport-node";
 
 const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
@@ -73,5 +98,178 @@ void describe("PasswordStore.rotate when the bus does not confirm", () => {
     const later = await store.rotate("notes", "postgres-database");
     await refused.restore();
     assert.equal((await bucket.state.get("notes/postgres-database"))?.version, later.version);
+  });
+});
+
+// Over a real nats-server: the bucket is JetStream's, and only the write's answer is lost (the
+// write is stored, then reported failed), as a server without quorum answers one it commits later.
+void describe("a rotation the bus did not confirm, after the controller that asked was killed", () => {
+  let nats: NatsServer;
+  let nc: NatsConnection;
+  let dirs: string[] = [];
+  const KEY = "notes/postgres-database";
+
+  before(async () => {
+    const authority = await createAuthority();
+    nats = await startNats({ config: authority.serverConfig() });
+    const user = newUserKeys();
+    const jwt = await authority.issueUser({
+      name: "controller",
+      publicKey: user.publicKey,
+      permissions: controllerPermissions(),
+    });
+    nc = await connectBus({ servers: [nats.url], creds: credsFor(jwt, user.seed), name: "controller" });
+  });
+  after(async () => {
+    await closeBus(nc);
+    await nats.stop();
+    await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
+    dirs = [];
+  });
+
+  // The sealed-passwords bucket, fresh for each test, whose next put is stored and then refused.
+  async function lateLandingKv(): Promise<{ state: BusState<SealedPassword>; failNextPut: () => void }> {
+    const real = await openState<SealedPassword>(nc, `mesh-sealed-${randomUUID().slice(0, 8)}`);
+    let fail = false;
+    const state: BusState<SealedPassword> = {
+      ...real,
+      put: async (key, value) => {
+        const revision = await real.put(key, value);
+        if (fail) {
+          fail = false;
+          throw new Error("TimeoutError: timeout");
+        }
+        return revision;
+      },
+    };
+    return { state, failNextPut: () => (fail = true) };
+  }
+
+  async function stateDir(): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-restores-"));
+    dirs.push(dir);
+    return dir;
+  }
+
+  void it("the next controller over the same state puts the old password back, and lists it until then", async () => {
+    const keys = await newNodeKeys();
+    const kv = await lateLandingKv();
+    const dir = await stateDir();
+    const killed = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    const first = await killed.ensure("notes", "postgres-database");
+    kv.failNextPut();
+    const refused = await killed.rotate("notes", "postgres-database").catch((err: unknown) => err);
+    assert.ok(refused instanceof BusCannotStoreError, String(refused));
+    // Two refused in a row: both are undone, whichever lands.
+    kv.failNextPut();
+    await assert.rejects(killed.rotate("notes", "postgres-database"), BusCannotStoreError);
+    const late = await kv.state.get(KEY);
+    assert.notEqual(late?.version, first.version, "a refused one landed late in the bus");
+
+    // What was written down before the bus was asked: 0600, the old password sealed, never in the clear.
+    const file = join(dir, RESTORES_FILE);
+    assert.equal((await stat(file)).mode & 0o777, 0o600);
+    const text = await readFile(file, "utf8");
+    assert.ok(!text.includes(first.password), "no password in the clear");
+    const written = (JSON.parse(text) as { restores: Record<string, RestoreIntent> }).restores[KEY];
+    assert.equal(written?.kept.version, first.version);
+    assert.equal(await unseal(written?.kept.sealed ?? "", keys), first.password);
+    assert.equal(written?.refused.length, 2);
+    assert.ok(written?.refused.includes(late?.version ?? ""));
+
+    // Killed here (nothing settled); another starts over the same state directory.
+    const next = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    assert.deepEqual(
+      next.pendingRestores().map((r) => [r.key, r.consumer, r.interface, r.since]),
+      [[KEY, "notes", "postgres-database", written?.since]],
+    );
+    assert.deepEqual(
+      await next.ensure("notes", "postgres-database"),
+      first,
+      "the late one is never handed out",
+    );
+    await next.restore(KEY);
+    const restored = await kv.state.get(KEY);
+    assert.equal(restored?.version, first.version);
+    assert.equal(await unseal(restored?.sealed ?? "", keys), first.password);
+    assert.deepEqual(next.pendingRestores(), []);
+    assert.deepEqual((await RestoreIntents.load(dir, quiet)).all(), [], "settled on disk too");
+    const fresh = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    assert.deepEqual(await fresh.ensure("notes", "postgres-database"), first);
+  });
+
+  void it("a rotation stored later by another leader stands over the restore resumed from the file", async () => {
+    const keys = await newNodeKeys();
+    const kv = await lateLandingKv();
+    const dir = await stateDir();
+    const killed = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    await killed.ensure("notes", "postgres-database");
+    kv.failNextPut();
+    await assert.rejects(killed.rotate("notes", "postgres-database"), BusCannotStoreError);
+
+    // A standby on another machine (no restores file of its own) leads and rotates; the bus stores it.
+    const standby = PasswordStore.over(kv.state, keys, quiet);
+    await standby.ensure("notes", "postgres-database");
+    const later = await standby.rotate("notes", "postgres-database");
+
+    const restarted = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    assert.equal(restarted.pendingRestores().length, 1);
+    assert.deepEqual(await restarted.ensure("notes", "postgres-database"), later);
+    await restarted.restore(KEY);
+    assert.equal((await kv.state.get(KEY))?.version, later.version);
+    assert.deepEqual((await RestoreIntents.load(dir, quiet)).all(), []);
+  });
+
+  void it("a standby on another machine, without the restores file, knows the late one from the bus", async () => {
+    const keys = await newNodeKeys();
+    const kv = await lateLandingKv();
+    const killed = PasswordStore.over(
+      kv.state,
+      keys,
+      quiet,
+      await RestoreIntents.load(await stateDir(), quiet),
+    );
+    const first = await killed.ensure("notes", "postgres-database");
+    kv.failNextPut();
+    await assert.rejects(killed.rotate("notes", "postgres-database"), BusCannotStoreError);
+    const late = await kv.state.get(KEY);
+    assert.equal(late?.replaces?.version, first.version, "the late one names the one it replaces");
+
+    const standby = PasswordStore.over(
+      kv.state,
+      keys,
+      quiet,
+      await RestoreIntents.load(await stateDir(), quiet),
+    );
+    assert.deepEqual(
+      await standby.ensure("notes", "postgres-database"),
+      first,
+      "the late one is never handed out",
+    );
+    assert.deepEqual(
+      standby.pendingRestores().map((r) => r.key),
+      [KEY],
+    );
+    await standby.restore(KEY);
+    const restored = await kv.state.get(KEY);
+    assert.equal(restored?.version, first.version);
+    assert.equal(restored?.replaces, undefined);
+    assert.deepEqual(standby.pendingRestores(), []);
+  });
+
+  void it("a rotation the bus stores leaves nothing to restore", async () => {
+    const keys = await newNodeKeys();
+    const kv = await lateLandingKv();
+    const dir = await stateDir();
+    const store = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    await store.ensure("notes", "postgres-database");
+    kv.failNextPut();
+    await assert.rejects(store.rotate("notes", "postgres-database"), BusCannotStoreError);
+    const stored = await store.rotate("notes", "postgres-database");
+    assert.deepEqual(store.pendingRestores(), []);
+    assert.equal((await kv.state.get(KEY))?.replaces, undefined, "a stored rotation is confirmed");
+    const restarted = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    assert.deepEqual(restarted.pendingRestores(), []);
+    assert.deepEqual(await restarted.ensure("notes", "postgres-database"), stored);
   });
 });
