@@ -1,8 +1,9 @@
 // What `mesh` loads before it answers: building the program (every command's name, flags and help)
 // loads no part of the mesh that runs (controller, agent, providers, the sdk's harness), no parser
 // of manifests and fleets, and no cryptography; `mesh status` loads only the NATS client on top.
-// Each is loaded by the action that needs it, so a short command starts quickly. The built code
-// is run (bin/mesh.js, as an operator runs it), with a loader hook that lists every file loaded.
+// Each is loaded by the action that needs it, and a command named first loads only the module that
+// defines it, so a short command starts quickly. The built code is run (bin/mesh.js, as an
+// operator runs it), with a loader hook that lists every file loaded.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -108,6 +109,26 @@ process.on("exit", () => {
       files.find((f) => f.includes("/@nats-io/")),
       undefined,
     );
+    // Of the modules that define commands, only status's own (up-command.ts) is loaded.
+    const others = [
+      "plan",
+      "tool",
+      "ledger",
+      "logs",
+      "check",
+      "explain",
+      "provider",
+      "bus-config",
+      "join-token",
+      "completion",
+    ];
+    assert.ok(files.some((f) => f.endsWith("/packages/cli/dist/up-command.js")));
+    for (const other of others)
+      assert.equal(
+        files.find((f) => f.endsWith(`/packages/cli/dist/${other}-command.js`)),
+        undefined,
+        `mesh status loads ${other}-command.js`,
+      );
   });
 
   it("asks the mesh with the NATS client alone", async () => {
