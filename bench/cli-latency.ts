@@ -1,38 +1,52 @@
 // How long a `mesh` call takes with plain node, against bare `node -e 0` in the same run:
 // `mesh --version`, `mesh --help`, `mesh status` with no mesh (its exit-3 answer), and `mesh status`
-// against a running one-module mesh this starts. Goal: `--version` and `status` within 300 ms.
+// against a running one-module mesh this starts. Goal: `--version` and `status` (running) within
+// 300 ms. The cases take turns, one run of each per round, so a machine whose load changes during
+// the run slows them alike; each line also says how much longer than bare node the case took (the
+// median of the rounds' differences), which a loaded machine inflates less than the time itself.
 //
 //   node --conditions=source --import tsx bench/cli-latency.ts      (MESH_BENCH_RUNS=10 to change)
 //   MESH_BENCH_BIN=/opt/mesh/bin/mesh …                              times an installed mesh instead
+//   MESH_BENCH_BASELINE=/path/to/other/bin/mesh.js …                 and another build beside it, in
+//                                                                    the same rounds (before/after)
 
 import { spawnSync } from "node:child_process";
 import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { loadavg, tmpdir } from "node:os";
+import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { MESH_BIN, startMesh } from "../packages/cli/test/run-mesh.ts";
 
 const RUNS = Number(process.env["MESH_BENCH_RUNS"] ?? 10);
 const BIN = process.env["MESH_BENCH_BIN"];
+const BASELINE = process.env["MESH_BENCH_BASELINE"];
 const GOAL_MS = 300;
 
-const mesh = (args: readonly string[]): [string, string[]] =>
-  BIN === undefined ? [process.execPath, [MESH_BIN, ...args]] : [BIN, [...args]];
+/** How to run `mesh args…` of `bin` (this checkout's bin/mesh.js by default). */
+const meshOf =
+  (bin: string | undefined) =>
+  (args: readonly string[]): [string, string[]] =>
+    bin === undefined
+      ? [process.execPath, [MESH_BIN, ...args]]
+      : bin.endsWith(".js")
+        ? [process.execPath, [bin, ...args]]
+        : [bin, [...args]];
 
-function time(
-  command: string,
-  args: readonly string[],
-  cwd: string,
-): { median: number; min: number; max: number; code: number | null } {
-  const ms: number[] = [];
-  let code: number | null = null;
-  for (let i = 0; i < RUNS; i++) {
-    const started = process.hrtime.bigint();
-    code = spawnSync(command, args, { cwd, stdio: "ignore" }).status;
-    ms.push(Number(process.hrtime.bigint() - started) / 1e6);
-  }
-  ms.sort((a, b) => a - b);
-  return { median: ms[Math.floor(RUNS / 2)] ?? 0, min: ms[0] ?? 0, max: ms.at(-1) ?? 0, code };
+/** How long one run of `command args…` took, in ms, and its exit code. */
+function once(command: string, args: readonly string[], cwd: string): { ms: number; code: number | null } {
+  const started = process.hrtime.bigint();
+  const code = spawnSync(command, args, { cwd, stdio: "ignore" }).status;
+  return { ms: Number(process.hrtime.bigint() - started) / 1e6, code };
 }
+
+const median = (values: readonly number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? 0;
+};
+
+const load = (): string =>
+  loadavg()
+    .map((l) => l.toFixed(1))
+    .join(" ");
 
 const dir = await mkdtemp(join(tmpdir(), "mesh-bench-cli-"));
 // Readable by the module's own user, which the agent runs it as.
@@ -59,35 +73,69 @@ try {
       );
     }),
   ]).finally(() => clearTimeout(timer));
-  const cases: [string, [string, string[]]][] = [
-    ["node -e 0 (bare node)", [process.execPath, ["-e", "0"]]],
-    ["mesh --version", mesh(["--version"])],
-    ["mesh --help", mesh(["--help"])],
-    ["mesh status (no mesh: exit 3)", mesh(["status", "--state", join(dir, "none")])],
-    ["mesh status (a running mesh)", mesh(["status", "--state", state])],
-  ];
-  console.log(
-    `${BIN ?? MESH_BIN}, ${RUNS} runs each, load average ${loadavg()
-      .map((l) => l.toFixed(1))
-      .join(" ")}`,
-  );
-  for (const [name, [command, args]] of cases) {
-    const t = time(command, args, dir);
-    const goal =
-      name.startsWith("mesh --version") || name.includes("running")
-        ? t.median <= GOAL_MS
-          ? "  within 300 ms"
-          : "  over 300 ms"
-        : "";
-    console.log(
-      `  ${name.padEnd(32)} exit ${t.code}  median ${t.median.toFixed(0).padStart(5)} ms  (min ${t.min.toFixed(0)}, max ${t.max.toFixed(0)})${goal}`,
+  const cases: { name: string; run: [string, string[]]; goal: boolean }[] = [];
+  const bare = {
+    name: "node -e 0 (bare node)",
+    run: [process.execPath, ["-e", "0"]] as [string, string[]],
+    goal: false,
+  };
+  cases.push(bare);
+  for (const [label, bin] of [["", BIN], ...(BASELINE !== undefined ? [["baseline ", BASELINE]] : [])] as [
+    string,
+    string | undefined,
+  ][]) {
+    const mesh = meshOf(bin);
+    cases.push(
+      { name: `${label}mesh --version`, run: mesh(["--version"]), goal: label === "" },
+      { name: `${label}mesh --help`, run: mesh(["--help"]), goal: false },
+      {
+        name: `${label}mesh status (no mesh: exit 3)`,
+        run: mesh(["status", "--state", join(dir, "none")]),
+        goal: false,
+      },
+      {
+        name: `${label}mesh status (a running mesh)`,
+        run: mesh(["status", "--state", state]),
+        goal: label === "",
+      },
     );
   }
+  console.log(`${BIN ?? MESH_BIN}${BASELINE !== undefined ? ` (baseline: ${BASELINE})` : ""}`);
   console.log(
-    `  load average after: ${loadavg()
-      .map((l) => l.toFixed(1))
-      .join(" ")}`,
+    `${RUNS} rounds, each case once per round; load average ${load()} on ${availableParallelism()} cores`,
   );
+  const times = new Map(cases.map((c) => [c, [] as number[]]));
+  const codes = new Map<(typeof cases)[number], number | null>();
+  for (let round = 0; round < RUNS; round++) {
+    for (const c of cases) {
+      const { ms, code } = once(c.run[0], c.run[1], dir);
+      times.get(c)?.push(ms);
+      codes.set(c, code);
+    }
+  }
+  const bareMs = times.get(bare) ?? [];
+  const goals: string[] = [];
+  let met = true;
+  for (const c of cases) {
+    const ms = times.get(c) ?? [];
+    const m = median(ms);
+    const over =
+      c === bare ? "" : `  bare node +${median(ms.map((t, i) => t - (bareMs[i] ?? 0))).toFixed(0)} ms`;
+    const goal = c.goal ? (m <= GOAL_MS ? "  within 300 ms" : "  over 300 ms") : "";
+    if (c.goal && m > GOAL_MS) met = false;
+    if (c.goal) goals.push(`${c.name.replace(" (a running mesh)", " (running)")} ${m.toFixed(0)} ms`);
+    console.log(
+      `  ${c.name.padEnd(41)} exit ${codes.get(c)}  median ${m.toFixed(0).padStart(5)} ms  (min ${Math.min(...ms).toFixed(0)}, max ${Math.max(...ms).toFixed(0)})${over}${goal}`,
+    );
+  }
+  const loaded = loadavg()[0] ?? 0;
+  console.log(
+    `  goal (each within ${GOAL_MS} ms) ${met ? "met" : "not met"}: ${goals.join(", ")}; bare node ${median(bareMs).toFixed(0)} ms` +
+      (loaded > availableParallelism()
+        ? ` (load average ${loaded.toFixed(1)} on ${availableParallelism()} cores: every figure is the load's as much as mesh's)`
+        : ""),
+  );
+  console.log(`  load average after: ${load()}`);
 } finally {
   up.child.kill("SIGINT");
   await up.done;

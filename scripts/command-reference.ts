@@ -8,7 +8,7 @@ import type { Command } from "commander";
 import { allCommands, buildProgram, commandPath } from "../packages/cli/src/cli.ts";
 
 const quiet = { out: () => {}, err: () => {}, env: {}, stdin: Readable.from([]) };
-const program = buildProgram(quiet);
+const program = await buildProgram(quiet);
 
 function usageOf(command: Command): string {
   const args = command.registeredArguments.map((a) => {

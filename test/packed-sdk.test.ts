@@ -50,13 +50,13 @@ describe("a module outside the checkout, with the packed @mesh/sdk", { timeout: 
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it("installs with its @mesh/* packages inside, JavaScript with type declarations, two entry points", async () => {
+  it("installs with its @mesh/* packages inside, JavaScript with type declarations, its entry points", async () => {
     const sdk = join(moduleDir, "node_modules", "@mesh", "sdk");
     const pkg = JSON.parse(await readFile(join(sdk, "package.json"), "utf8")) as {
       exports: Record<string, Record<string, string>>;
       bundleDependencies: string[];
     };
-    assert.deepEqual(Object.keys(pkg.exports), [".", "./provider"]);
+    assert.deepEqual(Object.keys(pkg.exports), [".", "./provider", "./client"]);
     for (const entry of Object.values(pkg.exports)) {
       assert.equal(entry["source"], undefined, "no TypeScript source condition in the shipped package");
       assert.match(entry["types"] ?? "", /\.d\.ts$/);

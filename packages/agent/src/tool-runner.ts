@@ -4,7 +4,13 @@
 // cannot be written never hides what the tool did: the answer says the entry is missing and why.
 import { readdir, readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
-import { toolSubject, type BusLogger, type LedgerKind } from "@mesh/bus";
+import {
+  RUNNER_UNANSWERED_CODES,
+  toolSubject,
+  type BusLogger,
+  type LedgerKind,
+  type ToolRunnerCode,
+} from "@mesh/bus";
 import { ToolError } from "@mesh/sdk";
 import {
   BadControlRequestError,
@@ -48,15 +54,8 @@ export interface ToolLedger {
 /** The answer the agent gives the controller: the sdk's one shape for a tool call's reply. */
 export type ToolRunReply = ToolCallReply;
 
-/** Why the agent did not get an answer from the module (besides the provider's own refusal codes). */
-export type ToolRunnerCode =
-  "bad-request" | "module-not-here" | "provider-not-listening" | "provider-unreachable";
-
-/** The runner's codes that mean the provider did not answer (worth trying again), not that it refused. */
-export const RUNNER_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRunnerCode>([
-  "provider-not-listening",
-  "provider-unreachable",
-]);
+// Its codes, defined with the bus's subjects (the CLI reads them there); exported here too.
+export { RUNNER_UNANSWERED_CODES, type ToolRunnerCode };
 
 /** Answers larger than this (as JSON) are summarised in the ledger; the caller still gets them whole. */
 export const MAX_LEDGER_ANSWER_BYTES = 16 * 1024;

@@ -5,12 +5,12 @@ import {
   AuthorizationError,
   connect,
   ConnectionError,
-  credsAuthenticator,
   PermissionViolationError,
   UserAuthenticationExpiredError,
   type NatsConnection,
 } from "@nats-io/transport-node";
-import { setBusReplicas } from "./bus-replicas.ts";
+import { credsAuthenticator } from "./creds-auth.ts";
+import { setBusReplicas } from "./replica-count.ts";
 
 /** Where bus connections say what happens to them. Never given a secret. */
 export interface BusLogger {

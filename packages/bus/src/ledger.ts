@@ -14,7 +14,8 @@ import {
   type JsMsg,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { isTooFewPeers, placeableReplicas } from "./bus-replicas.ts";
+import { isTooFewPeers } from "./bus-replicas.ts";
+import { placeableReplicas } from "./replica-count.ts";
 import { closeBus } from "./connect-bus.ts";
 import {
   ledgerSnapshotBucket,

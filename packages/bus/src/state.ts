@@ -3,7 +3,8 @@
 import { jetstream, StorageType } from "@nats-io/jetstream";
 import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { isTooFewPeers, placeableReplicas } from "./bus-replicas.ts";
+import { isTooFewPeers } from "./bus-replicas.ts";
+import { placeableReplicas } from "./replica-count.ts";
 import { assertBucketName } from "./subjects.ts";
 
 /** How to open a state bucket. */

@@ -106,6 +106,36 @@ export function inboxSubjects(identity: string): string {
   return `${inboxPrefix(identity)}.>`;
 }
 
+// What a person's CLI asks the controller, each answered only to operator credentials. They are
+// here, with the other subjects, so the CLI finds them without loading the controller.
+
+/** Where the controller answers status requests (operator credentials only). */
+export const STATUS_SUBJECT = "mesh.status";
+
+/** Where the controller answers rotation requests `{consumer, interface}` (operator credentials only). */
+export const ROTATE_SUBJECT = "mesh.rotate";
+
+/** Where the controller relays a tool call `{module, tool, args, who}` to the module's node (operator credentials only). */
+export const TOOL_REQUEST_SUBJECT = "mesh.tool";
+
+/** Where the controller answers `mesh ledger` requests `{module, limit}` (operator credentials only). */
+export const LEDGER_READ_SUBJECT = "mesh.ledger.read";
+
+/**
+ * Where the controller answers `mesh plan` with the fleet it serves and the `secretKey` of every
+ * password it keeps, `{ok, fleet, keptPasswords}` (operator credentials only; it changes nothing).
+ */
+export const SERVED_FLEET_SUBJECT = "mesh.fleet.served";
+
+/**
+ * Where the controller answers `mesh join-token` requests `{node, renew}` with the node's join
+ * token (operator credentials only: the token holds the node's join secret).
+ */
+export const JOIN_TOKEN_SUBJECT = "mesh.join.token";
+
+/** The identity (and inbox) of a person's CLI talking to the controller. */
+export const OPERATOR_IDENTITY = "operator";
+
 /** The controller's desired state (fleet, derived consumers): a KV bucket only the controller uses. */
 export const DESIRED_STATE_BUCKET = "mesh-desired";
 

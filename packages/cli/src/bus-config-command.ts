@@ -4,17 +4,8 @@
 import { mkdir } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import type { Command } from "commander";
-import {
-  clusterClientUrls,
-  clusterServerConfigs,
-  ClusterSpecError,
-  parseClusterServer,
-  readFileIfExists,
-  writeFileAtomic,
-  type ClusterServer,
-} from "@mesh/bus";
+import type { ClusterServer } from "@mesh/bus";
 import { stateDirOf } from "./controller-request.ts";
-import { ensureBusCa, issueServerCertificate, BusTlsError } from "./bus-tls.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
@@ -65,6 +56,9 @@ export interface BusConfigRequest {
  */
 export async function writeBusConfig(request: BusConfigRequest): Promise<BusConfigWritten> {
   const { loadOrCreateAuthority } = await import("@mesh/controller");
+  const { clusterClientUrls, clusterServerConfigs, readFileIfExists, writeFileAtomic } =
+    await import("@mesh/bus");
+  const { ensureBusCa, issueServerCertificate } = await import("./bus-tls.ts");
   const out = resolve(request.out);
   const dataDir = resolve(request.dataDir ?? out);
   const tls = request.tlsDir !== undefined;
@@ -135,6 +129,9 @@ export function addBusConfigCommand(program: Command, io: CliIo): void {
         state?: string;
         json?: boolean;
       }) => {
+        // Loaded only when the command runs: building the program must not pay for the bus.
+        const { ClusterSpecError, parseClusterServer } = await import("@mesh/bus");
+        const { BusTlsError } = await import("./bus-tls.ts");
         let written: BusConfigWritten;
         try {
           written = await writeBusConfig({

@@ -3,17 +3,7 @@
 import { readdir } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import type { Command } from "commander";
-import {
-  checkFleet,
-  checkModules,
-  FleetError,
-  formatFinding,
-  loadFleet,
-  loadFleetManifests,
-  ManifestError,
-  type CheckTarget,
-  type Finding,
-} from "@mesh/manifest";
+import type { CheckTarget, Finding } from "@mesh/manifest";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -34,6 +24,7 @@ async function moduleDirsUnder(dir: string): Promise<string[]> {
 
 /** The fleet's modules, each under its fleet name, which is what the mesh derives subjects from. */
 async function fleetTargets(file: string): Promise<CheckTarget[]> {
+  const { FleetError, loadFleet } = await import("@mesh/manifest");
   try {
     const fleet = await loadFleet(file);
     return [...fleet.modules.values()].map((m) => ({
@@ -53,6 +44,7 @@ async function fleetTargets(file: string): Promise<CheckTarget[]> {
  * cannot be read is left to `checkModules`, which reports it.
  */
 async function fleetFindings(file: string): Promise<Finding[]> {
+  const { checkFleet, loadFleet, loadFleetManifests, ManifestError } = await import("@mesh/manifest");
   const fleet = await loadFleet(file);
   const manifests = await loadFleetManifests(fleet).catch((err: unknown) => {
     if (err instanceof ManifestError) return undefined;
@@ -94,6 +86,8 @@ Examples:
   $ mesh check examples/fleet/notes examples/fleet/counter --json`,
     )
     .action(async (dirs: string[], flags: { fleet?: string; json?: boolean }) => {
+      // Loaded only when the command runs, so building the program does not pay for the parsers.
+      const { checkModules, formatFinding } = await import("@mesh/manifest");
       if (flags.fleet !== undefined && dirs.length > 0) {
         throw new CliExit(EXIT_USAGE, "give either --fleet or module directories, not both");
       }

@@ -2,21 +2,10 @@
 
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
-import { addBusConfigCommand } from "./bus-config-command.ts";
-import { addCheckCommand } from "./check-command.ts";
-import { addCompletionCommand } from "./completion-command.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exitCodesHelp } from "./exit-codes.ts";
-import { addExplainCommand } from "./explain-command.ts";
-import { addJoinTokenCommand } from "./join-token-command.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
-import { addLedgerCommand } from "./ledger-command.ts";
-import { addLogsCommand } from "./logs-command.ts";
-import { addPlanCommand } from "./plan-command.ts";
-import { addProviderCommand } from "./provider-command.ts";
-import { addToolCommand } from "./tool-command.ts";
-import { addUpCommands } from "./up-command.ts";
 
 /** The words after `mesh` that name `command` (`""` for `mesh` itself), as exit-codes.ts keys them. */
 export function commandPath(command: Command): string {
@@ -35,10 +24,35 @@ export const MESH_VERSION = (
   JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }
 ).version;
 
-/** The `mesh` program with every command, writing through `io`. Commander never exits the process. */
-export function buildProgram(io: CliIo = processIo): Command {
+/** Adds one module's commands to the program, writing through `io`. */
+type AddCommands = (program: Command, io: CliIo) => void;
+
+/**
+ * Each module of commands, with the top-level commands it adds, in the order `mesh --help` lists
+ * them. A module is loaded only when the program needs it: `mesh status` loads up-command.ts alone.
+ */
+export const COMMAND_MODULES: readonly (readonly [readonly string[], () => Promise<AddCommands>])[] = [
+  [
+    ["up", "controller", "agent", "rotate", "status"],
+    async () => (await import("./up-command.ts")).addUpCommands,
+  ],
+  [["plan"], async () => (await import("./plan-command.ts")).addPlanCommand],
+  [["tool"], async () => (await import("./tool-command.ts")).addToolCommand],
+  [["ledger"], async () => (await import("./ledger-command.ts")).addLedgerCommand],
+  [["logs"], async () => (await import("./logs-command.ts")).addLogsCommand],
+  [["check"], async () => (await import("./check-command.ts")).addCheckCommand],
+  [["explain"], async () => (await import("./explain-command.ts")).addExplainCommand],
+  [["provider"], async () => (await import("./provider-command.ts")).addProviderCommand],
+  [["bus-config"], async () => (await import("./bus-config-command.ts")).addBusConfigCommand],
+  [["join-token"], async () => (await import("./join-token-command.ts")).addJoinTokenCommand],
+  // Made from the whole program, so never given a program of one module alone (see programFor).
+  [["completion"], async () => (await import("./completion-command.ts")).addCompletionCommand],
+];
+
+/** `mesh` itself, with no command yet: its description, version, help and how it says errors. */
+function programRoot(io: CliIo): Command {
   const red = paintFor(io, "err").red;
-  const program = new Command("mesh")
+  return new Command("mesh")
     .description("Mesh: self-hosted services wired together safely")
     .version(MESH_VERSION, "-V, --version", "print the mesh's version")
     .exitOverride()
@@ -64,21 +78,33 @@ Examples:
   $ mesh provider postgres --receives /run/mesh/postgres-database.json --control /run/mesh/postgres.sock
   $ mesh tool --control /run/mesh/postgres.sock status`,
     );
-  addUpCommands(program, io);
-  addPlanCommand(program, io);
-  addToolCommand(program, io);
-  addLedgerCommand(program, io);
-  addLogsCommand(program, io);
-  addCheckCommand(program, io);
-  addExplainCommand(program, io);
-  addProviderCommand(program, io);
-  addBusConfigCommand(program, io);
-  addJoinTokenCommand(program, io);
-  addCompletionCommand(program, io);
+}
+
+/** `program` with the commands `adders` add, and every command's exit codes in its help. */
+function withCommands(program: Command, adders: readonly AddCommands[], io: CliIo): Command {
+  for (const add of adders) add(program, io);
   // Every command's exit codes come from exit-codes.ts, so they are written in one place.
   for (const command of allCommands(program))
     command.addHelpText("after", exitCodesHelp(commandPath(command)));
   return program;
+}
+
+/** The `mesh` program with every command, writing through `io`. Commander never exits the process. */
+export async function buildProgram(io: CliIo = processIo): Promise<Command> {
+  const adders = await Promise.all(COMMAND_MODULES.map(([, load]) => load()));
+  return withCommands(programRoot(io), adders, io);
+}
+
+/**
+ * The program that parses `argv`: for a command named first (`mesh status …`), `mesh` with only the
+ * commands of its module, each as the whole program has it; for anything else (`--help`, `help`, a
+ * mistyped command, `completion`), the whole program.
+ */
+export async function programFor(argv: readonly string[], io: CliIo = processIo): Promise<Command> {
+  const first = argv[0];
+  const module = COMMAND_MODULES.find(([names]) => first !== undefined && names.includes(first));
+  if (module === undefined || first === "completion") return buildProgram(io);
+  return withCommands(programRoot(io), [await module[1]()], io);
 }
 
 /**
@@ -88,7 +114,7 @@ Examples:
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
   const error = (message: string): void => io.err(`${paintFor(io, "err").red("error:")} ${message}\n`);
   try {
-    const program = buildProgram(io);
+    const program = await programFor(argv, io);
     // `mesh unknown --help` is a mistyped command, not a request for the top help: drop the help
     // flag so it is refused (exit 2) with the nearest command suggested.
     const first = argv[0];

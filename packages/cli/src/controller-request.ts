@@ -3,7 +3,7 @@
 // `mesh up`; one request, its JSON answer.
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { closeBus, connectBus, inboxPrefix, requestInParts } from "@mesh/bus";
+import { inboxPrefix, OPERATOR_IDENTITY } from "@mesh/bus/subjects";
 import type { Command } from "commander";
 import { CliExit, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
@@ -132,7 +132,6 @@ export async function askController<T>(
 }
 
 async function askOnce<T>(state: string, subject: string, body: string, options: AskOptions): Promise<T> {
-  const { OPERATOR_IDENTITY } = await import("@mesh/controller");
   let servers: string[];
   let creds: Uint8Array;
   let ca = await busCaOf(options.caFile);
@@ -152,6 +151,9 @@ async function askOnce<T>(state: string, subject: string, body: string, options:
     if (err instanceof CliExit) throw err;
     throw new CliExit(EXIT_UNREACHABLE, `no mesh has run with state in ${state}; start one with \`mesh up\``);
   }
+  // Loaded here, not at the top, and once there is a mesh to ask: only the commands that ask it pay
+  // for the NATS client, and they load nothing else of the bus (see @mesh/bus/connect).
+  const { closeBus, connectBus, requestInParts } = await import("@mesh/bus/connect");
   let nc;
   try {
     nc = await connectBus({

@@ -2,7 +2,7 @@
 // each command. This is the one place they are written; every command's help shows its own from
 // here (cli.ts adds them), and README's "Scripting" section repeats the general list.
 
-import { TOOL_GROUPS, TOOL_NAMES } from "@mesh/manifest";
+import { TOOL_GROUPS, TOOL_NAMES } from "@mesh/manifest/tools";
 
 /** Done as asked (for `mesh up`, `mesh agent` and `mesh provider`: stopped cleanly by Ctrl-C or SIGTERM). */
 export const EXIT_OK = 0;

@@ -4,15 +4,6 @@
 
 import { resolve } from "node:path";
 import type { Command } from "commander";
-import {
-  explain,
-  FleetError,
-  loadFleet,
-  loadFleetManifests,
-  ManifestError,
-  SeatConflictError,
-  seatHolders,
-} from "@mesh/manifest";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -50,6 +41,16 @@ Examples:
           `the action must be "publish" or "subscribe", not ${JSON.stringify(action)}`,
         );
       }
+      // Loaded only when the command runs, so building the program does not pay for the parsers.
+      const {
+        explain,
+        FleetError,
+        loadFleet,
+        loadFleetManifests,
+        ManifestError,
+        SeatConflictError,
+        seatHolders,
+      } = await import("@mesh/manifest");
       const fleetFile = resolve(flags.fleet);
       let manifests;
       let seats;

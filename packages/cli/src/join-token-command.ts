@@ -4,7 +4,7 @@
 import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { decodeJoinToken, encodeJoinToken, writeFileAtomic } from "@mesh/bus";
+import { JOIN_TOKEN_SUBJECT } from "@mesh/bus/subjects";
 import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -76,6 +76,7 @@ export async function writeJoinTokens(options: {
   const written: string[] = [];
   if (options.nodes.length === 0) return written;
   await mkdir(join(options.state, "join"), { recursive: true, mode: 0o700 });
+  const { decodeJoinToken, encodeJoinToken, writeFileAtomic } = await import("@mesh/bus");
   for (const node of options.nodes) {
     const token = decodeJoinToken(await options.controller.joinToken(node));
     const now = options.servers ?? token.servers;
@@ -130,7 +131,9 @@ export function addJoinTokenCommand(program: Command, io: CliIo): void {
             throw new CliExit(EXIT_USAGE, (err as Error).message);
           }
         }
-        const { JOIN_TOKEN_SUBJECT } = await import("@mesh/controller");
+        // Loaded only when the command runs: building the program (for --help, or any other
+        // command) must not pay for the bus.
+        const { decodeJoinToken, encodeJoinToken, writeFileAtomic } = await import("@mesh/bus");
         const answer = await askController<Answer>(
           stateDirOf(flags.state, io),
           JOIN_TOKEN_SUBJECT,

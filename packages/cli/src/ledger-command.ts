@@ -3,6 +3,7 @@
 // controller with the operator's credentials, as `mesh status` asks.
 import type { Command } from "commander";
 import type { LedgerRecord } from "@mesh/bus";
+import { LEDGER_READ_SUBJECT } from "@mesh/bus/subjects";
 import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
@@ -50,7 +51,6 @@ export function addLedgerCommand(program: Command, io: CliIo): void {
         if (!/^\d+$/.test(flags.limit.trim()) || !Number.isInteger(limit) || limit < 1) {
           throw new CliExit(EXIT_USAGE, `--limit ${flags.limit} is not a whole number of entries, 1 or more`);
         }
-        const { LEDGER_READ_SUBJECT } = await import("@mesh/controller");
         // A tool's refusal or an action's why may quote a driver's error, URL and all: masked either way.
         const answer = maskDeep(
           await askController<LedgerAnswer>(

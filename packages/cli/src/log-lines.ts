@@ -3,11 +3,11 @@
 // `--log-format json`, each is one JSON object (pino's: `{"level":"info","time":"…","who":"…","msg":"…"}`)
 // for a log shipper. Also the flags that size a module's log.
 import type { BusLogger } from "@mesh/bus";
-import type { Command } from "commander";
 import { pino, type Logger as PinoLogger } from "pino";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
+import { DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_SIZE, type LogFlags } from "./log-flags.ts";
 
 /** How the mesh's own lines are written. */
 export type LogFormat = "text" | "json";
@@ -22,12 +22,6 @@ export interface ModuleLogFlags {
   /** How many rotated files are kept besides the current one. */
   readonly keep: number;
 }
-
-/** `--log-max-size` when not given. */
-export const DEFAULT_LOG_MAX_SIZE = "10MiB";
-
-/** `--log-keep` when not given. */
-export const DEFAULT_LOG_KEEP = 3;
 
 const LINES = Symbol("mesh log lines");
 
@@ -194,29 +188,6 @@ export function moduleLogFlags(flags: { logMaxSize?: string; logKeep?: string })
     );
   }
   return { maxBytes: parseSize(flags.logMaxSize ?? DEFAULT_LOG_MAX_SIZE), keep };
-}
-
-/** The flags of `mesh up` and `mesh agent` that shape their lines and their modules' logs. */
-export interface LogFlags {
-  logFormat?: string;
-  logMaxSize?: string;
-  logKeep?: string;
-}
-
-/** Adds the log flags to `command` (`mesh up`, `mesh agent`). */
-export function withLogFlags(command: Command): Command {
-  return command
-    .option(
-      "--log-format <format>",
-      "text: each line (also of each module's log) starts with an ISO timestamp; json: one JSON object a line",
-      "text",
-    )
-    .option(
-      "--log-max-size <size>",
-      "rotate each module's log at this size (e.g. 10MiB, 512KiB)",
-      DEFAULT_LOG_MAX_SIZE,
-    )
-    .option("--log-keep <n>", "how many rotated logs of each module to keep", String(DEFAULT_LOG_KEEP));
 }
 
 /**

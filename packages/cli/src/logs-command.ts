@@ -6,7 +6,7 @@ import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import type { Command } from "commander";
-import { isModuleName } from "@mesh/manifest";
+import { isModuleName } from "@mesh/manifest/names";
 import { stateDirOf } from "./controller-request.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";

@@ -13,39 +13,13 @@ import { join, resolve } from "node:path";
 import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic } from "@mesh/bus";
 import type { Agent, IsolationMode, StateLock } from "@mesh/agent";
 import type { Controller } from "@mesh/controller";
-import { parseDuration } from "@mesh/sdk";
+import { parseDuration } from "@mesh/sdk/client";
 import { ListenError } from "@mesh/sdk/provider";
+import { DEFAULT_GRACE, STOP_MARGIN_MS } from "./daemon-flags.ts";
 import type { EmbeddedBus } from "./embedded-bus.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
 import { agentLogOptions, prefixed } from "./log-lines.ts";
-
-/** How long a module has after SIGTERM before SIGKILL, when `--grace` does not say. */
-export const DEFAULT_GRACE = "10s";
-
-/** How much longer than the grace period a whole stop may take: the agents, the controller, the bus. */
-export const STOP_MARGIN_MS = 4_000;
-
-/**
- * `--grace` in milliseconds (`DEFAULT_GRACE` when absent).
- * @throws CliExit (usage) for a value that is not a duration.
- */
-export function graceOf(text: string | undefined): number {
-  try {
-    return parseDuration(text ?? DEFAULT_GRACE);
-  } catch (err) {
-    throw new CliExit(EXIT_USAGE, `--grace: ${(err as Error).message}`);
-  }
-}
-
-/**
- * `--isolation`: strict or auto.
- * @throws CliExit (usage) for anything else.
- */
-export function isolationOf(value: string): IsolationMode {
-  if (value === "strict" || value === "auto") return value;
-  throw new CliExit(EXIT_USAGE, `--isolation must be strict or auto, not ${JSON.stringify(value)}`);
-}
 
 /** How `runMesh` runs. */
 export interface MeshRunOptions {

@@ -5,7 +5,6 @@ import { access } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import type { ComparedFleet, FleetPlanDiff, ProviderPlan } from "@mesh/controller";
-import { formatProblem, ProblemsError } from "@mesh/manifest";
 import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_PLAN_CHANGES, EXIT_USAGE } from "./exit-codes.ts";
@@ -83,6 +82,7 @@ export function addPlanCommand(program: Command, io: CliIo): void {
 
 async function planFleet(fleetFile: string, state: string, flags: PlanFlags, io: CliIo): Promise<PlanReport> {
   const { diffFleetPlans, EMPTY_FLEET, loadFleetPlan } = await import("@mesh/controller");
+  const { formatProblem, ProblemsError } = await import("@mesh/manifest");
   let next: ComparedFleet;
   try {
     next = await loadFleetPlan(fleetFile);

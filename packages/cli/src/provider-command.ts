@@ -1,15 +1,6 @@
 // `mesh provider <name>`: runs one provider in the foreground until Ctrl-C or SIGTERM.
 
 import { Argument, type Command } from "commander";
-import { consoleLogger } from "@mesh/sdk";
-import {
-  ProviderSettingsError,
-  redactSecrets,
-  resolveProviderSettings,
-  secretsOfUrl,
-  startProviderProcess,
-  untilStopSignal,
-} from "@mesh/sdk/provider";
 import type { ProviderProcess } from "@mesh/sdk/provider";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
@@ -71,6 +62,16 @@ Examples:
   and Prometheus scrapes http://127.0.0.1:9464/metrics`,
     )
     .action(async (name: ProviderName, flags: ProviderCommandFlags) => {
+      // Loaded only when the command runs: building the program must not pay for the provider process.
+      const { consoleLogger } = await import("@mesh/sdk");
+      const {
+        ProviderSettingsError,
+        redactSecrets,
+        resolveProviderSettings,
+        secretsOfUrl,
+        startProviderProcess,
+        untilStopSignal,
+      } = await import("@mesh/sdk/provider");
       const provider = await loadProvider(name);
       let settings;
       try {

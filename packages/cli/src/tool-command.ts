@@ -6,26 +6,31 @@
 
 import { createInterface } from "node:readline/promises";
 import type { Command } from "commander";
+import { RELAY_UNANSWERED_CODES, RUNNER_UNANSWERED_CODES, TOOL_REQUEST_SUBJECT } from "@mesh/bus/subjects";
+import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest/names";
 import {
   isChangingTool,
-  isModuleName,
-  MODULE_NAME_RULE,
   TOOL_GROUPS,
   TOOL_TABLE,
   toolDefinition,
   toolUsage,
   type ChangingToolName,
   type ToolDefinition,
-} from "@mesh/manifest";
-import type { ControlResults, ControlTool } from "@mesh/sdk/provider";
-import { InvalidDurationError, InvalidLoginError, ToolError, isValidLogin, parseDuration } from "@mesh/sdk";
+} from "@mesh/manifest/tools";
 import {
   BadControlRequestError,
   CONTROL_TOOLS,
   ControlUnreachableError,
   callControl,
   checkControlRequest,
-} from "@mesh/sdk/provider";
+  InvalidDurationError,
+  InvalidLoginError,
+  isValidLogin,
+  parseDuration,
+  ToolError,
+  type ControlResults,
+  type ControlTool,
+} from "@mesh/sdk/client";
 import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
@@ -242,8 +247,6 @@ function meshAsker(io: CliIo, flags: ToolFlags, module: string): Asker {
   const state = stateDirOf(flags.state, io);
   const timeoutMs = timeoutOf(flags);
   return async <T extends ControlTool>(name: T, args: readonly string[]): Promise<ControlResults[T]> => {
-    const { TOOL_REQUEST_SUBJECT, RELAY_UNANSWERED_CODES } = await import("@mesh/controller");
-    const { RUNNER_UNANSWERED_CODES } = await import("@mesh/agent");
     const body = JSON.stringify({ module, tool: name, args, who: osUserName() });
     // A consumer's why or a refusal may quote a driver's error, URL and all: masked like `mesh status`.
     const reply = maskDeep(

@@ -5,6 +5,7 @@ import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import type { Command } from "commander";
 import type { Agent, IsolationMode } from "@mesh/agent";
+import { ROTATE_SUBJECT, STATUS_SUBJECT } from "@mesh/bus/subjects";
 import {
   askController,
   BUS_CA_OPTION,
@@ -16,11 +17,11 @@ import {
   type BusFlags,
 } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
+import { DEFAULT_GRACE, graceOf, isolationOf, STOP_MARGIN_MS } from "./daemon-flags.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
-import { agentLogOptions, logIo, prefixed, withLogFlags, type LogFlags } from "./log-lines.ts";
-import { DEFAULT_GRACE, graceOf, isolationOf, runMesh, STOP_MARGIN_MS } from "./mesh-daemon.ts";
+import { withLogFlags, type LogFlags } from "./log-flags.ts";
 import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.ts";
 
 export { DEFAULT_GRACE };
@@ -71,6 +72,7 @@ async function daemonOptions(fleet: string, flags: DaemonFlags, io: CliIo) {
       "--bus-ca is for an existing cluster with TLS (--bus tls://…): the embedded nats-server uses no TLS",
     );
   const ca = await busCaOf(flags.busCa);
+  const { logIo } = await import("./log-lines.ts");
   return {
     fleetFile: resolve(fleet),
     state: stateDirOf(flags.state, io),
@@ -118,6 +120,9 @@ Examples:
     )
     .action(
       async (fleet: string, flags: DaemonFlags & { node?: string[]; isolation: string; grace?: string }) => {
+        // The daemon is loaded only when it runs: building the program (for --help, or any other
+        // command) must not pay for the controller and the agent.
+        const { runMesh } = await import("./mesh-daemon.ts");
         await runMesh({
           role: "up",
           ...(await daemonOptions(fleet, flags, io)),
@@ -157,6 +162,7 @@ Examples:
       "stand by for the controller whose state directory this is (its authority and controller keys are copied from it): lead when its lease lapses",
     )
     .action(async (fleet: string, flags: DaemonFlags & { standbyOf?: string }) => {
+      const { runMesh } = await import("./mesh-daemon.ts");
       await runMesh({
         role: "controller",
         ...(await daemonOptions(fleet, flags, io)),
@@ -209,6 +215,7 @@ stops the modules (SIGKILL after --grace), then the agent.`,
         flags: { node: string; join?: string; state?: string; isolation: string; grace?: string } & LogFlags &
           BusFlags,
       ) => {
+        const { logIo } = await import("./log-lines.ts");
         await agent(
           flags.node,
           flags.join,
@@ -289,6 +296,7 @@ async function agent(
 ): Promise<void> {
   const { startAgent, AgentStartAbortedError, StateLockedError } = await import("@mesh/agent");
   const { watchStopSignals, killRecorded } = await import("./stop-signals.ts");
+  const { agentLogOptions, prefixed } = await import("./log-lines.ts");
   const say = (m: string) => io.err(`${node.padEnd(12)}│ ${m}\n`);
   const stops = watchStopSignals({
     say,
@@ -338,7 +346,6 @@ async function ask<T>(
   io: CliIo,
   bus: { servers?: readonly string[]; caFile?: string },
 ): Promise<T> {
-  const { STATUS_SUBJECT, ROTATE_SUBJECT } = await import("@mesh/controller");
   const subject = what === "status" ? STATUS_SUBJECT : ROTATE_SUBJECT;
   return askController<T>(state, subject, body, {
     name: `mesh ${what}`,

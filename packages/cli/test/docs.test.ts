@@ -15,7 +15,7 @@ import { meshInProcess as mesh } from "./run-mesh.ts";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const quietIo: CliIo = { out: () => {}, err: () => {}, env: {}, stdin: Readable.from([]) };
-const program = buildProgram(quietIo);
+const program = await buildProgram(quietIo);
 
 /** The four guides README.md links; each must exist. */
 const GUIDES = ["architecture.md", "writing-a-module.md", "writing-a-provider.md", "operating.md"];

@@ -6,13 +6,13 @@ import { Readable } from "node:stream";
 import { describe, it } from "node:test";
 import type { Command } from "commander";
 import { TOOL_NAMES } from "@mesh/manifest";
-import { allCommands, buildProgram, commandPath } from "../src/cli.ts";
+import { allCommands, buildProgram, COMMAND_MODULES, commandPath, programFor } from "../src/cli.ts";
 import { COMMAND_EXIT_CODES, EXIT_CODE_MEANINGS } from "../src/exit-codes.ts";
 import type { CliIo } from "../src/io.ts";
 import { meshInProcess as mesh, runMesh } from "./run-mesh.ts";
 
 const quietIo: CliIo = { out: () => {}, err: () => {}, env: {}, stdin: Readable.from([]) };
-const commands = allCommands(buildProgram(quietIo));
+const commands = allCommands(await buildProgram(quietIo));
 
 /** The words of `command` on the command line, `mesh` itself as "mesh". */
 const shown = (command: Command): string => `mesh ${commandPath(command)}`.trim();
@@ -129,6 +129,32 @@ describe("mesh's help", () => {
       const spawned = await runMesh([flag]);
       assert.equal(spawned.code, 0, spawned.stderr);
       assert.equal(spawned.stdout, `${version}\n`, flag);
+    }
+  });
+
+  it("names every top-level command once in COMMAND_MODULES, which mesh COMMAND loads alone", () => {
+    const top = commands.filter((c) => c.parent !== null && c.parent.parent === null).map((c) => c.name());
+    const named = COMMAND_MODULES.flatMap(([names]) => names);
+    assert.deepEqual(named, top, "in the order mesh --help lists them");
+  });
+
+  it("gives each command, in the program of its module alone, the help the whole program gives it", async () => {
+    /** Every help text under `command` (its own and its subcommands'), as `mesh … --help` prints it. */
+    const helps = (command: Command, said: string[]): string[] =>
+      allCommands(command).map((c) => {
+        said.length = 0;
+        c.outputHelp();
+        return said.join("");
+      });
+    const wholeSaid: string[] = [];
+    const whole = await buildProgram({ ...quietIo, out: (t) => void wholeSaid.push(t) });
+    for (const name of COMMAND_MODULES.flatMap(([names]) => names)) {
+      const aloneSaid: string[] = [];
+      const alone = await programFor([name], { ...quietIo, out: (t) => void aloneSaid.push(t) });
+      const inWhole = whole.commands.find((c) => c.name() === name);
+      const inAlone = alone.commands.find((c) => c.name() === name);
+      assert.ok(inWhole !== undefined && inAlone !== undefined, `mesh ${name}`);
+      assert.deepEqual(helps(inAlone, aloneSaid), helps(inWhole, wholeSaid), `mesh ${name}'s help`);
     }
   });
 });

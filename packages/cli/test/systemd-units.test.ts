@@ -31,13 +31,13 @@ describe("the systemd units", () => {
     ["mesh-up.service", "up"],
     ["mesh-agent.service", "agent"],
   ] as const) {
-    it(`${unit} runs mesh ${command} with flags it has, KillMode=mixed and a stop timeout beyond --grace plus 5 s`, () => {
+    it(`${unit} runs mesh ${command} with flags it has, KillMode=mixed and a stop timeout beyond --grace plus 5 s`, async () => {
       const keys = service(unit);
       assert.equal(keys.get("KillMode"), "mixed", "systemd signals mesh alone; mesh stops its children");
       const exec = (keys.get("ExecStart") ?? "").split(/\s+/);
       const at = exec.indexOf(command);
       assert.ok(at > 0 && exec[at - 1]?.endsWith("bin/mesh.js"), `ExecStart runs mesh ${command}`);
-      const program = buildProgram(quietIo);
+      const program = await buildProgram(quietIo);
       const sub = program.commands.find((c) => c.name() === command);
       assert.ok(sub, `mesh ${command} exists`);
       const known = new Set(sub.options.map((o) => o.long));

@@ -4,39 +4,31 @@ import {
   allReportsSubject,
   enrollSubject,
   inboxSubjects,
+  JOIN_TOKEN_SUBJECT,
   kvReadSubjects,
+  LEDGER_READ_SUBJECT,
   nodeDeliveriesBucket,
+  OPERATOR_IDENTITY,
   reportSubject,
+  ROTATE_SUBJECT,
+  SERVED_FLEET_SUBJECT,
+  STATUS_SUBJECT,
+  TOOL_REQUEST_SUBJECT,
   toolSubject,
   type BusPermissions,
 } from "@mesh/bus";
 
-/** Where the controller answers status requests (operator credentials only). */
-export const STATUS_SUBJECT = "mesh.status";
-
-/** Where the controller answers rotation requests `{consumer, interface}` (operator credentials only). */
-export const ROTATE_SUBJECT = "mesh.rotate";
-
-/** Where the controller relays a tool call `{module, tool, args, who}` to the module's node (operator credentials only). */
-export const TOOL_REQUEST_SUBJECT = "mesh.tool";
-
-/** Where the controller answers `mesh ledger` requests `{module, limit}` (operator credentials only). */
-export const LEDGER_READ_SUBJECT = "mesh.ledger.read";
-
-/**
- * Where the controller answers `mesh plan` with the fleet it serves and the `secretKey` of every
- * password it keeps, `{ok, fleet, keptPasswords}` (operator credentials only; it changes nothing).
- */
-export const SERVED_FLEET_SUBJECT = "mesh.fleet.served";
-
-/**
- * Where the controller answers `mesh join-token` requests `{node, renew}` with the node's join
- * token (operator credentials only: the token holds the node's join secret).
- */
-export const JOIN_TOKEN_SUBJECT = "mesh.join.token";
-
-/** The identity (and inbox) of a person's CLI talking to the controller. */
-export const OPERATOR_IDENTITY = "operator";
+// The subjects a person's CLI asks on, defined with the bus's other subjects (the CLI reads them
+// there without loading the controller); exported here too, as the controller's own.
+export {
+  JOIN_TOKEN_SUBJECT,
+  LEDGER_READ_SUBJECT,
+  OPERATOR_IDENTITY,
+  ROTATE_SUBJECT,
+  SERVED_FLEET_SUBJECT,
+  STATUS_SUBJECT,
+  TOOL_REQUEST_SUBJECT,
+};
 
 /**
  * An enrolled node's permissions: read its own deliveries bucket, publish its reports, receive

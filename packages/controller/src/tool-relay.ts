@@ -3,7 +3,7 @@
 // The controller runs nothing itself: the agent calls the module's control socket and keeps the
 // ledger entry. Every refusal names what is wrong and what to check, so a person never has to read
 // a log to know why a tool did not run.
-import { toolSubject, type BusLogger } from "@mesh/bus";
+import { RELAY_UNANSWERED_CODES, toolSubject, type BusLogger, type ToolRelayCode } from "@mesh/bus";
 import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
 import {
   BadControlRequestError,
@@ -45,18 +45,8 @@ export type ToolReply =
   | { readonly ok: true; readonly answer: unknown; readonly ledger?: string }
   | { readonly ok: false; readonly error: string; readonly code?: string; readonly ledger?: string };
 
-/**
- * Why the controller itself did not get a tool answered: a bad request, a module the fleet does not
- * have, a node not enrolled, or an agent that does not answer (or not in time).
- */
-export type ToolRelayCode =
-  "bad-request" | "unknown-module" | "node-not-enrolled" | "agent-not-answering" | "agent-timeout" | "busy";
-
-/** The relay's codes that mean nobody answered (worth trying again later), not that anyone refused. */
-export const RELAY_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRelayCode>([
-  "agent-not-answering",
-  "agent-timeout",
-]);
+// Its codes, defined with the bus's subjects (the CLI reads them there); exported here too.
+export { RELAY_UNANSWERED_CODES, type ToolRelayCode };
 
 /** The largest tool request the controller reads (the body sent on `mesh.tool`). */
 export const MAX_TOOL_REQUEST_BYTES = 8 * 1024;

@@ -13,7 +13,7 @@ import {
   toolDefinition,
   toolUsage,
   type ToolName,
-} from "@mesh/manifest";
+} from "@mesh/manifest/tools";
 import { cachedJson } from "./cached-json.ts";
 import type { Logger } from "./collaborators.ts";
 import { isValidLogin } from "./login.ts";

@@ -1,0 +1,23 @@
+/**
+ * @mesh/bus/connect: what a short-lived client needs to ask the mesh one thing: open a connection,
+ * ask in parts, close it. It loads the NATS client and nothing else of the bus (no JetStream
+ * manager, no key or sealing libraries), so `mesh status` starts quickly; the subjects to ask on
+ * are in @mesh/bus/subjects, which loads nothing at all. Everything here is also exported by
+ * `@mesh/bus`.
+ *
+ * ```ts
+ * import { closeBus, connectBus, requestInParts } from "@mesh/bus/connect";
+ * import { inboxPrefix, OPERATOR_IDENTITY, STATUS_SUBJECT } from "@mesh/bus/subjects";
+ * ```
+ */
+export {
+  BusCredentialsRefusedError,
+  BusTlsError,
+  BusUnreachableError,
+  closeBus,
+  connectBus,
+  type BusLogger,
+  type BusTlsProblem,
+  type ConnectBusOptions,
+} from "./connect-bus.ts";
+export { requestInParts, type RequestInPartsOptions } from "./answer-parts.ts";

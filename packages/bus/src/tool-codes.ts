@@ -1,0 +1,26 @@
+// Why a tool call asked through the mesh (on TOOL_REQUEST_SUBJECT) was not answered, as the
+// controller's relay and the node's tool runner say it in their replies. Here, beside the subject,
+// so the CLI that reads the replies finds them without loading the controller or the agent.
+
+/**
+ * Why the controller itself did not get a tool answered: a bad request, a module the fleet does not
+ * have, a node not enrolled, or an agent that does not answer (or not in time).
+ */
+export type ToolRelayCode =
+  "bad-request" | "unknown-module" | "node-not-enrolled" | "agent-not-answering" | "agent-timeout" | "busy";
+
+/** The relay's codes that mean nobody answered (worth trying again later), not that anyone refused. */
+export const RELAY_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRelayCode>([
+  "agent-not-answering",
+  "agent-timeout",
+]);
+
+/** Why the agent did not get an answer from the module (besides the provider's own refusal codes). */
+export type ToolRunnerCode =
+  "bad-request" | "module-not-here" | "provider-not-listening" | "provider-unreachable";
+
+/** The runner's codes that mean the provider did not answer (worth trying again), not that it refused. */
+export const RUNNER_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRunnerCode>([
+  "provider-not-listening",
+  "provider-unreachable",
+]);
