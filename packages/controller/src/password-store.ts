@@ -8,6 +8,7 @@ import {
   openState,
   seal,
   SEALED_PASSWORDS_BUCKET,
+  StateValueError,
   unseal,
   type BusLogger,
   type BusState,
@@ -175,8 +176,11 @@ export class PasswordStore {
     try {
       record = await this.#state.get(key);
     } catch (err) {
+      // A bus that does not answer now is not a damaged record: minting would rotate a password
+      // nobody asked to rotate. The caller's change fails and is tried again.
+      if (!(err instanceof StateValueError)) throw err;
       // A damaged record holds nothing usable: say so and mint a new one (a rotation, no data lost).
-      this.#log.warn(`${(err as Error).message}; a new password is minted for ${key}`);
+      this.#log.warn(`${err.message}; a new password is minted for ${key}`);
       return undefined;
     }
     if (record === undefined) return undefined;

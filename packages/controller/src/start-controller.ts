@@ -17,6 +17,7 @@ import {
   NODES_BUCKET,
   openState,
   raiseReplicas,
+  StateValueError,
   type BusAuthority,
   type BusLogger,
   type BusState,
@@ -305,7 +306,8 @@ async function run(
   }
 }
 
-// The enrolled nodes; a record that cannot be read is skipped (that node enrolls again).
+// The enrolled nodes; a record that is not one is skipped (that node enrolls again).
+// @throws the bus's error when a record cannot be read now.
 async function readEnrolled(
   nodesState: BusState<EnrolledNode>,
   log: BusLogger,
@@ -316,7 +318,11 @@ async function readEnrolled(
       const record = await nodesState.get(node);
       if (record !== undefined) enrolled.set(node, record);
     } catch (err) {
-      log.warn(`${(err as Error).message}; node ${node} must enroll again`);
+      // A bus that does not answer now is not a damaged record: read as "not enrolled", every
+      // module of that node would have its credentials revoked. The start (or take-over) fails
+      // and is tried again.
+      if (!(err instanceof StateValueError)) throw err;
+      log.warn(`${err.message}; node ${node} must enroll again`);
     }
   }
   return enrolled;
