@@ -144,6 +144,8 @@ export class NodeAgent {
   /** The parts of the deliveries read so far, by key and fingerprint: a new head reads only what changed. */
   readonly #parts: PartCache = new Map();
   #saidPartsWaiting = "";
+  // The last reason a delivery's parts could not be read, said once.
+  #saidReadFailing = "";
   #partsTimer: NodeJS.Timeout | undefined;
   #waitTimer: NodeJS.Timeout | undefined;
 
@@ -279,10 +281,18 @@ export class NodeAgent {
         this.#lastRefused = text;
         throw new InvalidDeliveryError(this.#o.node, err.field, err.why);
       }
-      // Said once: the same bad delivery is read again on every tick until the controller replaces it.
-      this.#lastRefused = text;
-      throw err;
+      if (err instanceof InvalidDeliveryError) {
+        // Said once: the same bad delivery is read again on every tick until the controller replaces it.
+        this.#lastRefused = text;
+        throw err;
+      }
+      // The bus did not answer a read of its parts (JetStream electing leaders after a partition,
+      // say): nothing is refused, it is read again shortly. Taken as refused, this delivery would
+      // never be applied until the controller published another.
+      this.#readFailed(value, err);
+      return;
     }
+    this.#saidReadFailing = "";
     const term = delivery.term ?? 0;
     const termFile = join(this.#o.stateDir, DELIVERY_TERM_FILE);
     if (this.#term === undefined) {
@@ -442,6 +452,24 @@ export class NodeAgent {
       );
     }
     this.#saidPartsWaiting = said;
+    if (this.#partsTimer !== undefined || this.#stopped) return;
+    this.#partsTimer = setTimeout(() => {
+      this.#partsTimer = undefined;
+      this.#resync();
+    }, this.#o.timings.retryMs);
+  }
+
+  // A part of the delivery could not be read now: said once per reason, read again shortly.
+  #readFailed(value: unknown, err: unknown): void {
+    const why = err instanceof Error ? err.message : String(err);
+    if (why !== this.#saidReadFailing) {
+      const generation = (value as { generation?: unknown } | null)?.generation;
+      this.#o.logger.warn(
+        `node ${this.#o.node} could not read delivery ${String(generation)} from the bus (${why}); ` +
+          `it reads it again every ${this.#o.timings.retryMs / 1000} s`,
+      );
+    }
+    this.#saidReadFailing = why;
     if (this.#partsTimer !== undefined || this.#stopped) return;
     this.#partsTimer = setTimeout(() => {
       this.#partsTimer = undefined;

@@ -94,9 +94,30 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
     assert.equal(await readFile(secret, "utf8"), "pw-in-parts");
   });
 
+  void it("reads a delivery again when a part of it cannot be read now, instead of refusing it", async () => {
+    const secret = providerSecretPath(stateDir, "store", "app", "kv-store");
+    const writeRest = await mesh.publishInParts(
+      "n1",
+      { ...draft, generation: 10, secrets: { "app/kv-store": "pw-read-again" } },
+      ["e.app.kv-store"],
+    );
+    // What the bus answers for that part cannot be read (as a JetStream error would be): the
+    // head, unchanged, must still be applied once the part reads.
+    await mesh.putRaw("n1", "e.app.kv-store", "{not json");
+    await eventually(
+      () =>
+        logger.lines.some((l) => /could not read delivery 10 from the bus \(.+\); it reads it again/.test(l)),
+      "the agent to say it reads delivery 10 again",
+    );
+    assert.equal(agent?.status().generation, 7, "nothing of delivery 10 applied");
+    await writeRest();
+    await eventually(() => agent?.status().generation === 10, "delivery 10 applied once its part reads");
+    assert.equal(await readFile(secret, "utf8"), "pw-read-again");
+  });
+
   void it("keeps the newest term across its restart, so an old leader's late write left in the bucket is not applied", async () => {
     const secret = providerSecretPath(stateDir, "store", "app", "kv-store");
-    assert.equal(await readFile(secret, "utf8"), "pw-in-parts");
+    assert.equal(await readFile(secret, "utf8"), "pw-read-again");
     await agent?.stop();
     agent = undefined;
     // The old leader's write landed last: it is what the bucket holds when the agent starts again.
@@ -121,7 +142,7 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
         ),
       "the restarted agent to ignore the old leader's delivery",
     );
-    assert.equal(await readFile(secret, "utf8"), "pw-in-parts");
+    assert.equal(await readFile(secret, "utf8"), "pw-read-again");
     await mesh.publish("n1", { ...draft, generation: 9, term: 3, secrets: { "app/kv-store": "pw-third" } });
     await eventually(() => agent?.status().generation === 9, "a delivery of a newer term applied");
     assert.equal(await readFile(secret, "utf8"), "pw-third");

@@ -74,6 +74,8 @@ export interface TestMesh {
     draft: DeliveryDraft,
     withhold?: readonly string[],
   ): Promise<() => Promise<void>>;
+  /** Writes `text` as it is (not JSON-encoded) under `key` of the node's bucket. */
+  putRaw(node: string, key: string, text: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -214,6 +216,10 @@ export async function startTestMesh(): Promise<TestMesh> {
           if (part !== undefined) await state.put(key, part);
         }
       };
+    },
+    async putRaw(node, key, text) {
+      nc.publish(`$KV.${nodeDeliveriesBucket(node)}.${key}`, text);
+      await nc.flush();
     },
     async stop() {
       await closeBus(nc);

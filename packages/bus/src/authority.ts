@@ -343,6 +343,13 @@ export class BusAuthority {
     const cluster = options.cluster;
     if (cluster !== undefined) {
       lines.push(
+        // A peer cut off without closing its sockets is given up after two missed pings 2 s apart,
+        // as the mesh's clients do: its route is closed during the partition and made afresh once
+        // the network is back, instead of lingering half-open (nats-server's default ping, 2 min,
+        // left a stale route until its write deadline closed it, a second disruption of JetStream
+        // seconds after the partition had healed).
+        'ping_interval: "2s"',
+        "ping_max: 2",
         "cluster {",
         `  name: ${quote(cluster.name, "cluster.name")}`,
         `  host: ${quote(cluster.host, "cluster.host")}`,

@@ -190,8 +190,12 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
         logger: prefixed(io, "controller"),
         observer: metrics.observer,
         ...(options.standbyOf !== undefined ? { standby: true } : {}),
+        // Servers of a cluster started at the same time form JetStream's quorum a while later:
+        // the controller waits for it (and says why), as the agents wait for the bus.
+        waitForBus: { signal: stops.signal },
       });
     } catch (err) {
+      if (stopped()) return;
       throw new CliExit(EXIT_REFUSED, (err as Error).message);
     }
     stopping.push(() => controller.stop());

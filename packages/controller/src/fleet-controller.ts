@@ -41,7 +41,7 @@ import { answerRotateRequest } from "./rotate-request.ts";
 import { STANDINGS_SUBJECT, type StandingsBook } from "./standings-book.ts";
 import type { ControllerLease, LeaseTimings } from "./controller-lease.ts";
 import { LeaseDriver } from "./lease-driver.ts";
-import { loadStoredFleet, loadStoredFleetHead, storeFleet } from "./stored-fleet.ts";
+import { loadStoredFleet, loadStoredFleetHead, readStoredFleet, storeFleet } from "./stored-fleet.ts";
 import {
   relayToolCall,
   serveToolRelay,
@@ -352,7 +352,12 @@ export class FleetController implements Controller {
     this.#refused = null;
     if (counted) this.#p.observer?.reloaded("applied");
     // The same fleet as the one stored is not stored again: the stored one (and its term) stands.
-    if (this.#storedSha === undefined || fleetText(next) !== fleetText(this.#current)) {
+    // One accepted and not stored yet is served, not stored: it is stored now.
+    if (
+      this.#storedSha === undefined ||
+      this.#unstored !== undefined ||
+      fleetText(next) !== fleetText(this.#current)
+    ) {
       this.#current = next;
       // Standings of consumers the fleet no longer has would name failures nobody can fix.
       this.#p.standings.retainPlan(next.plan);
@@ -567,7 +572,8 @@ export class FleetController implements Controller {
         this.#stale = false;
       }
       this.#resumeRestores();
-      const stored = await loadStoredFleet(this.#p.desired);
+      // Read, or this serving is tried again: a fleet that cannot be read now is not "none stored".
+      const stored = await readStoredFleet(this.#p.desired);
       const head = await loadStoredFleetHead(this.#p.desired);
       if (stored !== undefined && stored.fleetFile === this.fleetFile && head !== undefined) {
         this.#current = stored;
@@ -594,7 +600,11 @@ export class FleetController implements Controller {
         this.#applyFileFirst = false;
         // When the file is refused now, the fleet read at start (its last good one) is served.
         await this.#applyFile(false).catch(async (err: unknown) => {
-          if (!(err instanceof FleetRefusedError)) throw err;
+          // Not applied (the bus failed halfway): the next try of this serving applies it again.
+          if (!(err instanceof FleetRefusedError)) {
+            this.#applyFileFirst = true;
+            throw err;
+          }
           if (stored === undefined) await this.#store(this.#current);
           await this.#publishAll();
         });

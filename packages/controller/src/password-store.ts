@@ -305,8 +305,11 @@ export class PasswordStore {
       record = await this.#state.get(key);
     } catch (err) {
       if (intent === undefined) {
+        // A bus that does not answer now is not a damaged record: minting would rotate a password
+        // nobody asked to rotate. The caller's change fails and is tried again.
+        if (!(err instanceof StateValueError)) throw err;
         // A damaged record holds nothing usable: say so and mint a new one (a rotation, no data lost).
-        this.#log.warn(`${(err as Error).message}; a new password is minted for ${key}`);
+        this.#log.warn(`${err.message}; a new password is minted for ${key}`);
         return undefined;
       }
       record = undefined;

@@ -6,6 +6,9 @@ import { resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import {
   belowReplicas,
+  BusCredentialsRefusedError,
+  BusTlsError,
+  BusUnreachableError,
   closeBus,
   connectBus,
   credsFor,
@@ -14,13 +17,14 @@ import {
   NODES_BUCKET,
   openState,
   raiseReplicas,
+  StateValueError,
   type BusAuthority,
   type BusLogger,
   type BusState,
 } from "@mesh/bus";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { saveAuthority } from "./authority-file.ts";
-import { loadOrCreateControllerKeys, type ControllerKeys } from "./controller-keys.ts";
+import { ControllerKeysError, loadOrCreateControllerKeys, type ControllerKeys } from "./controller-keys.ts";
 import { observeDeliveries, type ControllerObserver } from "./controller-metrics.ts";
 import { ControllerLease, DEFAULT_LEASE_TIMINGS, type LeaseTimings } from "./controller-lease.ts";
 import { CredentialSync } from "./credential-sync.ts";
@@ -80,6 +84,40 @@ export interface ControllerOptions {
   readonly leaseTimings?: Partial<LeaseTimings>;
   /** The monotonic clock (ms) the lease is measured on; `performance.now` by default (tests). */
   readonly clock?: () => number;
+  /**
+   * Wait for a bus that is not ready yet (no server answers, or JetStream has no quorum: the
+   * cluster is still forming), trying the start again every `retryMs` (default 2 s) and saying why
+   * once per reason, until `signal` is aborted. Without it, the first such failure is thrown.
+   */
+  readonly waitForBus?: { readonly signal?: AbortSignal; readonly retryMs?: number };
+}
+
+/** How long a controller that waits for the bus waits between two starts, by default. */
+export const BUS_WAIT_RETRY_MS = 2_000;
+
+/**
+ * Whether a start failed only because the bus is not ready yet: no server answered, or JetStream
+ * could not answer (no meta leader yet, too few servers up, a request that timed out). A refused
+ * credential, a refused fleet or a damaged key file is not: waiting would not mend it.
+ */
+export function busNotReady(err: unknown): boolean {
+  if (err instanceof BusUnreachableError) return true;
+  if (
+    err instanceof BusCredentialsRefusedError ||
+    err instanceof BusTlsError ||
+    err instanceof FleetRefusedError ||
+    err instanceof ControllerKeysError
+  )
+    return false;
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if (
+      /timeout|timed out|temporarily unavailable|no responders|jetstream (is )?not enabled|insufficient resources|no suitable peers|cannot store|connection (closed|draining)|disconnect/i.test(
+        e.message,
+      )
+    )
+      return true;
+  }
+  return false;
 }
 
 /**
@@ -91,6 +129,43 @@ export interface ControllerOptions {
  * ControllerKeysError when its key file is damaged.
  */
 export async function startController(options: ControllerOptions): Promise<Controller> {
+  const wait = options.waitForBus;
+  if (wait === undefined) return startOnce(options);
+  // A controller started with the servers of its cluster (a boot, every machine at once) finds
+  // JetStream without a quorum for a while: it waits for it instead of exiting.
+  const retryMs = wait.retryMs ?? BUS_WAIT_RETRY_MS;
+  const aborted = (): boolean => wait.signal?.aborted === true;
+  let said = "";
+  for (;;) {
+    try {
+      return await startOnce(options);
+    } catch (err) {
+      if (!busNotReady(err) || aborted()) throw err;
+      const why = (err as Error).message;
+      if (why !== said)
+        options.logger.warn(
+          `the controller waits for the bus (${why}); it tries again every ${retryMs / 1000} s`,
+        );
+      said = why;
+      await abortableSleep(retryMs, wait.signal);
+      if (aborted()) throw err;
+    }
+  }
+}
+
+function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+async function startOnce(options: ControllerOptions): Promise<Controller> {
   const log = options.logger;
   const fleetFile = resolve(options.fleetFile);
   await mkdir(options.stateDir, { recursive: true, mode: 0o700 });
@@ -187,44 +262,55 @@ async function run(
       ledgers,
     };
   };
-  const stores = await openStores();
-  // What the start could not raise (a server down) is raised once the servers are back.
-  if ((await belowReplicas(nc).catch(() => [])).length > 0) stores.ledgers.raiseLater();
-  const first = await readFirstFleet(fleetFile, desired, log);
-  const controller = new FleetController({
-    nc,
-    fleetFile,
-    first,
-    authority: options.authority,
-    desired,
-    nodesState,
-    enrolled,
-    stores,
-    openStores: async () => {
-      const again = await readEnrolled(nodesState, log);
-      enrolled.clear();
-      for (const [node, record] of again) enrolled.set(node, record);
-      return openStores();
-    },
-    standings: new StandingsBook({ logger: log }),
-    logger: log,
-    ...(options.observer !== undefined ? { observer: options.observer } : {}),
-    watch: options.watch !== false,
-    lease,
-    leaseBucket,
-    leaseTimings,
-    now,
-    standby: options.standby === true,
-    close: async () => {
-      await revocations.close();
-      await closeBus(nc);
-    },
-  });
-  await controller.start();
-  return controller;
+  // A start that failed leaves no connection open: it may be tried again (`waitForBus`).
+  try {
+    return await serveFleet();
+  } catch (err) {
+    await revocations.close();
+    throw err;
+  }
+
+  async function serveFleet(): Promise<Controller> {
+    const stores = await openStores();
+    // What the start could not raise (a server down) is raised once the servers are back.
+    if ((await belowReplicas(nc).catch(() => [])).length > 0) stores.ledgers.raiseLater();
+    const first = await readFirstFleet(fleetFile, desired, log);
+    const controller = new FleetController({
+      nc,
+      fleetFile,
+      first,
+      authority: options.authority,
+      desired,
+      nodesState,
+      enrolled,
+      stores,
+      openStores: async () => {
+        const again = await readEnrolled(nodesState, log);
+        enrolled.clear();
+        for (const [node, record] of again) enrolled.set(node, record);
+        return openStores();
+      },
+      standings: new StandingsBook({ logger: log }),
+      logger: log,
+      ...(options.observer !== undefined ? { observer: options.observer } : {}),
+      watch: options.watch !== false,
+      lease,
+      leaseBucket,
+      leaseTimings,
+      now,
+      standby: options.standby === true,
+      close: async () => {
+        await revocations.close();
+        await closeBus(nc);
+      },
+    });
+    await controller.start();
+    return controller;
+  }
 }
 
-// The enrolled nodes; a record that cannot be read is skipped (that node enrolls again).
+// The enrolled nodes; a record that is not one is skipped (that node enrolls again).
+// @throws the bus's error when a record cannot be read now.
 async function readEnrolled(
   nodesState: BusState<EnrolledNode>,
   log: BusLogger,
@@ -235,7 +321,11 @@ async function readEnrolled(
       const record = await nodesState.get(node);
       if (record !== undefined) enrolled.set(node, record);
     } catch (err) {
-      log.warn(`${(err as Error).message}; node ${node} must enroll again`);
+      // A bus that does not answer now is not a damaged record: read as "not enrolled", every
+      // module of that node would have its credentials revoked. The start (or take-over) fails
+      // and is tried again.
+      if (!(err instanceof StateValueError)) throw err;
+      log.warn(`${err.message}; node ${node} must enroll again`);
     }
   }
   return enrolled;

@@ -1,6 +1,7 @@
 // The last fleet the controller served, kept in its desired-state bucket, so a controller that
 // restarts while the fleet file is broken keeps serving what it served (nothing retired by a typo).
 import { createHash, randomBytes } from "node:crypto";
+import { StateValueError } from "@mesh/bus";
 import type { FleetPlan } from "./fleet-plan.ts";
 
 /** The key of the last good fleet in the desired-state bucket. */
@@ -114,6 +115,19 @@ export async function storeFleet(
  */
 export async function loadStoredFleet(state: FleetStateBucket): Promise<FleetPlan | undefined> {
   try {
+    return await readStoredFleet(state);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * As `loadStoredFleet`, but a bus that does not answer is said, not taken for no stored fleet:
+ * a controller that takes up the lead must not serve its own file for want of one read.
+ * @throws the bus's error when the stored fleet cannot be read now.
+ */
+export async function readStoredFleet(state: FleetStateBucket): Promise<FleetPlan | undefined> {
+  try {
     const head = (await state.get(STORED_FLEET_KEY)) as Partial<StoredHead> | undefined;
     if (head?.v !== 2) return parseStoredFleet(head);
     const { generation, parts, sha256 } = head;
@@ -126,7 +140,9 @@ export async function loadStoredFleet(state: FleetStateBucket): Promise<FleetPla
     }
     if (createHash("sha256").update(text).digest("hex") !== sha256) return undefined;
     return parseStoredFleet(JSON.parse(text));
-  } catch {
-    return undefined;
+  } catch (err) {
+    // A value that is not JSON is no fleet; anything else is the bus not answering.
+    if (err instanceof StateValueError || err instanceof SyntaxError) return undefined;
+    throw err;
   }
 }
