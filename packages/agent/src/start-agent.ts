@@ -1,6 +1,7 @@
 // Starting a node's agent: its identity (made on first start, kept after), its enrollment (only
 // when it has no credentials yet, or the bus no longer takes them and a join token is at hand),
 // its bus connection, and then the agent at work.
+import { setTimeout as sleep } from "node:timers/promises";
 import { chmod, mkdir, readdir, rm } from "node:fs/promises";
 import { isAbsolute, join } from "node:path";
 import {
@@ -289,21 +290,10 @@ async function connectNode(
       if (!(err instanceof BusUnreachableError)) throw err;
       if (!said) logger.warn(`${err.message}; node ${node} keeps trying`);
       said = true;
-      await abortableSleep(retryMs, signal);
+      // Cut short by a stop: the caller sees the abort.
+      await sleep(retryMs, undefined, { signal }).catch(() => undefined);
     }
   }
-}
-
-function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
 }
 
 // What the promise gives, or AgentStartAbortedError as soon as `signal` is aborted.

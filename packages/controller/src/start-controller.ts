@@ -1,5 +1,6 @@
 // Starting the controller: its keys, its bus connection (with a credential it issues itself), and
 // the buckets and stores it works with, composed into the `FleetController` that serves the fleet.
+import { setTimeout as sleep } from "node:timers/promises";
 import { mkdir } from "node:fs/promises";
 import { hostname } from "node:os";
 import { resolve } from "node:path";
@@ -147,22 +148,11 @@ export async function startController(options: ControllerOptions): Promise<Contr
           `the controller waits for the bus (${why}); it tries again every ${retryMs / 1000} s`,
         );
       said = why;
-      await abortableSleep(retryMs, wait.signal);
+      // Cut short by a stop: the caller sees the abort.
+      await sleep(retryMs, undefined, { signal: wait.signal }).catch(() => undefined);
       if (aborted()) throw err;
     }
   }
-}
-
-function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
 }
 
 async function startOnce(options: ControllerOptions): Promise<Controller> {
