@@ -161,7 +161,7 @@ describe("the notes app", () => {
 
     assert.equal(await stop(app), 0, app.output);
     assert.match(app.output, /notes: stopping \(SIGTERM\)/);
-    assert.equal(count(app.output, /waiting for my credential/), 1, "said once");
+    assert.equal(count(app.output, /waiting for my credential/), 1, `said once:\n${app.output}`);
     // Said once while it waited for its login. (A reconnect racing the rotation, on a busy machine,
     // may wait again, and says so again: that is a new wait, not a repeat.)
     const firstConnected = app.output.search(/connected to /);
@@ -225,7 +225,7 @@ describe("the counter app", () => {
 
     assert.equal(await stop(app), 0, app.output);
     assert.match(app.output, /counter: stopping \(SIGTERM\)/);
-    assert.equal(count(app.output, /waiting for my credential/), 1, "said once");
+    assert.equal(count(app.output, /waiting for my credential/), 1, `said once:\n${app.output}`);
     // Said once while it waited for its login. (A reconnect racing the rotation, on a busy machine,
     // may wait again, and says so again: that is a new wait, not a repeat.)
     const firstConnected = app.output.search(/connected to /);
