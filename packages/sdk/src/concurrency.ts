@@ -4,6 +4,33 @@ import type { Clock } from "./collaborators.ts";
 const YIELD_EVERY_MS = 10;
 
 /**
+ * How long it runs while an answer is being written to someone who waits for it: the kernel takes
+ * one socket buffer of it (a few hundred KB) per turn of the event loop, so a status of 100,000
+ * consumers (15 MB) needs some 75 turns, which at 10 ms each would be most of a second.
+ */
+const YIELD_WHILE_WRITING_MS = 1;
+
+let writing = 0;
+
+/**
+ * Says that a large answer is being written out, until the function it returns is called (once;
+ * more calls do nothing). Meanwhile work over many items lets the event loop run more often.
+ */
+export function writingAnswer(): () => void {
+  writing++;
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    writing--;
+  };
+}
+
+function sliceMs(): number {
+  return writing > 0 ? YIELD_WHILE_WRITING_MS : YIELD_EVERY_MS;
+}
+
+/**
  * Lets timers, sockets and file events run before going on. A promise that settles at once (an
  * in-memory backend, a cached answer) never leaves the microtask queue, so work over 100,000 items
  * would otherwise hold the process until it ends.
@@ -22,7 +49,7 @@ export class YieldTimer {
   /** True once a few milliseconds have passed since it last said so (or was made). */
   due(): boolean {
     const now = performance.now();
-    if (now - this.#since < YIELD_EVERY_MS) return false;
+    if (now - this.#since < sliceMs()) return false;
     this.#since = now;
     return true;
   }
@@ -46,7 +73,7 @@ export async function forEachLimited<T>(
     while (next < items.length) {
       const item = items[next++] as T;
       await fn(item);
-      if (pause === undefined && performance.now() - yieldedAt >= YIELD_EVERY_MS) {
+      if (pause === undefined && performance.now() - yieldedAt >= sliceMs()) {
         pause = yieldToEventLoop().then(() => {
           pause = undefined;
           yieldedAt = performance.now();

@@ -16,6 +16,7 @@ import {
 } from "@mesh/manifest/tools";
 import { cachedJson } from "./cached-json.ts";
 import type { Logger } from "./collaborators.ts";
+import { writingAnswer } from "./concurrency.ts";
 import { isValidLogin } from "./login.ts";
 import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport, ToolErrorCode } from "./tools.ts";
 import { ToolError } from "./tools.ts";
@@ -293,7 +294,19 @@ function answerConnection(socket: Socket, tools: ProvisionerTools, logger: Logge
       if (text.trim() === "") continue;
       queue = queue.then(async () => {
         const response = await answer(text, tools, logger);
-        if (!socket.destroyed) socket.write(`${serialize(response)}\n`);
+        if (socket.destroyed) return;
+        socket.write(lineOf(response));
+        // Most of a big answer waits in the socket until the kernel takes it, one buffer per turn.
+        if (socket.writableLength > 0) {
+          const written = writingAnswer();
+          const done = (): void => {
+            socket.off("drain", done);
+            socket.off("close", done);
+            written();
+          };
+          socket.on("drain", done);
+          socket.on("close", done);
+        }
       });
     }
     if (buffered.length > MAX_REQUEST_BYTES) {
@@ -375,9 +388,21 @@ export function checkControlRequest(raw: unknown): { tool: ControlTool; args: st
   return { tool, args, who };
 }
 
-function serialize(response: ControlResponse): string {
-  // A snapshot's JSON is made once (by the harness, or at its first request), not once per request.
-  return response.ok ? `{"ok":true,"result":${cachedJson(response.result)}}` : JSON.stringify(response);
+/** The bytes of a frozen result's whole answer line, once made. */
+const lines = new WeakMap<object, Buffer>();
+
+function lineOf(response: ControlResponse): Buffer | string {
+  if (!response.ok) return `${JSON.stringify(response)}\n`;
+  const { result } = response;
+  const frozen = typeof result === "object" && result !== null && Object.isFrozen(result);
+  let line = frozen ? lines.get(result) : undefined;
+  if (line === undefined) {
+    // A snapshot's JSON is made once (by the harness, or at its first request), not once per
+    // request; nor are its bytes: copying and encoding 15 MB would hold the event loop each time.
+    line = Buffer.from(`{"ok":true,"result":${cachedJson(result)}}\n`, "utf8");
+    if (frozen) lines.set(result, line);
+  }
+  return line;
 }
 
 async function answer(

@@ -311,3 +311,75 @@ describe("callControl", () => {
     }
   });
 });
+
+/** Sends `payload` and parses the first `count` whole lines answered (a big line comes in many chunks). */
+function wholeLines(path: string, payload: string, count: number): Promise<unknown[]> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(path);
+    const chunks: Buffer[] = [];
+    let newlines = 0;
+    socket.on("connect", () => socket.write(payload));
+    socket.on("data", (chunk: Buffer) => {
+      chunks.push(chunk);
+      for (const byte of chunk) if (byte === 0x0a) newlines++;
+      if (newlines < count) return;
+      socket.destroy();
+      const lines = Buffer.concat(chunks).toString("utf8").split("\n").slice(0, count);
+      resolve(lines.map((l) => JSON.parse(l) as unknown));
+    });
+    socket.on("error", reject);
+    socket.on("close", () => reject(new Error(`the connection closed after ${newlines} of ${count} lines`)));
+  });
+}
+
+describe("the control socket's big answers", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "mesh-control-big-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("answers a big frozen status whole each time, several on one connection", async () => {
+    // Some 3 MB: more than a socket buffer takes at once, so most of it waits in the socket.
+    const consumers = Array.from({ length: 20_000 }, (_, i) =>
+      Object.freeze({
+        login: `app_${i}`,
+        state: "active" as const,
+        class: null,
+        since: "2025-01-02T03:04:05.000Z",
+        why: "held as asked",
+      }),
+    );
+    const big: StatusReport = Object.freeze({ ...STATUS, consumers: Object.freeze(consumers) });
+    const tools = { ...fakeTools(), status: () => big };
+    const server = await serveControl(tools, join(dir, "big.sock"));
+    try {
+      const ask = `${JSON.stringify({ tool: "status", args: [], who: "t" })}\n`;
+      const answers = await wholeLines(server.path, ask + ask, 2);
+      assert.equal(answers.length, 2);
+      for (const a of answers) assert.deepEqual(a, { ok: true, result: big });
+      assert.deepEqual(await callControl(server.path, { tool: "status" }), big);
+      assert.equal((await callControl(server.path, { tool: "retire list" })).id, "abc123");
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("answers what a result that is not frozen holds at each ask, not what it held before", async () => {
+    const status = { ...STATUS, consumers: [...STATUS.consumers] };
+    const tools = { ...fakeTools(), status: () => status };
+    const server = await serveControl(tools, join(dir, "changing.sock"));
+    try {
+      assert.equal((await callControl(server.path, { tool: "status" })).consumers.length, 1);
+      status.consumers.push({ ...STATUS.consumers[0]!, login: "app_two" });
+      assert.deepEqual(
+        (await callControl(server.path, { tool: "status" })).consumers.map((c) => c.login),
+        ["app_one", "app_two"],
+      );
+    } finally {
+      await server.close();
+    }
+  });
+});
