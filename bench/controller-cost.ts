@@ -12,7 +12,7 @@
 //
 //   node --import tsx bench/controller-cost.ts   (MESH_BENCH_CONSUMERS=10000, MESH_BENCH_NODES=20)
 
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
@@ -35,6 +35,7 @@ import { loadFleetPlan, startController, type Controller, type EnrollReply } fro
 import { DELIVERY_KEY, readDelivery, type Delivery } from "@mesh/manifest";
 import { startNats } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { POSTGRES, REDIS, writeManifest } from "../packages/controller/test/fleet-dir.ts";
 import {
   envInt,
   fmtMs,
@@ -73,30 +74,8 @@ const consumerName = (i: number): string => `c${String(i).padStart(5, "0")}`;
  * a quarter of the secrets go to two nodes). One manifest file per consumer, as a real fleet has.
  */
 async function writeFleet(dir: string): Promise<{ nodesOnly: string; full: string; secrets: number }> {
-  const write = async (name: string, manifest: object): Promise<void> => {
-    await mkdir(join(dir, name), { recursive: true });
-    await writeFile(join(dir, name, "module.json"), JSON.stringify(manifest));
-  };
-  await write("postgres", {
-    name: "postgres",
-    provides: {
-      "postgres-database": {
-        receives: "/run/mesh/postgres-database.json",
-        spec: { name: { type: "string", pattern: "^[a-z][a-z0-9_]{0,31}$", default: "{login}" } },
-        endpoint: { scheme: "postgresql", port: 5432, path: "/{name}" },
-      },
-    },
-  });
-  await write("redis", {
-    name: "redis",
-    provides: {
-      "redis-namespace": {
-        receives: "/run/mesh/redis-namespace.json",
-        derives: { prefix: "{login}:" },
-        endpoint: { scheme: "redis", port: 6379 },
-      },
-    },
-  });
+  await writeManifest(dir, "postgres", POSTGRES);
+  await writeManifest(dir, "redis", REDIS);
   const nodes = Array.from({ length: NODES }, (_, i) => `  ${nodeName(i)}: {}`).join("\n");
   const modules: string[] = [`  redis: { manifest: ./redis/module.json, node: ${nodeName(0)} }`];
   for (let n = 0; n < NODES; n++)
@@ -106,7 +85,7 @@ async function writeFleet(dir: string): Promise<{ nodesOnly: string; full: strin
     const name = consumerName(i);
     const needs: Record<string, object> = { "postgres-database": { values: {} } };
     if (i % 4 === 0) needs["redis-namespace"] = { values: {} };
-    await write(name, { name, needs });
+    await writeManifest(dir, name, { name, needs });
     modules.push(`  ${name}: { manifest: ./${name}/module.json, node: ${nodeName(i % NODES)} }`);
     // Postgres is on the consumer's own node: one box. Redis is on node-0: two boxes unless it is node-0.
     secrets += 1 + (i % 4 === 0 ? (i % NODES === 0 ? 1 : 2) : 0);

@@ -332,6 +332,15 @@ for (const subject of SUBJECTS) {
     let running: Running | undefined;
     const prefix = "km";
     let serial = 0;
+    // CREATES_PER_RUN new consumers asked for, each with its own password, named on from the last.
+    const askMore = (): void => {
+      for (let i = 0; i < CREATES_PER_RUN; i++) {
+        mesh.asked.set(
+          `${prefix}${String(serial++).padStart(3, "0")}`,
+          randomBytes(18).toString("base64url"),
+        );
+      }
+    };
 
     before(async () => {
       backend = await subject.start();
@@ -382,12 +391,7 @@ for (const subject of SUBJECTS) {
     it(`killed while it creates ${CREATES_PER_RUN} consumers, it converges within 2 passes each time`, async () => {
       let converged = 0;
       for (let run = 0; run < RUNS; run++) {
-        for (let i = 0; i < CREATES_PER_RUN; i++) {
-          mesh.asked.set(
-            `${prefix}${String(serial++).padStart(3, "0")}`,
-            randomBytes(18).toString("base64url"),
-          );
-        }
+        askMore();
         const before = (await backend.logins(prefix)).length;
         await mesh.write();
         const delay = Math.floor(random() * subject.windows.create);
@@ -422,12 +426,7 @@ for (const subject of SUBJECTS) {
       if (!backend.restartServer) return t.skip("this server keeps every change as it is made");
       let converged = 0;
       for (let run = 0; run < RUNS; run++) {
-        for (let i = 0; i < CREATES_PER_RUN; i++) {
-          mesh.asked.set(
-            `${prefix}${String(serial++).padStart(3, "0")}`,
-            randomBytes(18).toString("base64url"),
-          );
-        }
+        askMore();
         await mesh.write();
         const delay = Math.floor(random() * subject.windows.create);
         await sleep(delay);

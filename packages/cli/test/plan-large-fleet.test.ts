@@ -10,6 +10,7 @@ import { createAuthority, type BusAuthority } from "@mesh/bus";
 import { startController, type Controller } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { PlanReport } from "../src/plan-command.ts";
+import { POSTGRES, writeManifest } from "../../controller/test/fleet-dir.ts";
 import { meshInProcess as mesh, writeOperatorState } from "./run-mesh.ts";
 
 const CONSUMERS = Number(process.env["MESH_PLAN_TEST_CONSUMERS"] ?? 3_000);
@@ -17,24 +18,11 @@ const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 // A Postgres-like provider on node-1 and CONSUMERS apps needing it, each with its own manifest.
 async function writeFleet(dir: string, consumers: number): Promise<string> {
-  const write = async (name: string, manifest: object): Promise<void> => {
-    await mkdir(join(dir, name), { recursive: true });
-    await writeFile(join(dir, name, "module.json"), JSON.stringify(manifest));
-  };
-  await write("postgres", {
-    name: "postgres",
-    provides: {
-      "postgres-database": {
-        receives: "/run/mesh/postgres-database.json",
-        spec: { name: { type: "string", pattern: "^[a-z][a-z0-9_]{0,31}$", default: "{login}" } },
-        endpoint: { scheme: "postgresql", port: 5432, path: "/{name}" },
-      },
-    },
-  });
+  await writeManifest(dir, "postgres", POSTGRES);
   const modules = ["  postgres: { manifest: ./postgres/module.json, node: node-1 }"];
   for (let i = 0; i < consumers; i++) {
     const name = `app${String(i).padStart(5, "0")}`;
-    await write(name, { name, needs: { "postgres-database": { values: {} } } });
+    await writeManifest(dir, name, { name, needs: { "postgres-database": { values: {} } } });
     modules.push(`  ${name}: { manifest: ./${name}/module.json, node: node-1 }`);
   }
   const file = join(dir, `mesh-${consumers}.yaml`);

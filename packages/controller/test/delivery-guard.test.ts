@@ -4,17 +4,8 @@
 import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
+import { closeBus, DESIRED_STATE_BUCKET, newNodeKeys, newUserKeys, openState } from "@mesh/bus";
 import {
-  closeBus,
-  connectBus,
-  credsFor,
-  DESIRED_STATE_BUCKET,
-  newNodeKeys,
-  newUserKeys,
-  openState,
-} from "@mesh/bus";
-import {
-  controllerPermissions,
   DELIVERY_KEY,
   loadFleetPlan,
   NodeDeliveries,
@@ -25,7 +16,7 @@ import {
 } from "@mesh/controller";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
+import { connectAsController, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
 
 void describe("a delivery published by a controller that stopped leading meanwhile", () => {
   let mesh: TestMesh;
@@ -35,13 +26,7 @@ void describe("a delivery published by a controller that stopped leading meanwhi
   before(async () => {
     mesh = await startTestMesh();
     fleet = await makeFleetDir();
-    const keys = newUserKeys();
-    const jwt = await mesh.authority.issueUser({
-      name: "controller",
-      publicKey: keys.publicKey,
-      permissions: controllerPermissions(),
-    });
-    nc = await connectBus({ servers: [mesh.nats.url], creds: credsFor(jwt, keys.seed), name: "controller" });
+    nc = await connectAsController(mesh.authority, mesh.nats.url);
   });
   after(async () => {
     await closeBus(nc);

@@ -4,7 +4,8 @@ import { mkdir, mkdtemp, rename, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-const POSTGRES = {
+/** A Postgres-like provider's manifest. */
+export const POSTGRES = {
   name: "postgres",
   provides: {
     "postgres-database": {
@@ -15,7 +16,8 @@ const POSTGRES = {
   },
 };
 
-const REDIS = {
+/** A Redis-like provider's manifest. */
+export const REDIS = {
   name: "redis",
   provides: {
     "redis-namespace": {
@@ -26,6 +28,12 @@ const REDIS = {
     },
   },
 };
+
+/** Writes `manifest` as `<dir>/<name>/module.json`, as a fleet file names it (`./<name>/module.json`). */
+export async function writeManifest(dir: string, name: string, manifest: object): Promise<void> {
+  await mkdir(join(dir, name), { recursive: true });
+  await writeFile(join(dir, name, "module.json"), JSON.stringify(manifest));
+}
 
 const consumer = (name: string, ifaces: readonly string[]): object => ({
   name,
@@ -66,10 +74,7 @@ export async function makeFleetDir(): Promise<FleetDir> {
     app3: consumer("app3", ["redis-namespace"]),
     app4: consumer("app4", ["postgres-database"]),
   };
-  for (const [name, manifest] of Object.entries(manifests)) {
-    await mkdir(join(dir, name));
-    await writeFile(join(dir, name, "module.json"), JSON.stringify(manifest, null, 2));
-  }
+  for (const [name, manifest] of Object.entries(manifests)) await writeManifest(dir, name, manifest);
   const fleetFile = join(dir, "mesh.yaml");
   const writeFleet = async (text: string): Promise<void> => {
     const temp = `${fleetFile}.tmp`;

@@ -1,23 +1,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import {
-  closeBus,
-  connectBus,
-  createAuthority,
-  credsFor,
-  newUserKeys,
-  openState,
-  type BusState,
-} from "@mesh/bus";
-import {
-  CONTROLLER_LEASE_KEY,
-  ControllerLease,
-  controllerPermissions,
-  LeaseDriver,
-  type LeaseTimings,
-} from "@mesh/controller";
+import { closeBus, createAuthority, openState, type BusState } from "@mesh/bus";
+import { CONTROLLER_LEASE_KEY, ControllerLease, LeaseDriver, type LeaseTimings } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { connectAsController } from "./test-mesh.ts";
 
 const TIMINGS: LeaseTimings = { renewEveryMs: 200, stepDownAfterMs: 600, takeOverAfterMs: 1_000 };
 
@@ -29,13 +16,7 @@ void describe("the controller lease on a real bucket", () => {
   before(async () => {
     const authority = await createAuthority();
     nats = await startNats({ config: authority.serverConfig() });
-    const keys = newUserKeys();
-    const jwt = await authority.issueUser({
-      name: "controller",
-      publicKey: keys.publicKey,
-      permissions: controllerPermissions(),
-    });
-    nc = await connectBus({ servers: [nats.url], creds: credsFor(jwt, keys.seed), name: "controller" });
+    nc = await connectAsController(authority, nats.url);
     bucket = await openState<unknown>(nc, "mesh-lease-test");
   });
   after(async () => {

@@ -4,10 +4,10 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { closeBus, connectBus, credsFor, ledgerStreamName, newUserKeys } from "@mesh/bus";
-import { controllerPermissions, ModuleLedgers } from "@mesh/controller";
+import { closeBus, ledgerStreamName } from "@mesh/bus";
+import { ModuleLedgers } from "@mesh/controller";
 import { until } from "@mesh/testkit";
-import { recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
+import { connectAsController, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
 
 void describe("module ledgers made apart", () => {
   let mesh: TestMesh;
@@ -15,13 +15,7 @@ void describe("module ledgers made apart", () => {
 
   before(async () => {
     mesh = await startTestMesh();
-    const keys = newUserKeys();
-    const jwt = await mesh.authority.issueUser({
-      name: "controller",
-      publicKey: keys.publicKey,
-      permissions: controllerPermissions(),
-    });
-    nc = await connectBus({ servers: [mesh.nats.url], creds: credsFor(jwt, keys.seed), name: "controller" });
+    nc = await connectAsController(mesh.authority, mesh.nats.url);
   });
   after(async () => {
     await closeBus(nc);

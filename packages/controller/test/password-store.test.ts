@@ -7,20 +7,9 @@ import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import {
-  closeBus,
-  connectBus,
-  createAuthority,
-  credsFor,
-  newNodeKeys,
-  newUserKeys,
-  openState,
-  unseal,
-  type BusState,
-} from "@mesh/bus";
+import { closeBus, createAuthority, newNodeKeys, openState, unseal, type BusState } from "@mesh/bus";
 import {
   BusCannotStoreError,
-  controllerPermissions,
   PasswordStore,
   RESTORES_FILE,
   RestoreIntents,
@@ -29,6 +18,7 @@ import {
 } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { connectAsController } from "./test-mesh.ts";
 
 const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
@@ -112,13 +102,7 @@ void describe("a rotation the bus did not confirm, after the controller that ask
   before(async () => {
     const authority = await createAuthority();
     nats = await startNats({ config: authority.serverConfig() });
-    const user = newUserKeys();
-    const jwt = await authority.issueUser({
-      name: "controller",
-      publicKey: user.publicKey,
-      permissions: controllerPermissions(),
-    });
-    nc = await connectBus({ servers: [nats.url], creds: credsFor(jwt, user.seed), name: "controller" });
+    nc = await connectAsController(authority, nats.url);
   });
   after(async () => {
     await closeBus(nc);

@@ -130,10 +130,20 @@ void describe("a controller killed -9 after the bus refused a rotation", { timeo
     return { intent, late };
   }
 
-  // The refused password lands late; the bus refuses again, as it may when the next one starts.
-  async function landLate(late: SealedPassword): Promise<void> {
+  // The refused password (version `late`) lands late, naming what it replaces when the refused
+  // write itself lands, and not when only its confirmation was lost; then the bus refuses again, as
+  // it may when the next controller starts.
+  async function landLate(late: string, replaces?: SealedPassword): Promise<void> {
+    const keys = await loadOrCreateControllerKeys(mesh.stateDir);
+    const record: SealedPassword = {
+      v: 1,
+      sealed: await seal("the-late-password", keys.seal.publicKey),
+      version: late,
+      mintedAt: new Date().toISOString(),
+      ...(replaces === undefined ? {} : { replaces }),
+    };
     await refuseWrites(false);
-    await (await kv()).put(KEY, JSON.stringify(late));
+    await (await kv()).put(KEY, JSON.stringify(record));
     await refuseWrites(true);
   }
 
@@ -166,13 +176,7 @@ void describe("a controller killed -9 after the bus refused a rotation", { timeo
     const { intent, late } = await killAfterRefusedRotation();
     // Only the confirming write lost (the bus stored it as a confirmed rotation): the file is all
     // that says it must not stand.
-    const keys = await loadOrCreateControllerKeys(mesh.stateDir);
-    await landLate({
-      v: 1,
-      sealed: await seal("the-late-password", keys.seal.publicKey),
-      version: late,
-      mintedAt: new Date().toISOString(),
-    });
+    await landLate(late);
     const controller = await startController({
       stateDir: mesh.stateDir,
       fleetFile: fleet.fleetFile,
@@ -193,14 +197,7 @@ void describe("a controller killed -9 after the bus refused a rotation", { timeo
   void it("is followed by a standby on another machine that puts the old password back", async () => {
     const { intent, late } = await killAfterRefusedRotation();
     // The refused write itself lands: it names the password it replaces.
-    const keys = await loadOrCreateControllerKeys(mesh.stateDir);
-    await landLate({
-      v: 1,
-      sealed: await seal("the-late-password", keys.seal.publicKey),
-      version: late,
-      mintedAt: new Date().toISOString(),
-      replaces: intent.kept,
-    });
+    await landLate(late, intent.kept);
     const other = await mkdtemp(join(tmpdir(), "mesh-standby-state-"));
     dirs.push(other);
     await copyStandbyState(mesh.stateDir, other);

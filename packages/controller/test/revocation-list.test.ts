@@ -2,18 +2,17 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import {
   closeBus,
-  connectBus,
   createAuthority,
-  credsFor,
   loadAuthority,
   newUserKeys,
   openState,
   type BusAuthority,
   type BusState,
 } from "@mesh/bus";
-import { controllerPermissions, REVOCATIONS_KEY, syncRevocations } from "@mesh/controller";
+import { REVOCATIONS_KEY, syncRevocations } from "@mesh/controller";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { connectAsController } from "./test-mesh.ts";
 
 void describe("the revocation list kept on the bus", () => {
   let authority: BusAuthority;
@@ -24,13 +23,7 @@ void describe("the revocation list kept on the bus", () => {
   before(async () => {
     authority = await createAuthority();
     nats = await startNats({ config: authority.serverConfig() });
-    const keys = newUserKeys();
-    const jwt = await authority.issueUser({
-      name: "controller",
-      publicKey: keys.publicKey,
-      permissions: controllerPermissions(),
-    });
-    nc = await connectBus({ servers: [nats.url], creds: credsFor(jwt, keys.seed), name: "controller" });
+    nc = await connectAsController(authority, nats.url);
     desired = await openState<unknown>(nc, "mesh-revocations-test");
   });
   after(async () => {

@@ -22,6 +22,7 @@ import {
   decodeJoinToken,
 } from "@mesh/bus";
 import {
+  controllerPermissions,
   DELIVERY_KEY,
   readDelivery,
   startController,
@@ -47,6 +48,17 @@ export function recordingLogger(): RecordingLogger {
     warn: (m) => lines.push(`warn: ${m}`),
     error: (m) => lines.push(`error: ${m}`),
   };
+}
+
+/** A connection to `url` under a controller's credential issued by `authority`, as a controller has. */
+export async function connectAsController(authority: BusAuthority, url: string): Promise<NatsConnection> {
+  const keys = newUserKeys();
+  const jwt = await authority.issueUser({
+    name: "controller",
+    publicKey: keys.publicKey,
+    permissions: controllerPermissions(),
+  });
+  return connectBus({ servers: [url], creds: credsFor(jwt, keys.seed), name: "controller" });
 }
 
 /** A bus, and controllers started on it, all torn down by `stop()`. */
