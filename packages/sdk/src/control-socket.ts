@@ -14,7 +14,7 @@ import {
   toolUsage,
   type ToolName,
 } from "@mesh/manifest/tools";
-import { cachedJson } from "./cached-json.ts";
+import { jsonBytes } from "./cached-json.ts";
 import type { Logger } from "./collaborators.ts";
 import { writingAnswer } from "./concurrency.ts";
 import { isValidLogin } from "./login.ts";
@@ -295,7 +295,7 @@ function answerConnection(socket: Socket, tools: ProvisionerTools, logger: Logge
       queue = queue.then(async () => {
         const response = await answer(text, tools, logger);
         if (socket.destroyed) return;
-        socket.write(lineOf(response));
+        writeResponse(socket, response);
         // Most of a big answer waits in the socket until the kernel takes it, one buffer per turn.
         if (socket.writableLength > 0) {
           const written = writingAnswer();
@@ -388,21 +388,18 @@ export function checkControlRequest(raw: unknown): { tool: ControlTool; args: st
   return { tool, args, who };
 }
 
-/** The bytes of a frozen result's whole answer line, once made. */
-const lines = new WeakMap<object, Buffer>();
-
-function lineOf(response: ControlResponse): Buffer | string {
-  if (!response.ok) return `${JSON.stringify(response)}\n`;
-  const { result } = response;
-  const frozen = typeof result === "object" && result !== null && Object.isFrozen(result);
-  let line = frozen ? lines.get(result) : undefined;
-  if (line === undefined) {
-    // A snapshot's JSON is made once (by the harness, or at its first request), not once per
-    // request; nor are its bytes: copying and encoding 15 MB would hold the event loop each time.
-    line = Buffer.from(`{"ok":true,"result":${cachedJson(result)}}\n`, "utf8");
-    if (frozen) lines.set(result, line);
+/**
+ * Writes one answer line. A snapshot's JSON is made once (by the harness, or at its first request),
+ * and so are its bytes: copying and encoding 15 MB for each request would hold the event loop.
+ */
+function writeResponse(socket: Socket, response: ControlResponse): void {
+  if (!response.ok) {
+    socket.write(`${JSON.stringify(response)}\n`);
+    return;
   }
-  return line;
+  socket.write('{"ok":true,"result":');
+  socket.write(jsonBytes(response.result));
+  socket.write("}\n");
 }
 
 async function answer(
