@@ -136,7 +136,14 @@ void describe("the metrics URL a module wrote", () => {
   void it("left by a process that is gone is removed before the module starts again", async () => {
     const file = metricsUrlPath(dir, "worker");
     await write("worker", "http://127.0.0.1:1/metrics\n");
-    const script = `require("node:fs").writeFileSync(${JSON.stringify(file)}, "http://127.0.0.1:2/metrics\\n"); setInterval(() => {}, 1000);`;
+    // The new run writes its URL only once the test says so (a file), so that what is looked at
+    // below is what start() left, however long this process is kept off the CPU meanwhile.
+    const go = join(dir, "worker-may-write");
+    const script =
+      `const fs = require("node:fs");` +
+      `const t = setInterval(() => { if (fs.existsSync(${JSON.stringify(go)})) {` +
+      ` clearInterval(t); fs.writeFileSync(${JSON.stringify(file)}, "http://127.0.0.1:2/metrics\\n"); } }, 20);` +
+      `setInterval(() => {}, 1000);`;
     const seen: string[] = [];
     const logger = recordingLogger();
     const proc = new ModuleProcess(
@@ -154,13 +161,15 @@ void describe("the metrics URL a module wrote", () => {
       () => seen.push(readModuleMetricsUrl(dir, "worker") ?? "none"),
     );
     proc.start();
-    // The stale file is gone as soon as start() returns, before the process could write its own.
-    // Looked at synchronously: a new node process takes tens of milliseconds to write anything,
-    // while an asynchronous stat can wait as long on a loaded machine.
-    assert.equal(existsSync(file), false);
-    await eventually(() => readModuleMetricsUrl(dir, "worker") !== undefined, "the new run's URL");
-    assert.equal(readModuleMetricsUrl(dir, "worker"), "http://127.0.0.1:2/metrics");
-    assert.ok(!seen.includes("http://127.0.0.1:1/metrics"), "the old URL was never there to read");
-    await proc.stop();
+    try {
+      // The stale file is gone as soon as start() returns.
+      assert.equal(existsSync(file), false);
+      await writeFile(go, "");
+      await eventually(() => readModuleMetricsUrl(dir, "worker") !== undefined, "the new run's URL");
+      assert.equal(readModuleMetricsUrl(dir, "worker"), "http://127.0.0.1:2/metrics");
+      assert.ok(!seen.includes("http://127.0.0.1:1/metrics"), "the old URL was never there to read");
+    } finally {
+      await proc.stop();
+    }
   });
 });
