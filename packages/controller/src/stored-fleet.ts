@@ -72,13 +72,55 @@ export interface FleetStateBucket {
   get(key: string): Promise<unknown>;
   put(key: string, value: unknown): Promise<number>;
   delete(key: string): Promise<void>;
-  keys(): Promise<string[]>;
+}
+
+/**
+ * Names the parts being written, and the writing they replace, before the head names them: the
+ * parts of a writing cut short (its controller killed, or the bus failing between a part and the
+ * head) and those of the writing it was replacing are so removed by the next one, by name.
+ */
+const WRITING_KEY = `${STORED_FLEET_KEY}-writing`;
+
+/** Which parts of the bucket one writing holds. */
+interface Parts {
+  readonly generation: string;
+  readonly parts: number;
+}
+
+/** What the writing key holds. */
+interface Writing extends Parts {
+  /** The writing that was stored when this one began. */
+  readonly replaces?: Parts;
+}
+
+function partsOf(value: unknown): Parts | undefined {
+  const v = value as Partial<Parts> | null | undefined;
+  return typeof v?.generation === "string" && typeof v.parts === "number" && Number.isInteger(v.parts)
+    ? { generation: v.generation, parts: v.parts }
+    : undefined;
+}
+
+// The value at `key`, or undefined when it cannot be read now: then what it names stays in the
+// bucket (a few bytes), and the fleet is stored all the same.
+async function readOrNothing(state: FleetStateBucket, key: string): Promise<unknown> {
+  try {
+    return await state.get(key);
+  } catch {
+    return undefined;
+  }
+}
+
+async function removeParts(state: FleetStateBucket, parts: Parts): Promise<void> {
+  for (let i = 0; i < parts.parts; i++)
+    await state.delete(partKey(parts.generation, i)).catch(() => undefined);
 }
 
 /**
  * Keeps `fleet` in the desired-state bucket in parts of at most `STORED_FLEET_PART_BYTES`, the
  * head last, so a reader finds either the fleet stored before or this one whole; then removes the
- * parts of earlier writings. `from` says in which lease term.
+ * parts of earlier writings, by name. (Listing the bucket's keys would make a JetStream consumer,
+ * which JetStream may place on a server that has just gone down: a fleet change would wait for
+ * that.) `from` says in which lease term.
  * @throws the bus's error when a part or the head cannot be stored (the fleet stored before stays).
  */
 export async function storeFleet(
@@ -93,6 +135,21 @@ export async function storeFleet(
   // character is at most 3 bytes in UTF-8, and a part is stored as a JSON string of it).
   const chars = Math.floor(STORED_FLEET_PART_BYTES / 3);
   for (let at = 0; at < text.length; at += chars) parts.push(text.slice(at, at + chars));
+
+  const stored = partsOf(await readOrNothing(state, STORED_FLEET_KEY));
+  const last = (await readOrNothing(state, WRITING_KEY)) as Partial<Writing> | undefined;
+  const lastParts = partsOf(last);
+  if (lastParts !== undefined && lastParts.generation !== stored?.generation) {
+    // Cut short before its head: nothing reads its parts.
+    await removeParts(state, lastParts);
+  } else if (lastParts !== undefined) {
+    // Whole, and cut short before it removed what it replaced.
+    const replaced = partsOf(last?.replaces);
+    if (replaced !== undefined && replaced.generation !== stored?.generation)
+      await removeParts(state, replaced);
+  }
+  const writing: Writing = { generation, parts: parts.length, ...(stored ? { replaces: stored } : {}) };
+  await state.put(WRITING_KEY, writing);
   for (const [i, part] of parts.entries()) await state.put(partKey(generation, i), part);
   const head: StoredHead = {
     v: 2,
@@ -102,10 +159,7 @@ export async function storeFleet(
     ...(from.term !== undefined ? { term: from.term } : {}),
   };
   await state.put(STORED_FLEET_KEY, head);
-  const stale = (await state.keys()).filter(
-    (key) => key.startsWith(`${STORED_FLEET_KEY}.`) && !key.startsWith(`${STORED_FLEET_KEY}.${generation}.`),
-  );
-  for (const key of stale) await state.delete(key).catch(() => undefined);
+  if (stored !== undefined) await removeParts(state, stored);
 }
 
 /**

@@ -64,6 +64,54 @@ describe("the stored fleet", () => {
     assert.deepEqual(await loadStoredFleet(state), kept);
   });
 
+  // Only get, put and delete: listing the bucket's keys makes a JetStream consumer, which a cluster
+  // may place on a server that has just gone down, and a fleet change would wait for it.
+  const byName = (): Pick<BusState<unknown>, "get" | "put" | "delete"> => ({
+    get: (key) => state.get(key),
+    put: (key, value) => state.put(key, value),
+    delete: (key) => state.delete(key),
+  });
+  const storedParts = async (): Promise<string[]> =>
+    (await state.keys()).filter((k) => k.startsWith(`${STORED_FLEET_KEY}.`)).sort();
+
+  it("removes, by name, the parts of a writing cut short before its head, and never lists the bucket", async () => {
+    await storeFleet(byName(), bigFleet(5, "2026-12-01T00:03:00.000Z"));
+    for (const k of await storedParts()) if (k.startsWith(`${STORED_FLEET_KEY}.zzz.`)) await state.delete(k);
+    const whole = await storedParts();
+    // A controller killed after two parts of its writing, before the head.
+    await state.put(`${STORED_FLEET_KEY}-writing`, { generation: "cut", parts: 3 });
+    await state.put(`${STORED_FLEET_KEY}.cut.0`, "a");
+    await state.put(`${STORED_FLEET_KEY}.cut.1`, "b");
+    const next = bigFleet(6, "2026-12-01T00:04:00.000Z");
+    await storeFleet(byName(), next);
+    assert.deepEqual(await loadStoredFleet(state), next);
+    const now = await storedParts();
+    assert.equal(now.length, 1, `one writing's parts are left: ${now.join(", ")}`);
+    assert.ok(!whole.includes(now[0] ?? ""), "the new writing's, not the one it replaced");
+  });
+
+  it("removes the parts a whole writing replaced when it was cut short before removing them", async () => {
+    await storeFleet(byName(), bigFleet(7, "2026-12-01T00:05:00.000Z"));
+    const [replaced] = await storedParts();
+    assert.ok(replaced !== undefined);
+    const generation = replaced.split(".")[1] ?? "";
+    // The next writing stored its head and was killed before it removed the parts it replaced.
+    await state.put(`${STORED_FLEET_KEY}-writing`, {
+      generation: "done",
+      parts: 1,
+      replaces: { generation, parts: 1 },
+    });
+    await state.put(`${STORED_FLEET_KEY}.done.0`, JSON.stringify(bigFleet(8, "2026-12-01T00:06:00.000Z")));
+    const head = (await state.get(STORED_FLEET_KEY)) as Record<string, unknown>;
+    await state.put(STORED_FLEET_KEY, { ...head, generation: "done" });
+    const next = bigFleet(9, "2026-12-01T00:07:00.000Z");
+    await storeFleet(byName(), next);
+    assert.deepEqual(await loadStoredFleet(state), next);
+    const now = await storedParts();
+    assert.equal(now.length, 1, `one writing's parts are left: ${now.join(", ")}`);
+    assert.ok(!now.includes(replaced) && !now.includes(`${STORED_FLEET_KEY}.done.0`));
+  });
+
   it("still reads a fleet stored in one value, as earlier controllers kept it", async () => {
     const old = bigFleet(3, "2026-11-30T00:00:00.000Z");
     await state.put(STORED_FLEET_KEY, old);
