@@ -566,7 +566,14 @@ export class FleetController implements Controller {
     const ledBefore = this.#ledTerm;
     this.#ledTerm = term;
     const serve = async (): Promise<void> => {
-      if (this.#stale) {
+      if (this.#stale && ledBefore !== undefined && ledBefore === term) {
+        // Its own lease lapsed and it took it back in the same term: nobody led meanwhile, so
+        // what it holds is what the bus holds. Opened again, the stores would list buckets'
+        // keys, which waits for JetStream to place a consumer (tens of seconds when it places
+        // it on a server that has just gone down, as after one is killed).
+        this.#s.ledgers.reopen();
+        this.#stale = false;
+      } else if (this.#stale) {
         this.#s.ledgers.close();
         this.#s = this.#use(await this.#p.openStores());
         this.#stale = false;

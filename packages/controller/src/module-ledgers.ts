@@ -127,6 +127,14 @@ export class ModuleLedgers {
     this.#making.clear();
   }
 
+  /**
+   * Makes again after `close` (a controller that leads again in the same term, nobody having led
+   * meanwhile): what it knew was made stands; what was being made is asked for again.
+   */
+  reopen(): void {
+    this.#closed = false;
+  }
+
   #start(key: string, what: string, attempt: () => Promise<void>): void {
     const now = Date.now();
     const making: Making = {
