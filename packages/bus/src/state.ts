@@ -16,6 +16,11 @@ export interface OpenStateOptions<T> {
   readonly create?: boolean;
   /** Checks and types a value read from the bucket (a schema's `parse`, say); it throws on a bad value. */
   readonly parse?: (value: unknown) => T;
+  /**
+   * How long one read or write waits for the bus (default: the client's, 5 s). Shorter for a value
+   * renewed often, so that a write the bus cannot take now is given up and tried again sooner.
+   */
+  readonly timeoutMs?: number;
 }
 
 /**
@@ -143,6 +148,34 @@ const isWrongLastSequence = (err: unknown): boolean =>
 /** How long creating a bucket may take (JetStream places its copies first). */
 const CREATE_TIMEOUT_MS = 20_000;
 
+/**
+ * How long the consumer that lists a bucket's keys may take to be made before it is asked for
+ * again, and how many times: JetStream places each such consumer on one server of the stream's,
+ * and for some seconds after a server has gone down it may still choose that one, where the
+ * consumer is never made (the request waits out its whole timeout). Asked again, it is placed anew.
+ * The last try waits the usual timeout.
+ */
+const KEYS_TRY_MS = 2_000;
+const KEYS_TRIES = 5;
+
+export async function listKeys(kv: Pick<KV, "keys">): Promise<AsyncIterable<string> & { stop(): void }> {
+  for (let tried = 1; tried < KEYS_TRIES; tried++) {
+    const listing = kv.keys();
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), KEYS_TRY_MS);
+    });
+    const keys = await Promise.race([listing, late]).finally(() => clearTimeout(timer));
+    if (keys !== undefined) return keys;
+    // Left to end on its own: a listing made late is stopped unread.
+    listing.then(
+      (late) => late.stop(),
+      () => undefined,
+    );
+  }
+  return kv.keys();
+}
+
 const KEY = /^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$/;
 const WATCH_KEY = /^([-/_=a-zA-Z0-9]+|\*)(\.([-/_=a-zA-Z0-9]+|\*))*(\.>)?$|^>$/;
 
@@ -160,7 +193,7 @@ export async function openState<T>(
   const parse = options.parse ?? ((value: unknown) => value as T);
   let kv: KV;
   try {
-    const kvm = new Kvm(nc);
+    const kvm = new Kvm(options.timeoutMs !== undefined ? jetstream(nc, { timeout: options.timeoutMs }) : nc);
     if (options.create === false) {
       kv = await kvm.open(bucket);
     } else {
@@ -224,7 +257,7 @@ export async function openState<T>(
     },
     async keys() {
       const found: string[] = [];
-      for await (const key of await kv.keys()) found.push(key);
+      for await (const key of await listKeys(kv)) found.push(key);
       return found;
     },
     async watch(watchOptions = {}) {

@@ -11,6 +11,7 @@ import {
   StateValueError,
   type StateChange,
 } from "@mesh/bus";
+import { listKeys } from "../src/state.ts";
 import { EVERYTHING, eventually, startBusServer, untilItWorks, type BusServer } from "./bus-server.ts";
 
 interface Sealed {
@@ -120,5 +121,57 @@ void describe("openState", () => {
       assert.match(err.message, /mesh-new could not be opened/);
       return true;
     });
+  });
+});
+
+// The harness's own logic under a fake bucket: a listing whose consumer JetStream never makes (it
+// placed it on a server that has just gone down) is given up after a while and asked for again.
+void describe("listing a bucket's keys", () => {
+  const listing = (keys: string[]) => {
+    let stopped = false;
+    return {
+      stop: () => {
+        stopped = true;
+      },
+      get stopped() {
+        return stopped;
+      },
+      async *[Symbol.asyncIterator]() {
+        yield* keys;
+      },
+    };
+  };
+
+  void it("asks again when the listing's consumer is not made in time, and stops one made late", async () => {
+    const late = listing(["late"]);
+    let releaseFirst: (v: typeof late) => void = () => {};
+    const asked: number[] = [];
+    const kv = {
+      keys: () => {
+        asked.push(Date.now());
+        if (asked.length === 1) return new Promise<typeof late>((resolve) => (releaseFirst = resolve));
+        return Promise.resolve(listing(["a", "b"]));
+      },
+    } as unknown as Parameters<typeof listKeys>[0];
+    const keys: string[] = [];
+    for await (const key of await listKeys(kv)) keys.push(key);
+    assert.deepEqual(keys, ["a", "b"]);
+    assert.equal(asked.length, 2, "asked again once");
+    const waited = (asked[1] ?? 0) - (asked[0] ?? 0);
+    assert.ok(waited >= 1_900 && waited < 10_000, `asked again after ${waited} ms`);
+    releaseFirst(late);
+    await eventually(() => late.stopped, "the late listing stopped");
+  });
+
+  void it("says the bus's own error of a listing at once, without asking again", async () => {
+    let asked = 0;
+    const kv = {
+      keys: () => {
+        asked++;
+        return Promise.reject(new Error("jetstream is not enabled"));
+      },
+    } as unknown as Parameters<typeof listKeys>[0];
+    await assert.rejects(listKeys(kv), /jetstream is not enabled/);
+    assert.equal(asked, 1);
   });
 });

@@ -38,7 +38,7 @@ export interface PendingWritesOptions {
   readonly clock?: Clock;
   /** The first wait after a refusal (default 500 ms); doubled each time, up to `maxDelayMs`. */
   readonly firstDelayMs?: number;
-  /** The longest wait between tries (default 4 s: a bus that can store again is used within it). */
+  /** The longest wait between tries (default 2 s: a bus that can store again is used within it). */
   readonly maxDelayMs?: number;
   /** Runs each retry (the controller's one-change-at-a-time queue); default: at once. */
   readonly run?: <T>(fn: () => Promise<T>) => Promise<T>;
@@ -69,7 +69,7 @@ export class PendingWrites {
     this.#log = options.logger;
     this.#clock = options.clock ?? systemClock;
     this.#first = options.firstDelayMs ?? 500;
-    this.#max = options.maxDelayMs ?? 4_000;
+    this.#max = options.maxDelayMs ?? 2_000;
     this.#run = options.run ?? ((fn) => fn());
   }
 

@@ -155,6 +155,9 @@ export async function startController(options: ControllerOptions): Promise<Contr
   }
 }
 
+/** The shortest wait for one read or write of the lease (a loaded machine answers in hundreds of ms). */
+const LEASE_REQUEST_MIN_MS = 2_000;
+
 async function startOnce(options: ControllerOptions): Promise<Controller> {
   const log = options.logger;
   const fleetFile = resolve(options.fleetFile);
@@ -204,7 +207,11 @@ async function run(
     now,
     options.standby === true,
   );
-  const leaseBucket = await openState<unknown>(nc, CONTROLLER_LEASE_BUCKET);
+  // A renewal the bus cannot take now (JetStream electing the lease's stream a new leader) is
+  // given up within about a renewal period and tried again, not waited on for the client's 5 s.
+  const leaseBucket = await openState<unknown>(nc, CONTROLLER_LEASE_BUCKET, {
+    timeoutMs: Math.max(LEASE_REQUEST_MIN_MS, leaseTimings.renewEveryMs),
+  });
   const mustLead = (what: string): void => {
     if (!lease.leading()) {
       const seen = lease.seen();
