@@ -52,6 +52,8 @@ const DELIVERY_TERM_FILE = "delivery-term";
  * the first minute (a rotation is applied within seconds), then every few seconds (a provider
  * that fails is not asked five times a second for ever).
  */
+/** How often the delivery is read again beside its watch, by default. */
+const READ_EVERY_MS = 2_000;
 const REGATE_EVERY_MS = 200;
 const REGATE_FAST_FOR_MS = 60_000;
 const REGATE_SLOW_MS = 2_000;
@@ -60,6 +62,12 @@ const REGATE_SLOW_MS = 2_000;
 export interface AgentTimings extends SupervisionTimings {
   /** How often the agent reports (and reads its delivery again) when nothing changes. */
   readonly reportEveryMs: number;
+  /**
+   * How often the delivery is read again beside its watch (default 2 s). The watch is a JetStream
+   * consumer on one server: when that server goes down, the watch sees nothing until JetStream
+   * makes it again elsewhere, and this read is what brings a delivery published meanwhile.
+   */
+  readonly readEveryMs?: number;
   /** How long enrollment keeps asking a controller that does not answer. */
   readonly enrollWithinMs: number;
   /** The pause before trying again what failed for want of the bus. */
@@ -125,6 +133,7 @@ export class NodeAgent {
   #connected = true;
   #stopped = false;
   #ticker: NodeJS.Timeout | undefined;
+  #reader: NodeJS.Timeout | undefined;
   #reportSoon: NodeJS.Timeout | undefined;
   #wake: (() => void) | undefined;
   #following: Promise<void> = Promise.resolve();
@@ -177,6 +186,7 @@ export class NodeAgent {
     this.#following = this.#follow();
     void this.#followConnection();
     this.#ticker = setInterval(() => this.#tick(), this.#o.timings.reportEveryMs);
+    this.#reader = setInterval(() => this.#resync(), this.#o.timings.readEveryMs ?? READ_EVERY_MS);
     this.#changed();
   }
 
@@ -195,6 +205,7 @@ export class NodeAgent {
     if (this.#stopped) return;
     this.#stopped = true;
     clearInterval(this.#ticker);
+    clearInterval(this.#reader);
     clearTimeout(this.#reportSoon);
     clearTimeout(this.#waitTimer);
     clearTimeout(this.#partsTimer);
