@@ -408,7 +408,7 @@ export class FleetController implements Controller {
   // in the queue, after this rotation's answer), so that a new one committed late never stands.
   // `since` (wall clock, ms) is when it was refused, for a restore resumed from the restores file.
   #restoreLater(refused: string, restore: () => Promise<void>, since?: number): void {
-    const what = `${refused}'s kept password (a rotation the bus did not confirm is undone)`;
+    const what = `the settling of ${refused}'s rotation the bus did not confirm (the password before it is put back, unless a later one is stored)`;
     queueMicrotask(() => {
       // Only the leader writes: a retry that finds this controller standing by writes nothing.
       const leading = (): Promise<void> => {
