@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import mysql from "mysql2/promise";
 import { freePort } from "./free-port.ts";
+import { exitOnSignal } from "./exit-on-signal.ts";
 
 /**
  * What an admin made by `createAdmin` may do: everything a database owner can, on any database,
@@ -73,6 +74,7 @@ export class MariadbStartError extends Error {
 // Every server this process started, so a test run that dies without its `after()` does not leave
 // servers behind.
 const running = new Set<ChildProcess>();
+exitOnSignal();
 process.once("exit", () => {
   for (const child of running) child.kill("SIGKILL");
 });

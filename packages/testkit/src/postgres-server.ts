@@ -10,6 +10,7 @@ import { delimiter, join } from "node:path";
 import { tmpdir } from "node:os";
 import pg from "pg";
 import { freePort } from "./free-port.ts";
+import { exitOnSignal } from "./exit-on-signal.ts";
 
 /** What a test needs from a running private PostgreSQL. */
 export interface PostgresServer {
@@ -132,6 +133,7 @@ function urlFor(user: string, password: string, port: number, database = "postgr
 // Servers still running when the process exits are stopped at once, so a test file that crashed
 // past its after() leaves no postmaster behind.
 const running = new Map<string, string>();
+exitOnSignal();
 process.once("exit", () => {
   for (const [dataDir, pgCtl] of running) {
     const argv = ["stop", "-D", dataDir, "-m", "immediate", "-w", "-t", "10"];

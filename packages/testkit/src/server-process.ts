@@ -4,10 +4,12 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { freePort } from "./free-port.ts";
+import { exitOnSignal } from "./exit-on-signal.ts";
 
 // Servers still running when the process exits are killed, so a crashed or forgetful test run
 // does not leave servers behind on a shared machine.
 const running = new Set<ChildProcess>();
+exitOnSignal();
 process.once("exit", () => {
   for (const child of running) child.kill("SIGKILL");
 });
