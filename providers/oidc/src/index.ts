@@ -15,6 +15,7 @@
  * ```
  */
 import { isAbsolute, join } from "node:path";
+import { isModuleName, moduleHomePath } from "@mesh/manifest";
 import { defineProvider } from "@mesh/sdk";
 import { createOidcAdapter } from "./adapter.ts";
 import { ADMIN_URL_RULES, KEY_FILE_ENV, PLUGIN_ENV } from "./config.ts";
@@ -54,14 +55,8 @@ export function keyFileOf(env: Readonly<Record<string, string | undefined>>): st
   const explicit = env[KEY_FILE_ENV];
   if (explicit !== undefined && explicit !== "") return explicit;
   const [stateDir, module] = [env["MESH_STATE_DIR"], env["MESH_MODULE"]];
-  if (
-    stateDir === undefined ||
-    !isAbsolute(stateDir) ||
-    module === undefined ||
-    !/^[a-z][a-z0-9-]*$/.test(module)
-  )
-    return undefined;
-  return join(stateDir, "modules", module, "home", "glewlwyd-api.key");
+  if (stateDir === undefined || !isAbsolute(stateDir) || !isModuleName(module)) return undefined;
+  return join(moduleHomePath(stateDir, module), "glewlwyd-api.key");
 }
 
 /** How `mesh provider oidc` finds and starts this provider. */
