@@ -143,6 +143,8 @@ export class NodeAgent {
   readonly #credentialWait = new Map<string, number>();
   readonly #saidStartedWithout = new Set<string>();
   #lastValue: unknown;
+  // The newest revision of the delivery key seen, by the watch or a read.
+  #newestRevision = 0;
   /** The delivery last applied, and the timer that renders its apps again while one waits for an apply. */
   #lastDelivery: Delivery | undefined;
   #regateTimer: NodeJS.Timeout | undefined;
@@ -256,12 +258,21 @@ export class NodeAgent {
 
   #take(change: StateChange<unknown>): void {
     const node = this.#o.node;
-    if (change.operation === "put") this.#enqueue(change.value);
+    if (change.operation === "put") this.#offer(change.value, change.revision);
     else if (change.operation === "delete") {
       this.#o.logger.warn(
         `the delivery for node ${node} was deleted: the node keeps its files and modules as they are`,
       );
     } else this.#o.logger.error(`the delivery for node ${node} cannot be read: ${change.error.message}`);
+  }
+
+  // A value of the delivery key, from the watch or a read: applied unless a newer revision was
+  // seen already. A read answered late (issued before the watch brought the next delivery) would
+  // otherwise put an older delivery back: its modules stopped, their keys removed and made again.
+  #offer(value: unknown, revision: number): void {
+    if (revision < this.#newestRevision) return;
+    this.#newestRevision = revision;
+    this.#enqueue(value);
   }
 
   #enqueue(value: unknown): void {
@@ -492,9 +503,9 @@ export class NodeAgent {
   #resync(): void {
     const state = this.#state;
     if (state === undefined || this.#stopped) return;
-    state.get(DELIVERY_KEY).then(
-      (value) => {
-        if (value !== undefined) this.#enqueue(value);
+    state.entry(DELIVERY_KEY).then(
+      (entry) => {
+        if (entry !== undefined) this.#offer(entry.value, entry.revision);
       },
       () => undefined, // the bus is not back yet; the next tick tries again
     );
