@@ -5,8 +5,10 @@ import { resolve } from "node:path";
 import {
   compilePermissions,
   derivePlan,
-  loadFleet,
   loadFleetManifests,
+  parseFleet,
+  readFleetText,
+  readManifestText,
   ProblemsError,
   seatHolders,
   type Manifest,
@@ -59,14 +61,24 @@ export class FleetRefusedError extends Error {
 
 /**
  * Reads the fleet file at `fleetFile`, every manifest it names, checks them together and derives
- * the plan.
+ * the plan. Read again with the fleet file and every manifest as they were, it is the fleet read
+ * before (with a new `readAt`), without parsing them again, unless `options.reuse` is false.
  * @throws FleetError (the fleet file), ManifestError (a manifest) or FleetCheckError (they do not
  * hold together), each listing every problem with its file, line, field and fix.
  */
-export async function loadFleetPlan(fleetFile: string): Promise<FleetPlan> {
+export async function loadFleetPlan(
+  fleetFile: string,
+  options: { readonly reuse?: boolean } = {},
+): Promise<FleetPlan> {
   const file = resolve(fleetFile);
-  const fleet = await loadFleet(file);
-  const manifests = await loadFleetManifests(fleet);
+  const fleetText = await readFleetText(file);
+  const last = options.reuse === false ? undefined : lastReads.get(file);
+  if (last !== undefined && last.fleetText === fleetText && (await sameTexts(last.manifests)))
+    return { ...last.read, readAt: new Date().toISOString() };
+  lastReads.delete(file);
+  const fleet = parseFleet(fleetText, file);
+  const texts = new Map<string, string>();
+  const manifests = await loadFleetManifests(fleet, texts);
   const plan = derivePlan(fleet, manifests);
   const permissions = modulePermissions(manifests);
   const modules = [...fleet.modules.values()]
@@ -79,7 +91,7 @@ export async function loadFleetPlan(fleetFile: string): Promise<FleetPlan> {
       ...(m.admin === undefined ? {} : { admin: m.admin }),
     }))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  return {
+  const read: FleetPlan = {
     fleetFile: file,
     plan,
     nodes: [...fleet.nodes.keys()].sort(),
@@ -87,6 +99,29 @@ export async function loadFleetPlan(fleetFile: string): Promise<FleetPlan> {
     readAt: new Date().toISOString(),
     permissions,
   };
+  lastReads.set(file, { fleetText, manifests: texts, read });
+  return read;
+}
+
+// The last fleet read whole from each fleet file, with the texts it was read from. Reading is pure:
+// with the fleet file and every manifest as they were, the fleet is the one read then, and parsing
+// them again (most of a reload's cost at thousands of modules) is skipped. Any text that differs,
+// or any file that cannot be read now, reads everything again (and says what is wrong).
+const lastReads = new Map<
+  string,
+  { readonly fleetText: string; readonly manifests: ReadonlyMap<string, string>; readonly read: FleetPlan }
+>();
+
+async function sameTexts(texts: ReadonlyMap<string, string>): Promise<boolean> {
+  const same = await Promise.all(
+    [...texts].map(([path, text]) =>
+      readManifestText(path).then(
+        (now) => now === text,
+        () => false,
+      ),
+    ),
+  );
+  return same.every(Boolean);
 }
 
 /**

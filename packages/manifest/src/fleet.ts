@@ -2,7 +2,7 @@ import { dirname, isAbsolute, join } from "node:path";
 import { z } from "zod";
 import { LineCounter, parseDocument } from "yaml";
 import { ListenAddressError, parseListenAddress } from "./listen-address.ts";
-import { loadManifest, ManifestError, type Manifest } from "./manifest.ts";
+import { ManifestError, parseManifest, readManifestText, type Manifest } from "./manifest.ts";
 import {
   INTERFACE_PATTERN,
   INTERFACE_RULE,
@@ -353,30 +353,45 @@ function metricsPortClashes(
  * @throws FleetError when it cannot be read or does not validate.
  */
 export async function loadFleet(path: string): Promise<Fleet> {
-  const text = await readBounded(path, {
+  return parseFleet(await readFleetText(path), path);
+}
+
+/**
+ * The text of the fleet file at `path`, as `loadFleet` reads it.
+ * @throws FleetError when it cannot be read (too large, missing).
+ */
+export function readFleetText(path: string): Promise<string> {
+  return readBounded(path, {
     what: "a fleet file",
     maxBytes: FLEET_MAX_BYTES,
     tooLargeFix: "point at the fleet's mesh.yaml",
     unreadableFix: `check the path, or write a fleet file like:\n${EXAMPLE}`,
     fail: (problems, cause) => new FleetError(problems, cause === undefined ? undefined : { cause }),
   });
-  return parseFleet(text, path);
 }
 
 /**
  * Reads the manifest of every module of `fleet`, each file once.
+ * @param texts when given, gets the text read from each manifest's path
  * @returns the manifests by fleet module name.
  * @throws ManifestError listing the problems of every manifest that cannot be used.
  */
-export async function loadFleetManifests(fleet: Fleet): Promise<Map<string, Manifest>> {
+export async function loadFleetManifests(
+  fleet: Fleet,
+  texts?: Map<string, string>,
+): Promise<Map<string, Manifest>> {
   const paths = [...new Set([...fleet.modules.values()].map((m) => m.manifest))];
   const loaded = await Promise.all(
-    paths.map((path) =>
-      loadManifest(path).catch((err: unknown) => {
+    paths.map(async (path) => {
+      try {
+        const text = await readManifestText(path);
+        texts?.set(path, text);
+        return parseManifest(text, path);
+      } catch (err) {
         if (err instanceof ManifestError) return err;
         throw err;
-      }),
-    ),
+      }
+    }),
   );
   const byPath = new Map(paths.map((path, i) => [path, loaded[i]]));
   const problems = loaded.flatMap((got) => (got instanceof ManifestError ? got.problems : []));

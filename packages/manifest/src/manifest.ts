@@ -640,16 +640,23 @@ export function parseManifest(text: string, file: string): Manifest {
 }
 
 /**
- * Reads and validates the manifest at `path`.
- * @throws ManifestError when the file cannot be read (too large, missing) or does not validate.
+ * The text of the manifest at `path`, as `loadManifest` reads it.
+ * @throws ManifestError when the file cannot be read (too large, missing).
  */
-export async function loadManifest(path: string): Promise<Manifest> {
-  const text = await readBounded(path, {
+export function readManifestText(path: string): Promise<string> {
+  return readBounded(path, {
     what: "a manifest",
     maxBytes: MANIFEST_MAX_BYTES,
     tooLargeFix: "point at the module's module.json",
     unreadableFix: "check the path (a fleet file's manifest paths are relative to the fleet file)",
     fail: (problems, cause) => new ManifestError(problems, cause === undefined ? undefined : { cause }),
   });
-  return parseManifest(text, path);
+}
+
+/**
+ * Reads and validates the manifest at `path`.
+ * @throws ManifestError when the file cannot be read (too large, missing) or does not validate.
+ */
+export async function loadManifest(path: string): Promise<Manifest> {
+  return parseManifest(await readManifestText(path), path);
 }
