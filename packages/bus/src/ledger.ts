@@ -55,13 +55,18 @@ const APPEND_TIMEOUT_MS = 10_000;
 /**
  * Creates `module`'s ledger when it is not there: the history stream (file storage, nothing ever
  * deleted or purged) and the snapshots bucket, each with `replicasFor(nc)` copies. Safe to call again, and by several at once.
+ * `options.timeoutMs` bounds each request of the stream's making (default 20 s).
  * @throws InvalidLedgerModuleError for a name that is not a module name; the bus's own error when
  * the connection may not create streams.
  */
-export async function ensureLedger(nc: NatsConnection, module: string): Promise<void> {
+export async function ensureLedger(
+  nc: NatsConnection,
+  module: string,
+  options: { readonly timeoutMs?: number } = {},
+): Promise<void> {
   const name = ledgerStreamName(module);
   // While a server of the cluster is down, placing a replicated stream takes JetStream several seconds.
-  const jsm = await jetstreamManager(nc, { timeout: CREATE_TIMEOUT_MS });
+  const jsm = await jetstreamManager(nc, { timeout: options.timeoutMs ?? CREATE_TIMEOUT_MS });
   try {
     await jsm.streams.info(name);
   } catch (err) {

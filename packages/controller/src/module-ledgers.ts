@@ -20,7 +20,11 @@ export interface ModuleLedgersOptions {
   readonly nc: NatsConnection;
   readonly logger: BusLogger;
   /** Makes one module's ledger (default: `ensureLedger`). */
-  readonly ensure?: (nc: NatsConnection, module: string) => Promise<void>;
+  readonly ensure?: (
+    nc: NatsConnection,
+    module: string,
+    options?: { readonly timeoutMs?: number },
+  ) => Promise<void>;
   /** The longest one try may take before the next is scheduled (default 60 s). */
   readonly tryBoundMs?: number;
   /** The first wait after a failed try (default 500 ms), doubled each time up to `maxDelayMs`. */
@@ -41,10 +45,13 @@ interface Making {
 
 const RAISE = " raise";
 
+/** How long the first try at a module's ledger waits for each answer (later ones: `ensureLedger`'s own). */
+const FIRST_TRY_MS = 8_000;
+
 /** The ledgers made (or being made) for the modules the controller issues credentials for. */
 export class ModuleLedgers {
   readonly #o: ModuleLedgersOptions;
-  readonly #ensure: (nc: NatsConnection, module: string) => Promise<void>;
+  readonly #ensure: NonNullable<ModuleLedgersOptions["ensure"]>;
   readonly #made = new Set<string>();
   readonly #making = new Map<string, Making>();
   readonly #listeners: ((module: string) => void)[] = [];
@@ -63,8 +70,10 @@ export class ModuleLedgers {
   ready(module: string): boolean {
     if (this.#made.has(module)) return true;
     if (!this.#making.has(module) && !this.#closed) {
-      this.#start(module, `module ${module}'s ledger (its credentials follow)`, async () => {
-        await this.#ensure(this.#o.nc, module);
+      this.#start(module, `module ${module}'s ledger (its credentials follow)`, async (tries) => {
+        // Asked again sooner the first time: just after a server of the cluster went down, JetStream
+        // may lose the request (the next one, a few seconds later, is made in one or two).
+        await this.#ensure(this.#o.nc, module, tries === 1 ? { timeoutMs: FIRST_TRY_MS } : {});
         this.#made.add(module);
         // Made with fewer copies than asked (a server was down): raised once they are back.
         if ((await belowReplicas(this.#o.nc).catch(() => [])).length > 0) this.raiseLater();
@@ -135,7 +144,7 @@ export class ModuleLedgers {
     this.#closed = false;
   }
 
-  #start(key: string, what: string, attempt: () => Promise<void>): void {
+  #start(key: string, what: string, attempt: (tries: number) => Promise<void>): void {
     const now = Date.now();
     const making: Making = {
       what,
@@ -151,7 +160,7 @@ export class ModuleLedgers {
       if (this.#closed || this.#making.get(key) !== making) return;
       making.attempts += 1;
       try {
-        await bounded(attempt(), this.#o.tryBoundMs ?? 60_000);
+        await bounded(attempt(making.attempts), this.#o.tryBoundMs ?? 60_000);
       } catch (err) {
         if (this.#closed || this.#making.get(key) !== making) return;
         making.error = (err as Error).message;

@@ -59,4 +59,25 @@ void describe("module ledgers made apart", () => {
     assert.equal(ledgers.ready("other"), false, "a closed one makes nothing more");
     assert.deepEqual(ledgers.waiting(), []);
   });
+  void it("waits less for the first try's answers, then the usual, and makes it on a later try", async () => {
+    const asked: ({ readonly timeoutMs?: number } | undefined)[] = [];
+    const ledgers = new ModuleLedgers({
+      nc,
+      logger: recordingLogger(),
+      firstDelayMs: 50,
+      // A request JetStream lost (it placed the stream on a server just gone down): the first fails.
+      ensure: (_nc, _module, options) => {
+        asked.push(options);
+        return asked.length === 1 ? Promise.reject(new Error("timeout")) : Promise.resolve();
+      },
+    });
+    const made: string[] = [];
+    ledgers.whenMade((module) => made.push(module));
+    assert.equal(ledgers.ready("wiki"), false);
+    await until("wiki's ledger made", () => (made.length > 0 ? true : undefined), 30);
+    assert.equal(asked.length, 2);
+    assert.ok((asked[0]?.timeoutMs ?? Infinity) <= 10_000, `the first try waits ${asked[0]?.timeoutMs} ms`);
+    assert.equal(asked[1]?.timeoutMs, undefined, "a later try waits ensureLedger's own time");
+    ledgers.close();
+  });
 });
