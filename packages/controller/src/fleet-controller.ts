@@ -667,6 +667,9 @@ export class FleetController implements Controller {
     if (head === undefined || head.sha256 === this.#storedSha) return;
     const stored = await loadStoredFleet(this.#p.desired);
     if (stored === undefined || stored.fleetFile !== this.fleetFile) return;
+    // It may have taken up the lead while it read (following runs beside the lease's readings):
+    // then what it serves is what leading read or stored, never this older reading.
+    if (this.leading()) return;
     this.#current = stored;
     this.#storedSha = head.sha256;
     this.#fleetTerm = head.term;

@@ -34,11 +34,12 @@ export class LeaseDriver {
   #paused = false;
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
+  #idling: Promise<void> | undefined;
   #stopped = false;
 
   /**
    * @param changed called (and awaited, before the next tick) when this controller starts or
-   * stops leading; `idle` after each tick while it does not lead
+   * stops leading; `idle` after each tick while it does not lead, not awaited (one at a time)
    */
   constructor(options: {
     readonly bucket: BusState<unknown>;
@@ -63,7 +64,16 @@ export class LeaseDriver {
     if (this.#paused) return this.#settle();
     await this.#keep();
     await this.#settle();
-    if (!this.#leading) await this.#idle?.().catch(() => undefined);
+    // What a standby does meanwhile (following the leader's fleet) never holds the next reading
+    // of the lease: with a server of the bus cut off, one of its reads waits out its timeout, and
+    // a take-over due then would wait with it. One at a time.
+    if (!this.#leading && this.#idle !== undefined && this.#idling === undefined) {
+      this.#idling = this.#idle()
+        .catch(() => undefined)
+        .finally(() => {
+          this.#idling = undefined;
+        });
+    }
   }
 
   // One read of the lease and, when it says so, one write. Never throws.
@@ -133,6 +143,7 @@ export class LeaseDriver {
     this.#stopped = true;
     clearTimeout(this.#timer);
     await this.#running;
+    await this.#idling;
     const release = this.#lease.release();
     if (release === undefined || this.#paused) return;
     let timer: NodeJS.Timeout | undefined;

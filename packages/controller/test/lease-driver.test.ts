@@ -129,4 +129,43 @@ void describe("the controller lease on a real bucket", () => {
     assert.ok(lease.leading());
     await driver.stop();
   });
+  void it("takes over while what a standby does meanwhile still waits on the bus", async () => {
+    const own = await openState<unknown>(nc, "mesh-lease-idle-test");
+    await own.put(CONTROLLER_LEASE_KEY, { holder: "gone", term: 3 });
+    let clock = 0;
+    const now = (): number => clock;
+    const lease = new ControllerLease("standby", TIMINGS, now, true);
+    let following = 0;
+    let release: () => void = () => undefined;
+    const driver = new LeaseDriver({
+      bucket: own,
+      lease,
+      timings: TIMINGS,
+      now,
+      logger: { info: () => undefined, warn: () => undefined, error: () => undefined },
+      changed: async () => undefined,
+      // A read of the leader's fleet the bus does not answer (its server cut off).
+      idle: () => {
+        following++;
+        return new Promise<void>((resolve) => (release = resolve));
+      },
+    });
+    // A tick that waited for the following would never end: bounded, it says so.
+    const tick = async (): Promise<void> => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error("the tick waited for the following")), 5_000);
+      });
+      await Promise.race([driver.tick(), late]).finally(() => clearTimeout(timer));
+    };
+    await tick();
+    assert.equal(lease.leading(), false);
+    clock += TIMINGS.takeOverAfterMs + 1;
+    await tick();
+    assert.equal(lease.leading(), true, "took over, its following still waiting");
+    assert.equal(following, 1, "one following at a time");
+    assert.deepEqual((await own.entry(CONTROLLER_LEASE_KEY))?.value, { holder: "standby", term: 4 });
+    release();
+    await driver.stop();
+  });
 });
