@@ -147,8 +147,19 @@ export class ModuleIsolations {
       if (!(err instanceof ModuleUserError) || this.#mode === "strict") throw err;
       return agentUser(err.message);
     }
+    const reaches = await this.#reaches(module, manifest, user);
+    // Ran as the agent's user before, for want of a reach it may still lack: checked first without
+    // handing its directories to its user, so that a module that still cannot be separated keeps
+    // one owner of its home (handed over and taken back, the agent refused the module's own files
+    // in between). Only when nothing but those directories could be lacking is it prepared.
+    if (this.#current.get(module)?.kind === "agent-user" && this.#mode === "auto") {
+      const before = await firstUnreachable(user, this.#unprepared(module, reaches));
+      if (before !== undefined) {
+        return agentUser(`${before.why}, so it runs as the agent's user (--isolation auto)`);
+      }
+    }
     await this.#prepare(module, user);
-    const unreachable = await firstUnreachable(user, await this.#reaches(module, manifest, user));
+    const unreachable = await firstUnreachable(user, reaches);
     if (unreachable === undefined) {
       return { kind: "own-user", user, isolation: { isolated: true, user: user.name } };
     }
@@ -184,6 +195,19 @@ export class ModuleIsolations {
       reaches.push({ need: "run", path: found ?? run.command, what: "its command" });
     }
     return reaches;
+  }
+
+  // What the module's user must reach that does not hang on the agent preparing its directories:
+  // the directory they are made in (every ancestor counts) in their place.
+  #unprepared(module: string, reaches: readonly Reach[]): Reach[] {
+    const own = new Set([moduleDir(this.#stateDir, module), moduleHomePath(this.#stateDir, module)]);
+    const parent: Reach = {
+      need: "enter",
+      path: dirname(moduleDir(this.#stateDir, module)),
+      what: "the directory of its directory",
+    };
+    const rest = reaches.filter((r) => !own.has(r.path));
+    return [...rest.slice(0, 1), parent, ...rest.slice(1)];
   }
 
   // The module's directory is the agent's; its home is the module's (or the agent's, when it runs as the agent).
