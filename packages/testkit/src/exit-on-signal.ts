@@ -5,9 +5,14 @@
 const CODES = { SIGTERM: 143, SIGINT: 130, SIGHUP: 129 } as const;
 let installed = false;
 
-/** Makes SIGTERM, SIGINT and SIGHUP end this process through `process.exit` (once; idempotent). */
+/**
+ * Makes SIGTERM, SIGINT and SIGHUP end this process through `process.exit` (once; idempotent),
+ * after every other listener of that signal has run: a test's own cleanup on a signal (the cluster
+ * test removes its network namespaces) is not cut short by the testkit's, registered first.
+ */
 export function exitOnSignal(): void {
   if (installed) return;
   installed = true;
-  for (const [signal, code] of Object.entries(CODES)) process.once(signal, () => process.exit(code));
+  for (const [signal, code] of Object.entries(CODES))
+    process.once(signal, () => setImmediate(() => process.exit(code)));
 }

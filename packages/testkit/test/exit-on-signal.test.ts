@@ -20,10 +20,14 @@ function alive(pid: number): boolean {
 
 void describe("a test process ended by a signal", () => {
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
-    void it(`stops the servers it started on ${signal}, and exits with 128 + the signal's number`, async () => {
+    void it(`stops the servers it started on ${signal}, after its own handler, and exits with 128 + the signal's number`, async () => {
       // A stand-in for a server: a process the launcher started, as it starts nats-server or redis.
       const script =
+        `import { writeSync } from "node:fs";` +
         `import { spawnServer } from ${JSON.stringify(serverProcess)};` +
+        // The test's own cleanup on the signal, registered after the testkit's, as the cluster
+        // test removes its network namespaces: it runs too.
+        `process.once(${JSON.stringify(signal)}, () => writeSync(1, "own cleanup ran\\n"));` +
         `const s = spawnServer("sleep", ["600"]);` +
         `s.child.once("spawn", () => console.log("server " + s.child.pid));` +
         `setInterval(() => {}, 1000);`;
@@ -47,6 +51,7 @@ void describe("a test process ended by a signal", () => {
         test.kill(signal);
         const [code] = (await exited) as [number | null];
         assert.equal(code, signal === "SIGTERM" ? 143 : 130);
+        assert.match(out, /own cleanup ran/, "the test's own handler of the signal ran");
         const left = server;
         await until("the server to be stopped", () => (alive(left) ? undefined : true), 10);
       } finally {
