@@ -376,8 +376,7 @@ export class FleetController implements Controller {
   // Stores the fleet being served, in this leader's term.
   async #store(fleet: FleetPlan): Promise<void> {
     const term = this.#mustLead("store the fleet");
-    await storeFleet(this.#p.desired, fleet, { term });
-    this.#storedSha = (await loadStoredFleetHead(this.#p.desired))?.sha256;
+    this.#storedSha = (await storeFleet(this.#p.desired, fleet, { term })).sha256;
     if (this.#unstored?.readAt === fleet.readAt) this.#unstored = undefined;
     this.#fleetTerm = term;
   }
@@ -566,16 +565,16 @@ export class FleetController implements Controller {
     const ledBefore = this.#ledTerm;
     this.#ledTerm = term;
     const serve = async (): Promise<void> => {
-      if (this.#stale && ledBefore !== undefined && ledBefore === term) {
+      if (this.#stale) {
         // Its own lease lapsed and it took it back in the same term: nobody led meanwhile, so
         // what it holds is what the bus holds. Opened again, the stores would list buckets'
         // keys, which waits for JetStream to place a consumer (tens of seconds when it places
         // it on a server that has just gone down, as after one is killed).
-        this.#s.ledgers.reopen();
-        this.#stale = false;
-      } else if (this.#stale) {
-        this.#s.ledgers.close();
-        this.#s = this.#use(await this.#p.openStores());
+        if (term !== undefined && ledBefore === term) this.#s.ledgers.reopen();
+        else {
+          this.#s.ledgers.close();
+          this.#s = this.#use(await this.#p.openStores());
+        }
         this.#stale = false;
       }
       this.#resumeRestores();

@@ -121,13 +121,14 @@ async function removeParts(state: FleetStateBucket, parts: Parts): Promise<void>
  * parts of earlier writings, by name. (Listing the bucket's keys would make a JetStream consumer,
  * which JetStream may place on a server that has just gone down: a fleet change would wait for
  * that.) `from` says in which lease term.
+ * @returns the head now stored.
  * @throws the bus's error when a part or the head cannot be stored (the fleet stored before stays).
  */
 export async function storeFleet(
   state: FleetStateBucket,
   fleet: FleetPlan,
   from: { readonly term?: number } = {},
-): Promise<void> {
+): Promise<StoredFleetHead> {
   const text = JSON.stringify(fleet);
   const generation = `${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
   const parts: string[] = [];
@@ -160,6 +161,7 @@ export async function storeFleet(
   };
   await state.put(STORED_FLEET_KEY, head);
   if (stored !== undefined) await removeParts(state, stored);
+  return { sha256: head.sha256, term: head.term ?? 0 };
 }
 
 /**

@@ -5,7 +5,13 @@ import { after, before, describe, it } from "node:test";
 import { connectBus, createAuthority, credsFor, newUserKeys, openState, type BusState } from "@mesh/bus";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { loadStoredFleet, storeFleet, STORED_FLEET_KEY, type FleetPlan } from "@mesh/controller";
+import {
+  loadStoredFleet,
+  loadStoredFleetHead,
+  storeFleet,
+  STORED_FLEET_KEY,
+  type FleetPlan,
+} from "@mesh/controller";
 
 /** A fleet plan of `n` consumers of one provider: its JSON grows with `n` as a real one does. */
 function bigFleet(n: number, readAt: string): FleetPlan {
@@ -51,8 +57,10 @@ describe("the stored fleet", () => {
     await storeFleet(state, fleet);
     assert.deepEqual(await loadStoredFleet(state), fleet);
     const smaller = bigFleet(10, "2026-12-01T00:01:00.000Z");
-    await storeFleet(state, smaller);
+    const head = await storeFleet(state, smaller, { term: 4 });
     assert.deepEqual(await loadStoredFleet(state), smaller);
+    assert.deepEqual(head, await loadStoredFleetHead(state), "it answers the head it stored");
+    assert.equal(head.term, 4);
     const parts = (await state.keys()).filter((k) => k.startsWith(`${STORED_FLEET_KEY}.`));
     assert.equal(parts.length, 1, "the earlier writing's parts are removed");
   });
