@@ -72,13 +72,19 @@ export async function loadFleetPlan(
 ): Promise<FleetPlan> {
   const file = resolve(fleetFile);
   const fleetText = await readFleetText(file);
+  // Every manifest's text as read now, each file read once (to compare, then to parse).
+  const texts = new Map<string, string>();
+  const readText = async (path: string): Promise<string> => {
+    const text = texts.get(path) ?? (await readManifestText(path));
+    texts.set(path, text);
+    return text;
+  };
   const last = options.reuse === false ? undefined : lastReads.get(file);
-  if (last !== undefined && last.fleetText === fleetText && (await sameTexts(last.manifests)))
+  if (last !== undefined && last.fleetText === fleetText && (await sameTexts(last.manifests, readText)))
     return { ...last.read, readAt: new Date().toISOString() };
   lastReads.delete(file);
   const fleet = parseFleet(fleetText, file);
-  const texts = new Map<string, string>();
-  const manifests = await loadFleetManifests(fleet, texts);
+  const manifests = await loadFleetManifests(fleet, readText);
   const plan = derivePlan(fleet, manifests);
   const permissions = modulePermissions(manifests);
   const modules = [...fleet.modules.values()]
@@ -112,10 +118,13 @@ const lastReads = new Map<
   { readonly fleetText: string; readonly manifests: ReadonlyMap<string, string>; readonly read: FleetPlan }
 >();
 
-async function sameTexts(texts: ReadonlyMap<string, string>): Promise<boolean> {
+async function sameTexts(
+  texts: ReadonlyMap<string, string>,
+  readText: (path: string) => Promise<string>,
+): Promise<boolean> {
   const same = await Promise.all(
     [...texts].map(([path, text]) =>
-      readManifestText(path).then(
+      readText(path).then(
         (now) => now === text,
         () => false,
       ),

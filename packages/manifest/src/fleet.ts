@@ -372,21 +372,20 @@ export function readFleetText(path: string): Promise<string> {
 
 /**
  * Reads the manifest of every module of `fleet`, each file once.
- * @param texts when given, gets the text read from each manifest's path
+ * @param readText reads a manifest's text (default `readManifestText`); a caller that keeps the
+ * texts, or has read some already, gives its own
  * @returns the manifests by fleet module name.
  * @throws ManifestError listing the problems of every manifest that cannot be used.
  */
 export async function loadFleetManifests(
   fleet: Fleet,
-  texts?: Map<string, string>,
+  readText: (path: string) => Promise<string> = readManifestText,
 ): Promise<Map<string, Manifest>> {
   const paths = [...new Set([...fleet.modules.values()].map((m) => m.manifest))];
   const loaded = await Promise.all(
     paths.map(async (path) => {
       try {
-        const text = await readManifestText(path);
-        texts?.set(path, text);
-        return parseManifest(text, path);
+        return parseManifest(await readText(path), path);
       } catch (err) {
         if (err instanceof ManifestError) return err;
         throw err;
