@@ -47,23 +47,24 @@ const WAITING_FOR_CREDENTIAL = "its bus credential";
 /** The newest controller term this node applied a delivery of, in its state directory. */
 const DELIVERY_TERM_FILE = "delivery-term";
 
+/** How often the delivery is read again beside its watch, by default (or each report, when sooner). */
+const READ_EVERY_MS = 2_000;
 /**
  * How often an app waiting for its provider's apply of a password is rendered again: often for
  * the first minute (a rotation is applied within seconds), then every few seconds (a provider
  * that fails is not asked five times a second for ever).
  */
-/** How often the delivery is read again beside its watch, by default. */
-const READ_EVERY_MS = 2_000;
 const REGATE_EVERY_MS = 200;
 const REGATE_FAST_FOR_MS = 60_000;
 const REGATE_SLOW_MS = 2_000;
 
 /** Every delay the agent keeps; tests shorten them. */
 export interface AgentTimings extends SupervisionTimings {
-  /** How often the agent reports (and reads its delivery again) when nothing changes. */
+  /** How often the agent reports when nothing changes. */
   readonly reportEveryMs: number;
   /**
-   * How often the delivery is read again beside its watch (default 2 s). The watch is a JetStream
+   * How often the delivery is read again beside its watch (default 2 s, or `reportEveryMs` when
+   * that is shorter). The watch is a JetStream
    * consumer on one server: when that server goes down, the watch sees nothing until JetStream
    * makes it again elsewhere, and this read is what brings a delivery published meanwhile.
    */
@@ -188,7 +189,8 @@ export class NodeAgent {
     this.#following = this.#follow();
     void this.#followConnection();
     this.#ticker = setInterval(() => this.#tick(), this.#o.timings.reportEveryMs);
-    this.#reader = setInterval(() => this.#resync(), this.#o.timings.readEveryMs ?? READ_EVERY_MS);
+    const { readEveryMs, reportEveryMs } = this.#o.timings;
+    this.#reader = setInterval(() => this.#resync(), readEveryMs ?? Math.min(READ_EVERY_MS, reportEveryMs));
     this.#changed();
   }
 
@@ -304,7 +306,7 @@ export class NodeAgent {
         throw new InvalidDeliveryError(this.#o.node, err.field, err.why);
       }
       if (err instanceof InvalidDeliveryError) {
-        // Said once: the same bad delivery is read again on every tick until the controller replaces it.
+        // Said once: the same bad delivery is read again every few seconds until the controller replaces it.
         this.#lastRefused = text;
         throw err;
       }
@@ -507,7 +509,7 @@ export class NodeAgent {
       (entry) => {
         if (entry !== undefined) this.#offer(entry.value, entry.revision);
       },
-      () => undefined, // the bus is not back yet; the next tick tries again
+      () => undefined, // the bus is not back yet; the next read tries again
     );
   }
 
@@ -519,7 +521,6 @@ export class NodeAgent {
   #tick(): void {
     this.#watchMetricsFiles();
     this.#supervisor.refresh();
-    this.#resync();
     this.#publish();
   }
 
