@@ -198,16 +198,14 @@ export class ModuleIsolations {
   }
 
   // What the module's user must reach that does not hang on the agent preparing its directories:
-  // the directory they are made in (every ancestor counts) in their place.
+  // the directory its own is made in (every ancestor counts) instead of its own, and not its home.
   #unprepared(module: string, reaches: readonly Reach[]): Reach[] {
-    const own = new Set([moduleDir(this.#stateDir, module), moduleHomePath(this.#stateDir, module)]);
-    const parent: Reach = {
-      need: "enter",
-      path: dirname(moduleDir(this.#stateDir, module)),
-      what: "the directory of its directory",
-    };
-    const rest = reaches.filter((r) => !own.has(r.path));
-    return [...rest.slice(0, 1), parent, ...rest.slice(1)];
+    const dir = moduleDir(this.#stateDir, module);
+    return reaches
+      .filter((r) => r.path !== moduleHomePath(this.#stateDir, module))
+      .map((r) =>
+        r.path === dir ? { ...r, path: dirname(dir), what: "the directory of its directory" } : r,
+      );
   }
 
   // The module's directory is the agent's; its home is the module's (or the agent's, when it runs as the agent).

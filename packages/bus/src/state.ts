@@ -158,6 +158,7 @@ const CREATE_TIMEOUT_MS = 20_000;
 const KEYS_TRY_MS = 2_000;
 const KEYS_TRIES = 5;
 
+/** A listing of the bucket's keys, asked for again as `KEYS_TRY_MS` says. */
 export async function listKeys(kv: Pick<KV, "keys">): Promise<AsyncIterable<string> & { stop(): void }> {
   for (let tried = 1; tried < KEYS_TRIES; tried++) {
     const listing = kv.keys();
@@ -169,7 +170,7 @@ export async function listKeys(kv: Pick<KV, "keys">): Promise<AsyncIterable<stri
     if (keys !== undefined) return keys;
     // Left to end on its own: a listing made late is stopped unread.
     listing.then(
-      (late) => late.stop(),
+      (madeLate) => madeLate.stop(),
       () => undefined,
     );
   }
