@@ -52,6 +52,9 @@ modules:
   app3: { manifest: ./app3/module.json, node: node-b }
 `;
 
+/** The test fleet with app4 (a Postgres consumer on node-a) added. */
+export const WITH_APP4 = `${FLEET_YAML}  app4: { manifest: ./app4/module.json, node: node-a }\n`;
+
 /** A fleet directory on disk. */
 export interface FleetDir {
   readonly dir: string;

@@ -7,9 +7,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { FleetRefusedError, loadFleetPlan } from "@mesh/controller";
 import { ManifestError } from "@mesh/manifest";
-import { FLEET_YAML, makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-
-const WITH_APP4 = `${FLEET_YAML}  app4: { manifest: ./app4/module.json, node: node-a }\n`;
+import { FLEET_YAML, makeFleetDir, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
 
 void describe("reading the fleet again", () => {
   let fleet: FleetDir;

@@ -6,17 +6,18 @@
 import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
-import { connectBus, credsFor, newUserKeys } from "@mesh/bus";
 import { until } from "@mesh/testkit";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { startController, type FleetController, type LeaseTimings } from "@mesh/controller";
-import { FLEET_YAML, makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
-
-// As in the standby test: a quarter of the real timings, and no shorter.
-const FAST: LeaseTimings = { renewEveryMs: 500, stepDownAfterMs: 1_500, takeOverAfterMs: 2_500 };
-
-const WITH_APP4 = `${FLEET_YAML}  app4: { manifest: ./app4/module.json, node: node-a }\n`;
+import { startController, type FleetController } from "@mesh/controller";
+import { makeFleetDir, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
+import {
+  connectAsAdmin,
+  enrollNode,
+  FAST_LEASE,
+  startTestMesh,
+  type TestMesh,
+  type TestNode,
+} from "./test-mesh.ts";
 
 void describe("a leader whose own lease lapsed", () => {
   let mesh: TestMesh;
@@ -38,22 +39,12 @@ void describe("a leader whose own lease lapsed", () => {
       logger: mesh.log,
       watch: false,
       controllerId: "only",
-      leaseTimings: FAST,
+      leaseTimings: FAST_LEASE,
     })) as FleetController;
     a = await enrollNode(await controller.joinToken("node-a"));
     await until("node-a's first delivery", () => a.delivery(), 30);
     // JetStream says each consumer it makes in the account: every listing of a bucket's keys.
-    const keys = newUserKeys();
-    const jwt = await mesh.authority.issueUser({
-      name: "watcher",
-      publicKey: keys.publicKey,
-      permissions: { pub: { allow: [">"] }, sub: { allow: [">"] } },
-    });
-    watcher = await connectBus({
-      servers: [mesh.nats.url],
-      creds: credsFor(jwt, keys.seed),
-      name: "watcher",
-    });
+    watcher = await connectAsAdmin(mesh.authority, mesh.nats.url, "watcher");
     advisories = watcher.subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED.>", {
       callback: (_err, msg) => {
         consumersMade.push(msg.subject.split(".")[5] ?? "");

@@ -9,13 +9,11 @@ import {
   UnknownConsumerError,
   type Controller,
 } from "@mesh/controller";
-import { FLEET_YAML, type FleetDir } from "./fleet-dir.ts";
+import { FLEET_YAML, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
 import { startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
 
 /** Waits (generously: the machine is shared) until `check` holds; the testkit's `until` polls. */
 const eventually = (check: () => Promise<boolean>, what: string): Promise<unknown> => until(what, check, 30);
-
-const WITH_APP4 = `${FLEET_YAML}  app4: { manifest: ./app4/module.json, node: node-a }\n`;
 
 void describe("the controller across restarts, rotations and bad fleet files", () => {
   let mesh: TestMesh;

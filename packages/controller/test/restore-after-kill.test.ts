@@ -17,15 +17,7 @@ import { fileURLToPath } from "node:url";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
-import {
-  closeBus,
-  connectBus,
-  credsFor,
-  newUserKeys,
-  seal,
-  SEALED_PASSWORDS_BUCKET,
-  unseal,
-} from "@mesh/bus";
+import { closeBus, seal, SEALED_PASSWORDS_BUCKET, unseal } from "@mesh/bus";
 import {
   copyStandbyState,
   loadOrCreateAuthority,
@@ -39,7 +31,7 @@ import {
 } from "@mesh/controller";
 import { until } from "@mesh/testkit";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { startTestMesh, type TestMesh } from "./test-mesh.ts";
+import { connectAsAdmin, startTestMesh, type TestMesh } from "./test-mesh.ts";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
 const CHILD = fileURLToPath(new URL("./controller-process.ts", import.meta.url));
@@ -59,17 +51,7 @@ void describe("a controller killed -9 after the bus refused a rotation", { timeo
     mesh = await startTestMesh();
     fleet = await makeFleetDir();
     await saveAuthority(mesh.stateDir, mesh.authority);
-    const keys = newUserKeys();
-    const jwt = await mesh.authority.issueUser({
-      name: "test-admin",
-      publicKey: keys.publicKey,
-      permissions: { pub: { allow: [">"] }, sub: { allow: [">"] } },
-    });
-    admin = await connectBus({
-      servers: [mesh.nats.url],
-      creds: credsFor(jwt, keys.seed),
-      name: "test-admin",
-    });
+    admin = await connectAsAdmin(mesh.authority, mesh.nats.url, "test-admin");
   });
   after(async () => {
     if (child !== undefined && child.exitCode === null && child.signalCode === null) {

@@ -12,23 +12,20 @@ import {
   startController,
   type Controller,
   type FleetController,
-  type LeaseTimings,
 } from "@mesh/controller";
-import { FLEET_YAML, makeFleetDir, type FleetDir } from "./fleet-dir.ts";
-import { enrollNode, recordingLogger, startTestMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
-
-/**
- * The lease's timings, a quarter of the real ones: renewed every 0.5 s, given up after 1.5 s, taken over
- * after 2.5 s. Not shorter: on a loaded machine a renewal can take some hundreds of milliseconds,
- * and a leader that lapses by accident would make the test flaky.
- */
-const FAST: LeaseTimings = { renewEveryMs: 500, stepDownAfterMs: 1_500, takeOverAfterMs: 2_500 };
+import { makeFleetDir, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
+import {
+  enrollNode,
+  FAST_LEASE,
+  recordingLogger,
+  startTestMesh,
+  type TestMesh,
+  type TestNode,
+} from "./test-mesh.ts";
 
 /** Generous liveness bounds (the machine is shared): the goals are a second or two. */
 const eventually = <T>(what: string, probe: () => Promise<T | undefined | false>): Promise<T> =>
   until(what, probe, 30);
-
-const WITH_APP4 = `${FLEET_YAML}  app4: { manifest: ./app4/module.json, node: node-a }\n`;
 
 void describe("a standby controller beside the leader, on one bus", () => {
   let mesh: TestMesh;
@@ -53,7 +50,7 @@ void describe("a standby controller beside the leader, on one bus", () => {
       logger: mesh.log,
       watch: false,
       controllerId: "first",
-      leaseTimings: FAST,
+      leaseTimings: FAST_LEASE,
     })) as FleetController;
     started.push(leader);
     a = await enrollNode(await leader.joinToken("node-a"));
@@ -74,7 +71,7 @@ void describe("a standby controller beside the leader, on one bus", () => {
       watch: false,
       controllerId: "second",
       standby: true,
-      leaseTimings: FAST,
+      leaseTimings: FAST_LEASE,
     })) as FleetController;
     started.push(standby);
   });
@@ -126,7 +123,7 @@ void describe("a standby controller beside the leader, on one bus", () => {
     assert.ok(tookOverAfter < 15_000, `the standby led after ${Math.round(tookOverAfter)} ms`);
     // The standby's wait began when it saw the last renewal, at most a renewal period before the pause.
     assert.ok(
-      tookOverAfter >= FAST.takeOverAfterMs - 2 * FAST.renewEveryMs,
+      tookOverAfter >= FAST_LEASE.takeOverAfterMs - 2 * FAST_LEASE.renewEveryMs,
       `not before the lease had gone unrenewed for 2.5 s (${Math.round(tookOverAfter)} ms)`,
     );
     assert.equal(standby.status().controller?.term, 2);
@@ -147,7 +144,7 @@ void describe("a standby controller beside the leader, on one bus", () => {
       Promise.resolve(leader.status().controller?.leader === "second"),
     );
     // A few of its renewal periods: it must not take the lease back nor write a delivery.
-    await new Promise((r) => setTimeout(r, 5 * FAST.renewEveryMs));
+    await new Promise((r) => setTimeout(r, 5 * FAST_LEASE.renewEveryMs));
     assert.equal(leader.leading(), false);
     assert.equal(standby.leading(), true);
     await assert.rejects(leader.rotate("app1", "postgres-database"), NotLeaderError);
