@@ -204,6 +204,35 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
     natsServers[i - 1] = inHost(host.ns, `nats n${i}`, "nats-server", ["-c", natsConf(i)]);
   };
 
+  // `mesh controller` on host `i` against the cluster, once it says it serves.
+  const serveController = async (
+    i: number,
+    name: string,
+    state: string,
+    ...flags: string[]
+  ): Promise<Started> => {
+    const host = HOSTS[i - 1];
+    if (host === undefined) throw new Error(`no host ${i}`);
+    const controller = inHost(host.ns, name, process.execPath, [
+      MESH,
+      "controller",
+      fleetFile,
+      "--state",
+      state,
+      ...flags,
+      "--bus",
+      BUS,
+    ]);
+    await until(
+      `${name} to serve`,
+      () => (/3\/3 the controller serves/.test(controller.output) ? true : undefined),
+      90,
+    ).catch((err: unknown) => {
+      throw new Error(`${(err as Error).message}; it said:\n${controller.output}`);
+    });
+    return controller;
+  };
+
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), "mesh-cluster-"));
     // Module users (`mesh-<module>`) read the fleet's files; each module's own directory stays its own.
@@ -245,22 +274,7 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
     for (const h of HOSTS) await startNats(h.i);
 
     // Host 1: the controller against the cluster, and node-1's agent (the provider's node).
-    const controller = inHost(HOSTS[0]?.ns ?? "", "mesh controller", process.execPath, [
-      MESH,
-      "controller",
-      fleetFile,
-      "--state",
-      controllerState(),
-      "--bus",
-      BUS,
-    ]);
-    await until(
-      "mesh controller to serve",
-      () => (/3\/3 the controller serves/.test(controller.output) ? true : undefined),
-      90,
-    ).catch((err: unknown) => {
-      throw new Error(`${(err as Error).message}; it said:\n${controller.output}`);
-    });
+    await serveController(1, "mesh controller", controllerState());
     for (const h of HOSTS) {
       const token = join(dir, `host-${h.i}`, `node-${h.i}.token`);
       // Until the controller's interest has reached every server of the cluster.
@@ -566,24 +580,13 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
   it("with host 1 cut off (ip link set … down), the standby on host 2 leads within 20 s, a fleet change made there reaches host 3, and the old leader stands by and undoes nothing", async () => {
     await allServersUp();
     // Host 2's standby, with the leader's authority and keys copied (--standby-of).
-    const standby = inHost(HOSTS[1]?.ns ?? "", "mesh standby controller", process.execPath, [
-      MESH,
-      "controller",
-      fleetFile,
-      "--state",
+    const standby = await serveController(
+      2,
+      "mesh standby controller",
       standbyState(),
       "--standby-of",
       controllerState(),
-      "--bus",
-      BUS,
-    ]);
-    await until(
-      "the standby controller to serve",
-      () => (/3\/3 the controller serves/.test(standby.output) ? true : undefined),
-      90,
-    ).catch((err: unknown) => {
-      throw new Error(`${(err as Error).message}; it said:\n${standby.output}`);
-    });
+    );
     const leaderId = `${hostname()}:${join(controllerState(), "controller")}`;
     const standbyId = `${hostname()}:${join(standbyState(), "controller")}`;
     await until(
