@@ -136,7 +136,8 @@ async function askServed(state: string, io: CliIo, flags: PlanFlags): Promise<Se
     answer = await askController(state, SERVED_FLEET_SUBJECT, "{}", {
       name: "mesh plan",
       ...busOverride(flags),
-      timeoutMs: 10_000,
+      // The controller answers between changes: a large fleet's change in progress takes seconds.
+      timeoutMs: 30_000,
       io,
       waiting: `asking the mesh in ${state} what it serves`,
     });

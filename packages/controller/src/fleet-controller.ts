@@ -835,12 +835,16 @@ export class FleetController implements Controller {
     answers.answer(LEDGER_READ_SUBJECT, true, (data) =>
       answerLedgerRead(nc, data, (m) => this.#isFleetModule(m)),
     );
-    // `mesh plan` compares a fleet file with what is served; it reads, never changes.
-    answers.answer(SERVED_FLEET_SUBJECT, true, async () => ({
-      ok: true,
-      fleet: this.#current,
-      keptPasswords: await this.#s.passwords.keys(),
-    }));
+    // `mesh plan` compares a fleet file with what is served; it reads, never changes. Answered
+    // between changes, never in the middle of one: a fleet accepted and its passwords not minted
+    // yet would be said to need passwords that are being minted.
+    answers.answer(SERVED_FLEET_SUBJECT, true, () =>
+      this.#exclusive(async () => ({
+        ok: true,
+        fleet: this.#current,
+        keptPasswords: await this.#s.passwords.keys(),
+      })),
+    );
     answers.answer(allReportsSubject(), false, (data, subject) => {
       const node = reportingNode(subject);
       const report = node !== undefined ? parseReport(node, data, new Date()) : undefined;
