@@ -3,7 +3,7 @@
 // `<state>/modules/<module>/actions.jsonl`; the agent appends each new complete line to the
 // module's ledger on the module's own ledger connection, and keeps how far it got in the module's
 // snapshots, so a restarted agent neither appends a line twice nor skips one.
-import { LedgerEntryError, type BusLogger, type ModuleLedger } from "@mesh/bus";
+import { LedgerEntryError, LedgerNotMadeError, type BusLogger, type ModuleLedger } from "@mesh/bus";
 import { actionJournalPath, FileWatcher } from "@mesh/sdk/provider";
 import { openModuleFile } from "./safe-open.ts";
 
@@ -204,10 +204,10 @@ export class JournalFollower {
     const why = err instanceof Error ? err.message : String(err);
     if (why === this.#said) return;
     this.#said = why;
-    this.#o.logger.warn(
-      `${this.#o.module}'s actions are not appended to its ledger for now (${why}); ` +
-        `they stay in ${this.#o.file} and are appended once it can be written`,
-    );
+    const said = `${this.#o.module}'s actions are not appended to its ledger for now (${why}); they stay in ${this.#o.file} and are appended once it can be written`;
+    // A ledger still being made (beside a module just added) is waited for, not a fault.
+    if (err instanceof LedgerNotMadeError) this.#o.logger.info(said);
+    else this.#o.logger.warn(said);
   }
 }
 

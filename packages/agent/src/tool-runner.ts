@@ -1,7 +1,9 @@
 // The agent's half of tools through the mesh: it answers the calls the controller relays on
 // `toolSubject(node)` by asking the module's own control socket on this machine, and appends each
 // call and its result to the module's ledger on the module's own ledger connection. A ledger that
-// cannot be written never hides what the tool did: the answer says the entry is missing and why.
+// cannot be written never hides what the tool did, nor holds up its answer: the entry waits in the
+// agent's backlog (a module's ledger is made beside it, maybe after it starts) and the answer says so.
+import { randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import {
@@ -46,9 +48,18 @@ export type ToolLedgerEntry = {
   readonly code?: string;
 };
 
-/** A module's ledger as the tool runner writes it: one entry appended, its sequence number back. */
+/**
+ * A module's ledger as the tool runner writes it: one entry appended, its sequence number back; an
+ * entry whose `id` the ledger holds already is stored once.
+ */
 export interface ToolLedger {
-  append(kind: LedgerKind, entry: ToolLedgerEntry): Promise<number>;
+  append(kind: LedgerKind, entry: ToolLedgerEntry, options?: { readonly id?: string }): Promise<number>;
+}
+
+/** Where an entry the ledger did not take waits to be appended (`LedgerBacklog`). */
+export interface ToolLedgerBacklog {
+  /** Keeps the entry for `module`'s ledger; false when it cannot be kept. */
+  add(module: string, kind: LedgerKind, entry: ToolLedgerEntry, id: string): boolean;
 }
 
 /** The answer the agent gives the controller: the sdk's one shape for a tool call's reply. */
@@ -80,6 +91,8 @@ export interface ToolRunnerOptions {
    * @throws when the module has no ledger credential (the message says what is missing).
    */
   ledger(module: string): Promise<ToolLedger>;
+  /** Keeps an entry the ledger did not take and appends it later; without it, such an entry is lost. */
+  readonly backlog?: ToolLedgerBacklog;
   readonly logger: BusLogger;
   /**
    * The secrets that must never leave the node in an answer or a ledger entry. Default: every
@@ -260,12 +273,15 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
     : { ok: false, error: scrubbed.error, code: scrubbed.code, ...ledger };
 }
 
-// Undefined when the entry was written; else why it was not, in words for the operator.
+// Undefined when the entry was written; else why it was not (and that it waits), in words for the operator.
 async function appendEntry(
   options: ToolRunnerOptions,
   module: string,
-  entry: ToolLedgerEntry,
+  first: ToolLedgerEntry,
 ): Promise<string | undefined> {
+  // One id for every try, here and in the backlog: an append whose answer was lost is stored once.
+  const id = `tool.${options.node}.${randomUUID()}`;
+  let entry = first;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
@@ -278,18 +294,24 @@ async function appendEntry(
     const append = async (): Promise<void> => {
       const ledger = await options.ledger(module);
       try {
-        await ledger.append("tool", entry);
+        await ledger.append("tool", entry, { id });
       } catch (err) {
         // The ledger refuses an answer holding something password-like; the call is kept without it.
         if (!(err instanceof Error && err.name === "LedgerEntryError") || entry.answer === undefined)
           throw err;
-        await ledger.append("tool", { ...entry, answer: { omitted: err.message } });
+        entry = { ...entry, answer: { omitted: err.message } };
+        await ledger.append("tool", entry, { id });
       }
     };
     await Promise.race([append(), timeout]);
     return undefined;
   } catch (err) {
-    return `the ledger entry for this call was not written to ${module}'s ledger: ${err instanceof Error ? err.message : String(err)}`;
+    const why = err instanceof Error ? err.message : String(err);
+    const refused = err instanceof Error && err.name === "LedgerEntryError";
+    if (!refused && options.backlog?.add(module, "tool", entry, id) === true) {
+      return `the ledger entry for this call is not written yet (${why}): the agent keeps it and appends it once ${module}'s ledger takes it`;
+    }
+    return `the ledger entry for this call was not written to ${module}'s ledger: ${why}`;
   } finally {
     clearTimeout(timer);
   }
