@@ -3,7 +3,13 @@
 // The controller runs nothing itself: the agent calls the module's control socket and keeps the
 // ledger entry. Every refusal names what is wrong and what to check, so a person never has to read
 // a log to know why a tool did not run.
-import { RELAY_UNANSWERED_CODES, toolSubject, type BusLogger, type ToolRelayCode } from "@mesh/bus";
+import {
+  RELAY_UNANSWERED_CODES,
+  sendReceipt,
+  toolSubject,
+  type BusLogger,
+  type ToolRelayCode,
+} from "@mesh/bus";
 import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
 import {
   BadControlRequestError,
@@ -262,6 +268,8 @@ export function serveToolRelay(options: ToolRelayOptions): ToolRelay {
   };
   const loop = (async () => {
     for await (const msg of sub) {
+      // Taken: the asker waits for the answer (a delete may take minutes) rather than asking again.
+      sendReceipt(nc, msg);
       if (inFlight.size >= MAX_CALLS_IN_FLIGHT) {
         msg.respond(
           JSON.stringify(

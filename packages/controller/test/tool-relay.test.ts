@@ -14,6 +14,7 @@ import {
   ledgerInboxPrefix,
   ledgerPermissions,
   newUserKeys,
+  sendRequest,
   toolSubject,
   type BusPermissions,
 } from "@mesh/bus";
@@ -33,8 +34,8 @@ import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-
 // A denied request is refused by the server; how fast it says so depends on the machine.
 const REFUSED_WITHIN = { timeout: 20_000 };
 
-/** What a stand-in agent does with the calls relayed to its node. */
-type AgentMode = "answer" | "silent";
+/** What a stand-in agent does with the calls relayed to its node (`slow`: answers after 2 s). */
+type AgentMode = "answer" | "silent" | "slow";
 
 void describe("the controller relays tool calls to the module's node", () => {
   let mesh: TestMesh;
@@ -44,6 +45,7 @@ void describe("the controller relays tool calls to the module's node", () => {
   let operator: NatsConnection;
   const seen: unknown[] = [];
   let mode: AgentMode = "answer";
+  let answered = 0;
 
   const connectAs = async (
     name: string,
@@ -78,6 +80,8 @@ void describe("the controller relays tool calls to the module's node", () => {
         const call = msg.json<{ module: string; tool: string }>();
         seen.push(call);
         if (mode === "silent") continue;
+        if (mode === "slow") await new Promise((resolve) => setTimeout(resolve, 2_000));
+        answered++;
         msg.respond(
           JSON.stringify(
             call.tool === "cleanup delete"
@@ -167,6 +171,27 @@ void describe("the controller relays tool calls to the module's node", () => {
       assert.match(reply.error, /node node-a's agent did not answer status for app1/);
       assert.match(reply.error, /mesh ledger app1/);
     } finally {
+      mode = "answer";
+    }
+  });
+
+  void it("sends the receipt of a call it takes before the node's agent answers, so the asker waits rather than asks again", async () => {
+    mode = "slow";
+    const sent = sendRequest(
+      operator,
+      TOOL_REQUEST_SUBJECT,
+      JSON.stringify({ module: "app1", tool: "status", args: [], who: "alice" }),
+      { receipt: true, inboxPrefix: inboxPrefix(OPERATOR_IDENTITY) },
+    );
+    try {
+      const before = answered;
+      await sent.taken;
+      assert.equal(answered, before, "taken before the agent answered");
+      const reply = JSON.parse(await sent.answer(30_000)) as ToolReply;
+      assert.ok(reply.ok);
+      assert.equal(answered, before + 1);
+    } finally {
+      sent.close();
       mode = "answer";
     }
   });
