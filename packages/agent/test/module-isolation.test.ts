@@ -22,6 +22,7 @@ void describe("who a module runs as", () => {
     const logger = recordingLogger();
     const isolations = new ModuleIsolations({
       stateDir: dir,
+      meshId: "abcdef",
       mode: "strict",
       logger,
       env: {},
@@ -48,12 +49,18 @@ void describe("who a module runs as", () => {
     assert.equal(logger.lines.filter((l) => /cannot separate its modules/.test(l)).length, 1);
   });
 
-  void it("is named mesh-<module>, cut to 32 characters with a stable hash when longer", () => {
-    assert.equal(moduleUserName("notes"), "mesh-notes");
-    const long = moduleUserName("a-module-with-a-rather-long-name-indeed");
+  void it("is named mesh-<id>-<module>, cut to 32 characters with a stable hash when longer", () => {
+    assert.equal(moduleUserName("abcdef", "notes"), "mesh-abcdef-notes");
+    const long = moduleUserName("abcdef", "a-module-with-a-long-name");
     assert.equal(long.length, 32);
-    assert.equal(long, moduleUserName("a-module-with-a-rather-long-name-indeed"));
-    assert.notEqual(long, moduleUserName("a-module-with-a-rather-long-name-indeee"));
-    assert.match(long, /^mesh-a-module-with-a-ra-[0-9a-f]{8}$/);
+    assert.equal(long, moduleUserName("abcdef", "a-module-with-a-long-name"));
+    assert.notEqual(long, moduleUserName("abcdef", "a-module-with-a-long-namf"));
+    assert.match(long, /^mesh-abcdef-a-module-wi-[0-9a-f]{8}$/);
+  });
+
+  void it("differs between two meshes for the same module, even when cut", () => {
+    assert.notEqual(moduleUserName("abcdef", "postgres"), moduleUserName("ghijkl", "postgres"));
+    const module = "a-module-with-a-rather-long-name-indeed";
+    assert.notEqual(moduleUserName("abcdef", module), moduleUserName("ghijkl", module));
   });
 });
