@@ -86,7 +86,8 @@ export class HomeSizes {
     if (this.#stopped || this.#round !== undefined) return;
     this.#round = this.#measureAll().finally(() => {
       this.#round = undefined;
-      if (!this.#stopped) this.#timer = setTimeout(() => this.start(), this.#o.everyMs ?? HOME_MEASURE_EVERY_MS);
+      if (!this.#stopped)
+        this.#timer = setTimeout(() => this.start(), this.#o.everyMs ?? HOME_MEASURE_EVERY_MS);
     });
   }
 

@@ -272,7 +272,8 @@ export class ModuleCgroup {
       if (!existsSync(join(p, "freezer.state"))) continue;
       if (!this.#writeTo(p, "freezer.state", "FROZEN")) continue;
       try {
-        for (let i = 0; i < 50 && readText(join(p, "freezer.state"))?.trim() !== "FROZEN"; i++) await sleep(10);
+        for (let i = 0; i < 50 && readText(join(p, "freezer.state"))?.trim() !== "FROZEN"; i++)
+          await sleep(10);
         for (const pid of pidsOf(join(p, "cgroup.procs"))) killPid(pid);
       } finally {
         this.#writeTo(p, "freezer.state", "THAWED");
@@ -438,8 +439,7 @@ export class ModuleCgroups {
       }
       usable.push(h.version === "v2" && layout.version === "v2" ? delegate(h, notes) : h);
     }
-    const why =
-      layout.why ?? (notes.length > 0 ? notes.join("; ") : "no cgroup hierarchy can be written");
+    const why = layout.why ?? (notes.length > 0 ? notes.join("; ") : "no cgroup hierarchy can be written");
     const cgroups = new ModuleCgroups(meshId, layout.version, usable, why, earlier);
     if (!cgroups.available) {
       logger.warn(`modules run without cgroups, so without limits: ${why}`);

@@ -101,7 +101,7 @@ export class ModuleIsolations {
     this.#logger = options.logger;
     this.#env = options.env;
     this.#separate = options.separate ?? canSeparateModules();
-    this.#users = new ModuleUsers(options.meshId);
+    this.#users = new ModuleUsers(options.meshId, options.stateDir);
   }
 
   /** Who `module` runs as, as last decided (undefined before its first delivery). */

@@ -8,6 +8,7 @@ import { formatLimit, formatSize, type EffectiveLimits, type OnNewPassword } fro
 import { logTail } from "./log-tail.ts";
 import type { LimitCounters, ModuleCgroup, ModuleCgroups } from "./module-cgroups.ts";
 import { ModuleLog, type ModuleLogFormat } from "./module-log.ts";
+import { processStartTime } from "./process-records.ts";
 import type { ModuleIsolation } from "./module-isolation.ts";
 
 /** How a module is started: everything that, when it changes, calls for a restart. */
@@ -131,6 +132,9 @@ export interface ModuleProcessHooks {
   exited(name: string, pid: number): void;
 }
 
+/** How soon after an out-of-memory kill is read a SIGKILL exit is taken for it. */
+const OOM_EXIT_WITHIN_MS = 5_000;
+
 /** A supervised module process. Made by the supervisor; `start()` once, `stop()` at the end. */
 export class ModuleProcess {
   #launch: ModuleLaunch;
@@ -157,6 +161,8 @@ export class ModuleProcess {
   #cgroup: ModuleCgroup | undefined;
   #counters: LimitCounters = { oomKills: 0, pidsMax: 0 };
   #limitEvent: LimitEvent | undefined;
+  // When an out-of-memory kill was last read (ms since the epoch).
+  #oomSeenAt = 0;
   readonly #saidCgroup = new Set<string>();
 
   /** `cgroups`, when given, puts each of its processes in a cgroup of its own, with its limits. */
@@ -250,7 +256,10 @@ export class ModuleProcess {
    * last call (a process of it killed for memory, a fork refused); called on the report tick.
    */
   refresh(): void {
-    if (this.#running) this.#readLimits(undefined);
+    // A main process the kernel just killed (a zombie not yet reaped) is said by its exit instead.
+    const pid = this.#child?.pid;
+    if (this.#running && pid !== undefined && processStartTime(pid) !== undefined)
+      this.#readLimits(undefined);
     if (this.#saidCrashing && this.#state() === "running") {
       this.#saidCrashing = false;
       this.#logger.info(
@@ -290,7 +299,8 @@ export class ModuleProcess {
     const cgroup = this.#cgroup;
     if (cgroup !== undefined) {
       await this.#empty(cgroup);
-      if (!cgroup.remove()) this.#sayCgroup("remove", `${this.launch.name}'s cgroup ${cgroup.name} cannot be removed yet`);
+      if (!cgroup.remove())
+        this.#sayCgroup("remove", `${this.launch.name}'s cgroup ${cgroup.name} cannot be removed yet`);
     }
     this.#log?.close();
     this.#onChange();
@@ -355,7 +365,10 @@ export class ModuleProcess {
         try {
           cgroup.join(child.pid);
         } catch (err) {
-          this.#sayCgroup("join", `${name} could not join its cgroup ${cgroup.name}: ${(err as Error).message}`);
+          this.#sayCgroup(
+            "join",
+            `${name} could not join its cgroup ${cgroup.name}: ${(err as Error).message}`,
+          );
         }
       }
     } catch (err) {
@@ -429,7 +442,10 @@ export class ModuleProcess {
       cgroup.make();
     } catch (err) {
       this.#cgroup = undefined;
-      this.#sayCgroup("make", `${this.launch.name} runs without a cgroup, so without limits: ${(err as Error).message}`);
+      this.#sayCgroup(
+        "make",
+        `${this.launch.name} runs without a cgroup, so without limits: ${(err as Error).message}`,
+      );
       return undefined;
     }
     this.#limitCgroup(cgroup, this.launch.limits);
@@ -464,13 +480,17 @@ export class ModuleProcess {
       const text = `pids limit${limit} reached: its forks past it are refused`;
       event = { kind: "pids", text, at };
     }
+    const memory = limits?.memory == null ? "" : ` (limit ${formatSize(limits.memory)})`;
     if (now.oomKills > before.oomKills) {
-      const limit = limits?.memory == null ? "" : ` (limit ${formatSize(limits.memory)})`;
+      this.#oomSeenAt = Date.now();
       const text =
         signal === "SIGKILL"
-          ? `killed: out of memory${limit}`
-          : `${now.oomKills - before.oomKills} of its processes killed: out of memory${limit}`;
+          ? `killed: out of memory${memory}`
+          : `${now.oomKills - before.oomKills} of its processes killed: out of memory${memory}`;
       event = { kind: "out-of-memory", text, at };
+    } else if (signal === "SIGKILL" && Date.now() - this.#oomSeenAt < OOM_EXIT_WITHIN_MS) {
+      // The kill was read a moment before the exit it caused: the exit is the out of memory.
+      event = { kind: "out-of-memory", text: `killed: out of memory${memory}`, at };
     }
     if (event !== undefined) {
       this.#limitEvent = event;

@@ -128,12 +128,18 @@ async function lookUp(name: string): Promise<ModuleUser | undefined> {
  */
 export class ModuleUsers {
   readonly #meshId: string;
+  readonly #stateDir: string;
   readonly #known = new Map<string, ModuleUser>();
   #queue: Promise<unknown> = Promise.resolve();
 
-  /** The users of the mesh `meshId` (see mesh-id.ts). */
-  constructor(meshId: string) {
+  /**
+   * The users of the mesh `meshId` (see mesh-id.ts) whose node state is `stateDir`: each user's
+   * comment names it (`mesh module notes of /var/lib/mesh/nodes/node-1`), so an operator can tell
+   * which state a user serves, and whether that state is still there.
+   */
+  constructor(meshId: string, stateDir: string) {
     this.#meshId = meshId;
+    this.#stateDir = stateDir;
   }
 
   /**
@@ -161,7 +167,7 @@ export class ModuleUsers {
         "--shell",
         "/usr/sbin/nologin",
         "--comment",
-        `mesh module ${module}`,
+        moduleUserComment(module, this.#stateDir),
         name,
       ]);
       // 9: the name is taken (by another agent just now): that user is the one.
@@ -174,6 +180,14 @@ export class ModuleUsers {
     this.#known.set(name, user);
     return user;
   }
+}
+
+/**
+ * A module user's comment (its GECOS field): `mesh module <module> of <state directory>`, with
+ * what /etc/passwd cannot hold (`:`, a newline) replaced.
+ */
+export function moduleUserComment(module: string, stateDir: string): string {
+  return `mesh module ${module} of ${stateDir}`.replace(/[:\n\r]/g, "?");
 }
 
 /** Whether this agent can run modules as other users: it runs as root. */

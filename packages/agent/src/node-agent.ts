@@ -206,7 +206,9 @@ export class NodeAgent {
       stateDir,
       logger,
       onMeasured: () => this.#homesMeasured(),
-      ...(options.timings.homeMeasureEveryMs === undefined ? {} : { everyMs: options.timings.homeMeasureEveryMs }),
+      ...(options.timings.homeMeasureEveryMs === undefined
+        ? {}
+        : { everyMs: options.timings.homeMeasureEveryMs }),
       ...(options.measureHome === undefined ? {} : { measure: options.measureHome }),
     });
   }

@@ -170,7 +170,10 @@ async function startLocked(
   await stopLeftoverModules(stateDir, timings.stopGraceMs, logger, records);
   await removeTempFiles(stateDir);
   const { id: meshId, made: madeId } = await loadOrMakeMeshId(stateDir);
-  if (madeId) logger.info(`node ${node}'s mesh id is ${meshId}: its module users and cgroups are named mesh-${meshId}-<module>`);
+  if (madeId)
+    logger.info(
+      `node ${node}'s mesh id is ${meshId}: its module users and cgroups are named mesh-${meshId}-<module>`,
+    );
   const cgroups = ModuleCgroups.open({ meshId, stateDir, logger });
   await sweepCgroups(cgroups, node, logger);
   aborted();

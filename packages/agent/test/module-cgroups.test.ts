@@ -9,12 +9,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { quietLogger, recordingLogger, until } from "@mesh/testkit";
 import { DEFAULT_MODULE_LIMITS } from "@mesh/manifest";
-import {
-  cgroupLayout,
-  ModuleCgroup,
-  ModuleCgroups,
-  type CgroupLayout,
-} from "../src/module-cgroups.ts";
+import { cgroupLayout, ModuleCgroup, ModuleCgroups, type CgroupLayout } from "../src/module-cgroups.ts";
 
 const IS_ROOT = process.getuid?.() === 0;
 const UNIFIED = "/sys/fs/cgroup/unified";
@@ -93,7 +88,13 @@ void describe("where module cgroups go", () => {
     const layout = cgroupLayout("30 22 0:27 / /sys rw - sysfs sysfs rw", "");
     assert.equal(layout.version, "none");
     const logger = recordingLogger();
-    const cgroups = ModuleCgroups.open({ meshId: "nonexx", stateDir: tmpdir(), logger, layout, privileged: true });
+    const cgroups = ModuleCgroups.open({
+      meshId: "nonexx",
+      stateDir: tmpdir(),
+      logger,
+      layout,
+      privileged: true,
+    });
     assert.equal(cgroups.available, false);
     assert.equal(cgroups.forModule("app"), undefined);
     assert.equal(logger.lines.filter((l) => /without cgroups, so without limits/.test(l.message)).length, 1);
@@ -190,7 +191,10 @@ void describe("a module's cgroup on cgroup v1", { skip: SKIP_V1, timeout: 120_00
     const memory = base.find((h) => h.controllers.includes("memory"))?.base as string;
     const cpu = base.find((h) => h.controllers.includes("cpu"))?.base as string;
     cgroup.limit({ memory: 64 * 1024 * 1024, pids: 50, cpu: 1.5, home: null });
-    assert.equal(readFileSync(join(memory, cgroup.name, "memory.limit_in_bytes"), "utf8").trim(), String(64 * 1024 * 1024));
+    assert.equal(
+      readFileSync(join(memory, cgroup.name, "memory.limit_in_bytes"), "utf8").trim(),
+      String(64 * 1024 * 1024),
+    );
     assert.equal(readFileSync(join(cpu, cgroup.name, "cpu.cfs_quota_us"), "utf8").trim(), "150000");
     cgroup.limit({ memory: null, pids: null, cpu: null, home: null });
     assert.ok(Number(readFileSync(join(memory, cgroup.name, "memory.limit_in_bytes"), "utf8")) > 2 ** 60);
@@ -208,7 +212,9 @@ void describe("a module's cgroup on cgroup v1", { skip: SKIP_V1, timeout: 120_00
     theirs.make();
     const child = sleeper(mine, ours, "setsid sleep 300 & exec sleep 300");
     child.unref();
-    const pids = await until("its processes", () => (ours.members().length >= 2 ? ours.members() : undefined));
+    const pids = await until("its processes", () =>
+      ours.members().length >= 2 ? ours.members() : undefined,
+    );
     const next = ModuleCgroups.open({ meshId: "cgswep", stateDir: state, logger: quietLogger });
     const swept = await next.sweep();
     assert.deepEqual(swept, [{ name: "mesh-cgswep-left", killed: 2 }]);
@@ -249,7 +255,10 @@ void describe("a module's cgroup on cgroup v2", { skip: SKIP_V2, timeout: 60_000
       assert.ok(members.includes(pid));
       assert.deepEqual(await cgroup.kill(), []);
       assert.ok(!members.some(alive));
-      assert.equal(readFileSync(join(cgroup.paths[0] as string, "cgroup.events"), "utf8").match(/populated (\d)/)?.[1], "0");
+      assert.equal(
+        readFileSync(join(cgroup.paths[0] as string, "cgroup.events"), "utf8").match(/populated (\d)/)?.[1],
+        "0",
+      );
     } finally {
       await cgroup.kill();
       assert.equal(cgroup.remove(), true);

@@ -235,7 +235,10 @@ function moduleLine(m: ModuleChange, name: string): string {
     limits?.from == null
       ? ""
       : LIMIT_NAMES.filter((k) => limits.from?.[k] !== limits.to[k])
-          .map((k) => `${formatLimit(k, limits.from?.[k] ?? null)} → ${formatLimit(k, limits.to[k]).replace(`${k} `, "")}`)
+          .map(
+            (k) =>
+              `${formatLimit(k, limits.from?.[k] ?? null)} → ${formatLimit(k, limits.to[k]).replace(`${k} `, "")}`,
+          )
           .join(", ");
   switch (m.change) {
     case "start":

@@ -194,7 +194,9 @@ export function formatStatus(
 
 // What a module may use and uses: `limits pids 512, memory 64M; home 12M (limit 1G)`; empty when
 // its node says nothing of it.
-function resourceWords(m: NonNullable<NonNullable<StatusAnswer["nodes"]>[number]["modules"]>[number]): string {
+function resourceWords(
+  m: NonNullable<NonNullable<StatusAnswer["nodes"]>[number]["modules"]>[number],
+): string {
   const l = m.limits;
   const bounded =
     l === undefined
@@ -206,7 +208,11 @@ function resourceWords(m: NonNullable<NonNullable<StatusAnswer["nodes"]>[number]
         ].filter((p) => p !== "");
   const homeLimit = l?.home == null ? "" : ` (limit ${formatSize(l.home)})`;
   const home =
-    m.home !== undefined ? `home ${formatSize(m.home.bytes)}${homeLimit}` : homeLimit === "" ? "" : `home limit ${formatSize(l?.home ?? 0)}`;
+    m.home !== undefined
+      ? `home ${formatSize(m.home.bytes)}${homeLimit}`
+      : homeLimit === ""
+        ? ""
+        : `home limit ${formatSize(l?.home ?? 0)}`;
   const limits = l === undefined ? "" : bounded.length > 0 ? `limits ${bounded.join(", ")}` : "no limits";
   return [limits, home].filter((p) => p !== "").join("; ");
 }

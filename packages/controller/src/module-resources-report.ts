@@ -30,7 +30,8 @@ const USER = /^mesh-[a-z0-9-]{1,60}$/;
 const TEXT_MAX = 300;
 const MOST_USERS = 100;
 
-const isIso = (v: unknown): v is string => typeof v === "string" && v.length <= 40 && !Number.isNaN(Date.parse(v));
+const isIso = (v: unknown): v is string =>
+  typeof v === "string" && v.length <= 40 && !Number.isNaN(Date.parse(v));
 
 /** The resource fields of one module entry of a report, those well formed. */
 export function resourcesOf(entry: Readonly<Record<string, unknown>>): ReportedResources {
@@ -44,7 +45,12 @@ export function resourcesOf(entry: Readonly<Record<string, unknown>>): ReportedR
   if (typeof cgroup === "string" && CGROUP.test(cgroup)) out.cgroup = cgroup;
   if (isModuleLimits(limits) && LIMIT_NAMES.every((k) => k in limits)) out.limits = limits as EffectiveLimits;
   const e = limitEvent as Record<string, unknown> | null | undefined;
-  if (typeof e?.["kind"] === "string" && KINDS.has(e["kind"]) && typeof e["text"] === "string" && isIso(e["at"])) {
+  if (
+    typeof e?.["kind"] === "string" &&
+    KINDS.has(e["kind"]) &&
+    typeof e["text"] === "string" &&
+    isIso(e["at"])
+  ) {
     out.limitEvent = {
       kind: e["kind"] as ReportedLimitEvent["kind"],
       text: e["text"].slice(0, TEXT_MAX),
@@ -52,7 +58,12 @@ export function resourcesOf(entry: Readonly<Record<string, unknown>>): ReportedR
     };
   }
   const h = home as Record<string, unknown> | null | undefined;
-  if (typeof h?.["bytes"] === "number" && Number.isSafeInteger(h["bytes"]) && h["bytes"] >= 0 && isIso(h["at"])) {
+  if (
+    typeof h?.["bytes"] === "number" &&
+    Number.isSafeInteger(h["bytes"]) &&
+    h["bytes"] >= 0 &&
+    isIso(h["at"])
+  ) {
     out.home = { bytes: h["bytes"], at: h["at"] };
   }
   return out;

@@ -336,7 +336,15 @@ describe("diffFleetPlans", () => {
     const served = fleet([postgres(apps("notes"))]);
     const next: ComparedFleet = {
       ...served,
-      modules: [...served.modules, { name: "wiki", node: "node-1", manifest: "/fleet/wiki/module.json", limits: { memory: 64 * 1024 ** 2 } }],
+      modules: [
+        ...served.modules,
+        {
+          name: "wiki",
+          node: "node-1",
+          manifest: "/fleet/wiki/module.json",
+          limits: { memory: 64 * 1024 ** 2 },
+        },
+      ],
     };
     const diff = diffFleetPlans(served, next);
     assert.deepEqual(
@@ -349,7 +357,9 @@ describe("diffFleetPlans", () => {
     const served = fleet([postgres(apps("notes"))]);
     const next: ComparedFleet = {
       ...served,
-      modules: served.modules.map((m) => (m.name === "notes" ? { ...m, limits: { pids: 100, home: null } } : m)),
+      modules: served.modules.map((m) =>
+        m.name === "notes" ? { ...m, limits: { pids: 100, home: null } } : m,
+      ),
     };
     const diff = diffFleetPlans(served, next);
     assert.deepEqual(
