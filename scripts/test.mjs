@@ -102,9 +102,10 @@ function runTests(title, list, concurrency) {
   ]);
 }
 
-// Each test's mesh has an id of its own, and so module users of its own: once the run ends, however
-// it ends, the users of meshes whose temporary state is gone are removed (the mesh never does).
-process.on("exit", () => {
+// Each test's mesh has an id of its own, and so module users of its own: before the run and once it
+// ends, however it ends, the users of meshes whose temporary state is gone are removed (the mesh
+// never removes a user; system uids, 100 to 999, are few).
+function removeStaleModuleUsers() {
   spawnSync(
     process.execPath,
     [
@@ -116,7 +117,9 @@ process.on("exit", () => {
     ],
     { cwd: root, stdio: "inherit" },
   );
-});
+}
+removeStaleModuleUsers();
+process.on("exit", removeStaleModuleUsers);
 
 const alone = files.filter((f) => ALONE.includes(f));
 const together = files.filter((f) => !ALONE.includes(f));

@@ -49,6 +49,6 @@ export async function loadOrMakeMeshId(stateDir: string): Promise<{ id: string; 
     return { id, made: false };
   }
   const id = newMeshId();
-  await writeFileAtomic(path, `${id}\n`, 0o644);
+  await writeFileAtomic(path, `${id}\n`, 0o600);
   return { id, made: true };
 }

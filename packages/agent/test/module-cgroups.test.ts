@@ -308,3 +308,65 @@ void describe("v2 limits", () => {
     }
   });
 });
+
+void describe("a v2 cgroup delegated to the agent", () => {
+  // A stand-in for the unit's cgroup: its files as a systemd host shows them.
+  const delegated = async (procs: string): Promise<string> => {
+    const base = await mkdtemp(join(tmpdir(), "mesh-cgroups-delegated-"));
+    await writeFile(join(base, "cgroup.controllers"), "cpuset cpu io memory pids\n");
+    await writeFile(join(base, "cgroup.subtree_control"), "\n");
+    await writeFile(join(base, "cgroup.procs"), procs);
+    return base;
+  };
+  const layoutAt = (base: string): CgroupLayout => ({
+    version: "v2",
+    hierarchies: [{ version: "v2", mount: "/sys/fs/cgroup", base, controllers: [] }],
+  });
+
+  void it("moves the mesh's own processes to its leaf, then enables pids, memory and cpu for the modules", async () => {
+    const base = await delegated(`${process.pid}\n`);
+    try {
+      const logger = recordingLogger();
+      ModuleCgroups.open({
+        meshId: "dlgate",
+        stateDir: base,
+        logger,
+        layout: layoutAt(base),
+        privileged: true,
+      });
+      assert.equal(
+        (await readFile(join(base, "mesh-agent", "cgroup.procs"), "utf8")).trim(),
+        String(process.pid),
+      );
+      // Each controller is enabled by a write of its own (here a plain file keeps the last one).
+      assert.equal((await readFile(join(base, "cgroup.subtree_control"), "utf8")).trim(), "+cpu");
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+
+  void it("leaves a cgroup that holds processes not the mesh's as it is, and says so", async () => {
+    const base = await delegated("1\n");
+    try {
+      const logger = recordingLogger();
+      const cgroups = ModuleCgroups.open({
+        meshId: "dlgate",
+        stateDir: base,
+        logger,
+        layout: layoutAt(base),
+        privileged: true,
+      });
+      assert.equal(cgroups.available, true, "its modules are still held and killed");
+      assert.ok(!existsSync(join(base, "mesh-agent")));
+      assert.equal((await readFile(join(base, "cgroup.subtree_control"), "utf8")).trim(), "");
+      assert.ok(
+        logger.lines.some((l) =>
+          /holds 1 process\(es\) not the mesh's \(pid 1\).*Delegate=yes/.test(l.message),
+        ),
+        JSON.stringify(logger.lines),
+      );
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+});
