@@ -368,7 +368,7 @@ export interface ConfinedCommand {
 // Writes its own PID to each cgroup.procs named before `--`, then execs the rest: the module's
 // command, or setpriv dropping to the module's user and then its command. Exit 125: not joined.
 const JOIN_SCRIPT =
-  'while [ "$#" -gt 0 ] && [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"';
+  'while [ "$#" -gt 0 ] && [ "$1" != -- ]; do echo "$$" > "$1" || exit 125; shift; done; shift; exec "$@"';
 
 /** What `ModuleCgroups.open` is told. */
 export interface ModuleCgroupsOptions {
