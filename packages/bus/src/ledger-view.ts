@@ -150,14 +150,15 @@ export function claimOf(module: string, entry: Readonly<Record<string, unknown>>
       ? (inner as Readonly<Record<string, unknown>>)
       : entry;
   const freed = said["freedBytes"];
+  // As long as a journal line may give them now: an older entry was kept unbounded.
   return {
     module,
-    action: text(said["action"]),
-    login: text(said["login"]),
-    interface: text(said["interface"]),
-    who: text(said["who"]),
-    at: text(said["at"]),
-    why: text(said["why"]),
+    action: text(said["action"]).slice(0, 256),
+    login: text(said["login"]).slice(0, 256),
+    interface: text(said["interface"]).slice(0, 256),
+    who: text(said["who"]).slice(0, 256),
+    at: text(said["at"]).slice(0, 64),
+    why: text(said["why"]).slice(0, 2_000),
     ...(typeof freed === "number" && Number.isFinite(freed) ? { freedBytes: freed } : {}),
   };
 }

@@ -400,9 +400,13 @@ export class FleetController implements Controller {
     try {
       await this.#rotate(consumer, iface);
     } catch (err) {
-      // A standby carried nothing: only a rotation this controller tried is its to record.
+      // A standby carried nothing: only a rotation this controller tried is its to record. Not
+      // waited for: a bus that could not store the password may not take the record either, and
+      // the refusal is answered at once (a record that fails is said in the log).
       if (!(err instanceof NotLeaderError)) {
-        await this.#recordRotation({ consumer, interface: iface, who, at }, (err as Error).message);
+        void this.#recordRotation({ consumer, interface: iface, who, at }, (err as Error).message).catch(
+          () => undefined,
+        );
       }
       throw err;
     }

@@ -94,8 +94,10 @@ void describe("the controller across restarts, rotations and bad fleet files", (
       }
       // A rotation refused is recorded too, where the fleet has the consumer.
       await assert.rejects(controller.rotate("app1", "no-such-interface", "bob"), UnknownConsumerError);
-      const [refused] = await readLedger(admin, "app1", { limit: 1, kind: "rotate" });
-      assert.equal(refused?.entry["who"], "bob");
+      const refused = await until("the refused rotation recorded", async () => {
+        const [last] = await readLedger(admin, "app1", { limit: 1, kind: "rotate" });
+        return last?.entry["who"] === "bob" ? last : undefined;
+      });
       assert.equal(refused?.entry["ok"], false);
       assert.match(String(refused?.entry["error"]), /app1 has no no-such-interface/);
     } finally {
