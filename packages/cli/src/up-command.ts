@@ -233,7 +233,8 @@ stops the modules (SIGKILL after --grace), then the agent.`,
   withBusFlags(program.command("rotate"))
     .summary("mint a new password for one consumer's interface")
     .description(
-      "mint a new password for one consumer's interface; the provider applies it, the consumer reads it",
+      "mint a new password for one consumer's interface; the provider applies it, the consumer reads " +
+        "it, and both modules' ledgers record who asked (your Unix user) and when",
     )
     .argument("<consumer>", "the consumer module")
     .argument("<interface>", "the interface it needs, e.g. postgres-database")
