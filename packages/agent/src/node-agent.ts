@@ -104,6 +104,8 @@ export interface NodeAgentOptions {
   readonly records?: ProcessRecords;
   /** The scrape targets file the controller on this machine keeps (`{mesh.targets}`). */
   readonly scrapeTargets?: string;
+  /** The controller's scrape token on this machine (`{mesh.scrape-token}`). */
+  readonly scrapeToken?: string;
 }
 
 /** One node's agent at work. Made by `startAgent`. */
@@ -385,6 +387,7 @@ export class NodeAgent {
       identity: (module: string) => this.#isolations.identity(module),
       passwordApplied: providerPasswordGate(this.#o.stateDir),
       ...(this.#targets === undefined ? {} : { scrapeTargets: this.#targets }),
+      ...(this.#o.scrapeToken === undefined ? {} : { scrapeToken: this.#o.scrapeToken }),
       metricsPort: (module: string, host: string) => this.#metricsPort(module, host),
     };
     const assigned = await Promise.all(

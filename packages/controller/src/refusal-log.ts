@@ -66,7 +66,8 @@ export class RefusalLog {
     this.#counted++;
     this.#last = what;
     if (this.#timer === undefined) {
-      this.#timer = this.#clock.setTimeout(() => this.flush(), Math.max(0, this.#saidAt + this.#everyMs - now));
+      const due = (this.#saidAt ?? now) + this.#everyMs - now;
+      this.#timer = this.#clock.setTimeout(() => this.flush(), Math.max(0, due));
       // A timer of the system's must not keep a stopping process alive: close() says what is left.
       (this.#timer as { unref?: () => void }).unref?.();
     }
