@@ -70,9 +70,10 @@ export function addDashboardCommand(program: Command, io: CliIo): void {
         return;
       }
       io.out(`${url}\n`);
+      const minutes = Math.max(1, Math.round((Date.parse(answer.expiresAt) - Date.now()) / 60_000));
       io.err(
-        `this link logs in once, until ${answer.expiresAt}: open it in a browser on this machine ` +
-          "(or through an SSH tunnel to it)\n",
+        `this link logs in once, within ${minutes} min (until ${answer.expiresAt}): open it in a browser ` +
+          "on this machine (or through an SSH tunnel to it)\n",
       );
     });
 }
