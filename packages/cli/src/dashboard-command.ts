@@ -13,12 +13,13 @@ import type { CliIo } from "./io.ts";
 import { osUserName } from "./who.ts";
 
 const HELP = `
-The link works once, within 2 minutes; the session it starts lasts until 12 hours pass without a
-request (7 days at most) or the controller restarts. Actions taken in it are recorded in the ledger as
-yours: "alice (dashboard session 3f9c)". It reads <state>/http.json (where the controller's HTTP
-server answers) and the operator token file it names, both written by mesh up or mesh controller:
-run it as the user that runs them (root). From another machine, tunnel the port first
-(ssh -L 9470:127.0.0.1:9470 host) and give --url http://127.0.0.1:9470.
+The link works once, within 2 minutes; the session it starts ends after 12 hours without a request
+(7 days at most), when it logs out, or when the controller restarts. Actions taken in it are
+recorded in the ledger as yours: "alice (dashboard session 3f9c)". It reads <state>/http.json (where
+the controller's HTTP server answers) and the operator token file it names, both written by mesh up
+or mesh controller: run it as the user that runs them (root). From another machine: give mesh up a
+fixed --http port, tunnel it with the same number (ssh -L 9470:127.0.0.1:9470 mesh-host), and open
+the link printed on the mesh's machine in your own browser.
 
 Examples:
   $ mesh dashboard
