@@ -149,6 +149,16 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
         403,
       );
       assert.ok(!output.includes(token), "the token is never printed");
+      // Refusals are in mesh up's log, naming who asked, and not one line each.
+      const refusals = () => output.split("\n").filter((l) => /HTTP server refused/.test(l)).length;
+      await until("the refusal to be said", () =>
+        Promise.resolve(
+          /HTTP server refused GET \/metrics from 127\.0\.0\.1 \(uid 0, root\)/.test(output) || undefined,
+        ),
+      );
+      const said = refusals();
+      for (let i = 0; i < 20; i++) assert.equal((await fetch(url)).status, 401);
+      assert.ok(refusals() <= said + 1, `twenty more refusals, at most one more line (${refusals() - said})`);
       // mesh up holds the operator's token: it prints a link that logs a browser in, once.
       const link = await until("mesh up to print the dashboard's login link", () =>
         Promise.resolve(/the dashboard: (http:\/\/127\.0\.0\.1:\d+\/\?code=\S+) /.exec(output)?.[1]),

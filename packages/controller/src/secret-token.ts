@@ -3,7 +3,7 @@
 // first start when missing and kept after, so scripts and a Prometheus keep working across restarts.
 // By default both live in the controller's state directory, which a standby copies from its leader.
 import { randomBytes } from "node:crypto";
-import { lstat, readFile } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { writeFileAtomic } from "@mesh/bus";
 
@@ -61,7 +61,8 @@ export function newToken(): string {
 export async function readToken(path: string, kind: TokenKind): Promise<string | undefined> {
   let info;
   try {
-    info = await lstat(path);
+    // Followed: a secrets manager's link to its file is a file; a FIFO or a device is not.
+    info = await stat(path);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
     throw new TokenFileError(path, kind, `cannot be read (${(err as NodeJS.ErrnoException).code ?? "?"})`, {

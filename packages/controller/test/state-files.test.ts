@@ -86,8 +86,19 @@ void describe("the controller's files and tokens", () => {
     await assert.rejects(loadOrCreateToken(short, "operator token"), /does not hold a token/);
     await mkdir(join(dir, "a-directory"));
     await assert.rejects(loadOrCreateToken(join(dir, "a-directory"), "scrape token"), /not a regular file/);
+    // A link is followed to what it names, which is held to the same rules.
     await symlink("/etc/passwd", join(dir, "link.token"));
-    await assert.rejects(loadOrCreateToken(join(dir, "link.token"), "operator token"), TokenFileError);
+    await assert.rejects(loadOrCreateToken(join(dir, "link.token"), "operator token"), /may be read/);
+    await symlink("/dev/zero", join(dir, "device.token"));
+    await assert.rejects(
+      loadOrCreateToken(join(dir, "device.token"), "operator token"),
+      /not a regular file/,
+    );
+    await symlink(open, join(dir, "kept.token"));
+    assert.equal(
+      await loadOrCreateToken(join(dir, "kept.token"), "operator token"),
+      "a-token-of-the-operators-own-making",
+    );
   });
 
   void it("gives a standby the leader's tokens with its keys, and refuses a standby that made its own", async () => {
