@@ -35,6 +35,7 @@ const SLOW_FIRST = [
   "packages/sdk/test/contributions-fuzz.test.ts",
   "test/dashboard-browser.test.ts",
   "test/exporters-prometheus.test.ts",
+  "test/npm-start.test.ts",
   "test/tool-through-mesh.test.ts",
   "test/postgres-provider.test.ts",
   "packages/cli/test/tool-command.test.ts",

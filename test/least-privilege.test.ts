@@ -2,7 +2,7 @@
 // user. Checked as those users (setpriv to their uid and gid, no other group): a module reads its
 // own password copy, credential and bus credential, and nothing else of the mesh's: not another
 // module's password, not its provider's copy, not the node's keys, node.creds, ledgers, its own
-// keys.json, operator.creds or anything under the controller's directory. Its environment holds
+// keys.json, operator.creds, the operator and scrape tokens or anything under the controller's directory. Its environment holds
 // the admin URL only when it is the provider its fleet entry gives it to, and nothing of mesh up's
 // own. A module whose user cannot read its manifest directory is refused, naming that directory.
 import assert from "node:assert/strict";
@@ -219,6 +219,10 @@ modules:
       mod(PEER, "bus.creds"),
       mod(PEER, "home", "env"),
       join(state(), "operator.creds"),
+      // The dashboard's and /metrics' tokens, and where the HTTP server answers.
+      join(state(), "controller", "operator.token"),
+      join(state(), "controller", "scrape.token"),
+      join(state(), "http.json"),
       ...controllerFiles,
     ];
     for (const path of refused) {

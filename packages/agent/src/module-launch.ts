@@ -58,6 +58,11 @@ export interface LaunchContext {
    */
   readonly scrapeTargets?: ScrapeTargetsCopies;
   /**
+   * The controller's scrape token on this machine (`mesh up`'s), for a module whose env or files
+   * name `{mesh.scrape-token}`; absent: a module that names it is not started.
+   */
+  readonly scrapeToken?: string;
+  /**
    * A port of this node for `module` to serve its metrics on, when its templates name
    * `{module.metrics}` and the fleet gives it port 0 (or nothing): the same port every time it
    * is asked for the same module, so a new launch decision is not a restart.
@@ -377,6 +382,7 @@ async function renderRun(
             owner,
           ),
         }),
+    ...(ctx.scrapeToken === undefined ? {} : { scrapeToken: ctx.scrapeToken }),
     files,
     needs: credentials,
   };

@@ -117,6 +117,8 @@ export interface NodeAgentOptions {
   readonly cgroups?: ModuleCgroups;
   /** How a module's home is measured (`du`, by default). */
   readonly measureHome?: MeasureHome;
+  /** The controller's scrape token on this machine (`{mesh.scrape-token}`). */
+  readonly scrapeToken?: string;
 }
 
 /** One node's agent at work. Made by `startAgent`. */
@@ -421,6 +423,7 @@ export class NodeAgent {
       identity: (module: string) => this.#isolations.identity(module),
       passwordApplied: providerPasswordGate(this.#o.stateDir),
       ...(this.#targets === undefined ? {} : { scrapeTargets: this.#targets }),
+      ...(this.#o.scrapeToken === undefined ? {} : { scrapeToken: this.#o.scrapeToken }),
       metricsPort: (module: string, host: string) => this.#metricsPort(module, host),
     };
     const over: string[] = [];

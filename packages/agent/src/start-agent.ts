@@ -70,6 +70,12 @@ export interface StartAgentOptions {
    * module's templates name it as `{mesh.targets}`. Absent: a module that names it is not started.
    */
   readonly scrapeTargets?: string;
+  /**
+   * The controller's scrape token (`mesh up` gives its own): a module's templates name it as
+   * `{mesh.scrape-token}`, in run.env or a rendered file, never in args. Absent: a module that
+   * names it is not started.
+   */
+  readonly scrapeToken?: string;
   /** Aborted while the agent starts (waiting for the bus, enrolling): it gives up at once. */
   readonly signal?: AbortSignal;
   /**
@@ -247,6 +253,7 @@ async function startLocked(
     timings,
     ...(options.isolation === undefined ? {} : { isolation: options.isolation }),
     ...(options.scrapeTargets === undefined ? {} : { scrapeTargets: options.scrapeTargets }),
+    ...(options.scrapeToken === undefined ? {} : { scrapeToken: options.scrapeToken }),
     records,
     meshId,
     cgroups,
