@@ -22,4 +22,9 @@ export interface AgentReport {
    * failing ones (from their first failure), the set waiting for a person, and counts by state.
    */
   readonly providers?: readonly ProviderStanding[];
+  /**
+   * Users of this node's mesh (`mesh-<id>-…` in /etc/passwd) whose module no longer runs here, at
+   * most 100: the mesh never removes a user; an operator may (`userdel`, see docs/operating.md).
+   */
+  readonly goneModuleUsers?: readonly string[];
 }

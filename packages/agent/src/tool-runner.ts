@@ -3,15 +3,19 @@
 // call and its result to the module's ledger on the module's own ledger connection. A ledger that
 // cannot be written never hides what the tool did, nor holds up its answer: the entry waits in the
 // agent's backlog (a module's ledger is made beside it, maybe after it starts) and the answer says so.
+// The entry is the mesh's record, not the module's word: who asked and through what come from the
+// relayed call (only the controller may send one), the module supplies only its answer.
 import { randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import {
   RUNNER_UNANSWERED_CODES,
+  TOOL_SURFACES,
   toolSubject,
   type BusLogger,
   type LedgerKind,
   type ToolRunnerCode,
+  type ToolSurface,
 } from "@mesh/bus";
 import { ToolError } from "@mesh/sdk";
 import {
@@ -37,7 +41,10 @@ export type ToolLedgerEntry = {
   readonly kind: "tool";
   readonly tool: ControlTool;
   readonly args: readonly string[];
+  /** Who asked, as the controller relayed it: the CLI's Unix user, or the dashboard's operator. */
   readonly who: string;
+  /** Through which of the operator's surfaces (absent from a controller that did not say). */
+  readonly via?: ToolSurface;
   /** ISO 8601: when the call was asked. */
   readonly at: string;
   readonly ok: boolean;
@@ -176,6 +183,7 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
   const at = new Date().toISOString();
   let module: string;
   let request: { tool: ControlTool; args: string[]; who: string };
+  let via: ToolSurface | undefined;
   let record = true;
   try {
     const raw = JSON.parse(new TextDecoder().decode(data)) as unknown;
@@ -186,6 +194,8 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
     if (typeof named !== "string" || named === "")
       throw new BadControlRequestError("the call names no module");
     module = named;
+    const surface = (raw as { via?: unknown }).via;
+    if (typeof surface === "string" && TOOL_SURFACES.has(surface)) via = surface as ToolSurface;
   } catch (err) {
     const why = err instanceof BadControlRequestError ? err.message : "the call is not JSON";
     logger.warn(`node ${node} refused a tool call: ${why}`);
@@ -256,29 +266,35 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
     tool,
     args: scrubValue(args, secrets) as string[],
     who,
+    ...(via === undefined ? {} : { via }),
     at,
     ...(scrubbed.ok
       ? { ok: true, answer: forLedger(scrubbed.answer) }
       : { ok: false, error: scrubbed.error, code: scrubbed.code }),
   };
-  const ledgerProblem = record ? await appendEntry(options, module, entry) : undefined;
+  const appended = record ? await appendEntry(options, module, entry) : undefined;
+  const ledgerProblem = appended?.problem;
   // The scrubbed arguments: the log is no more trusted with a password than the ledger is.
-  const said = `${who} asked ${[tool, ...entry.args].join(" ")} of ${module} on node ${node}`;
+  const said = `${who}${via === undefined ? "" : ` (${via})`} asked ${[tool, ...entry.args].join(" ")} of ${module} on node ${node}`;
   if (scrubbed.ok) logger.info(`${said}: answered`);
   else logger.warn(`${said}: ${scrubbed.code}: ${scrubbed.error}`);
   if (ledgerProblem !== undefined) logger.warn(`${said}: ${ledgerProblem}`);
-  const ledger = ledgerProblem === undefined ? {} : { ledger: ledgerProblem };
+  const ledger =
+    ledgerProblem === undefined
+      ? {}
+      : { ledger: ledgerProblem, ...(appended?.waits === true ? { ledgerWaits: true as const } : {}) };
   return scrubbed.ok
     ? { ok: true, answer: scrubbed.answer, ...ledger }
     : { ok: false, error: scrubbed.error, code: scrubbed.code, ...ledger };
 }
 
-// Undefined when the entry was written; else why it was not (and that it waits), in words for the operator.
+// Undefined when the entry was written; else why it was not, in words for the operator, and whether
+// it waits in the backlog.
 async function appendEntry(
   options: ToolRunnerOptions,
   module: string,
   first: ToolLedgerEntry,
-): Promise<string | undefined> {
+): Promise<{ readonly problem: string; readonly waits: boolean } | undefined> {
   // One id for every try, here and in the backlog: an append whose answer was lost is stored once.
   const id = `tool.${options.node}.${randomUUID()}`;
   let entry = first;
@@ -309,9 +325,15 @@ async function appendEntry(
     const why = err instanceof Error ? err.message : String(err);
     const refused = err instanceof Error && err.name === "LedgerEntryError";
     if (!refused && options.backlog?.add(module, "tool", entry, id) === true) {
-      return `the ledger entry for this call is not written yet (${why}): the agent keeps it and appends it once ${module}'s ledger takes it`;
+      return {
+        problem: `the ledger entry for this call is not written yet (${why}): the agent keeps it and appends it once ${module}'s ledger takes it`,
+        waits: true,
+      };
     }
-    return `the ledger entry for this call was not written to ${module}'s ledger: ${why}`;
+    return {
+      problem: `the ledger entry for this call was not written to ${module}'s ledger: ${why}`,
+      waits: false,
+    };
   } finally {
     clearTimeout(timer);
   }

@@ -131,7 +131,9 @@ export class LedgerEntryError extends Error {
     readonly what: string,
     why: string,
   ) {
-    const refused = what.startsWith("snapshot ") ? what : `${what === "action" ? "an" : "a"} ${what} entry`;
+    const refused = what.startsWith("snapshot ")
+      ? what
+      : `${/^[aeiou]/.test(what) ? "an" : "a"} ${what} entry`;
     super(`${module}'s ledger refused ${refused}: ${why}; nothing was written`);
   }
 }
@@ -215,7 +217,11 @@ export class ModuleLedger {
     readonly module: string,
   ) {
     this.#stream = ledgerStreamName(module);
-    this.#subjects = { action: ledgerSubject(module, "action"), tool: ledgerSubject(module, "tool") };
+    this.#subjects = {
+      action: ledgerSubject(module, "action"),
+      tool: ledgerSubject(module, "tool"),
+      rotate: ledgerSubject(module, "rotate"),
+    };
     this.#js = jetstream(nc, { timeout: APPEND_TIMEOUT_MS });
   }
 
@@ -255,7 +261,7 @@ export class ModuleLedger {
       });
       return ack.seq;
     } catch (err) {
-      throw writeError(this.module, `append ${kind === "action" ? "an" : "a"} ${kind} entry`, err);
+      throw writeError(this.module, `append ${/^[aeiou]/.test(kind) ? "an" : "a"} ${kind} entry`, err);
     }
   }
 

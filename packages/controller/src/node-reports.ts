@@ -12,9 +12,10 @@ import {
 
 export type { ReportedCounts, ReportedFailure, ReportedProvider, ReportedWaiting };
 import { maskUrls, metricsUrlOf } from "@mesh/sdk/provider";
+import { goneModuleUsersOf, resourcesOf, type ReportedResources } from "./module-resources-report.ts";
 
-/** How a module of a node is doing, as its agent reports it. */
-export interface ModuleReport {
+/** How a module of a node is doing, as its agent reports it (with its cgroup, limits and home size). */
+export interface ModuleReport extends ReportedResources {
   readonly name: string;
   readonly state: "starting" | "running" | "crashing" | "stopped";
   readonly pid?: number;
@@ -75,6 +76,8 @@ export interface NodeReport {
   readonly moduleKeys?: Readonly<Record<string, ReportedModuleKeys>>;
   /** What each provider module of the node says of its consumers, from its own control socket. */
   readonly providers?: readonly ReportedProvider[];
+  /** Users of the node's mesh whose module no longer runs there (the mesh removes no user). */
+  readonly goneModuleUsers?: readonly string[];
 }
 
 /** A module's public keys as its node reports them. */
@@ -117,6 +120,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     files?: unknown;
     moduleKeys?: unknown;
     providers?: unknown;
+    goneModuleUsers?: unknown;
   } | null;
   if (b === null || typeof b !== "object" || !Array.isArray(b.modules)) return undefined;
   const modules: ModuleReport[] = [];
@@ -145,6 +149,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
               .map((l) => maskUrls(l.slice(0, LOG_TAIL_LINE_MAX))),
           }
         : {}),
+      ...resourcesOf(e as Record<string, unknown>),
     });
   }
   const f = b.files as { written?: unknown; unchanged?: unknown } | undefined;
@@ -154,6 +159,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
       : undefined;
   const moduleKeys = parseModuleKeys(b.moduleKeys);
   const providers = parseProviders(b.providers);
+  const goneModuleUsers = goneModuleUsersOf(b.goneModuleUsers);
   return {
     node,
     generation: typeof b.generation === "number" ? b.generation : 0,
@@ -162,6 +168,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     ...(files !== undefined ? { files } : {}),
     ...(moduleKeys !== undefined ? { moduleKeys } : {}),
     ...(providers !== undefined ? { providers } : {}),
+    ...(goneModuleUsers !== undefined && goneModuleUsers.length > 0 ? { goneModuleUsers } : {}),
   };
 }
 

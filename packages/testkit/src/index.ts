@@ -28,3 +28,4 @@ export * from "./nats-server.ts";
 export * from "./nats-cluster.ts";
 export * from "./prometheus-scrape.ts";
 export * from "./until.ts";
+export { removeStaleModuleUsers } from "./module-users-cleanup.ts";
