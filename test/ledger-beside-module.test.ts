@@ -143,7 +143,10 @@ void describe("a new module starts before its ledger is made", { timeout: 240_00
 
     release();
     const actions = async (): Promise<string[]> =>
-      (await readLedger(admin, "notes", { limit: 100, kind: "action" })).map((r) => String(r.entry["login"]));
+      (await readLedger(admin, "notes", { limit: 100, kind: "action" })).map((r) =>
+        // Each line is kept as the module's claim.
+        String((r.entry["claim"] as { login?: unknown } | undefined)?.login),
+      );
     await until(
       "both actions in notes's ledger",
       async () => ((await actions()).length >= 2 ? true : undefined),
