@@ -1,3 +1,4 @@
+import type { ReportedMisbehaviour } from "@mesh/manifest";
 import type { ModulePublicKeys } from "./module-keys.ts";
 import type { ModuleStatus } from "./module-process.ts";
 import type { ProviderStanding } from "./provider-standings.ts";
@@ -22,4 +23,9 @@ export interface AgentReport {
    * failing ones (from their first failure), the set waiting for a person, and counts by state.
    */
   readonly providers?: readonly ProviderStanding[];
+  /**
+   * The modules of this node that misbehave: what they were asked, what was wrong with the answer
+   * and since when, one entry per question, until their next good answer to it.
+   */
+  readonly misbehaving?: readonly ReportedMisbehaviour[];
 }

@@ -34,6 +34,7 @@ export * from "./delivery-parts.ts";
 export type {
   ReportedCounts,
   ReportedFailure,
+  ReportedMisbehaviour,
   ReportedProvider,
   ReportedWaiting,
 } from "./provider-report.ts";
@@ -41,3 +42,24 @@ export * from "./listen-address.ts";
 export * from "./events.ts";
 export * from "./check-code.ts";
 export * from "./tools.ts";
+export {
+  boundedJson,
+  cleanupDeletedSchema,
+  cleanupEntrySchema,
+  cleanupListSchema,
+  consumerStateSchema,
+  consumerStatusSchema,
+  describeIssues,
+  MAX_ANSWER_DEPTH,
+  parseAnswer,
+  parseToolAnswer,
+  retireApprovedSchema,
+  retireListSchema,
+  statusReportSchema,
+  TOOL_ANSWER_SCHEMAS,
+  type AnswerFault,
+  type Frozen,
+  type ParsedAnswer,
+  type ToolAnswerInputs,
+  type ToolAnswers,
+} from "./tool-answers.ts";

@@ -1,5 +1,6 @@
 // What a node's agent reports of each provider module on it, from the provider's own control socket,
 // and what the controller takes in: one shape for both ends of the report.
+import type { AnswerFault } from "./tool-answers.ts";
 
 /** One consumer its provider says is failing, as the provider's node reports it. */
 export interface ReportedFailure {
@@ -52,4 +53,20 @@ export interface ReportedProvider {
   /** At most a hundred, by login. */
   readonly failing: readonly ReportedFailure[];
   readonly waiting: ReportedWaiting | null;
+}
+
+/**
+ * One way a module of a node misbehaves, as its agent reports it: the answer it gave to a question
+ * (`status`, `retire list`, …) was malformed, too large, too slow or cut off, and nothing of it was
+ * used. Kept until the module's next good answer to the same question.
+ */
+export interface ReportedMisbehaviour {
+  readonly module: string;
+  /** What was asked: a tool's name. */
+  readonly answer: string;
+  readonly fault: AnswerFault;
+  /** What was wrong, in words that quote nothing of what the module said. */
+  readonly what: string;
+  /** ISO 8601: since when (its first bad answer of the run). */
+  readonly since: string;
 }

@@ -28,3 +28,4 @@ export * from "./nats-server.ts";
 export * from "./nats-cluster.ts";
 export * from "./prometheus-scrape.ts";
 export * from "./until.ts";
+export { okLine, serveScriptedControl, type ScriptedControl } from "./scripted-control.ts";
