@@ -189,10 +189,13 @@
     const view = currentView();
     const summary = $("summary");
     const silent = state.nodes.filter((n) => !n.connected).length;
-    summary.className = state.failing > 0 || state.waiting > 0 || silent > 0 ? "attention" : "";
+    const misbehaving = state.misbehaving ?? 0;
+    summary.className =
+      state.failing > 0 || state.waiting > 0 || silent > 0 || misbehaving > 0 ? "attention" : "";
     summary.textContent =
       `${state.nodes.length} node(s)${silent > 0 ? `, ${silent} not connected` : ""} · ` +
-      `${state.modules.length} module(s) · ${state.failing} failing · ${state.waiting} waiting for approval · ` +
+      `${state.modules.length} module(s)${misbehaving > 0 ? `, ${misbehaving} misbehaving` : ""} · ` +
+      `${state.failing} failing · ${state.waiting} waiting for approval · ` +
       `updated ${new Date(state.at).toLocaleTimeString()}`;
     $("approvals-count").textContent = state.waiting > 0 ? `(${state.waiting})` : "";
     for (const a of document.querySelectorAll("nav a")) {
@@ -263,7 +266,24 @@
               ? el("a", { href: `#provider/${encodeURIComponent(m.name)}` }, m.name)
               : m.name,
             m.node,
-            badge(m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown", m.state),
+            el(
+              "span",
+              { class: "badges" },
+              badge(
+                m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown",
+                m.state,
+              ),
+              (m.misbehaving ?? []).map((b) =>
+                el(
+                  "span",
+                  {
+                    class: "badge failing misbehaving",
+                    title: `its answer to ${b.answer} was not used since ${b.since}: ${b.what}`,
+                  },
+                  `misbehaving (${b.answer}: ${b.fault})`,
+                ),
+              ),
+            ),
             String(m.restarts),
             m.provides.join(", ") || "—",
           ]),

@@ -34,7 +34,17 @@ import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-
 const REFUSED_WITHIN = { timeout: 20_000 };
 
 /** What a stand-in agent does with the calls relayed to its node. */
-type AgentMode = "answer" | "silent";
+type AgentMode = "answer" | "silent" | "malformed";
+
+/** A provider's status as the fake agent relays it. */
+const statusOf = (module: string) => ({
+  interface: "postgres-database",
+  instance: module,
+  receives: "/r.json",
+  lastPassAt: null,
+  contributionsProblem: null,
+  consumers: [],
+});
 
 void describe("the controller relays tool calls to the module's node", () => {
   let mesh: TestMesh;
@@ -78,13 +88,17 @@ void describe("the controller relays tool calls to the module's node", () => {
         const call = msg.json<{ module: string; tool: string }>();
         seen.push(call);
         if (mode === "silent") continue;
+        if (mode === "malformed") {
+          msg.respond(JSON.stringify({ ok: true, answer: { ...statusOf(call.module), consumers: [null] } }));
+          continue;
+        }
         msg.respond(
           JSON.stringify(
             call.tool === "cleanup delete"
               ? { ok: false, error: "app9 is still asked for", code: "still-asked" }
               : {
                   ok: true,
-                  answer: { module: call.module, consumers: [] },
+                  answer: statusOf(call.module),
                   ledger: "the ledger entry for this call was not written: testing",
                 },
           ),
@@ -105,7 +119,7 @@ void describe("the controller relays tool calls to the module's node", () => {
     const reply = await ask({ module: "postgres", tool: "status", args: [], who: "alice" });
     assert.deepEqual(reply, {
       ok: true,
-      answer: { module: "postgres", consumers: [] },
+      answer: statusOf("postgres"),
       ledger: "the ledger entry for this call was not written: testing",
     });
     assert.deepEqual(seen.slice(before), [{ module: "postgres", tool: "status", args: [], who: "alice" }]);
@@ -118,6 +132,21 @@ void describe("the controller relays tool calls to the module's node", () => {
     assert.deepEqual(seen.slice(before), [
       { module: "postgres", tool: "status", args: [], who: "page", record: false },
     ]);
+  });
+
+  void it("answers an agent's reply whose answer is not the tool's as a refusal naming the node, and passes none of it on", async () => {
+    mode = "malformed";
+    try {
+      const reply = await ask({ module: "postgres", tool: "status", args: [], who: "alice" });
+      assert.equal(reply.ok, false);
+      assert.equal(reply.ok ? "" : reply.code, "agent-not-answering");
+      assert.match(
+        reply.ok ? "" : reply.error,
+        /node node-a's agent relayed an answer to status that is not one \(consumers\[0\]: /,
+      );
+    } finally {
+      mode = "answer";
+    }
   });
 
   void it("brings a provider's refusal back with its code", async () => {

@@ -93,6 +93,30 @@ export const cleanupDeletedSchema = z.object({
   freedBytes: count,
 });
 
+/** The longest text of a tool reply kept (an error, why its ledger entry is missing). */
+export const MAX_REPLY_TEXT = 4_000;
+
+const replyText = z
+  .string()
+  .transform((t) => (t.length <= MAX_REPLY_TEXT ? t : `${t.slice(0, MAX_REPLY_TEXT)}…`));
+
+/**
+ * What a node's agent answers a tool call relayed to it (the sdk's `ToolCallReply`), as the
+ * controller reads it before passing it on: its `answer` is then checked against the tool's schema.
+ */
+export const toolCallReplySchema = z.union([
+  z.object({ ok: z.literal(true), answer: z.unknown(), ledger: replyText.optional() }),
+  z.object({
+    ok: z.literal(false),
+    error: replyText,
+    code: z
+      .string()
+      .regex(/^[a-z][a-z0-9-]{0,63}$/)
+      .optional(),
+    ledger: replyText.optional(),
+  }),
+]);
+
 /** Each tool's answer schema, by the tool's name. */
 export const TOOL_ANSWER_SCHEMAS = {
   status: statusReportSchema,
