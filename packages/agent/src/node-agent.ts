@@ -566,7 +566,7 @@ export class NodeAgent {
       node: this.#o.node,
       generation: this.#generation,
       at: new Date().toISOString(),
-      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()).map((m) => {
+      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses(), this.misbehaving).map((m) => {
         // A module refused for want of isolation is not running: its status still says why.
         const isolation = m.isolation ?? this.#isolations.identity(m.name)?.isolation;
         const tail = m.logTail?.map((line) => maskUrls(String(scrubValue(line, this.#secrets))));

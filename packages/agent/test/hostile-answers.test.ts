@@ -2,13 +2,13 @@
 // node's report, the password gate, a tool call relayed to it) survives every malformed, huge, slow
 // or cut-off answer, counts the provider as misbehaving, and throws nothing past the boundary.
 import assert from "node:assert/strict";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { Socket } from "node:net";
 import { after, before, describe, it } from "node:test";
 import type { PlanEntry } from "@mesh/manifest";
-import { passwordTag } from "@mesh/sdk/provider";
+import { metricsUrlPath, passwordTag } from "@mesh/sdk/provider";
 import { okLine, serveScriptedControl, type ScriptedControl, until } from "@mesh/testkit";
 import {
   MisbehavingModules,
@@ -17,6 +17,7 @@ import {
   runToolCall,
   type ToolLedgerEntry,
 } from "../src/index.ts";
+import { withMetricsUrls } from "../src/module-metrics.ts";
 import { ProviderStandings } from "../src/provider-standings.ts";
 import { recordingLogger } from "./test-mesh.ts";
 
@@ -269,6 +270,31 @@ describe("a provider whose answers are malformed, huge, slow or cut off", () => 
     );
     assert.equal(entries[0]?.code, "module-misbehaving");
     assert.equal(book.list()[0]?.answer, "cleanup list");
+  });
+});
+
+describe("a module's metrics.url", () => {
+  it("counts one that is not a URL as malformed and reports no URL; a URL written after clears it", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-hostile-metrics-"));
+    try {
+      const path = metricsUrlPath(dir, "pg");
+      await mkdir(dirname(path), { recursive: true });
+      await writeFile(path, "javascript:alert(1)\n");
+      const book = new MisbehavingModules({ logger: recordingLogger() });
+      const running = [{ name: "pg", state: "running", restarts: 0, log: "/l" }] as Parameters<
+        typeof withMetricsUrls
+      >[1];
+      assert.equal(withMetricsUrls(dir, running, book)[0]?.metrics, undefined);
+      assert.deepEqual(
+        book.list().map((m) => [m.module, m.answer, m.fault]),
+        [["pg", "metrics.url", "malformed"]],
+      );
+      await writeFile(path, "http://127.0.0.1:9464/metrics\n");
+      assert.equal(withMetricsUrls(dir, running, book)[0]?.metrics, "http://127.0.0.1:9464/metrics");
+      assert.deepEqual(book.list(), []);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 
