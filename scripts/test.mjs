@@ -33,6 +33,7 @@ const SLOW_FIRST = [
   "test/kill-matrix.test.ts",
   "test/cluster.test.ts",
   "packages/sdk/test/contributions-fuzz.test.ts",
+  "test/answers-fuzz.test.ts",
   "test/dashboard-browser.test.ts",
   "test/exporters-prometheus.test.ts",
   "test/tool-through-mesh.test.ts",

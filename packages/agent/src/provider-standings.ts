@@ -104,6 +104,12 @@ export class ProviderStandings {
     });
   }
 
+  /** Asks every followed provider now (or joins the ask under way) and resolves when it has ended. */
+  refresh(): Promise<void> {
+    this.askSoon();
+    return this.#asking ?? Promise.resolve();
+  }
+
   /** What each followed provider said when last asked, by module; one that was not asked yet is absent. */
   standings(): ProviderStanding[] {
     return this.#modules.flatMap((m) => this.#standings.get(m) ?? []);
