@@ -41,6 +41,7 @@ const SLOW_FIRST = [
   "packages/cli/test/tool-command.test.ts",
   "test/plan-matches-apply.test.ts",
   "test/standings-through-mesh.test.ts",
+  "test/misbehaving-provider-through-mesh.test.ts",
   "packages/cli/test/check.test.ts",
   "test/metrics-scrape.test.ts",
   "packages/cli/test/provider-command.test.ts",
