@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { chromium, type Browser, type Page } from "playwright-core";
+import type { LedgerView } from "@mesh/bus";
 import { startPostgres, type PostgresServer } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
 
@@ -37,7 +38,7 @@ modules:
 ${consumers.map((c) => `  ${c}: { manifest: ./consumer/module.json, node: node-a }\n`).join("")}`;
 
 interface LedgerAnswer {
-  entries: { seq: number; entry: Record<string, unknown> }[];
+  entries: LedgerView[];
 }
 
 const skip = existsSync(CHROMIUM)
@@ -201,16 +202,17 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     await page.locator(".timeline li[data-kind=tool]", { hasText: "retire approve" }).waitFor(SEEN);
     await shot("ledger-timeline");
 
-    const entries = (await ledger()).entries.map((e) => e.entry);
-    const approved = entries.filter((e) => e["kind"] === "action" && e["action"] === "approved");
-    assert.deepEqual(approved.map((e) => e["login"]).sort(), ["c1_postgres", "c2_postgres"]);
+    // The provider's claims of the approval, each borne out by the call the mesh recorded.
+    const views = (await ledger()).entries;
+    const call = views.find((v) => v.entry["kind"] === "tool" && v.entry["tool"] === "retire approve");
+    assert.deepEqual(call?.recorded, { who: "dashboard", via: "dashboard" });
+    assert.equal(call?.entry["ok"], true);
+    const approved = views.filter((v) => v.claim?.action === "approved");
+    assert.deepEqual(approved.map((v) => v.claim?.login).sort(), ["c1_postgres", "c2_postgres"]);
     assert.ok(
-      approved.every((e) => e["who"] === "dashboard"),
+      approved.every((v) => v.claim?.who === "dashboard" && v.matches === call?.seq && !v.flagged),
       JSON.stringify(approved),
     );
-    const call = entries.find((e) => e["kind"] === "tool" && e["tool"] === "retire approve");
-    assert.equal(call?.["who"], "dashboard");
-    assert.equal(call?.["ok"], true);
   });
 
   it("refuses a delete with the wrong login typed, and deletes with the right one", async () => {
@@ -250,16 +252,16 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     assert.ok((await roles()).includes("c2_postgres"), "the other retired one is kept");
     await shot("provider-after-delete");
 
-    const entries = (await ledger()).entries.map((e) => e.entry);
-    const deleted = entries.filter((e) => e["kind"] === "action" && e["action"] === "deleted");
+    const views = (await ledger()).entries;
+    const calls = views.filter((v) => v.entry["kind"] === "tool" && v.entry["tool"] === "cleanup delete");
     assert.deepEqual(
-      deleted.map((e) => [e["login"], e["who"]]),
-      [["c1_postgres", "dashboard"]],
+      calls.map((v) => [v.entry["args"], v.entry["ok"], v.recorded?.via]),
+      [[["c1_postgres"], true, "dashboard"]],
     );
-    const calls = entries.filter((e) => e["kind"] === "tool" && e["tool"] === "cleanup delete");
+    const deleted = views.filter((v) => v.claim?.action === "deleted");
     assert.deepEqual(
-      calls.map((e) => [e["args"], e["ok"]]),
-      [[["c1_postgres"], true]],
+      deleted.map((v) => [v.claim?.login, v.claim?.who, v.matches, v.flagged]),
+      [["c1_postgres", "dashboard", calls[0]?.seq, undefined]],
     );
   });
 });

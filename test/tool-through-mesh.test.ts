@@ -142,7 +142,7 @@ modules:
 
       const shown = await mesh("ledger", "postgres");
       assert.equal(shown.code, 0, shown.stderr);
-      assert.match(shown.stdout, new RegExp(`tool\\s+${userInfo().username}\\s+status\\s+ok`));
+      assert.match(shown.stdout, new RegExp(`\\s${userInfo().username} via mesh tool\\s+status\\s+ok`));
     },
   );
 

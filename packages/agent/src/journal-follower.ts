@@ -1,10 +1,22 @@
 // From a provider's action journal to its module's ledger. A provider run by the agent appends each
 // action (created, re-applied, retired, approved, deleted) as one JSON line to
-// `<state>/modules/<module>/actions.jsonl`; the agent appends each new complete line to the
+// `<state>/modules/<module>/home/actions.jsonl`; the agent appends each new complete line to the
 // module's ledger on the module's own ledger connection, and keeps how far it got in the module's
 // snapshots, so a restarted agent neither appends a line twice nor skips one.
+//
+// The journal is in the module's own directory: the module may write anything there, backdated or
+// in another's name. So each line is parsed at this boundary (`parseJournalLine`: bounded, of the
+// harness's shape) and kept as what it is, that module's claim: `{kind: "action", by: {module,
+// claim: true}, claim: {...}}`. Nothing of the line is at the entry's top level, where the mesh's
+// own records say who asked; the time the bus stored it is the record's own.
 import { LedgerEntryError, type BusLogger, type ModuleLedger } from "@mesh/bus";
-import { actionJournalPath, FileWatcher } from "@mesh/sdk/provider";
+import {
+  actionJournalPath,
+  FileWatcher,
+  JournalLineError,
+  MAX_JOURNAL_LINE_BYTES,
+  parseJournalLine,
+} from "@mesh/sdk/provider";
 import { openModuleFile } from "./safe-open.ts";
 
 /** The snapshot key under which a module's ledger keeps how far its journal was appended. */
@@ -17,7 +29,18 @@ export interface JournalPosition {
   readonly offset: number;
   /** When it was written (ISO 8601). */
   readonly at: string;
+  /**
+   * True while `offset` is inside a line longer than `MAX_JOURNAL_LINE_BYTES`: what follows, up to
+   * its end, is skipped too, so the tail of an over-long line is never read as a line of its own.
+   */
+  readonly skipping?: true;
 }
+
+/** What a module's journal entry is in its ledger: the module's claim, its line as parsed. */
+export type JournalClaimEntry = {
+  readonly by: { readonly module: string; readonly claim: true };
+  readonly claim: ReturnType<typeof parseJournalLine>;
+};
 
 /** Where a follower gets a module's ledger: `LedgerCredentials.writer`. */
 export interface LedgerWriters {
@@ -39,10 +62,18 @@ export interface JournalFollowerOptions {
 /** The most of a journal read in one go; the rest is read by the next pass. */
 const READ_AT_MOST = 1 << 20;
 
+/** The lines a pass skipped: how many, and the first one's place and why, said once at its end. */
+interface Skipped {
+  count: number;
+  first: { readonly offset: number; readonly why: string } | undefined;
+}
+
 /**
- * Follows one module's action journal into its ledger. `start()` begins; each change of the file,
- * and every `retryMs`, appends what is new. A line the ledger cannot take for want of a credential
- * or of the bus is kept and tried again; a line that is not an action entry is said and skipped.
+ * Follows one module's action journal into its ledger, each line kept as the module's claim
+ * (`JournalClaimEntry`). `start()` begins; each change of the file, and every `retryMs`, appends
+ * what is new. A line the ledger cannot take for want of a credential or of the bus is kept and
+ * tried again; a line that is not an action (not JSON, too long, of the wrong shape) is skipped,
+ * and the lines a pass skipped are said once, in one line, at its end.
  */
 export class JournalFollower {
   readonly #o: JournalFollowerOptions;
@@ -131,33 +162,54 @@ export class JournalFollower {
     this.#position = position;
     if (this.#savedOffset !== position.offset) await this.#save(ledger, position);
 
-    while (!this.#stopped && position.offset < size) {
-      const chunk = await readSome(file, position.offset, Math.min(size - position.offset, READ_AT_MOST));
-      const end = chunk.lastIndexOf(0x0a);
-      if (end < 0) {
-        if (chunk.length < READ_AT_MOST) return; // a line still being written
-        // A line longer than anything an action makes: not one of the provider's.
-        this.#o.logger.warn(
-          `${module}'s action journal ${file} has a line of more than ${READ_AT_MOST} bytes at offset ` +
-            `${position.offset}: it is not an action and is skipped`,
-        );
-        position = this.#advance(position, position.offset + chunk.length);
+    const skipped: Skipped = { count: 0, first: undefined };
+    try {
+      while (!this.#stopped && position.offset < size) {
+        const from = position.offset;
+        const chunk = await readSome(file, from, Math.min(size - from, READ_AT_MOST));
+        if (chunk.length === 0) return;
+        if (position.skipping === true) {
+          // The rest of an over-long line: up to its end, and nothing of it read as a line.
+          const end = chunk.indexOf(0x0a);
+          position = this.#advance(position, end < 0 ? from + chunk.length : from + end + 1, end < 0);
+          await this.#save(ledger, position);
+          continue;
+        }
+        let start = 0;
+        for (let stop = chunk.indexOf(0x0a); stop >= 0 && !this.#stopped; stop = chunk.indexOf(0x0a, start)) {
+          const lineAt = from + start;
+          if (stop - start > MAX_JOURNAL_LINE_BYTES) {
+            this.#skip(
+              skipped,
+              lineAt,
+              `it is longer than the ${MAX_JOURNAL_LINE_BYTES} bytes an action takes`,
+            );
+          } else {
+            const text = chunk.subarray(start, stop).toString("utf8").trim();
+            if (text !== "") await this.#appendLine(ledger, text, lineAt, skipped);
+          }
+          position = this.#advance(position, from + stop + 1);
+          start = stop + 1;
+        }
+        if (this.#stopped) break;
+        if (chunk.length - start > MAX_JOURNAL_LINE_BYTES) {
+          // No end in sight within the bound: not an action, however it ends.
+          this.#skip(
+            skipped,
+            from + start,
+            `it is longer than the ${MAX_JOURNAL_LINE_BYTES} bytes an action takes`,
+          );
+          position = this.#advance(position, from + chunk.length, true);
+        } else if (start === 0) {
+          return; // a line still being written
+        }
+        // Saved once per chunk, not per line: a line appended again after a crash carries the same
+        // message id and the ledger stores it once (its duplicate window is a day). A pass that
+        // failed mid-chunk saves the position it reached at the start of the next one.
         await this.#save(ledger, position);
-        continue;
       }
-      let start = 0;
-      while (start <= end && !this.#stopped) {
-        const stop = chunk.indexOf(0x0a, start);
-        const lineAt = position.offset;
-        const text = chunk.subarray(start, stop).toString("utf8").trim();
-        if (text !== "") await this.#appendLine(ledger, text, lineAt);
-        position = this.#advance(position, lineAt + (stop + 1 - start));
-        start = stop + 1;
-      }
-      // Saved once per chunk, not per line: a line appended again after a crash carries the same
-      // message id and the ledger stores it once (its duplicate window is a day). A pass that
-      // failed mid-chunk saves the position it reached at the start of the next one.
-      await this.#save(ledger, position);
+    } finally {
+      this.#saySkipped(skipped);
     }
     if (this.#said !== undefined) {
       this.#o.logger.info(`${module}'s action journal is appended to its ledger again`);
@@ -165,18 +217,14 @@ export class JournalFollower {
     }
   }
 
-  async #appendLine(ledger: ModuleLedger, text: string, at: number): Promise<void> {
-    const { module, node, file, logger } = this.#o;
-    let entry: unknown;
+  async #appendLine(ledger: ModuleLedger, text: string, at: number, skipped: Skipped): Promise<void> {
+    const { module, node } = this.#o;
+    let entry: JournalClaimEntry;
     try {
-      entry = JSON.parse(text);
-    } catch {
-      entry = undefined;
-    }
-    if (entry === null || typeof entry !== "object" || Array.isArray(entry)) {
-      logger.warn(
-        `${module}'s action journal ${file} has a line at offset ${at} that is not an action: skipped`,
-      );
+      entry = { by: { module, claim: true }, claim: parseJournalLine(text) };
+    } catch (err) {
+      if (!(err instanceof JournalLineError)) throw err;
+      this.#skip(skipped, at, err.message);
       return;
     }
     try {
@@ -185,12 +233,36 @@ export class JournalFollower {
       this.#appended++;
     } catch (err) {
       if (!(err instanceof LedgerEntryError)) throw err;
-      logger.warn(`${module}'s action journal ${file}, line at offset ${at}: ${err.message}; skipped`);
+      this.#skip(skipped, at, err.message);
     }
   }
 
-  #advance(from: JournalPosition, offset: number): JournalPosition {
-    const position = { ...from, offset, at: new Date().toISOString() };
+  #skip(skipped: Skipped, offset: number, why: string): void {
+    skipped.count++;
+    skipped.first ??= { offset, why };
+  }
+
+  // One line for all a pass skipped: a module writing garbage fills its own journal, not the log.
+  #saySkipped(skipped: Skipped): void {
+    if (skipped.first === undefined) return;
+    const { module, file, logger } = this.#o;
+    const others = skipped.count - 1;
+    logger.warn(
+      `${module}'s action journal ${file} has a line at offset ${skipped.first.offset} that is not an ` +
+        `action (${skipped.first.why})` +
+        (others > 0 ? `, and ${others} more line${others === 1 ? "" : "s"} that are not` : "") +
+        `: skipped, kept out of ${module}'s ledger`,
+    );
+  }
+
+  #advance(from: JournalPosition, offset: number, skipping = false): JournalPosition {
+    const { skipping: _was, ...rest } = from;
+    const position: JournalPosition = {
+      ...rest,
+      offset,
+      at: new Date().toISOString(),
+      ...(skipping ? { skipping: true as const } : {}),
+    };
     this.#position = position;
     return position;
   }
@@ -298,8 +370,14 @@ async function readSome(file: string, offset: number, length: number): Promise<B
 
 function positionOf(value: unknown): JournalPosition | undefined {
   if (value === null || typeof value !== "object") return undefined;
-  const { node, inode, offset, at } = value as Record<string, unknown>;
+  const { node, inode, offset, at, skipping } = value as Record<string, unknown>;
   if (typeof node !== "string" || typeof inode !== "number" || typeof offset !== "number") return undefined;
   if (!Number.isInteger(offset) || offset < 0) return undefined;
-  return { node, inode, offset, at: typeof at === "string" ? at : "" };
+  return {
+    node,
+    inode,
+    offset,
+    at: typeof at === "string" ? at : "",
+    ...(skipping === true ? { skipping: true as const } : {}),
+  };
 }

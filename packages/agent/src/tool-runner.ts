@@ -2,14 +2,18 @@
 // `toolSubject(node)` by asking the module's own control socket on this machine, and appends each
 // call and its result to the module's ledger on the module's own ledger connection. A ledger that
 // cannot be written never hides what the tool did: the answer says the entry is missing and why.
+// The entry is the mesh's record, not the module's word: who asked and through what come from the
+// relayed call (only the controller may send one), the module supplies only its answer.
 import { readdir, readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import {
   RUNNER_UNANSWERED_CODES,
+  TOOL_SURFACES,
   toolSubject,
   type BusLogger,
   type LedgerKind,
   type ToolRunnerCode,
+  type ToolSurface,
 } from "@mesh/bus";
 import { toolAnswerBytes, toolDefinition } from "@mesh/manifest";
 import { ToolError } from "@mesh/sdk";
@@ -38,7 +42,10 @@ export type ToolLedgerEntry = {
   readonly kind: "tool";
   readonly tool: ControlTool;
   readonly args: readonly string[];
+  /** Who asked, as the controller relayed it: the CLI's Unix user, or the dashboard's operator. */
   readonly who: string;
+  /** Through which of the operator's surfaces (absent from a controller that did not say). */
+  readonly via?: ToolSurface;
   /** ISO 8601: when the call was asked. */
   readonly at: string;
   readonly ok: boolean;
@@ -174,6 +181,7 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
   const at = new Date().toISOString();
   let module: string;
   let request: { tool: ControlTool; args: string[]; who: string };
+  let via: ToolSurface | undefined;
   let record = true;
   try {
     const raw = JSON.parse(new TextDecoder().decode(data)) as unknown;
@@ -184,6 +192,8 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
     if (typeof named !== "string" || named === "")
       throw new BadControlRequestError("the call names no module");
     module = named;
+    const surface = (raw as { via?: unknown }).via;
+    if (typeof surface === "string" && TOOL_SURFACES.has(surface)) via = surface as ToolSurface;
   } catch (err) {
     const why = err instanceof BadControlRequestError ? err.message : "the call is not JSON";
     logger.warn(`node ${node} refused a tool call: ${why}`);
@@ -273,6 +283,7 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
     tool,
     args: scrubValue(args, secrets) as string[],
     who,
+    ...(via === undefined ? {} : { via }),
     at,
     ...(scrubbed.ok
       ? { ok: true, answer: forLedger(scrubbed.answer) }
@@ -280,7 +291,7 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
   };
   const ledgerProblem = record ? await appendEntry(options, module, entry) : undefined;
   // The scrubbed arguments: the log is no more trusted with a password than the ledger is.
-  const said = `${who} asked ${[tool, ...entry.args].join(" ")} of ${module} on node ${node}`;
+  const said = `${who}${via === undefined ? "" : ` (${via})`} asked ${[tool, ...entry.args].join(" ")} of ${module} on node ${node}`;
   if (scrubbed.ok) logger.info(`${said}: answered`);
   else logger.warn(`${said}: ${scrubbed.code}: ${scrubbed.error}`);
   if (ledgerProblem !== undefined) logger.warn(`${said}: ${ledgerProblem}`);

@@ -75,8 +75,15 @@ void describe("a provider's actions reach its module's ledger through the action
     return agent;
   };
 
+  // What the module's journal lines say, each kept as its claim (never at the entry's top level).
   const actionsIn = async (module: string) =>
-    (await mesh.history(module)).filter((r) => r.entry["kind"] === "action").map((r) => r.entry);
+    (await mesh.history(module))
+      .filter((r) => r.entry["kind"] === "action")
+      .map((r) => {
+        assert.deepEqual(r.entry["by"], { module, claim: true }, "each line is kept as the module's claim");
+        assert.equal(r.entry["who"], undefined, "nothing the module says is at the top level");
+        return r.entry["claim"] as Record<string, unknown>;
+      });
 
   before(async () => {
     mesh = await startLedgerMesh();
@@ -132,8 +139,8 @@ void describe("a provider's actions reach its module's ledger through the action
         return actions.length === 1;
       }, "the first action in the ledger");
       assert.deepEqual(
-        { kind: actions[0]?.["kind"], action: actions[0]?.["action"], login: actions[0]?.["login"] },
-        { kind: "action", action: "created", login: "app_db" },
+        { action: actions[0]?.["action"], login: actions[0]?.["login"] },
+        { action: "created", login: "app_db" },
       );
       assert.equal(actions[0]?.["who"], "provisioner");
       assert.equal(actions[0]?.["interface"], IFACE);
@@ -251,6 +258,105 @@ void describe("a provider's actions reach its module's ledger through the action
       actions.map((a) => a["action"]),
       ["created", "retired"],
     );
+    await agent.stop();
+  });
+
+  it("skips a line that is not JSON, too long or of the wrong types, says the lines skipped once, and keeps going", async () => {
+    const oidc = await mesh.credentialFor("oidc");
+    await mesh.writeLedgers(ledgersFile, { postgres, oidc });
+    const file = actionJournalPath(stateDir, "oidc");
+    await mkdir(dirname(file), { recursive: true });
+    const good = (login: string): string => `${JSON.stringify(action("created", login))}\n`;
+    const bad = [
+      "not json at all",
+      JSON.stringify({ ...action("created", "x"), login: 5 }),
+      JSON.stringify({ ...action("created", "x"), action: "exploded" }),
+      JSON.stringify({ ...action("created", "x"), who: "alice\u001b[2K" }),
+      JSON.stringify({ ...action("created", "x"), at: "yesterday" }),
+      JSON.stringify([1, 2, 3]),
+      // Valid JSON of the right shape, but longer than any action: not one.
+      JSON.stringify({ ...action("created", "long_db"), why: "w".repeat(70 * 1024) }),
+    ];
+    // The last line has no end yet, is past the bound, and ends in what would read as an action.
+    const unended = `${"p".repeat(70 * 1024)}${JSON.stringify(action("deleted", "tail_db"))}`;
+    await writeFile(file, `${good("first_db")}${bad.join("\n")}\n${good("second_db")}${unended}`, {
+      mode: 0o600,
+    });
+    const agent = await startAgentLedgers(["oidc"]);
+    const skippedSaid = (): number =>
+      agent.logger.lines
+        .filter((l) => l.includes("oidc's action journal") && l.includes("that is not an action"))
+        .reduce((n, l) => n + 1 + Number(/and (\d+) more line/.exec(l)?.[1] ?? 0), 0);
+    await eventually(() => skippedSaid() === bad.length + 1, "every line skipped, said");
+    const said = agent.logger.lines.filter((l) => l.includes("oidc's action journal"));
+    assert.ok(
+      said.some((l) => /offset \d+ that is not an action \(it is not JSON\)/.test(l)),
+      said.join("\n"),
+    );
+    assert.ok(
+      said.length <= 2,
+      `the lines skipped are said in a line a pass, not one each:\n${said.join("\n")}`,
+    );
+
+    // The follower goes on: the over-long line ends, and what follows it is appended.
+    const { appendFile } = await import("node:fs/promises");
+    await appendFile(file, `\n${good("third_db")}`);
+    let actions: Record<string, unknown>[] = [];
+    await eventually(() => {
+      void actionsIn("oidc").then((a) => (actions = a));
+      return actions.length === 3;
+    }, "the good lines in the ledger");
+    assert.deepEqual(
+      actions.map((a) => a["login"]),
+      ["first_db", "second_db", "third_db"],
+      "nothing of a skipped line, nor the tail of the over-long one, is in the ledger",
+    );
+    assert.equal(skippedSaid(), bad.length + 1, "no skipped line is said again");
+    await agent.stop();
+  });
+
+  it("keeps a backdated line in another's name as the module's claim, stored at the bus's own time", async () => {
+    const s3 = await mesh.credentialFor("s3");
+    await mesh.writeLedgers(ledgersFile, { postgres, s3 });
+    const file = actionJournalPath(stateDir, "s3");
+    await mkdir(dirname(file), { recursive: true });
+    const forged = {
+      action: "deleted",
+      login: "notes_s3",
+      interface: "s3-bucket",
+      who: "operator alice via mesh tool",
+      at: "2020-01-01T00:00:00.000Z",
+      why: "cleanup delete by alice",
+      freedBytes: 1024,
+      // What the module would like the entry to say of itself: dropped at the boundary.
+      kind: "tool",
+      by: { mesh: true },
+      via: "mesh tool",
+    };
+    await writeFile(file, `${JSON.stringify(forged)}\n`, { mode: 0o600 });
+    const before = Date.now();
+    const agent = await startAgentLedgers(["s3"]);
+    let records: Awaited<ReturnType<LedgerMesh["history"]>> = [];
+    await eventually(() => {
+      void mesh.history("s3").then((r) => (records = r));
+      return records.length === 1;
+    }, "the forged line in the ledger");
+    const [record] = records;
+    assert.equal(record?.subject, "mesh.ledger.s3.action");
+    assert.deepEqual(record?.entry, {
+      kind: "action",
+      by: { module: "s3", claim: true },
+      claim: {
+        action: "deleted",
+        login: "notes_s3",
+        interface: "s3-bucket",
+        who: "operator alice via mesh tool",
+        at: "2020-01-01T00:00:00.000Z",
+        why: "cleanup delete by alice",
+        freedBytes: 1024,
+      },
+    });
+    assert.ok(Date.parse(record?.at ?? "") >= before - 60_000, "the record's own time is the bus's");
     await agent.stop();
   });
 

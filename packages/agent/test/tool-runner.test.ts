@@ -177,8 +177,14 @@ void describe("the agent's tool runner", () => {
     assert.equal(reply.ledger, undefined, "the ledger entry was written");
   });
 
-  it("appends each call and its result to the module's ledger stream, scrubbed, with who asked", async () => {
-    const reply = await ask({ module: "postgres", tool: "cleanup delete", args: ["old_db"], who: "bob" });
+  it("appends each call and its result to the module's ledger stream, scrubbed, with who asked and through what", async () => {
+    const reply = await ask({
+      module: "postgres",
+      tool: "cleanup delete",
+      args: ["old_db"],
+      who: "bob",
+      via: "dashboard",
+    });
     assert.ok(reply.ok, JSON.stringify(reply));
     assert.deepEqual(reply.answer, { login: "old_db", freedBytes: 4096 });
     assert.deepEqual(tools.calls.at(-1), ["cleanupDelete", "old_db", "bob"]);
@@ -190,6 +196,7 @@ void describe("the agent's tool runner", () => {
     assert.equal(deleted["kind"], "tool");
     assert.deepEqual(deleted["args"], ["old_db"]);
     assert.equal(deleted["who"], "bob");
+    assert.equal(deleted["via"], "dashboard");
     assert.equal(deleted["ok"], true);
     assert.deepEqual(deleted["answer"], { login: "old_db", freedBytes: 4096 });
     assert.ok(!Number.isNaN(Date.parse(String(deleted["at"]))), "it says when");
@@ -200,7 +207,14 @@ void describe("the agent's tool runner", () => {
   });
 
   it("passes the provider's refusal back with its code, and keeps it in the ledger", async () => {
-    const reply = await ask({ module: "postgres", tool: "retire approve", args: ["abc"], who: "carol" });
+    // A surface the mesh does not have is not kept: only the controller's word is.
+    const reply = await ask({
+      module: "postgres",
+      tool: "retire approve",
+      args: ["abc"],
+      who: "carol",
+      via: "a module's say-so",
+    });
     assert.equal(reply.ok, false);
     assert.ok(!reply.ok);
     assert.equal(reply.code, "nothing-waiting");
@@ -210,6 +224,7 @@ void describe("the agent's tool runner", () => {
     assert.equal(records[0]?.entry["ok"], false);
     assert.equal(records[0]?.entry["code"], "nothing-waiting");
     assert.equal(records[0]?.entry["who"], "carol");
+    assert.equal(records[0]?.entry["via"], undefined);
   });
 
   it("keeps a secret passed as an argument out of the answer, the ledger and the log", async () => {

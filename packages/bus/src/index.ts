@@ -32,6 +32,17 @@ export * from "./sealing.ts";
 export * from "./state.ts";
 export * from "./subjects.ts";
 export * from "./tool-codes.ts";
+export {
+  CLAIM_EARLIEST_MS,
+  CLAIM_LATEST_MS,
+  claimOf,
+  isOperatorClaim,
+  recordedOf,
+  viewLedger,
+  type ActionClaim,
+  type LedgerView,
+  type RecordedBy,
+} from "./ledger-view.ts";
 export * from "./write-file-atomic.ts";
 export * from "./join-token.ts";
 export * from "./nats-server-binary.ts";

@@ -12,8 +12,14 @@ import { kvWriteSubjects } from "./kv-permissions.ts";
 /** Where every module's ledger history is published: `mesh.ledger.<module>.<kind>`. */
 export const LEDGER_SUBJECT_PREFIX = "mesh.ledger";
 
-/** The kinds of ledger history entries, each its own subject token. */
-export type LedgerKind = "action" | "tool";
+/**
+ * The kinds of ledger history entries, each its own subject token. `action`: a line of the module's
+ * own action journal, kept as its claim (the agent appends it). `tool`: a tool call the mesh carried
+ * to the module, who asked and what came of it (the agent that ran it appends it, or the controller
+ * when no agent did). `rotate`: a password rotation the controller carried, who asked (the
+ * controller appends it, to the consumer's ledger and to its provider's).
+ */
+export type LedgerKind = "action" | "tool" | "rotate";
 
 /** A name that cannot name a module's ledger (it would widen or break a subject or stream name). */
 export class InvalidLedgerModuleError extends Error {

@@ -109,7 +109,9 @@ export class LedgerEntryError extends Error {
     readonly what: string,
     why: string,
   ) {
-    const refused = what.startsWith("snapshot ") ? what : `${what === "action" ? "an" : "a"} ${what} entry`;
+    const refused = what.startsWith("snapshot ")
+      ? what
+      : `${/^[aeiou]/.test(what) ? "an" : "a"} ${what} entry`;
     super(`${module}'s ledger refused ${refused}: ${why}; nothing was written`);
   }
 }
@@ -161,7 +163,11 @@ export class ModuleLedger {
     readonly module: string,
   ) {
     this.#stream = ledgerStreamName(module);
-    this.#subjects = { action: ledgerSubject(module, "action"), tool: ledgerSubject(module, "tool") };
+    this.#subjects = {
+      action: ledgerSubject(module, "action"),
+      tool: ledgerSubject(module, "tool"),
+      rotate: ledgerSubject(module, "rotate"),
+    };
     this.#js = jetstream(nc, { timeout: APPEND_TIMEOUT_MS });
   }
 
@@ -201,7 +207,7 @@ export class ModuleLedger {
       });
       return ack.seq;
     } catch (err) {
-      throw new LedgerWriteError(this.module, `append ${kind === "action" ? "an" : "a"} ${kind} entry`, {
+      throw new LedgerWriteError(this.module, `append ${/^[aeiou]/.test(kind) ? "an" : "a"} ${kind} entry`, {
         cause: err,
       });
     }

@@ -33,3 +33,12 @@ export const RUNNER_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRunnerCo
   "provider-unreachable",
   "module-misbehaving",
 ]);
+
+/**
+ * Through which of the operator's surfaces a tool call came, as the controller tells the agent and
+ * the ledger keeps it: the CLI's `mesh tool` (on the bus, with `operator.creds`) or the dashboard.
+ */
+export type ToolSurface = "mesh tool" | "dashboard";
+
+/** Every `ToolSurface`, for a reader that checks what it was told. */
+export const TOOL_SURFACES: ReadonlySet<string> = new Set<ToolSurface>(["mesh tool", "dashboard"]);

@@ -23,6 +23,7 @@ import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
 import { withLogFlags, type LogFlags } from "./log-flags.ts";
 import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.ts";
+import { osUserName } from "./who.ts";
 
 export { DEFAULT_GRACE };
 
@@ -232,7 +233,8 @@ stops the modules (SIGKILL after --grace), then the agent.`,
   withBusFlags(program.command("rotate"))
     .summary("mint a new password for one consumer's interface")
     .description(
-      "mint a new password for one consumer's interface; the provider applies it, the consumer reads it",
+      "mint a new password for one consumer's interface; the provider applies it, the consumer reads " +
+        "it, and both modules' ledgers record who asked (your Unix user) and when",
     )
     .argument("<consumer>", "the consumer module")
     .argument("<interface>", "the interface it needs, e.g. postgres-database")
@@ -246,10 +248,11 @@ Examples:
   $ mesh rotate notes postgres-database --json --state /var/lib/mesh`,
     )
     .action(async (consumer: string, iface: string, flags: { state?: string; json?: boolean } & BusFlags) => {
-      const answer = await ask<{ ok: boolean; error?: string; busCannotStore?: boolean }>(
+      // Who asks goes into the consumer's and the provider's ledgers with the rotation.
+      const answer = await ask<{ ok: boolean; error?: string; busCannotStore?: boolean; ledger?: string }>(
         stateDirOf(flags.state, io),
         "rotate",
-        JSON.stringify({ consumer, interface: iface }),
+        JSON.stringify({ consumer, interface: iface, who: osUserName() }),
         io,
         busOverride(flags),
       );
@@ -258,6 +261,8 @@ Examples:
           answer.busCannotStore === true ? EXIT_UNREACHABLE : EXIT_REFUSED,
           answer.error ?? "the controller refused the rotation",
         );
+      if (typeof answer.ledger === "string")
+        io.err(`${paintFor(io, "err").yellow("warning:")} ${answer.ledger}\n`);
       io.out(
         flags.json === true
           ? formatJson({ ...answer, consumer, interface: iface })

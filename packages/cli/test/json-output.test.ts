@@ -5,11 +5,11 @@
 // In this process: a spawned mesh costs seconds to start.
 import assert from "node:assert/strict";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { createAuthority } from "@mesh/bus";
+import { createAuthority, type LedgerView } from "@mesh/bus";
 import { startController, type Controller } from "@mesh/controller";
 import { type ProvisionerTools, type StatusReport } from "@mesh/sdk";
 import { serveControl, type ControlServer } from "@mesh/sdk/provider";
@@ -169,10 +169,25 @@ describe("--json on every command that reads", { timeout: 60_000 }, () => {
   });
 
   it("mesh ledger: the controller's answer, entries and all", async () => {
+    // The rotation above, recorded by the controller that carried it, with who asked.
     const { text, parsed } = await both("ledger", "notes", "--state", state);
     assert.equal(text.code, 0, text.stderr);
-    assert.deepEqual(parsed, { ok: true, module: "notes", limit: 50, entries: [] });
-    assert.equal(text.stdout, "notes's ledger has no entries yet\n");
+    const answer = parsed as { ok: boolean; limit: number; entries: LedgerView[] };
+    assert.deepEqual([answer.ok, answer.limit, answer.entries.length], [true, 50, 1]);
+    assert.deepEqual(answer.entries[0]?.recorded, { who: userInfo().username, via: "mesh rotate" });
+    assert.equal(answer.entries[0]?.entry["kind"], "rotate");
+    assert.match(
+      text.stdout,
+      new RegExp(
+        `^#1\\s+\\S+\\s+${userInfo().username} via mesh rotate\\s+rotate notes postgres-database`,
+        "m",
+      ),
+    );
+
+    const empty = await both("ledger", "counter", "--state", state);
+    assert.equal(empty.text.code, 0, empty.text.stderr);
+    assert.deepEqual(empty.parsed, { ok: true, module: "counter", limit: 50, entries: [] });
+    assert.equal(empty.text.stdout, "counter's ledger has no entries yet\n");
 
     const unknown = await both("ledger", "ghost", "--state", state);
     assert.equal(unknown.json.code, 1);

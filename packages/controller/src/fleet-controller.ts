@@ -24,6 +24,7 @@ import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.t
 import type { JoinSecrets } from "./join-secrets.ts";
 import { answerJoinTokenRequest } from "./join-token-request.ts";
 import { answerLedgerRead, readLedgerFor, type LedgerReadReply } from "./ledger-reader.ts";
+import { LedgerRecorder } from "./ledger-recorder.ts";
 import type { ModuleCredentials } from "./module-credentials.ts";
 import type { ModuleLedgers } from "./module-ledgers.ts";
 import type { NodeDeliveries, Published } from "./node-deliveries.ts";
@@ -37,7 +38,7 @@ import {
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
 import { BusCannotStoreError, type PasswordStore } from "./password-store.ts";
 import { PendingWrites, WriteWaitsError, type WaitingWrite } from "./pending-writes.ts";
-import { answerRotateRequest } from "./rotate-request.ts";
+import { answerRotateRequest, ROTATE_SURFACE, type RotationRecord } from "./rotate-request.ts";
 import { STANDINGS_SUBJECT, type StandingsBook } from "./standings-book.ts";
 import type { ControllerLease, LeaseTimings } from "./controller-lease.ts";
 import { LeaseDriver } from "./lease-driver.ts";
@@ -73,10 +74,13 @@ export interface Controller {
    */
   reload(): Promise<ReloadOutcome>;
   /**
-   * Mints a new password for `consumer`'s `iface` and publishes it to the nodes that need it.
+   * Mints a new password for `consumer`'s `iface`, asked by `who` (default `unknown`), and publishes
+   * it to the nodes that need it. The rotation, or its failure, is recorded (who, when; never the
+   * password) in the consumer's ledger and in its provider's; `ledger` in the answer says why a
+   * record is missing.
    * @throws UnknownConsumerError when the fleet being served has no such consumer.
    */
-  rotate(consumer: string, iface: string): Promise<void>;
+  rotate(consumer: string, iface: string, who?: string): Promise<{ readonly ledger?: string }>;
   /**
    * `node`'s join token (the same one each time until renewed). It holds a secret: show it only
    * to the person adding the node.
@@ -97,7 +101,10 @@ export interface Controller {
   leading(): boolean;
   /** Which controller leads, as this one last saw the lease. */
   leader(): LeaderStatus;
-  /** Relays a checked tool call (`parseToolCall`) to the module's node, as `mesh tool` is; never throws. */
+  /**
+   * The dashboard's tool call: relayed (`parseToolCall`'s checks) to the module's node as `mesh
+   * tool`'s are, and recorded as asked through the dashboard. Never throws.
+   */
   tool(call: ToolCall): Promise<ToolReply>;
   /** A module's newest ledger entries, as `mesh ledger` reads them; never throws. */
   ledger(module: string, limit: number): Promise<LedgerReadReply>;
@@ -229,6 +236,8 @@ export class FleetController implements Controller {
   #watcher: FleetFileWatch | undefined;
   #stopped: Promise<void> | undefined;
   readonly #relaySources: ToolRelaySources;
+  // What the controller records in module ledgers itself: rotations, and calls no agent recorded.
+  readonly #records: LedgerRecorder;
   readonly #driver: LeaseDriver;
   #s: LeaderStores;
   // Nothing accepted is dropped: what the bus cannot store now is tried again until it is (while
@@ -264,7 +273,12 @@ export class FleetController implements Controller {
     this.#current = parts.first.fleet;
     this.#refused = parts.first.refused;
     this.#answers = new BusAnswers(parts.nc, parts.logger);
-    this.#relaySources = { fleet: () => this.#current, isEnrolled: (node) => parts.enrolled.has(node) };
+    this.#records = new LedgerRecorder(parts.nc, parts.logger);
+    this.#relaySources = {
+      fleet: () => this.#current,
+      isEnrolled: (node) => parts.enrolled.has(node),
+      records: this.#records,
+    };
     this.#applyFileFirst = !parts.standby;
     this.#driver = new LeaseDriver({
       bucket: parts.leaseBucket,
@@ -381,7 +395,49 @@ export class FleetController implements Controller {
     this.#fleetTerm = term;
   }
 
-  rotate(consumer: string, iface: string): Promise<void> {
+  async rotate(consumer: string, iface: string, who = "unknown"): Promise<{ readonly ledger?: string }> {
+    const at = new Date().toISOString();
+    try {
+      await this.#rotate(consumer, iface);
+    } catch (err) {
+      // A standby carried nothing: only a rotation this controller tried is its to record. Not
+      // waited for: a bus that could not store the password may not take the record either, and
+      // the refusal is answered at once (a record that fails is said in the log).
+      if (!(err instanceof NotLeaderError)) {
+        void this.#recordRotation({ consumer, interface: iface, who, at }, (err as Error).message).catch(
+          () => undefined,
+        );
+      }
+      throw err;
+    }
+    const ledger = await this.#recordRotation({ consumer, interface: iface, who, at });
+    return ledger === undefined ? {} : { ledger };
+  }
+
+  // The rotation in the consumer's ledger and its provider's, as far as the fleet names them;
+  // answers why a record is missing (undefined when each was written).
+  async #recordRotation(
+    asked: Omit<RotationRecord, "via" | "ok" | "provider" | "login">,
+    error?: string,
+  ): Promise<string | undefined> {
+    const entry = planEntries(this.#current.plan).find(
+      (e) => e.consumer === asked.consumer && e.interface === asked.interface,
+    );
+    const record: RotationRecord = {
+      ...asked,
+      ...(entry === undefined ? {} : { provider: entry.provider, login: entry.login }),
+      via: ROTATE_SURFACE,
+      ...(error === undefined ? { ok: true } : { ok: false, error }),
+    };
+    const modules = [asked.consumer, entry?.provider].filter(
+      (m, i, all): m is string => m !== undefined && all.indexOf(m) === i && this.#isFleetModule(m),
+    );
+    const problems = await Promise.all(modules.map((m) => this.#records.record(m, "rotate", record)));
+    const missing = problems.filter((p) => p !== undefined);
+    return missing.length === 0 ? undefined : missing.join("; ");
+  }
+
+  #rotate(consumer: string, iface: string): Promise<void> {
     return this.#exclusive(async () => {
       this.#mustLead("rotate passwords");
       if (!planEntries(this.#current.plan).some((e) => e.consumer === consumer && e.interface === iface)) {
@@ -480,7 +536,7 @@ export class FleetController implements Controller {
         code: "not-leader",
       });
     }
-    return relayToolCall(this.#p.nc, call, this.#relaySources);
+    return relayToolCall(this.#p.nc, { ...call, via: "dashboard" }, this.#relaySources);
   }
 
   ledger(module: string, limit: number): Promise<LedgerReadReply> {
@@ -823,7 +879,9 @@ export class FleetController implements Controller {
         renew ? this.renewJoinToken(node) : this.joinToken(node),
       ),
     );
-    answers.answer(ROTATE_SUBJECT, true, (data) => answerRotateRequest(data, (c, i) => this.rotate(c, i)));
+    answers.answer(ROTATE_SUBJECT, true, (data) =>
+      answerRotateRequest(data, (c, i, who) => this.rotate(c, i, who)),
+    );
   }
 
   // What every controller answers on the bus, leading or standing by.

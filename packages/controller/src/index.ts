@@ -31,6 +31,7 @@ export * from "./http-server.ts";
 export * from "./join-secrets.ts";
 export * from "./join-token-request.ts";
 export * from "./lease-driver.ts";
+export { LedgerRecorder, RECORD_TIMEOUT_MS, type LedgerRecords } from "./ledger-recorder.ts";
 export * from "./module-credentials.ts";
 export * from "./module-ledgers.ts";
 export * from "./node-deliveries.ts";

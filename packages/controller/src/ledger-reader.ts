@@ -1,6 +1,8 @@
 // `mesh ledger <module>`: the controller reads a module's history for an operator. Only the
-// controller's connection may read every ledger; the operator asks it on LEDGER_READ_SUBJECT.
-import { readLedger, type LedgerRecord } from "@mesh/bus";
+// controller's connection may read every ledger; the operator asks it on LEDGER_READ_SUBJECT. Each
+// entry is answered with what the mesh makes of it (`viewLedger`): a record of the mesh, or the
+// module's claim, flagged when it claims an operator's action no request the mesh relayed bears out.
+import { readLedger, viewLedger, type LedgerRecord, type LedgerView } from "@mesh/bus";
 import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
 import type { NatsConnection } from "@nats-io/transport-node";
 
@@ -8,6 +10,12 @@ import type { NatsConnection } from "@nats-io/transport-node";
 export const DEFAULT_LEDGER_LIMIT = 50;
 /** The most entries one read gives; a larger limit is read as this. */
 export const MAX_LEDGER_LIMIT = 1_000;
+
+/**
+ * How many entries older than those answered are read as well, to find the requests the oldest
+ * claims answered may stand on (a claim and its request are seconds apart, a few entries at most).
+ */
+export const CLAIM_LOOKBACK = 200;
 
 /** What the operator asks: `{module, limit?}`. */
 export interface LedgerReadRequest {
@@ -22,7 +30,7 @@ export type LedgerReadReply =
       readonly module: string;
       /** The limit applied (the one asked, bounded by `MAX_LEDGER_LIMIT`). */
       readonly limit: number;
-      readonly entries: readonly LedgerRecord[];
+      readonly entries: readonly LedgerView[];
     }
   | { readonly ok: false; readonly error: string };
 
@@ -70,9 +78,10 @@ export async function readLedgerFor(
     return { ok: false, error: `limit ${JSON.stringify(asked)} is not a whole number of entries, 1 or more` };
   }
   const limit = Math.min(asked ?? DEFAULT_LEDGER_LIMIT, MAX_LEDGER_LIMIT);
-  let entries: LedgerRecord[];
+  let entries: LedgerView[];
   try {
-    entries = await readLedger(nc, module, { limit });
+    const read: LedgerRecord[] = await readLedger(nc, module, { limit: limit + CLAIM_LOOKBACK });
+    entries = viewLedger(module, read).slice(-limit);
   } catch (err) {
     return {
       ok: false,

@@ -1,9 +1,16 @@
 // Tools through the mesh: an operator's CLI asks on `mesh.tool`, the controller checks the request,
 // finds the module's node in the fleet it serves and asks that node's agent on `toolSubject(node)`.
 // The controller runs nothing itself: the agent calls the module's control socket and keeps the
-// ledger entry. Every refusal names what is wrong and what to check, so a person never has to read
-// a log to know why a tool did not run.
-import { RELAY_UNANSWERED_CODES, toolSubject, type BusLogger, type ToolRelayCode } from "@mesh/bus";
+// ledger entry, and the controller keeps it instead when no agent did (none answered, or it refused
+// the call before running it, or could not write). Every refusal names what is wrong and what to
+// check, so a person never has to read a log to know why a tool did not run.
+import {
+  RELAY_UNANSWERED_CODES,
+  toolSubject,
+  type BusLogger,
+  type ToolRelayCode,
+  type ToolSurface,
+} from "@mesh/bus";
 import {
   isModuleName,
   MODULE_NAME_RULE,
@@ -26,6 +33,7 @@ import {
   type Subscription,
 } from "@nats-io/transport-node";
 import type { FleetPlan } from "./fleet-plan.ts";
+import type { LedgerRecords } from "./ledger-recorder.ts";
 import { TOOL_REQUEST_SUBJECT } from "./node-permissions.ts";
 
 /** One tool call: what an operator sends on `mesh.tool`, and what the controller relays to the node. */
@@ -36,6 +44,11 @@ export interface ToolCall {
   readonly args: readonly string[];
   /** Who asks (the operator's user name), kept in the module's ledger. */
   readonly who: string;
+  /**
+   * Through which surface: `mesh tool` for a request on `mesh.tool` (set by the relay, whatever the
+   * request says), `dashboard` for the dashboard's. Kept in the ledger with who.
+   */
+  readonly via?: ToolSurface;
   /**
    * False for a read-only tool (`READ_ONLY_TOOLS`) asked by a page refreshing itself: no ledger
    * entry. Refused for any other tool, so an action is always recorded. Absent means recorded.
@@ -139,6 +152,7 @@ export function parseToolCall(data: Uint8Array): ToolCall {
       tool: checked.tool,
       args: checked.args,
       who: checked.who,
+      via: "mesh tool",
       ...(record === false ? { record } : {}),
     };
   } catch (err) {
@@ -153,17 +167,79 @@ export interface ToolRelaySources {
   fleet(): FleetPlan;
   /** Whether `node` has enrolled (has credentials, so its agent can answer). */
   isEnrolled(node: string): boolean;
+  /** Where the relay records a call no agent recorded. Absent: it records nothing itself. */
+  readonly records?: LedgerRecords;
 }
 
 /**
+ * The replies after which no agent wrote the call's ledger entry: nobody answered, the node was not
+ * enrolled, the agent refused the call before running it.
+ */
+const UNRECORDED_CODES: ReadonlySet<string> = new Set([
+  "node-not-enrolled",
+  "agent-not-answering",
+  "agent-timeout",
+  "module-not-here",
+  "bad-request",
+]);
+
+/** The most of an answer the controller keeps in its own record of a call. */
+const MAX_RECORDED_ANSWER_BYTES = 16 * 1024;
+
+/**
  * Relays one checked call to the module's node and returns the agent's answer, or why there is none.
- * Never throws: every problem is an `{ok: false}` reply that names it.
+ * A call of a fleet module that no agent recorded (see `UNRECORDED_CODES`, or a reply whose `ledger`
+ * says the agent's entry is missing) is recorded by the controller in `sources.records`, unless it is
+ * a read asked not to be. Never throws: every problem is an `{ok: false}` reply that names it.
  */
 export async function relayToolCall(
   nc: NatsConnection,
   call: ToolCall,
   sources: ToolRelaySources,
   timeoutMs = DEFAULT_RELAY_TIMEOUT_MS,
+): Promise<ToolReply> {
+  const at = new Date().toISOString();
+  const reply = await relayOnce(nc, call, sources, timeoutMs);
+  const unrecorded = reply.ledger !== undefined || (!reply.ok && UNRECORDED_CODES.has(reply.code ?? ""));
+  if (!unrecorded || call.record === false || sources.records === undefined) return reply;
+  if (!sources.fleet().modules.some((m) => m.name === call.module)) return reply;
+  const problem = await sources.records.record(call.module, "tool", recordOf(call, reply, at));
+  const { ledger: _agents, ...answered } = reply;
+  return problem === undefined ? answered : { ...answered, ledger: problem };
+}
+
+// The controller's record of a call: as the agent's, with what the controller saw of its outcome.
+function recordOf(call: ToolCall, reply: ToolReply, at: string): object {
+  const outcome = reply.ok
+    ? { ok: true, answer: boundedAnswer(reply.answer) }
+    : { ok: false, error: reply.error, ...(reply.code === undefined ? {} : { code: reply.code }) };
+  return {
+    tool: call.tool,
+    args: call.args,
+    who: call.who,
+    ...(call.via === undefined ? {} : { via: call.via }),
+    at,
+    ...outcome,
+    recordedBy: "controller",
+  };
+}
+
+function boundedAnswer(answer: unknown): unknown {
+  const bytes = Buffer.byteLength(JSON.stringify(answer) ?? "null");
+  return bytes <= MAX_RECORDED_ANSWER_BYTES
+    ? answer
+    : {
+        summarised: true,
+        bytes,
+        note: `the answer was larger than the ${MAX_RECORDED_ANSWER_BYTES} bytes kept`,
+      };
+}
+
+async function relayOnce(
+  nc: NatsConnection,
+  call: ToolCall,
+  sources: ToolRelaySources,
+  timeoutMs: number,
 ): Promise<ToolReply> {
   const fleet = sources.fleet();
   const module = fleet.modules.find((m) => m.name === call.module);
@@ -188,6 +264,7 @@ export async function relayToolCall(
     tool: call.tool,
     args: call.args,
     who: call.who,
+    ...(call.via === undefined ? {} : { via: call.via }),
     ...(call.record === false && READ_ONLY_TOOLS.has(call.tool) ? { record: false } : {}),
   });
   let msg: Msg;

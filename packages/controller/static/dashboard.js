@@ -436,25 +436,34 @@
     ];
   }
 
-  function describeEntry(e) {
-    if (e.kind === "action") {
-      const freed = typeof e.freedBytes === "number" ? `, ${e.freedBytes} bytes freed` : "";
+  // Each entry as the controller reads it: the mesh's own record ("who via surface"), or what the
+  // module says (its claim, flagged when it names an operator's action no relayed request bears out).
+  function describeEntry(r) {
+    const e = r.entry;
+    const claim = r.claim ?? (e.kind === "action" ? claimOfEntry(e) : undefined);
+    if (claim) {
+      const freed = typeof claim.freedBytes === "number" ? `, ${claim.freedBytes} bytes freed` : "";
+      const who = claim.who && claim.who !== "provisioner" ? ` by ${JSON.stringify(claim.who)}` : "";
       return [
+        el("strong", {}, `${claim.module ?? "the module"} says: `),
         badge(
-          e.action === "deleted"
+          claim.action === "deleted"
             ? "deleted"
-            : e.action === "retired"
+            : claim.action === "retired"
               ? "retired"
-              : e.action === "approved"
+              : claim.action === "approved"
                 ? "awaiting-approval"
                 : "active",
-          e.action,
+          claim.action || "?",
         ),
         " ",
-        el("code", {}, e.login ?? "?"),
-        ` by ${e.who ?? "?"}: ${e.why ?? ""}${freed}`,
+        el("code", {}, claim.login || "?"),
+        `${who}: ${claim.why ?? ""}${freed}`,
+        r.matches !== undefined ? el("span", { class: "muted" }, ` (asked in #${r.matches})`) : null,
+        r.flagged ? el("div", { class: "error" }, badge("failing", "flagged"), ` ${r.flagged}`) : null,
       ];
     }
+    const by = `${r.recorded?.who ?? e.who ?? "?"} via ${r.recorded?.via ?? "the mesh"}`;
     if (e.kind === "tool") {
       const call = [e.tool, ...(e.args ?? [])].join(" ");
       const result = e.ok
@@ -464,12 +473,29 @@
         badge("class", "tool"),
         " ",
         el("code", {}, call),
-        ` asked by ${e.who ?? "?"} `,
+        ` asked by ${by} `,
         result,
         e.ok ? "" : ` ${e.error ?? ""}`,
       ];
     }
+    if (e.kind === "rotate") {
+      const result = e.ok === false ? badge("failing", "failed") : badge("active", "rotated");
+      return [
+        badge("class", "rotate"),
+        " ",
+        el("code", {}, `${e.consumer ?? "?"} ${e.interface ?? "?"}`),
+        ` asked by ${by} `,
+        result,
+        e.ok === false ? ` ${e.error ?? ""}` : "",
+      ];
+    }
     return [badge("unknown", String(e.kind ?? "entry")), " ", JSON.stringify(e)];
+  }
+
+  // An action entry read without the controller's reading: its claim, or (older) its own fields.
+  function claimOfEntry(e) {
+    const c = e.by?.claim === true && e.claim && typeof e.claim === "object" ? e.claim : e;
+    return { action: c.action, login: c.login, who: c.who, why: c.why, freedBytes: c.freedBytes };
   }
 
   function ledgerView() {
@@ -513,15 +539,20 @@
           entries.map((r) =>
             el(
               "li",
-              { "data-kind": r.entry.kind, "data-seq": r.seq },
+              {
+                "data-kind": r.entry.kind,
+                "data-seq": r.seq,
+                "data-flagged": r.flagged ? "true" : undefined,
+              },
               el(
                 "div",
                 { class: "at" },
                 el("span", { class: "seq" }, `#${r.seq}`),
                 " ",
-                when(r.entry.at ?? r.at),
+                // A claim's own time is only the module's word: the bus's is shown.
+                when(r.entry.kind === "action" ? r.at : (r.entry.at ?? r.at)),
               ),
-              el("div", { class: "what" }, describeEntry(r.entry)),
+              el("div", { class: "what" }, describeEntry(r)),
             ),
           ),
         ),
@@ -542,7 +573,7 @@
         el(
           "p",
           { class: "muted" },
-          "Each module's history, newest first, as it is kept on the bus: what its provider did and every tool asked of it.",
+          "Each module's history, newest first, as it is kept on the bus: every tool and rotation the mesh carried for it, with who asked, and what its provider says it did (its word alone, flagged where no request bears it out).",
         ),
         body,
       ),

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
+import { closeBus, ensureLedger, readLedger } from "@mesh/bus";
 import { until } from "@mesh/testkit";
 import { after, before, describe, it } from "node:test";
 import {
@@ -10,7 +11,7 @@ import {
   type Controller,
 } from "@mesh/controller";
 import { FLEET_YAML, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
-import { startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
+import { connectAsAdmin, startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
 
 /** Waits (generously: the machine is shared) until `check` holds; the testkit's `until` polls. */
 const eventually = (check: () => Promise<boolean>, what: string): Promise<unknown> => until(what, check, 30);
@@ -62,6 +63,46 @@ void describe("the controller across restarts, rotations and bad fleet files", (
     assert.deepEqual({ ...nb, "app2/postgres-database": "x" }, { ...pb, "app2/postgres-database": "x" });
     assert.equal((await a.delivery())?.generation, ga + 1);
     await assert.rejects(controller.rotate("app9", "postgres-database"), UnknownConsumerError);
+  });
+
+  void it("records a rotation, who asked and when, in the consumer's ledger and its provider's, never the password", async () => {
+    const admin = await connectAsAdmin(mesh.authority, mesh.nats.url, "ledger-reader");
+    try {
+      // What the controller makes for each module once its node reports its keys.
+      for (const module of ["app1", "postgres"]) await ensureLedger(admin, module);
+      const asked = Date.now();
+      const done = await controller.rotate("app1", "postgres-database", "alice");
+      assert.deepEqual(done, {}, "both records written");
+      const password = (await a.passwords())["app1/postgres-database"];
+      assert.ok(password !== undefined && password.length > 10);
+      for (const module of ["app1", "postgres"]) {
+        const [record] = await readLedger(admin, module, { limit: 1, kind: "rotate" });
+        assert.ok(record, `the rotation is in ${module}'s ledger`);
+        const { at, ...entry } = record.entry;
+        assert.ok(Date.parse(String(at)) >= asked - 1_000, "it says when");
+        assert.deepEqual(entry, {
+          kind: "rotate",
+          consumer: "app1",
+          interface: "postgres-database",
+          provider: "postgres",
+          login: "app1_postgres",
+          who: "alice",
+          via: "mesh rotate",
+          ok: true,
+        });
+        assert.ok(!JSON.stringify(record).includes(password), "no password in the ledger");
+      }
+      // A rotation refused is recorded too, where the fleet has the consumer.
+      await assert.rejects(controller.rotate("app1", "no-such-interface", "bob"), UnknownConsumerError);
+      const refused = await until("the refused rotation recorded", async () => {
+        const [last] = await readLedger(admin, "app1", { limit: 1, kind: "rotate" });
+        return last?.entry["who"] === "bob" ? last : undefined;
+      });
+      assert.equal(refused?.entry["ok"], false);
+      assert.match(String(refused?.entry["error"]), /app1 has no no-such-interface/);
+    } finally {
+      await closeBus(admin);
+    }
   });
 
   void it("refuses a bad fleet file with every problem listed, and keeps serving the last good one", async () => {

@@ -10,10 +10,12 @@ import {
   closeBus,
   connectBus,
   credsFor,
+  ensureLedger,
   inboxPrefix,
   ledgerInboxPrefix,
   ledgerPermissions,
   newUserKeys,
+  readLedger,
   toolSubject,
   type BusPermissions,
 } from "@mesh/bus";
@@ -52,6 +54,7 @@ void describe("the controller relays tool calls to the module's node", () => {
   let controller: Controller;
   let a: TestNode;
   let operator: NatsConnection;
+  let admin: NatsConnection;
   const seen: unknown[] = [];
   let mode: AgentMode = "answer";
 
@@ -107,30 +110,65 @@ void describe("the controller relays tool calls to the module's node", () => {
     })();
     await a.nc.flush();
     operator = await connectAs(OPERATOR_IDENTITY, operatorPermissions(), inboxPrefix(OPERATOR_IDENTITY));
+    // What the controller makes for each module as its node enrolls, made here for the modules used.
+    admin = await connectAs("admin", { pub: { allow: [">"] }, sub: { allow: [">"] } });
+    for (const module of ["postgres", "redis"]) await ensureLedger(admin, module);
   });
   after(async () => {
     if (operator) await closeBus(operator);
+    if (admin) await closeBus(admin);
     await mesh.stop();
     await rm(fleet.dir, { recursive: true, force: true });
   });
 
-  void it("relays an operator's call to the module's node as it was asked, and brings the agent's answer back", async () => {
+  /** The tool entries of `module`'s ledger, newest last. */
+  const toolEntries = async (module: string): Promise<Record<string, unknown>[]> =>
+    (await readLedger(admin, module, { limit: 100, kind: "tool" })).map((r) => ({ ...r.entry }));
+
+  void it("relays an operator's call to the module's node as it was asked, through mesh tool whatever it says", async () => {
     const before = seen.length;
-    const reply = await ask({ module: "postgres", tool: "status", args: [], who: "alice" });
-    assert.deepEqual(reply, {
-      ok: true,
-      answer: statusOf("postgres"),
-      ledger: "the ledger entry for this call was not written: testing",
-    });
-    assert.deepEqual(seen.slice(before), [{ module: "postgres", tool: "status", args: [], who: "alice" }]);
+    const reply = await ask({ module: "postgres", tool: "status", args: [], who: "alice", via: "dashboard" });
+    assert.deepEqual(reply, { ok: true, answer: statusOf("postgres") });
+    assert.deepEqual(seen.slice(before), [
+      { module: "postgres", tool: "status", args: [], who: "alice", via: "mesh tool" },
+    ]);
   });
 
-  void it("passes a page's unrecorded read on as such", async () => {
+  void it("records a call whose agent could not write its entry itself: who, through what, what came of it", async () => {
+    await ask({ module: "postgres", tool: "status", args: [], who: "alice" });
+    const last = (await toolEntries("postgres")).at(-1);
+    assert.ok(last);
+    const { at, ...rest } = last;
+    assert.ok(Number.isFinite(Date.parse(String(at))));
+    assert.deepEqual(rest, {
+      kind: "tool",
+      tool: "status",
+      args: [],
+      who: "alice",
+      via: "mesh tool",
+      ok: true,
+      answer: statusOf("postgres"),
+      recordedBy: "controller",
+    });
+  });
+
+  void it("passes a page's unrecorded read on as such, and records nothing of it", async () => {
     const before = seen.length;
+    const entries = (await toolEntries("postgres")).length;
     const reply = await ask({ module: "postgres", tool: "status", args: [], who: "page", record: false });
     assert.ok(reply.ok, JSON.stringify(reply));
     assert.deepEqual(seen.slice(before), [
-      { module: "postgres", tool: "status", args: [], who: "page", record: false },
+      { module: "postgres", tool: "status", args: [], who: "page", via: "mesh tool", record: false },
+    ]);
+    assert.equal((await toolEntries("postgres")).length, entries);
+  });
+
+  void it("relays the dashboard's call as the dashboard's", async () => {
+    const before = seen.length;
+    const reply = await controller.tool({ module: "postgres", tool: "status", args: [], who: "carol" });
+    assert.ok(reply.ok, JSON.stringify(reply));
+    assert.deepEqual(seen.slice(before), [
+      { module: "postgres", tool: "status", args: [], who: "carol", via: "dashboard" },
     ]);
   });
 
@@ -162,12 +200,18 @@ void describe("the controller relays tool calls to the module's node", () => {
     assert.match(reply.error, /app1, app2, app3, postgres, redis/);
   });
 
-  void it("says which node has not enrolled, and how to start its agent", async () => {
-    const reply = await ask({ module: "redis", tool: "status", args: [], who: "alice" });
+  void it("says which node has not enrolled, and how to start its agent, and records the refusal", async () => {
+    const reply = await ask({ module: "redis", tool: "cleanup delete", args: ["app_redis"], who: "alice" });
     assert.ok(!reply.ok);
     assert.equal(reply.code, "node-not-enrolled");
     assert.match(reply.error, /redis runs on node node-b, which has not enrolled/);
     assert.match(reply.error, /mesh agent --node node-b/);
+    assert.equal(reply.ledger, undefined, "the refusal is in redis's ledger");
+    const last = (await toolEntries("redis")).at(-1);
+    assert.deepEqual(
+      [last?.["tool"], last?.["args"], last?.["who"], last?.["via"], last?.["ok"], last?.["code"]],
+      ["cleanup delete", ["app_redis"], "alice", "mesh tool", false, "node-not-enrolled"],
+    );
   });
 
   void it("says which node's agent does not answer, and what to check", async () => {
@@ -178,6 +222,8 @@ void describe("the controller relays tool calls to the module's node", () => {
       assert.equal(reply.code, "agent-not-answering");
       assert.match(reply.error, /no agent answers for node node-b, where redis runs/);
       assert.match(reply.error, /mesh status/);
+      const last = (await toolEntries("redis")).at(-1);
+      assert.deepEqual([last?.["tool"], last?.["code"]], ["status", "agent-not-answering"]);
     } finally {
       await closeBus(b.nc);
     }

@@ -86,7 +86,15 @@ export {
 } from "./metrics-url.ts";
 
 // The action journal the agent follows into the ledger.
-export { ActionJournal, actionJournalPath } from "./action-journal.ts";
+export {
+  ACTION_KINDS,
+  ActionJournal,
+  actionJournalPath,
+  JournalLineError,
+  MAX_JOURNAL_LINE_BYTES,
+  MAX_JOURNAL_WHY_CHARS,
+  parseJournalLine,
+} from "./action-journal.ts";
 
 // The files the agent writes for the provider, and how the harness reads them.
 export {

@@ -8,6 +8,7 @@ import { maskDeep, metricsUrlOf } from "@mesh/sdk/provider";
 import { DEFAULT_SILENT_AFTER_MS } from "../controller-metrics.ts";
 import type { ControllerStatus, FailingStatus } from "../controller-status.ts";
 import type { FleetPlan } from "../fleet-plan.ts";
+import { claimOf } from "@mesh/bus";
 import type { LedgerReadReply } from "../ledger-reader.ts";
 import type { ModuleReport } from "../node-reports.ts";
 import type { ToolCall, ToolReply } from "../tool-relay.ts";
@@ -83,7 +84,10 @@ export interface ConsumerView {
   /** Why it is in this state, in words (scrubbed). */
   readonly why: string;
   readonly attempts: number | null;
-  /** Who deleted it, for a deleted consumer. */
+  /**
+   * Who asked for its deletion, for a deleted consumer, as the mesh recorded the request; absent when
+   * no relayed request bears out the provider's word that it deleted it.
+   */
   readonly who?: string;
 }
 
@@ -365,29 +369,34 @@ export class DashboardView {
     };
   }
 
-  // Deleted consumers are gone from the provider's status; its ledger remembers them.
+  // Deleted consumers are gone from the provider's status; its ledger remembers them. What the
+  // provider says it deleted is its claim: who asked comes only from the request the mesh relayed.
   async #deleted(module: string): Promise<ConsumerView[]> {
     const read = await this.sources.ledger(module, this.#lookback);
     if (!read.ok) return [];
     const latest = new Map<string, ConsumerView>();
     for (const record of read.entries) {
-      const e = record.entry;
-      if (e["kind"] !== "action" || typeof e["login"] !== "string") continue;
-      if (e["action"] !== "deleted") {
-        latest.delete(e["login"]);
+      const claim = record.claim ?? claimOf(module, record.entry);
+      if (claim === undefined || claim.login === "") continue;
+      if (claim.action !== "deleted") {
+        latest.delete(claim.login);
         continue;
       }
-      latest.set(e["login"], {
-        login: e["login"],
+      const asked = read.entries.find((r) => r.seq === record.matches)?.recorded;
+      latest.set(claim.login, {
+        login: claim.login,
         consumer: null,
-        interface: typeof e["interface"] === "string" ? e["interface"] : "",
+        interface: claim.interface,
         node: null,
         state: "deleted",
         class: null,
-        since: typeof e["at"] === "string" ? e["at"] : record.at,
-        why: typeof e["why"] === "string" ? e["why"] : "deleted",
+        since: record.at,
+        why:
+          record.flagged === undefined
+            ? claim.why || "deleted"
+            : `${module} says it deleted it; flagged: ${record.flagged}`,
         attempts: null,
-        ...(typeof e["who"] === "string" ? { who: e["who"] } : {}),
+        ...(asked === undefined ? {} : { who: asked.who }),
       });
     }
     return [...latest.values()];
