@@ -188,7 +188,9 @@ export class ProviderStandings {
           return `nothing listens at its control socket ${path} yet`;
         if (err instanceof ToolError) {
           book.good(module, tool);
-          return `it refused ${tool} (${err.code}): ${clipLine(err.message)}`;
+          // The refusal's words are the provider's: scrubbed of the node's secrets like its errors.
+          const why = scrubValue(clipLine(err.message), await this.#nodeSecrets()) as string;
+          return `it refused ${tool} (${err.code}): ${maskUrls(why)}`;
         }
         if (book.failed(module, tool, err)) {
           const misbehaves = book.isMisbehaving(module) ? " (it misbehaves)" : "";
