@@ -266,24 +266,7 @@
               ? el("a", { href: `#provider/${encodeURIComponent(m.name)}` }, m.name)
               : m.name,
             m.node,
-            el(
-              "span",
-              { class: "badges" },
-              badge(
-                m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown",
-                m.state,
-              ),
-              (m.misbehaving ?? []).map((b) =>
-                el(
-                  "span",
-                  {
-                    class: "badge failing misbehaving",
-                    title: `its answer to ${b.answer} was not used since ${b.since}: ${b.what}`,
-                  },
-                  `misbehaving (${b.answer}: ${b.fault})`,
-                ),
-              ),
-            ),
+            moduleState(m),
             String(m.restarts),
             m.provides.join(", ") || "—",
           ]),
@@ -292,6 +275,31 @@
       ),
       ...providersView(),
     ];
+  }
+
+  /** A module's state, and each way it misbehaves (what it was asked, what was wrong, since when). */
+  function moduleState(m) {
+    const state = badge(
+      m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown",
+      m.state,
+    );
+    const bad = m.misbehaving ?? [];
+    if (bad.length === 0) return state;
+    return el(
+      "span",
+      { class: "badges" },
+      state,
+      bad.map((b) =>
+        el(
+          "span",
+          {
+            class: "badge failing misbehaving",
+            title: `its answer to ${b.answer} was not used since ${b.since}: ${b.what}`,
+          },
+          `misbehaving (${b.answer}: ${b.fault})`,
+        ),
+      ),
+    );
   }
 
   function counts(p) {
