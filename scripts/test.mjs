@@ -36,6 +36,7 @@ const SLOW_FIRST = [
   "test/answers-fuzz.test.ts",
   "test/dashboard-browser.test.ts",
   "test/exporters-prometheus.test.ts",
+  "test/npm-start.test.ts",
   "test/tool-through-mesh.test.ts",
   "test/postgres-provider.test.ts",
   "packages/cli/test/tool-command.test.ts",
@@ -103,6 +104,25 @@ function runTests(title, list, concurrency) {
     ...list,
   ]);
 }
+
+// Each test's mesh has an id of its own, and so module users of its own: before the run and once it
+// ends, however it ends, the users of meshes whose temporary state is gone are removed (the mesh
+// never removes a user; system uids, 100 to 999, are few).
+function removeStaleModuleUsers() {
+  spawnSync(
+    process.execPath,
+    [
+      "--conditions=source",
+      "--import",
+      "tsx",
+      "-e",
+      'import("@mesh/testkit").then((t) => { const gone = t.removeStaleModuleUsers(); if (gone.length > 0) console.log(`removed ${gone.length} module users of test meshes`); })',
+    ],
+    { cwd: root, stdio: "inherit" },
+  );
+}
+removeStaleModuleUsers();
+process.on("exit", removeStaleModuleUsers);
 
 const alone = files.filter((f) => ALONE.includes(f));
 const together = files.filter((f) => !ALONE.includes(f));

@@ -3,16 +3,21 @@
 // Postgres provider on a real PostgreSQL. One consumer fails for real (a role of its login exists
 // that the provider did not make, so it is never touched); two of three consumers are then removed
 // from the fleet, more than the harness's retirement bound lets go without a person, so they wait
-// for approval. The page approves them, refuses a delete with the wrong login typed, and deletes
-// with the right one; each action is read back from the ledger with `mesh ledger`, as the CLI
-// shows it. Screenshots of every view go to test-output/screenshots/.
+// for approval. The page logs in through the one-time link `mesh dashboard` prints (mesh up runs with
+// no security flag, as npm start runs it), approves them, refuses a delete with the wrong login
+// typed, and deletes with the right one; each action is read back from the ledger with `mesh
+// ledger`, as the CLI shows it, as done by the session's operator. Without the session, another Unix
+// user of the machine approves and deletes nothing. Screenshots of every view go to
+// test-output/screenshots/.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { chromium, type Browser, type Page } from "playwright-core";
 import type { LedgerView } from "@mesh/bus";
 import { startPostgres, type PostgresServer } from "@mesh/testkit";
@@ -53,12 +58,27 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
   let page: Page;
   let base: string;
   let token: string;
+  let who: string;
   const state = () => join(dir, "state");
   const shot = (name: string) => page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
   const ledger = async (): Promise<LedgerAnswer> => {
     const run = await runMesh(["ledger", "postgres", "--limit", "500", "--json", "--state", state()]);
     assert.equal(run.code, 0, `mesh ledger failed:\n${run.stdout}${run.stderr}`);
     return JSON.parse(run.stdout) as LedgerAnswer;
+  };
+  /** A JSON POST as curl sends it, from the page's own origin, without any credential. */
+  const post = (body: unknown): RequestInit => ({
+    method: "POST",
+    headers: { "content-type": "application/json", origin: base },
+    body: JSON.stringify(body),
+  });
+  /** `path` POSTed by curl run as another Unix user of the machine (nobody); its HTTP status. */
+  const asNobody = async (path: string, body: unknown): Promise<string> => {
+    const { stdout } = await promisify(execFile)("runuser", [
+      ...["-u", "nobody", "--", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"],
+      ...["-H", "content-type: application/json", "-d", JSON.stringify(body), `${base}${path}`],
+    ]);
+    return stdout;
   };
   const roles = async (): Promise<string[]> =>
     (await server.query<{ rolname: string }>("SELECT rolname FROM pg_roles ORDER BY rolname")).map(
@@ -80,27 +100,15 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
       JSON.stringify({ name: "consumer", needs: { "postgres-database": { values: {} } } }),
     );
     await writeFile(join(dir, "mesh.yaml"), fleetYaml(server.port, ["blocked", "c1", "c2", "c3"]));
-    const tokenFile = join(dir, "operator.token");
-    up = startMesh(
-      [
-        "up",
-        join(dir, "mesh.yaml"),
-        "--state",
-        state(),
-        "--isolation",
-        "auto",
-        "--operator-token-file",
-        tokenFile,
-      ],
-      {
-        MESH_POSTGRES_URL: adminUrl,
-        MESH_EVERY: "1s",
-        MESH_FAILING_AFTER: "1s",
-      },
-    );
+    // No security flag: the operator token is made in the state directory, as npm start has it.
+    up = startMesh(["up", join(dir, "mesh.yaml"), "--state", state(), "--isolation", "auto"], {
+      MESH_POSTGRES_URL: adminUrl,
+      MESH_EVERY: "1s",
+      MESH_FAILING_AFTER: "1s",
+    });
     await up.waitFor(/the dashboard: http:\/\/127\.0\.0\.1:\d+\//);
     base = /the dashboard: (http:\/\/127\.0\.0\.1:\d+)\//.exec(up.output())?.[1] ?? "";
-    token = (await readFile(tokenFile, "utf8")).trim();
+    token = (await readFile(join(state(), "controller", "operator.token"), "utf8")).trim();
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       headless: true,
@@ -127,13 +135,35 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  it("loads, asks for the operator token, then shows the nodes, their agents and the modules", async () => {
+  it("loads, asks to log in, logs in once through mesh dashboard's link, then shows the nodes, their agents and the modules", async () => {
     const unauthorised = await fetch(`${base}/api/state`);
-    assert.equal(unauthorised.status, 401, "the API asks for the operator token");
+    assert.equal(unauthorised.status, 401, "the API asks for the operator's credential");
     await page.goto(`${base}/`);
-    await page.locator("#token-form").waitFor(SEEN);
-    await page.fill("#token-input", token);
-    await page.click("#token-form button[type=submit]");
+    await page.locator("#login-form").waitFor(SEEN);
+    await shot("login");
+    const link = await runMesh(["dashboard", "--state", state()]);
+    assert.equal(link.code, 0, link.stderr);
+    const url = link.stdout.trim();
+    assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/\?code=/);
+    await page.goto(url);
+    await page.locator("#who:not([hidden])").waitFor(SEEN);
+    assert.doesNotMatch(page.url(), /code=/, "the code is taken off the address");
+    who = await page.locator("#who-name").innerText();
+    assert.match(who, /^\S+ \(dashboard session [0-9a-f]{4}\)$/);
+    const cookies = await page.context().cookies(base);
+    const session = cookies.find((c) => c.name.startsWith("mesh-session-"));
+    assert.ok(session, JSON.stringify(cookies));
+    assert.equal(session.httpOnly, true);
+    assert.equal(session.sameSite, "Strict");
+    // The link works once: a second browser that opens it is asked to log in.
+    const other = await browser.newPage();
+    try {
+      await other.goto(url);
+      await other.locator("#login-error", { hasText: "used already" }).waitFor(SEEN);
+      assert.equal((await other.context().cookies(base)).length, 0);
+    } finally {
+      await other.close();
+    }
     const node = page.locator("#nodes tbody tr", { hasText: "node-a" });
     await node.getByText("connected").waitFor(SEEN);
     const provider = page.locator("#modules tbody tr", { hasText: "postgres" });
@@ -149,7 +179,7 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     assert.match(await (await fetch(href)).text(), /^mesh_provider_consumers\{.*state="active"\} 3$/m);
     await shot("overview");
     assert.doesNotMatch(await page.locator("#view").innerText(), /\b(null|undefined|NaN)\b/);
-    assert.ok(!(await page.content()).includes(token), "the token is not put in the page");
+    assert.ok(!(await page.content()).includes(token), "the operator token is not put in the page");
   });
 
   it("shows the failing consumer with its class and since when", async () => {
@@ -186,6 +216,11 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     assert.match(said, /c2_postgres/);
     assert.match(said, /2 of 3 held is more than 50%/);
     await shot("approvals");
+    // Another Unix user of the machine (as a module's own is), without the session: nothing approved.
+    const id = (await waiting.getAttribute("data-set")) ?? "";
+    const approve = await asNobody("/api/approve", { module: "postgres", id });
+    assert.equal(approve, "401");
+    await page.locator("#approvals .waiting[data-provider=postgres]").waitFor(SEEN);
     await waiting.locator("button.approve").click();
     await page.locator("#notice.ok", { hasText: "retired c1_postgres, c2_postgres" }).waitFor(SEEN);
     await page.locator("#approvals", { hasText: "Nothing waits for approval." }).waitFor(SEEN);
@@ -205,13 +240,13 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     // The provider's claims of the approval, each borne out by the call the mesh recorded.
     const views = (await ledger()).entries;
     const call = views.find((v) => v.entry["kind"] === "tool" && v.entry["tool"] === "retire approve");
-    assert.deepEqual(call?.recorded, { who: "dashboard", via: "dashboard" });
+    assert.deepEqual(call?.recorded, { who, via: "dashboard" }, "asked by the session's operator");
     assert.equal(call?.entry["ok"], true);
     const approved = views.filter((v) => v.claim?.action === "approved");
     assert.deepEqual(approved.map((v) => v.claim?.login).sort(), ["c1_postgres", "c2_postgres"]);
     assert.ok(
-      approved.every((v) => v.claim?.who === "dashboard" && v.matches === call?.seq && !v.flagged),
-      JSON.stringify(approved),
+      approved.every((v) => v.claim?.who === who && v.matches === call?.seq && !v.flagged),
+      `done as the session's operator, ${who}: ${JSON.stringify(approved)}`,
     );
   });
 
@@ -235,6 +270,14 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     assert.equal(refused.status, 400);
     assert.equal(((await refused.json()) as { code?: string }).code, "login-mismatch");
     assert.ok((await roles()).includes("c1_postgres"), "nothing was deleted");
+    // Without the session or the token, as another Unix user: 401, and the database is still there.
+    const body = { module: "postgres", login: "c1_postgres", typed: "c1_postgres" };
+    assert.equal(await asNobody("/api/delete", body), "401");
+    assert.equal((await fetch(`${base}/api/delete`, post(body))).status, 401, "nor as root without it");
+    const kept = await server.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_database WHERE datname = 'c1_postgres'",
+    );
+    assert.equal(kept[0]?.n, 1, "c1's database is still there");
     assert.ok(
       !(await ledger()).entries.some((e) => e.entry["tool"] === "cleanup delete"),
       "a refused delete never reached the provider",
@@ -255,13 +298,13 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     const views = (await ledger()).entries;
     const calls = views.filter((v) => v.entry["kind"] === "tool" && v.entry["tool"] === "cleanup delete");
     assert.deepEqual(
-      calls.map((v) => [v.entry["args"], v.entry["ok"], v.recorded?.via]),
-      [[["c1_postgres"], true, "dashboard"]],
+      calls.map((v) => [v.entry["args"], v.entry["ok"], v.recorded]),
+      [[["c1_postgres"], true, { who, via: "dashboard" }]],
     );
     const deleted = views.filter((v) => v.claim?.action === "deleted");
     assert.deepEqual(
       deleted.map((v) => [v.claim?.login, v.claim?.who, v.matches, v.flagged]),
-      [["c1_postgres", "dashboard", calls[0]?.seq, undefined]],
+      [["c1_postgres", who, calls[0]?.seq, undefined]],
     );
   });
 });

@@ -3,11 +3,12 @@
 // real Postgres, Redis and MariaDB. No line of Mesh code is theirs: their manifests hand them their
 // credentials through run.env and run.files. Prometheus finds every target in the file_sd JSON the
 // mesh keeps, and the test asks its HTTP API until every target is up and each exporter's own
-// metric reads 1; then, after `mesh rotate` of each exporter's password, until each exporter was
+// metric reads 1 (the controller's /metrics scraped with the mesh's scrape token, handed to
+// Prometheus alone, in a 0600 file); then, after `mesh rotate` of each exporter's password, until each exporter was
 // restarted after its provider applied the password and reads 1 from its new process, while the
 // old password is refused.
 import assert from "node:assert/strict";
-import { chmod, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -200,6 +201,24 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
       { seconds: 120, everyMs: 500 },
     ).catch(said);
     for (const t of seen) assert.equal(t.lastError, "", `${t.scrapeUrl}: ${t.lastError}`);
+    // The controller is scraped with the scrape token, by a job of its own: no module is sent it.
+    for (const t of seen)
+      assert.equal(
+        t.labels["job"],
+        t.labels["mesh"] === "controller" ? "mesh-controller" : "mesh",
+        t.scrapeUrl,
+      );
+    const token = (await readFile(join(state(), "controller", "scrape.token"), "utf8")).trim();
+    const tokenCopy = join(nodeState(), "modules", "prometheus", "files", "scrape-token");
+    assert.equal(await readFile(tokenCopy, "utf8"), token, "Prometheus's own copy of the token");
+    assert.equal((await stat(tokenCopy)).mode & 0o777, 0o600);
+    const promPid = await pidOf("prometheus");
+    assert.ok(promPid);
+    const argv = await readFile(`/proc/${promPid}/cmdline`, "utf8");
+    assert.ok(!argv.includes(token), "the token is never in argv");
+    assert.ok(!up.output().includes(token), "nor in mesh up's output");
+    const controller = seen.find((t) => t.labels["mesh"] === "controller")?.scrapeUrl ?? "";
+    assert.equal((await fetch(controller)).status, 401, "the controller's /metrics asks for the token");
     // The file_sd JSON it read: world-readable, naming no secret, each target a loopback port.
     const file = await readFile(join(state(), "scrape", "targets.json"), "utf8");
     const groups = JSON.parse(file) as { targets: string[]; labels: Record<string, string> }[];

@@ -2,16 +2,17 @@
 // user. Checked as those users (setpriv to their uid and gid, no other group): a module reads its
 // own password copy, credential and bus credential, and nothing else of the mesh's: not another
 // module's password, not its provider's copy, not the node's keys, node.creds, ledgers, its own
-// keys.json, operator.creds or anything under the controller's directory. Its environment holds
+// keys.json, operator.creds, the operator and scrape tokens or anything under the controller's directory. Its environment holds
 // the admin URL only when it is the provider its fleet entry gives it to, and nothing of mesh up's
 // own. A module whose user cannot read its manifest directory is refused, naming that directory.
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { until } from "@mesh/testkit";
+import { removeStaleModuleUsers, until } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
 
 const IS_ROOT = process.getuid?.() === 0;
@@ -45,7 +46,7 @@ async function statusOf(state: string, module: string): Promise<StatusModule | u
 const manifest = (name: string, extra: object): string =>
   JSON.stringify({ name, run: { command: "/bin/sh", args: ["./probe.sh"] }, ...extra }, null, 2);
 
-// Fixed names, so each run reuses the system users the last one made.
+// Module names of this test (their users, mesh-<id>-<module>, are removed once it is done).
 const STORE = "iso-store";
 const APP = "iso-app";
 const PEER = "iso-peer";
@@ -58,8 +59,11 @@ describe("a module kept to its own files", { timeout: 240_000, skip: SKIP }, () 
   const node = (): string => join(state(), "nodes", "node-1");
   const mod = (m: string, ...rest: string[]): string => join(node(), "modules", m, ...rest);
 
+  // Module users are named with the mesh id the node's state keeps: mesh-<id>-<module>.
+  const userName = (module: string): string =>
+    `mesh-${readFileSync(join(node(), "mesh-id"), "utf8").trim()}-${module}`;
   const userOf = (module: string): { uid: number; gid: number } => {
-    const line = execFileSync("getent", ["passwd", `mesh-${module}`], { encoding: "utf8" });
+    const line = execFileSync("getent", ["passwd", userName(module)], { encoding: "utf8" });
     const [, , uid, gid] = line.trim().split(":");
     return { uid: Number(uid), gid: Number(gid) };
   };
@@ -155,12 +159,13 @@ modules:
     }
     if (process.env["MESH_TEST_LOG"]) console.log(up?.output());
     if (dir) await rm(dir, { recursive: true, force: true });
+    removeStaleModuleUsers();
   });
 
   it("runs each module as its own system user, with its home under the node's state", async () => {
     for (const module of [STORE, APP, PEER]) {
       const uid = (await readFile(mod(module, "home", "uid"), "utf8")).trim();
-      assert.equal(Number(uid), userOf(module).uid, `${module} runs as mesh-${module}`);
+      assert.equal(Number(uid), userOf(module).uid, `${module} runs as ${userName(module)}`);
       assert.equal((await envOf(module)).get("HOME"), mod(module, "home"));
     }
     assert.equal((await stat(node())).mode & 0o777, 0o711);
@@ -171,7 +176,7 @@ modules:
       const m = await statusOf(state(), APP);
       return m?.isolation !== undefined ? m : undefined;
     });
-    assert.deepEqual(shown.isolation, { isolated: true, user: `mesh-${APP}` });
+    assert.deepEqual(shown.isolation, { isolated: true, user: userName(APP) });
   });
 
   it("gives each reader its own copy of a password, 0600 and owned by it", async () => {
@@ -214,6 +219,10 @@ modules:
       mod(PEER, "bus.creds"),
       mod(PEER, "home", "env"),
       join(state(), "operator.creds"),
+      // The dashboard's and /metrics' tokens, and where the HTTP server answers.
+      join(state(), "controller", "operator.token"),
+      join(state(), "controller", "scrape.token"),
+      join(state(), "http.json"),
       ...controllerFiles,
     ];
     for (const path of refused) {
@@ -300,6 +309,7 @@ describe("with --isolation auto, a module its user cannot run", { timeout: 240_0
     }
     if (process.env["MESH_TEST_LOG"]) console.log(up?.output());
     if (dir) await rm(dir, { recursive: true, force: true });
+    removeStaleModuleUsers();
   });
 
   it("runs as the agent's user, and mesh status shows it not isolated, with the reason", async () => {

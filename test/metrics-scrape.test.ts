@@ -1,11 +1,12 @@
 // Prometheus scrapes the mesh as an operator runs it: the controller `mesh up` started (its address
-// read from what mesh up prints), the Postgres and Redis providers it runs (their addresses read
-// from `mesh status`), and a Postgres provider process started by hand, each over HTTP, read in the
-// text format, while the fleet and the contributions change.
+// read from what mesh up prints, with the scrape token it made in the state directory), the
+// Postgres and Redis providers it runs (their addresses read from `mesh status`), and a Postgres
+// provider process started by hand, each over HTTP, read in the text format, while the fleet and
+// the contributions change.
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { access, mkdtemp, rename, rm, writeFile } from "node:fs/promises";
+import { access, chmod, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -31,10 +32,15 @@ const PG_MANIFEST = JSON.stringify(join(root, "providers", "postgres", "module.j
 const REDIS_MANIFEST = JSON.stringify(join(root, "providers", "redis", "module.json"));
 const NOTES_MANIFEST = JSON.stringify(join(root, "examples", "fleet", "notes", "module.json"));
 
-/** Waits until a scrape of `url` satisfies `check`, and answers that scrape. */
-function scrapeUntil(what: string, url: string, check: (s: PromScrape) => boolean): Promise<PromScrape> {
+/** Waits until a scrape of `url` (with `token`, when given) satisfies `check`, and answers that scrape. */
+function scrapeUntil(
+  what: string,
+  url: string,
+  check: (s: PromScrape) => boolean,
+  token?: string,
+): Promise<PromScrape> {
   return until(what, async () => {
-    const s = await scrapeProm(url);
+    const s = await scrapeProm(url, token === undefined ? {} : { token });
     return check(s) ? s : undefined;
   });
 }
@@ -132,13 +138,49 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
         return Promise.resolve(/HTTP server: (http:\/\/127\.0\.0\.1:\d+) /.exec(output)?.[1]);
       });
       const url = `${base}/metrics`;
+      // The scrape token mesh up made (0600) opens /metrics; without it, or with a wrong one, 401.
+      const tokenFile = join(dir, "state", "controller", "scrape.token");
+      assert.equal((await stat(tokenFile)).mode & 0o777, 0o600);
+      const token = (await readFile(tokenFile, "utf8")).trim();
+      assert.equal((await fetch(url)).status, 401);
+      assert.equal((await fetch(url, { headers: { authorization: "Bearer not-the-token" } })).status, 401);
+      assert.equal(
+        (await fetch(`${base}/api/state`, { headers: { authorization: `Bearer ${token}` } })).status,
+        403,
+      );
+      assert.ok(!output.includes(token), "the token is never printed");
+      // Refusals are in mesh up's log, naming who asked, and not one line each.
+      const refusals = () => output.split("\n").filter((l) => /HTTP server refused/.test(l)).length;
+      await until("the refusal to be said", () =>
+        Promise.resolve(
+          /HTTP server refused GET \/metrics from 127\.0\.0\.1 \(uid 0, root\)/.test(output) || undefined,
+        ),
+      );
+      const said = refusals();
+      for (let i = 0; i < 20; i++) assert.equal((await fetch(url)).status, 401);
+      assert.ok(refusals() <= said + 1, `twenty more refusals, at most one more line (${refusals() - said})`);
+      // mesh up holds the operator's token: it prints a link that logs a browser in, once.
+      const link = await until("mesh up to print the dashboard's login link", () =>
+        Promise.resolve(/the dashboard: (http:\/\/127\.0\.0\.1:\d+\/\?code=\S+) /.exec(output)?.[1]),
+      );
+      assert.ok(link.startsWith(`${base}/?code=`));
+      const logIn = () =>
+        fetch(`${base}/api/login`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ code: new URL(link).searchParams.get("code") }),
+        });
+      assert.equal((await logIn()).status, 200, "the link logs in");
+      assert.equal((await logIn()).status, 401, "once");
 
-      let s = await scrapeUntil("both nodes reporting and every module running", url, (x) => {
-        return (
+      let s = await scrapeUntil(
+        "both nodes reporting and every module running",
+        url,
+        (x) =>
           x.value("mesh_controller_nodes", { state: "reporting" }) === 2 &&
-          x.value("mesh_controller_modules", { state: "running" }) === 3
-        );
-      });
+          x.value("mesh_controller_modules", { state: "running" }) === 3,
+        token,
+      );
       assert.equal(s.value("mesh_controller_nodes", { state: "enrolled" }), 2);
       assert.equal(s.value("mesh_controller_nodes", { state: "not-enrolled" }), 0);
       assert.equal(s.value("mesh_controller_nodes", { state: "silent" }), 0);
@@ -202,6 +244,7 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
         "blog's password minted, once the change is published",
         url,
         (x) => x.value("mesh_controller_passwords_minted_total") === 2,
+        token,
       );
       assert.equal(s.value("mesh_controller_reloads_total", { result: "applied" }), 1);
       assert.equal(s.value("mesh_controller_consumers"), 2);
@@ -219,14 +262,20 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
         "the broken fleet refused",
         url,
         (x) => x.value("mesh_controller_reloads_total", { result: "refused" }) === 1,
+        token,
       );
       assert.equal(s.value("mesh_controller_fleet_refused"), 1);
       assert.equal(s.value("mesh_controller_consumers"), 2, "the last good fleet is still served");
 
-      const head = await fetch(url, { method: "HEAD" });
+      const scraper = { authorization: `Bearer ${token}` };
+      const head = await fetch(url, { method: "HEAD", headers: scraper });
       assert.equal(head.status, 200);
-      assert.equal((await fetch(`${base}/no-such-page`)).status, 404);
-      assert.equal((await fetch(url, { method: "POST" })).status, 405);
+      const operator = {
+        authorization: `Bearer ${(await readFile(join(dir, "state", "controller", "operator.token"), "utf8")).trim()}`,
+      };
+      assert.equal((await fetch(`${base}/no-such-page`, { headers: operator })).status, 404);
+      assert.equal((await fetch(`${base}/no-such-page`)).status, 401, "without a credential, not even that");
+      assert.equal((await fetch(url, { method: "POST", headers: operator })).status, 405);
 
       // A clean stop takes each provider's metrics.url with it.
       const files = [...modules.values()]
@@ -238,12 +287,15 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
       for (const f of files) await assert.rejects(access(f), { code: "ENOENT" }, f);
     });
 
-    it("mesh up refuses --http on an address other machines reach, before starting anything", async () => {
+    it("mesh up refuses an operator token file others may read, before starting anything", async () => {
       const fleet = join(dir, "refused.yaml");
       await writeAtomic(fleet, fleetYaml(server.port, false));
+      const open = join(dir, "open.token");
+      await writeFile(open, "a-token-anyone-on-this-machine-reads\n");
+      await chmod(open, 0o644);
       const child = spawn(
         process.execPath,
-        [MESH, "up", fleet, "--state", join(dir, "refused-state"), "--http", "0.0.0.0:0"],
+        [MESH, "up", fleet, "--state", join(dir, "refused-state"), "--operator-token-file", open],
         { stdio: ["ignore", "pipe", "pipe"] },
       );
       let said = "";
@@ -251,8 +303,12 @@ describe("metrics scraped from a running mesh", { timeout: 300_000 }, () => {
       child.stderr.on("data", (d: Buffer) => (said += d.toString()));
       const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
       assert.equal(code, 2, said);
-      assert.match(said, /--http: .*0\.0\.0\.0:0.*operator token/s);
+      assert.match(
+        said,
+        /--operator-token-file: the operator token file .*open\.token may be read or written by others \(mode 644\): chmod 600/,
+      );
       assert.doesNotMatch(said, /nats-server answers/, "the bus never started");
+      assert.doesNotMatch(said, /a-token-anyone/, "the token is never printed");
     });
   });
 

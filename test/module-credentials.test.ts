@@ -27,6 +27,7 @@ import {
 import { ledgersPath, moduleCredsPath, moduleKeysPath, startAgent, type Agent } from "@mesh/agent";
 import {
   DELIVERY_KEY,
+  MODULE_BUS_LIMITS,
   MODULE_CREDENTIALS_BUCKET,
   readDelivery,
   startController,
@@ -250,6 +251,23 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     nc.publish("mesh.seats.notebook.note.created", '{"n":1}');
     await eventually("the seat's event", () => (heard.length > 0 ? true : undefined));
     assert.deepEqual(heard, ['{"n":1}']);
+  });
+
+  void it("holds a module's connection to its 1,000 subscriptions: the server refuses the next one", async () => {
+    assert.equal(MODULE_BUS_LIMITS.subs, 1_000);
+    const listener = await recorded("listener", withBus);
+    const lc = await connectWith(await readFile(listener.env["MESH_BUS_CREDS"] ?? "", "utf8"));
+    const errors: string[] = [];
+    void (async () => {
+      for await (const s of lc.status()) if (s.type === "error") errors.push(s.error.message);
+    })();
+    for (let i = 0; i < MODULE_BUS_LIMITS.subs; i++) lc.subscribe("mesh.seats.notebook.note.created");
+    await lc.flush();
+    assert.deepEqual(errors, [], "every subscription up to the limit is taken");
+    lc.subscribe("mesh.seats.notebook.note.created");
+    await lc.flush();
+    await eventually("the server's refusal", () => errors.length > 0);
+    assert.match(errors[0] ?? "", /maximum subscriptions exceeded/i);
   });
 
   void it("writes the ledgers file (0600) whose credential appends to the module's own ledger only", async () => {

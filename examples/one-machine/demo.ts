@@ -2,8 +2,8 @@
 // PostgreSQL, Redis, Ceph (an S3 RADOS Gateway) and Glewlwyd (OpenID Connect) for the providers to
 // manage (or uses MESH_POSTGRES_URL / MESH_REDIS_URL / MESH_S3_URL / MESH_OIDC_URL), runs `mesh up`
 // on the example fleet — nats-server, the controller, an agent, and nine modules: the four providers,
-// four small apps that use what the mesh gives them and an audit logger — then takes one app out of
-// the fleet and shows its database retired, not deleted.
+// four small apps that use what the mesh gives them and an audit logger — prints the dashboard's
+// login link, then takes one app out of the fleet and shows its database retired, not deleted.
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmod, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -198,6 +198,14 @@ async function main(): Promise<void> {
     const mode = ((await stat(cred.passwordFile)).mode & 0o777).toString(8);
     say(`its password is only in ${cred.passwordFile} (mode ${mode}), never in the credential or any log.`);
     await show(["status", "--state", state]);
+
+    step("The dashboard");
+    say(
+      "Only the operator opens it: mesh dashboard reads the operator token (root's, 0600, made by mesh up)",
+    );
+    say("and prints a link whose code logs one browser in, once, within two minutes. Open it here:");
+    await show(["dashboard", "--state", state]);
+    say("Every approval or deletion made there is kept in the provider's ledger as that session's.");
 
     step("The bus: each module says and hears only what its manifest declares");
     const heard = await until("counter hearing notes.note.created", () =>

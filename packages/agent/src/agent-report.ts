@@ -28,4 +28,9 @@ export interface AgentReport {
    * and since when, one entry per question, until their next good answer to it.
    */
   readonly misbehaving?: readonly ReportedMisbehaviour[];
+  /**
+   * Users of this node's mesh (`mesh-<id>-…` in /etc/passwd) whose module no longer runs here, at
+   * most 100: the mesh never removes a user; an operator may (`userdel`, see docs/operating.md).
+   */
+  readonly goneModuleUsers?: readonly string[];
 }

@@ -4,6 +4,7 @@
 import { isAbsolute } from "node:path";
 import {
   isInterfaceName,
+  isModuleLimits,
   isModuleName,
   ListenAddressError,
   LOGIN_PATTERN,
@@ -82,6 +83,9 @@ export function parseDelivery(value: unknown, node: string): Delivery {
       !(isObject(admin) && (typeof admin["file"] === "string" || typeof admin["env"] === "string"))
     ) {
       bad(`modules[${i}].admin`, "is neither { file } nor { env }");
+    }
+    if (m["limits"] !== undefined && !isModuleLimits(m["limits"])) {
+      bad(`modules[${i}].limits`, "is not { memory, pids, cpu, home } of positive numbers or null");
     }
     names.add(m["name"]);
   });

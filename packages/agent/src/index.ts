@@ -56,12 +56,35 @@ export {
 } from "./module-isolation.ts";
 export {
   ISOLATION_MODES,
+  meshUserPrefix,
+  moduleUserComment,
   ModuleUserError,
   ModuleUsers,
   moduleUserName,
+  usersOfGoneModules,
   type IsolationMode,
   type ModuleUser,
 } from "./module-users.ts";
+export { loadOrMakeMeshId, MESH_ID_FILE, MESH_ID_PATTERN, MeshIdError, newMeshId } from "./mesh-id.ts";
+export {
+  AGENT_CGROUP,
+  CgroupError,
+  cgroupLayout,
+  ModuleCgroup,
+  ModuleCgroups,
+  type CgroupHierarchy,
+  type CgroupLayout,
+  type CgroupVersion,
+  type LimitCounters,
+  type ModuleCgroupsOptions,
+} from "./module-cgroups.ts";
+export {
+  HOME_MEASURE_EVERY_MS,
+  HomeSizes,
+  measureWithDu,
+  type HomeSize,
+  type MeasureHome,
+} from "./home-sizes.ts";
 export { UnsafeModuleFileError } from "./safe-open.ts";
 export {
   findProcessesByEnv,

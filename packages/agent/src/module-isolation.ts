@@ -2,7 +2,7 @@
 // its own system user when the agent runs as root and that user can reach everything the module
 // needs; else (with `--isolation auto`, or when the agent is not root) the agent's own user, said
 // in the module's status; else (strict) not at all, with the directory it cannot read named.
-import { chmod, chown, lstat, mkdir } from "node:fs/promises";
+import { chmod, chown, lchown, lstat, mkdir, readdir } from "node:fs/promises";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { loadManifest, moduleDir, moduleHomePath } from "@mesh/manifest";
 import type { BusLogger, FileOwner } from "@mesh/bus";
@@ -81,12 +81,14 @@ export class ModuleIsolations {
   readonly #logger: BusLogger;
   readonly #env: Readonly<Record<string, string | undefined>>;
   readonly #separate: boolean;
-  readonly #users = new ModuleUsers();
+  readonly #users: ModuleUsers;
   readonly #said = new Set<string>();
   #current = new Map<string, ModuleIdentity>();
 
   constructor(options: {
     stateDir: string;
+    /** The mesh id its users are named with (see mesh-id.ts). */
+    meshId: string;
     mode: IsolationMode;
     logger: BusLogger;
     /** The agent's environment, for the PATH a bare command is looked up on. */
@@ -99,6 +101,7 @@ export class ModuleIsolations {
     this.#logger = options.logger;
     this.#env = options.env;
     this.#separate = options.separate ?? canSeparateModules();
+    this.#users = new ModuleUsers(options.meshId, options.stateDir);
   }
 
   /** Who `module` runs as, as last decided (undefined before its first delivery). */
@@ -214,7 +217,22 @@ export class ModuleIsolations {
     const group = user === undefined ? undefined : { uid: AGENT_UID(), gid: user.gid };
     await ensureDir(dir, 0o750, group);
     const home = user === undefined ? agentOwner() : { uid: user.uid, gid: user.gid };
+    if (user !== undefined) await this.#handOver(module, user);
     await ensureDir(moduleHomePath(this.#stateDir, module), 0o700, home);
+  }
+
+  // A module that ran as another user of its own before (`mesh-<module>`, of a mesh before ids)
+  // finds its files as they were: everything of its directory that user or group owned is handed
+  // to its user now. A home the agent owned (the module ran as the agent) is left as it was.
+  async #handOver(module: string, user: ModuleUser): Promise<void> {
+    const st = await lstat(moduleHomePath(this.#stateDir, module)).catch(() => undefined);
+    if (st === undefined || !st.isDirectory() || st.uid === user.uid || st.uid === AGENT_UID()) return;
+    const from = { uid: st.uid, gid: st.gid };
+    const count = await handOver(moduleDir(this.#stateDir, module), from, { uid: user.uid, gid: user.gid });
+    this.#logger.info(
+      `${module} now runs as ${user.name}: ${count} of its files owned by uid ${from.uid} or gid ${from.gid} ` +
+        `(its user before) are handed to it; that user stays (the mesh removes no user)`,
+    );
   }
 
   #say(module: string, identity: ModuleIdentity): void {
@@ -232,6 +250,38 @@ export class ModuleIsolations {
     this.#said.add(key);
     this.#logger[level](message);
   }
+}
+
+/**
+ * Gives `to` what `from` owns under `dir` (`dir` itself included), user and group each on its own
+ * (a file of root and `from`'s group keeps root): never through a symlink (a link itself is
+ * changed, not what it names). At most `most` entries are looked at.
+ * @returns how many entries were changed.
+ */
+export async function handOver(
+  dir: string,
+  from: FileOwner,
+  to: FileOwner,
+  most = 1_000_000,
+): Promise<number> {
+  let seen = 0;
+  let changed = 0;
+  const visit = async (path: string): Promise<void> => {
+    if (++seen > most) return;
+    const st = await lstat(path).catch(() => undefined);
+    if (st === undefined) return;
+    const uid = st.uid === from.uid ? to.uid : st.uid;
+    const gid = st.gid === from.gid ? to.gid : st.gid;
+    if (uid !== st.uid || gid !== st.gid) {
+      await lchown(path, uid, gid).catch(() => undefined);
+      changed++;
+    }
+    if (!st.isDirectory()) return;
+    const entries = await readdir(path).catch(() => [] as string[]);
+    for (const entry of entries) await visit(join(path, entry));
+  };
+  await visit(dir);
+  return changed;
 }
 
 function agentOwner(): FileOwner | undefined {

@@ -9,6 +9,7 @@ import {
   ADMIN_URL_VARIABLE,
   credentialPath,
   credentialsFor,
+  effectiveLimits,
   loadManifest,
   moduleHomePath,
   namesMeshTargets,
@@ -56,6 +57,11 @@ export interface LaunchContext {
    * names it is not started.
    */
   readonly scrapeTargets?: ScrapeTargetsCopies;
+  /**
+   * The controller's scrape token on this machine (`mesh up`'s), for a module whose env or files
+   * name `{mesh.scrape-token}`; absent: a module that names it is not started.
+   */
+  readonly scrapeToken?: string;
   /**
    * A port of this node for `module` to serve its metrics on, when its templates name
    * `{module.metrics}` and the fleet gives it port 0 (or nothing): the same port every time it
@@ -291,6 +297,7 @@ export async function decideLaunch(
       env,
       logFile: moduleLogPath(ctx.stateDir, module.name),
       staleFiles: [metricsUrlPath(ctx.stateDir, module.name)],
+      limits: effectiveLimits(module.limits),
       ...(identity?.kind === "own-user" ? { uid: identity.user.uid, gid: identity.user.gid } : {}),
       ...(identity === undefined ? {} : { isolation: identity.isolation }),
     },
@@ -375,6 +382,7 @@ async function renderRun(
             owner,
           ),
         }),
+    ...(ctx.scrapeToken === undefined ? {} : { scrapeToken: ctx.scrapeToken }),
     files,
     needs: credentials,
   };

@@ -4,10 +4,12 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { rmSync } from "node:fs";
 import type { BusLogger } from "@mesh/bus";
+import { formatLimit, formatSize, type EffectiveLimits, type OnNewPassword } from "@mesh/manifest";
 import { logTail } from "./log-tail.ts";
+import type { LimitCounters, ModuleCgroup, ModuleCgroups } from "./module-cgroups.ts";
 import { ModuleLog, type ModuleLogFormat } from "./module-log.ts";
+import { processStartTime } from "./process-records.ts";
 import type { ModuleIsolation } from "./module-isolation.ts";
-import type { OnNewPassword } from "@mesh/manifest";
 
 /** How a module is started: everything that, when it changes, calls for a restart. */
 export interface ModuleLaunch {
@@ -41,6 +43,17 @@ export interface ModuleLaunch {
    * know the mesh serves its metrics there and writes no metrics.url.
    */
   readonly metrics?: string;
+  /** What it may use of the node (the fleet's, defaults filled in): its cgroup's limits. */
+  readonly limits?: EffectiveLimits;
+}
+
+/** A limit a module reached, as its status and its log say it. */
+export interface LimitEvent {
+  readonly kind: "out-of-memory" | "pids" | "home";
+  /** In words: `killed: out of memory (limit 64M)`, `pids limit 100 reached`. */
+  readonly text: string;
+  /** ISO 8601. */
+  readonly at: string;
 }
 
 /** A module's lifecycle as reported: `crashing` once it exits too often, whatever it does right now. */
@@ -73,6 +86,14 @@ export interface ModuleStatus {
   readonly reason?: string;
   /** While it keeps crashing: the last lines of its log, clipped (the agent scrubs them before reporting). */
   readonly logTail?: readonly string[];
+  /** Its cgroup (`mesh-<id>-<module>`), while it runs in one. */
+  readonly cgroup?: string;
+  /** The limits it runs under (null: no bound); absent when it runs in no cgroup. */
+  readonly limits?: EffectiveLimits;
+  /** The last limit it reached, since the agent started it. */
+  readonly limitEvent?: LimitEvent;
+  /** How large its home is on disk, as last measured. */
+  readonly home?: { readonly bytes: number; readonly at: string };
 }
 
 /** The delays and limits of supervision. */
@@ -111,6 +132,9 @@ export interface ModuleProcessHooks {
   exited(name: string, pid: number): void;
 }
 
+/** How soon after an out-of-memory kill is read a SIGKILL exit is taken for it. */
+const OOM_EXIT_WITHIN_MS = 5_000;
+
 /** A supervised module process. Made by the supervisor; `start()` once, `stop()` at the end. */
 export class ModuleProcess {
   #launch: ModuleLaunch;
@@ -118,6 +142,8 @@ export class ModuleProcess {
   readonly #timings: SupervisionTimings;
   readonly #onChange: () => void;
   #child: ChildProcess | undefined;
+  // Settled once the current process's end is handled: its cgroup emptied, its exit said.
+  #ended: Promise<void> | undefined;
   // One for every process of this launch: a restart goes on in the same file, rotating as it grows.
   #log: ModuleLog | undefined;
   #running = false;
@@ -130,19 +156,30 @@ export class ModuleProcess {
   #stopping: Promise<void> | undefined;
   #saidCrashing = false;
   readonly #hooks: ModuleProcessHooks | undefined;
+  readonly #cgroups: ModuleCgroups | undefined;
+  // Its cgroup, once made; its counters as last read, so each limit reached is said once.
+  #cgroup: ModuleCgroup | undefined;
+  #counters: LimitCounters = { oomKills: 0, pidsMax: 0 };
+  #limitEvent: LimitEvent | undefined;
+  // When an out-of-memory kill was last read (ms since the epoch).
+  #oomSeenAt = 0;
+  readonly #saidCgroup = new Set<string>();
 
+  /** `cgroups`, when given, puts each of its processes in a cgroup of its own, with its limits. */
   constructor(
     launch: ModuleLaunch,
     logger: BusLogger,
     timings: SupervisionTimings,
     onChange: () => void,
     hooks?: ModuleProcessHooks,
+    cgroups?: ModuleCgroups,
   ) {
     this.#launch = launch;
     this.#hooks = hooks;
     this.#logger = logger;
     this.#timings = timings;
     this.#onChange = onChange;
+    this.#cgroups = cgroups;
   }
 
   /** How it is started, now: the launch it was made with, or the one `notify` gave it. */
@@ -163,13 +200,31 @@ export class ModuleProcess {
     return child.pid;
   }
 
+  /**
+   * Takes `launch` (the same program under other limits) as its own and sets its limits on the
+   * cgroup at once: a running module is not restarted for a new limit.
+   */
+  relimit(launch: ModuleLaunch): void {
+    this.#launch = launch;
+    if (this.#cgroup === undefined || launch.limits === undefined) return;
+    this.#limitCgroup(this.#cgroup, launch.limits);
+    this.#log?.say(`mesh agent sets ${this.launch.name}'s limits: ${limitWords(launch.limits)}`);
+    this.#onChange();
+  }
+
   /** Starts the module's process. */
   start(): void {
     this.#spawn();
   }
 
+  /** Writes a line about the module to its log, as the agent (`mesh` lines). */
+  say(text: string): void {
+    this.#log?.say(text);
+  }
+
   /** The module as reported now. */
   status(): ModuleStatus {
+    const cgroup = this.#cgroup;
     return {
       name: this.launch.name,
       state: this.#state(),
@@ -182,6 +237,9 @@ export class ModuleProcess {
         ? { metrics: this.launch.metrics }
         : {}),
       ...(this.#state() === "crashing" ? { logTail: this.#logTail() } : {}),
+      ...(cgroup === undefined ? {} : { cgroup: cgroup.name }),
+      ...(cgroup === undefined || this.launch.limits === undefined ? {} : { limits: this.launch.limits }),
+      ...(this.#limitEvent === undefined ? {} : { limitEvent: this.#limitEvent }),
     };
   }
 
@@ -193,8 +251,15 @@ export class ModuleProcess {
     return this.#tail.lines;
   }
 
-  /** Says when a module that kept crashing has stopped doing so; called on the report tick. */
+  /**
+   * Says when a module that kept crashing has stopped doing so, and any limit it reached since the
+   * last call (a process of it killed for memory, a fork refused); called on the report tick.
+   */
   refresh(): void {
+    // A main process the kernel just killed (a zombie not yet reaped) is said by its exit instead.
+    const pid = this.#child?.pid;
+    if (this.#running && pid !== undefined && processStartTime(pid) !== undefined)
+      this.#readLimits(undefined);
     if (this.#saidCrashing && this.#state() === "running") {
       this.#saidCrashing = false;
       this.#logger.info(
@@ -206,38 +271,39 @@ export class ModuleProcess {
 
   /**
    * Stops the process and any restart to come: SIGTERM to its process group, SIGKILL after the
-   * grace period. Resolves once it has exited. Safe to call twice.
+   * grace period; once it has exited, every process left in its cgroup is killed and the cgroup
+   * removed. Resolves then. Safe to call twice.
    */
   stop(): Promise<void> {
-    this.#stopping ??= new Promise<void>((resolve) => {
-      this.#log?.close();
-      clearTimeout(this.#timer);
-      const child = this.#child;
-      if (child === undefined) {
-        this.#onChange();
-        resolve();
-        return;
-      }
+    this.#stopping ??= this.#stop();
+    return this.#stopping;
+  }
+
+  async #stop(): Promise<void> {
+    clearTimeout(this.#timer);
+    const child = this.#child;
+    const ended = this.#ended;
+    if (child !== undefined && ended !== undefined) {
       const kill = setTimeout(() => {
         this.#logger.warn(
           `${this.launch.name} did not stop within ${this.#timings.stopGraceMs / 1000} s of SIGTERM: killing it`,
         );
         signalGroup(child, "SIGKILL");
       }, this.#timings.stopGraceMs);
-      child.once("exit", () => {
-        clearTimeout(kill);
-        resolve();
-      });
-      // A process that never ran sends no exit.
-      child.once("error", () => {
-        if (child.pid === undefined) {
-          clearTimeout(kill);
-          resolve();
-        }
-      });
       signalGroup(child, "SIGTERM");
-    });
-    return this.#stopping;
+      await ended;
+      clearTimeout(kill);
+    } else if (ended !== undefined) {
+      await ended; // an exit being handled as the stop came
+    }
+    const cgroup = this.#cgroup;
+    if (cgroup !== undefined) {
+      await this.#empty(cgroup);
+      if (!cgroup.remove())
+        this.#sayCgroup("remove", `${this.launch.name}'s cgroup ${cgroup.name} cannot be removed yet`);
+    }
+    this.#log?.close();
+    this.#onChange();
   }
 
   #state(): ModuleState {
@@ -273,19 +339,38 @@ export class ModuleProcess {
       this.#exited(null, null, `its log ${logFile} cannot be opened (${(err as Error).message})`);
       return;
     }
+    const user = uid === undefined || gid === undefined ? undefined : { uid, gid };
+    const cgroup = this.#makeCgroup();
+    const confined = cgroup === undefined ? undefined : this.#cgroups?.confine(cgroup, command, args, user);
     let child: ChildProcess;
     try {
       // Its own process group, so stopping it reaches whatever it started too.
       // Piped, so each line is timestamped as it comes and the file rotates (module-log.ts); as its
-      // own user when it has one (libuv drops the agent's supplementary groups with it).
-      const user = uid === undefined || gid === undefined ? {} : { uid, gid };
-      child = spawn(command, [...args], {
+      // own user when it has one (libuv drops the agent's supplementary groups with it). In a
+      // cgroup, the process joins it as root before it becomes the module (module-cgroups.ts).
+      const joinsFirst = confined?.joinsFirst === true;
+      child = spawn(joinsFirst ? confined.command : command, joinsFirst ? [...confined.args] : [...args], {
         cwd,
         env,
         stdio: ["ignore", "pipe", "pipe"],
         detached: true,
-        ...user,
+        ...(joinsFirst || user === undefined ? {} : user),
       });
+      if (cgroup !== undefined && !joinsFirst && child.pid !== undefined) {
+        this.#sayCgroup(
+          "late",
+          `${name} joins its cgroup just after it starts (setpriv, from util-linux, is not installed): ` +
+            `what it forks in that instant stays out of it`,
+        );
+        try {
+          cgroup.join(child.pid);
+        } catch (err) {
+          this.#sayCgroup(
+            "join",
+            `${name} could not join its cgroup ${cgroup.name}: ${(err as Error).message}`,
+          );
+        }
+      }
     } catch (err) {
       this.#exited(null, null, `it cannot be started (${(err as Error).message})`);
       return;
@@ -297,6 +382,8 @@ export class ModuleProcess {
     const pid = child.pid;
     if (pid !== undefined) this.#hooks?.started(name, pid);
     let ended = false;
+    let settle!: () => void;
+    this.#ended = new Promise<void>((resolve) => (settle = resolve));
     child.once("spawn", () => {
       this.#running = true;
       this.#logger.info(`${name} started (pid ${child.pid}); its log: ${logFile}`);
@@ -307,14 +394,118 @@ export class ModuleProcess {
       if (child.pid !== undefined || ended) return;
       ended = true;
       this.#exited(null, null, `${command} cannot be started (${err.message})`);
+      settle();
     });
     child.once("exit", (code, signal) => {
       if (pid !== undefined) this.#hooks?.exited(name, pid);
       if (ended) return;
       ended = true;
-      this.#exited(code, signal);
+      this.#running = false;
+      void this.#afterExit(code, signal).finally(settle);
     });
     this.#onChange();
+  }
+
+  // The main process has exited: what reached a limit is said, and what it left in its cgroup is
+  // ended before anything else (a restart, the end of a stop), as a unit's processes end with it.
+  async #afterExit(code: number | null, signal: NodeJS.Signals | null): Promise<void> {
+    const event = this.#readLimits(signal);
+    const cgroup = this.#cgroup;
+    if (cgroup !== undefined) await this.#empty(cgroup);
+    this.#exited(code, signal, event?.kind === "out-of-memory" ? event.text : undefined);
+  }
+
+  // Every process left in its cgroup is killed; said when there were any.
+  async #empty(cgroup: ModuleCgroup): Promise<void> {
+    const left = cgroup.members();
+    if (left.length === 0) return;
+    const stuck = await cgroup.kill();
+    this.#log?.say(
+      `mesh agent ended ${left.length} process(es) ${this.launch.name} left in its cgroup ${cgroup.name}` +
+        (stuck.length > 0 ? `; ${stuck.length} still there (pid ${stuck.join(", ")})` : ""),
+    );
+    if (stuck.length > 0) {
+      this.#logger.warn(
+        `${this.launch.name}'s cgroup ${cgroup.name} still holds pid ${stuck.join(", ")} after SIGKILL`,
+      );
+    }
+  }
+
+  // Its cgroup, made (once) and given the launch's limits before each start; undefined (and said
+  // once) when modules get none or this one cannot be made: it then runs without.
+  #makeCgroup(): ModuleCgroup | undefined {
+    const cgroups = this.#cgroups;
+    if (cgroups === undefined || !cgroups.available) return undefined;
+    const cgroup = (this.#cgroup ??= cgroups.forModule(this.launch.name));
+    if (cgroup === undefined) return undefined;
+    try {
+      cgroup.make();
+    } catch (err) {
+      this.#cgroup = undefined;
+      this.#sayCgroup(
+        "make",
+        `${this.launch.name} runs without a cgroup, so without limits: ${(err as Error).message}`,
+      );
+      return undefined;
+    }
+    this.#limitCgroup(cgroup, this.launch.limits);
+    this.#counters = cgroup.counters();
+    return cgroup;
+  }
+
+  #limitCgroup(cgroup: ModuleCgroup, limits: EffectiveLimits | undefined): void {
+    if (limits === undefined) return;
+    const unset = cgroup.limit(limits);
+    if (unset.length > 0) {
+      this.#sayCgroup(
+        `unset ${unset.join()}`,
+        `${this.launch.name} runs without ${unset.join(", ")}: this node's cgroups cannot bound them`,
+      );
+    }
+  }
+
+  // Reads its cgroup's counters: a limit reached since the last read is said in its log and the
+  // agent's, and kept for its status. `signal` is how its main process just ended, when it did.
+  #readLimits(signal: NodeJS.Signals | null | undefined): LimitEvent | undefined {
+    const cgroup = this.#cgroup;
+    if (cgroup === undefined) return undefined;
+    const now = cgroup.counters();
+    const before = this.#counters;
+    this.#counters = now;
+    const limits = this.launch.limits;
+    let event: LimitEvent | undefined;
+    const at = new Date().toISOString();
+    if (now.pidsMax > before.pidsMax) {
+      const limit = limits?.pids == null ? "" : ` ${limits.pids}`;
+      const text = `pids limit${limit} reached: its forks past it are refused`;
+      event = { kind: "pids", text, at };
+    }
+    const memory = limits?.memory == null ? "" : ` (limit ${formatSize(limits.memory)})`;
+    if (now.oomKills > before.oomKills) {
+      this.#oomSeenAt = Date.now();
+      const text =
+        signal === "SIGKILL"
+          ? `killed: out of memory${memory}`
+          : `${now.oomKills - before.oomKills} of its processes killed: out of memory${memory}`;
+      event = { kind: "out-of-memory", text, at };
+    } else if (signal === "SIGKILL" && Date.now() - this.#oomSeenAt < OOM_EXIT_WITHIN_MS) {
+      // The kill was read a moment before the exit it caused: the exit is the out of memory.
+      event = { kind: "out-of-memory", text: `killed: out of memory${memory}`, at };
+    }
+    if (event !== undefined) {
+      this.#limitEvent = event;
+      this.#log?.say(`mesh agent: ${this.launch.name} ${event.text}`);
+      this.#logger.warn(`${this.launch.name} ${event.text}; its log: ${this.launch.logFile}`);
+      this.#onChange();
+    }
+    return event;
+  }
+
+  #sayCgroup(key: string, message: string): void {
+    if (this.#saidCgroup.has(key)) return;
+    this.#saidCgroup.add(key);
+    this.#logger.warn(message);
+    this.#log?.say(`mesh agent: ${message}`);
   }
 
   #exited(code: number | null, signal: NodeJS.Signals | null, why?: string): void {
@@ -353,6 +544,12 @@ export class ModuleProcess {
     }, delay);
     this.#onChange();
   }
+}
+
+/** A module's limits in words, the bounded ones only: `pids 100, memory 64M` (or `none`). */
+export function limitWords(limits: EffectiveLimits): string {
+  const bounded = (["pids", "memory", "cpu", "home"] as const).filter((k) => limits[k] !== null);
+  return bounded.length === 0 ? "none" : bounded.map((k) => formatLimit(k, limits[k])).join(", ");
 }
 
 function lastExitWords(code: number | null, signal: string | null, why: string | undefined): string {

@@ -4,6 +4,7 @@
 // system itself, by a shell run as that user, so ACLs and mounts count as they do for the module.
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
 
 /** The system user a module runs as. */
 export interface ModuleUser {
@@ -23,15 +24,47 @@ export const USER_NAME_MAX = 32;
 const HASH_CHARS = 8;
 
 /**
- * The system user of `module`: `mesh-<module>`, or, when that is longer than 32 characters, its
- * first 23 characters, `-` and 8 hex characters of a hash of the module's name (stable, so every
- * start finds the same user; exactly 32, so it never equals a written-out name).
+ * The system user of `module` in the mesh `meshId` (see mesh-id.ts): `mesh-<id>-<module>`, or,
+ * when that is longer than 32 characters, its first 23 characters, `-` and 8 hex characters of a
+ * hash of the whole name (stable, so every start finds the same user; exactly 32, so it never
+ * equals a written-out name). The module's cgroup has the same name.
  */
-export function moduleUserName(module: string): string {
-  const full = `mesh-${module}`;
+export function moduleUserName(meshId: string, module: string): string {
+  const full = `${meshUserPrefix(meshId)}${module}`;
   if (full.length <= USER_NAME_MAX) return full;
-  const hash = createHash("sha256").update(module).digest("hex").slice(0, HASH_CHARS);
+  const hash = createHash("sha256").update(full).digest("hex").slice(0, HASH_CHARS);
   return `${full.slice(0, USER_NAME_MAX - 1 - HASH_CHARS)}-${hash}`;
+}
+
+/** `mesh-<id>-`: what every user (and cgroup) of the mesh `meshId` is named with. */
+export function meshUserPrefix(meshId: string): string {
+  return `mesh-${meshId}-`;
+}
+
+/**
+ * The users in `/etc/passwd` named as the mesh `meshId`'s (`mesh-<id>-…`) that no module of
+ * `modules` runs as: users of modules gone from this node. The mesh never removes a user (a
+ * rollback must find the module's files owned as they were); an operator does, with `userdel`.
+ */
+export async function usersOfGoneModules(
+  meshId: string,
+  modules: readonly string[],
+  passwd = "/etc/passwd",
+): Promise<string[]> {
+  let text: string;
+  try {
+    text = await readFile(passwd, "utf8");
+  } catch {
+    return [];
+  }
+  const prefix = meshUserPrefix(meshId);
+  const current = new Set(modules.map((m) => moduleUserName(meshId, m)));
+  return text
+    .split("\n")
+    .filter((line) => line.includes(":"))
+    .map((line) => line.slice(0, line.indexOf(":")))
+    .filter((name) => name.startsWith(prefix) && !current.has(name))
+    .sort();
 }
 
 /** A module's system user could not be made or read back. */
@@ -94,8 +127,20 @@ async function lookUp(name: string): Promise<ModuleUser | undefined> {
  * agent may make it at the same moment), then read back and kept. Calls are serialized.
  */
 export class ModuleUsers {
+  readonly #meshId: string;
+  readonly #stateDir: string;
   readonly #known = new Map<string, ModuleUser>();
   #queue: Promise<unknown> = Promise.resolve();
+
+  /**
+   * The users of the mesh `meshId` (see mesh-id.ts) whose node state is `stateDir`: each user's
+   * comment names it (`mesh module notes of /var/lib/mesh/nodes/node-1`), so an operator can tell
+   * which state a user serves, and whether that state is still there.
+   */
+  constructor(meshId: string, stateDir: string) {
+    this.#meshId = meshId;
+    this.#stateDir = stateDir;
+  }
 
   /**
    * The user of `module`, made when missing.
@@ -108,7 +153,7 @@ export class ModuleUsers {
   }
 
   async #ensure(module: string): Promise<ModuleUser> {
-    const name = moduleUserName(module);
+    const name = moduleUserName(this.#meshId, module);
     const known = this.#known.get(name);
     if (known !== undefined) return known;
     let user = await lookUp(name);
@@ -122,7 +167,7 @@ export class ModuleUsers {
         "--shell",
         "/usr/sbin/nologin",
         "--comment",
-        `mesh module ${module}`,
+        moduleUserComment(module, this.#stateDir),
         name,
       ]);
       // 9: the name is taken (by another agent just now): that user is the one.
@@ -135,6 +180,14 @@ export class ModuleUsers {
     this.#known.set(name, user);
     return user;
   }
+}
+
+/**
+ * A module user's comment (its GECOS field): `mesh module <module> of <state directory>`, with
+ * what /etc/passwd cannot hold (`:`, a newline) replaced.
+ */
+export function moduleUserComment(module: string, stateDir: string): string {
+  return `mesh module ${module} of ${stateDir}`.replace(/[:\n\r]/g, "?");
 }
 
 /** Whether this agent can run modules as other users: it runs as root. */

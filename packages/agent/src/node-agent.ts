@@ -22,8 +22,11 @@ import { applyDelivery } from "./apply-delivery.ts";
 import {
   DELIVERY_KEY,
   DeliveryPartsError,
+  effectiveLimits,
+  formatSize,
   readDelivery,
   type Delivery,
+  type DeliveredModule,
   type PartCache,
 } from "@mesh/manifest";
 import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk/provider";
@@ -32,9 +35,11 @@ import { decideLaunch, moduleLogPath } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
 import { ScrapeTargetsCopies } from "./scrape-targets-copies.ts";
 import { ModuleIsolations, ownerOf } from "./module-isolation.ts";
-import type { IsolationMode } from "./module-users.ts";
+import { usersOfGoneModules, type IsolationMode } from "./module-users.ts";
+import type { ModuleCgroups } from "./module-cgroups.ts";
+import { HomeSizes, type MeasureHome } from "./home-sizes.ts";
 import { withMetricsUrls } from "./module-metrics.ts";
-import type { SupervisionTimings } from "./module-process.ts";
+import type { LimitEvent, SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
 import { MisbehavingModules } from "./misbehaving-modules.ts";
 import { providerPasswordGate } from "./password-gate.ts";
@@ -72,6 +77,8 @@ export interface AgentTimings extends SupervisionTimings {
   readonly readEveryMs?: number;
   /** How long enrollment keeps asking a controller that does not answer. */
   readonly enrollWithinMs: number;
+  /** How often each module's home is measured (HOME_MEASURE_EVERY_MS, a minute, when absent). */
+  readonly homeMeasureEveryMs?: number;
   /** The pause before trying again what failed for want of the bus. */
   readonly retryMs: number;
   /**
@@ -105,6 +112,14 @@ export interface NodeAgentOptions {
   readonly records?: ProcessRecords;
   /** The scrape targets file the controller on this machine keeps (`{mesh.targets}`). */
   readonly scrapeTargets?: string;
+  /** The mesh id this node's module users and cgroups are named with (see mesh-id.ts). */
+  readonly meshId: string;
+  /** Each module's cgroup; absent: modules run in the agent's. */
+  readonly cgroups?: ModuleCgroups;
+  /** How a module's home is measured (`du`, by default). */
+  readonly measureHome?: MeasureHome;
+  /** The controller's scrape token on this machine (`{mesh.scrape-token}`). */
+  readonly scrapeToken?: string;
 }
 
 /** One node's agent at work. Made by `startAgent`. */
@@ -166,6 +181,11 @@ export class NodeAgent {
 
   /** The modules' own copies of the scrape targets file, when this machine keeps one. */
   readonly #targets: ScrapeTargetsCopies | undefined;
+  readonly #homes: HomeSizes;
+  // The modules whose home is over its limit as last decided ("a,b"): a measure that changes it decides again.
+  #overHome = "";
+  /** Users of this mesh in /etc/passwd whose module no longer runs on this node. */
+  #goneUsers: readonly string[] = [];
 
   constructor(options: NodeAgentOptions) {
     this.#o = options;
@@ -174,6 +194,7 @@ export class NodeAgent {
       options.timings,
       () => this.#changed(),
       options.records,
+      options.cgroups,
     );
     this.#keyring = new ModuleKeyring(options.stateDir, options.logger);
     const { stateDir, logger, baseEnv: env } = options;
@@ -188,11 +209,21 @@ export class NodeAgent {
     });
     this.#isolations = new ModuleIsolations({
       stateDir: options.stateDir,
+      meshId: options.meshId,
       mode: options.isolation ?? "auto",
       logger: options.logger,
       env: options.baseEnv,
     });
     if (options.scrapeTargets !== undefined) this.#targets = new ScrapeTargetsCopies(options.scrapeTargets);
+    this.#homes = new HomeSizes({
+      stateDir,
+      logger,
+      onMeasured: () => this.#homesMeasured(),
+      ...(options.timings.homeMeasureEveryMs === undefined
+        ? {}
+        : { everyMs: options.timings.homeMeasureEveryMs }),
+      ...(options.measureHome === undefined ? {} : { measure: options.measureHome }),
+    });
   }
 
   /** Starts following deliveries, watching the connection and reporting. */
@@ -202,6 +233,7 @@ export class NodeAgent {
     this.#ticker = setInterval(() => this.#tick(), this.#o.timings.reportEveryMs);
     const { readEveryMs, reportEveryMs } = this.#o.timings;
     this.#reader = setInterval(() => this.#resync(), readEveryMs ?? Math.min(READ_EVERY_MS, reportEveryMs));
+    this.#homes.start();
     this.#changed();
   }
 
@@ -243,6 +275,7 @@ export class NodeAgent {
     this.#standings.stop();
     this.#watch?.stop();
     this.#wake?.();
+    await this.#homes.stop();
     await this.#following;
     await this.#queue;
     await this.#supervisor.stopAll();
@@ -381,6 +414,11 @@ export class NodeAgent {
     );
     this.#lastDelivery = delivery;
     this.#secrets = await nodeSecrets(stateDir, this.#o.baseEnv).catch(() => this.#secrets);
+    this.#homes.watch(delivery.modules.map((m) => m.name));
+    this.#goneUsers = await usersOfGoneModules(
+      this.#o.meshId,
+      delivery.modules.map((m) => m.name),
+    );
     if (!this.#stopped) await this.#supervisor.reconcile(await this.#assigned(delivery));
     this.#modules = delivery.modules.map((m) => m.name);
     this.misbehaving.keepOnly(this.#modules);
@@ -413,15 +451,23 @@ export class NodeAgent {
         consumers: (provider) => this.consumersOf(provider),
       }),
       ...(this.#targets === undefined ? {} : { scrapeTargets: this.#targets }),
+      ...(this.#o.scrapeToken === undefined ? {} : { scrapeToken: this.#o.scrapeToken }),
       metricsPort: (module: string, host: string) => this.#metricsPort(module, host),
     };
+    const over: string[] = [];
     const assigned = await Promise.all(
-      delivery.modules.map(async (m) => ({
-        name: m.name,
-        logFile: moduleLogPath(this.#o.stateDir, m.name),
-        decision: await decideLaunch(m, delivery, ctx),
-      })),
+      delivery.modules.map(async (m) => {
+        const held = this.#homeOverLimit(m);
+        if (held !== undefined) over.push(m.name);
+        return {
+          name: m.name,
+          logFile: moduleLogPath(this.#o.stateDir, m.name),
+          decision: await decideLaunch(m, delivery, ctx),
+          ...(held === undefined ? {} : { held }),
+        };
+      }),
     );
+    this.#overHome = over.sort().join(",");
     // A delivery without `credentials` comes from a controller that issues none: nothing to wait for.
     const issues = delivery.credentials !== undefined;
     let gated = false;
@@ -438,6 +484,41 @@ export class NodeAgent {
       this.#regateSoon();
     }
     return decided;
+  }
+
+  // A module whose home is over its limit is stopped, and stays so until it is under it again or
+  // the limit is raised: a home is measured only now and then, so this is a bound on what a
+  // module keeps, not a quota on what it writes.
+  #homeOverLimit(module: DeliveredModule): LimitEvent | undefined {
+    const limit = effectiveLimits(module.limits).home;
+    const size = this.#homes.size(module.name);
+    if (limit === null || size === undefined || size.bytes <= limit) return undefined;
+    return {
+      kind: "home",
+      text:
+        `home ${formatSize(size.bytes)} passed its limit ${formatSize(limit)}: stopped until the home ` +
+        `is under it again or the fleet file raises limits.home`,
+      at: size.at,
+    };
+  }
+
+  // Sizes measured: when a home passed its limit or came back under it, the modules are decided again.
+  #homesMeasured(): void {
+    this.#changed();
+    const delivery = this.#lastDelivery;
+    if (delivery === undefined || this.#stopped) return;
+    const over = delivery.modules
+      .filter((m) => this.#homeOverLimit(m) !== undefined)
+      .map((m) => m.name)
+      .sort()
+      .join(",");
+    if (over === this.#overHome) return;
+    this.#queue = this.#queue
+      .then(async () => {
+        if (this.#stopped || delivery !== this.#lastDelivery) return;
+        await this.#supervisor.reconcile(await this.#assigned(delivery));
+      })
+      .catch((err: unknown) => this.#o.logger.error(err instanceof Error ? err.message : String(err)));
   }
 
   // An app waits for its provider to apply a password: asked again shortly, so its restart (or
@@ -570,16 +651,19 @@ export class NodeAgent {
         // A module refused for want of isolation is not running: its status still says why.
         const isolation = m.isolation ?? this.#isolations.identity(m.name)?.isolation;
         const tail = m.logTail?.map((line) => maskUrls(String(scrubValue(line, this.#secrets))));
+        const home = this.#homes.size(m.name);
         return {
           ...m,
           ...(isolation === undefined ? {} : { isolation }),
           ...(tail ? { logTail: tail } : {}),
+          ...(home === undefined ? {} : { home }),
         };
       }),
       files: { ...this.#files },
       moduleKeys: this.#keyring.publicKeys(),
       providers: this.#standings.standings(),
       misbehaving: this.misbehaving.list(),
+      ...(this.#goneUsers.length === 0 ? {} : { goneModuleUsers: this.#goneUsers.slice(0, 100) }),
     };
   }
 

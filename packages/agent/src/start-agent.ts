@@ -33,6 +33,8 @@ import {
   writeNodeCreds,
 } from "./node-identity.ts";
 import { ProcessRecords, stopLeftovers } from "./process-records.ts";
+import { loadOrMakeMeshId } from "./mesh-id.ts";
+import { ModuleCgroups } from "./module-cgroups.ts";
 import { lockStateDir, type StateLock } from "./state-lock.ts";
 import { serveTools } from "./tool-runner.ts";
 import type { IsolationMode } from "./module-users.ts";
@@ -68,6 +70,12 @@ export interface StartAgentOptions {
    * module's templates name it as `{mesh.targets}`. Absent: a module that names it is not started.
    */
   readonly scrapeTargets?: string;
+  /**
+   * The controller's scrape token (`mesh up` gives its own): a module's templates name it as
+   * `{mesh.scrape-token}`, in run.env or a rendered file, never in args. Absent: a module that
+   * names it is not started.
+   */
+  readonly scrapeToken?: string;
   /** Aborted while the agent starts (waiting for the bus, enrolling): it gives up at once. */
   readonly signal?: AbortSignal;
   /**
@@ -167,6 +175,13 @@ async function startLocked(
   const records = new ProcessRecords(stateDir);
   await stopLeftoverModules(stateDir, timings.stopGraceMs, logger, records);
   await removeTempFiles(stateDir);
+  const { id: meshId, made: madeId } = await loadOrMakeMeshId(stateDir);
+  if (madeId)
+    logger.info(
+      `node ${node}'s mesh id is ${meshId}: its module users and cgroups are named mesh-${meshId}-<module>`,
+    );
+  const cgroups = ModuleCgroups.open({ meshId, stateDir, logger });
+  await sweepCgroups(cgroups, node, logger);
   aborted();
 
   const files = identityFiles(stateDir);
@@ -238,7 +253,10 @@ async function startLocked(
     timings,
     ...(options.isolation === undefined ? {} : { isolation: options.isolation }),
     ...(options.scrapeTargets === undefined ? {} : { scrapeTargets: options.scrapeTargets }),
+    ...(options.scrapeToken === undefined ? {} : { scrapeToken: options.scrapeToken }),
     records,
+    meshId,
+    cgroups,
   });
   agent.run();
   // Asked on every tool call and every journal pass: not `status()`, which reads each module's metrics.url.
@@ -333,6 +351,19 @@ export async function stopLeftoverModules(
     logger,
     where: `node state ${stateDir}`,
   });
+}
+
+// What a killed run left in this mesh's cgroups (a child that left its process group and emptied
+// its environment is found by nothing else) is ended, and the cgroups removed, before any module starts.
+async function sweepCgroups(cgroups: ModuleCgroups, node: string, logger: BusLogger): Promise<void> {
+  const swept = await cgroups.sweep();
+  const held = swept.filter((c) => c.killed > 0);
+  if (held.length > 0) {
+    logger.warn(
+      `ended what the last run of node ${node} left in its modules' cgroups: ` +
+        held.map((c) => `${c.killed} process(es) in ${c.name}`).join(", "),
+    );
+  }
 }
 
 // A write cut short by a kill leaves its temp file (`.<name>.<hex>.tmp`), never a partial file:

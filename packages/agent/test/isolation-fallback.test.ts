@@ -46,7 +46,13 @@ void describe(
 
     void it("runs as the agent's user, and its home keeps the agent as its owner from one delivery to the next", async () => {
       const logger = recordingLogger();
-      const isolations = new ModuleIsolations({ stateDir, mode: "auto", logger, env: process.env });
+      const isolations = new ModuleIsolations({
+        stateDir,
+        meshId: "isofbk",
+        mode: "auto",
+        logger,
+        env: process.env,
+      });
       const home = moduleHomePath(stateDir, "iso-fallback");
       const first = (await isolations.resolve(delivery)).get("iso-fallback");
       assert.equal(first?.kind, "agent-user");

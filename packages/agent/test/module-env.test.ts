@@ -177,4 +177,42 @@ void describe("a module's environment", () => {
       /\{mesh\.targets\} has no file on this node/,
     );
   });
+
+  void it("writes the controller's scrape token into a 0600 file of the module's, never into its args, and does not start a module that names it where there is none", async () => {
+    await mkdir(join(dir, "prom"));
+    await writeFile(
+      join(dir, "prom", "module.json"),
+      JSON.stringify({
+        name: "prom",
+        run: {
+          command: "/bin/true",
+          args: ["--config.file={files.config}"],
+          env: { SCRAPE_BEARER: "{mesh.scrape-token}" },
+          files: {
+            "scrape-token": "{mesh.scrape-token}",
+            config: "authorization:\n  credentials_file: {files.scrape-token}\n",
+          },
+        },
+      }),
+    );
+    const manifest = join(dir, "prom", "module.json");
+    const token = "the-scrape-token-of-this-node";
+    const decided = await decideLaunch({ name: "prom", manifest }, delivery, {
+      ...ctx(),
+      scrapeToken: token,
+    });
+    assert.equal(decided.kind, "run", JSON.stringify(decided));
+    if (decided.kind !== "run") return;
+    assert.equal(decided.launch.env["SCRAPE_BEARER"], token);
+    assert.ok(!decided.launch.args.join(" ").includes(token), "never in argv");
+    const files = join(ctx().stateDir, "modules", "prom", "files");
+    assert.equal(await readFile(join(files, "scrape-token"), "utf8"), token);
+    assert.equal((await stat(join(files, "scrape-token"))).mode & 0o777, 0o600);
+    assert.match(await readFile(join(files, "config"), "utf8"), /credentials_file: .*files\/scrape-token\n/);
+
+    const none = await decideLaunch({ name: "prom", manifest }, delivery, ctx());
+    assert.equal(none.kind, "unreadable");
+    const why = none.kind === "unreadable" ? none.why : "";
+    assert.match(why, /\{mesh\.scrape-token\} has no value on this node/);
+  });
 });

@@ -1,12 +1,13 @@
 // Who a module runs as, decided before its files are written: here, an agent that cannot separate
 // modules (it does not run as root) says so once and runs each as itself; and the user names.
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { chmod, chown, mkdir, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Delivery } from "@mesh/manifest";
 import { ModuleIsolations, moduleUserName, ownerOf } from "../src/index.ts";
+import { removeStaleModuleUsers } from "@mesh/testkit";
 import { recordingLogger } from "./test-mesh.ts";
 
 void describe("who a module runs as", () => {
@@ -22,6 +23,7 @@ void describe("who a module runs as", () => {
     const logger = recordingLogger();
     const isolations = new ModuleIsolations({
       stateDir: dir,
+      meshId: "abcdef",
       mode: "strict",
       logger,
       env: {},
@@ -48,12 +50,86 @@ void describe("who a module runs as", () => {
     assert.equal(logger.lines.filter((l) => /cannot separate its modules/.test(l)).length, 1);
   });
 
-  void it("is named mesh-<module>, cut to 32 characters with a stable hash when longer", () => {
-    assert.equal(moduleUserName("notes"), "mesh-notes");
-    const long = moduleUserName("a-module-with-a-rather-long-name-indeed");
+  void it("is named mesh-<id>-<module>, cut to 32 characters with a stable hash when longer", () => {
+    assert.equal(moduleUserName("abcdef", "notes"), "mesh-abcdef-notes");
+    const long = moduleUserName("abcdef", "a-module-with-a-long-name");
     assert.equal(long.length, 32);
-    assert.equal(long, moduleUserName("a-module-with-a-rather-long-name-indeed"));
-    assert.notEqual(long, moduleUserName("a-module-with-a-rather-long-name-indeee"));
-    assert.match(long, /^mesh-a-module-with-a-ra-[0-9a-f]{8}$/);
+    assert.equal(long, moduleUserName("abcdef", "a-module-with-a-long-name"));
+    assert.notEqual(long, moduleUserName("abcdef", "a-module-with-a-long-namf"));
+    assert.match(long, /^mesh-abcdef-a-module-wi-[0-9a-f]{8}$/);
+  });
+
+  void it("differs between two meshes for the same module, even when cut", () => {
+    assert.notEqual(moduleUserName("abcdef", "postgres"), moduleUserName("ghijkl", "postgres"));
+    const module = "a-module-with-a-rather-long-name-indeed";
+    assert.notEqual(moduleUserName("abcdef", module), moduleUserName("ghijkl", module));
   });
 });
+
+void describe(
+  "a module that ran as another user before",
+  { skip: process.getuid?.() !== 0 ? "needs root" : false },
+  () => {
+    let dir: string;
+    before(async () => {
+      dir = await mkdtemp(join(tmpdir(), "mesh-handover-"));
+      await chmod(dir, 0o755);
+    });
+    after(async () => {
+      await rm(dir, { recursive: true, force: true });
+      removeStaleModuleUsers();
+    });
+
+    void it("finds its files handed to its user of this mesh, and what root owned in its home stays root's", async () => {
+      const stateDir = join(dir, "state");
+      const home = join(stateDir, "modules", "app", "home");
+      await mkdir(join(home, "sub"), { recursive: true, mode: 0o700 });
+      await chmod(stateDir, 0o711);
+      // What a module user of before the mesh id (mesh-app, say, uid 54321) left in its home.
+      for (const path of [home, join(home, "sub"), join(home, "data"), join(home, "sub", "more")]) {
+        if (!path.endsWith("sub") && path !== home) await writeFile(path, "kept\n", { mode: 0o600 });
+        await chown(path, 54321, 54321);
+      }
+      await writeFile(join(home, "root-owned"), "", { mode: 0o600 });
+      await mkdir(join(dir, "app"), { mode: 0o755 });
+      await writeFile(
+        join(dir, "app", "module.json"),
+        JSON.stringify({ name: "app", run: { command: "/bin/sh" } }),
+        {
+          mode: 0o644,
+        },
+      );
+      const logger = recordingLogger();
+      const isolations = new ModuleIsolations({
+        stateDir,
+        meshId: "hndovr",
+        mode: "strict",
+        logger,
+        env: process.env,
+      });
+      const identity = (
+        await isolations.resolve({
+          node: "n1",
+          generation: 1,
+          fleetFile: join(dir, "mesh.yaml"),
+          modules: [{ name: "app", manifest: join(dir, "app", "module.json") }],
+          plan: { instances: [] },
+          secrets: {},
+        })
+      ).get("app");
+      assert.equal(identity?.kind, "own-user", JSON.stringify(identity));
+      const user = identity?.kind === "own-user" ? identity.user : undefined;
+      assert.equal(user?.name, "mesh-hndovr-app");
+      for (const path of [home, join(home, "sub"), join(home, "data"), join(home, "sub", "more")]) {
+        const st = await stat(path);
+        assert.deepEqual([st.uid, st.gid], [user?.uid, user?.gid], path);
+      }
+      assert.equal((await stat(join(home, "root-owned"))).uid, 0);
+      assert.ok(
+        logger.lines.some((l) =>
+          /app now runs as mesh-hndovr-app: 4 of its files .* are handed to it/.test(l),
+        ),
+      );
+    });
+  },
+);

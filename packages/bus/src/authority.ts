@@ -51,6 +51,19 @@ export interface UserRequest {
   readonly permissions: BusPermissions;
   /** When the JWT stops being accepted; never, when absent. */
   readonly expiresAt?: Date;
+  /** What the server lets one connection of the user hold; unbounded (-1) where absent. */
+  readonly limits?: UserLimits;
+}
+
+/**
+ * A user's own limits, carried in its JWT (-1: no bound). nats-server 2.9 enforces `subs` (a
+ * subscription past it is refused) and `payload` (a larger message is refused, and the connection
+ * closed); it does not enforce `data` for a user, nor any number of connections per user.
+ */
+export interface UserLimits {
+  readonly subs: number;
+  readonly payload: number;
+  readonly data: number;
 }
 
 /** A user's key pair, made where it is used: only `publicKey` travels. */
@@ -403,9 +416,9 @@ async function encodeMeshUser(request: UserRequest, account: KeyPair): Promise<s
     pub: rules(pub, request.name),
     sub: rules(sub, request.name),
     // A user's own limits default to zero too.
-    subs: -1,
-    data: -1,
-    payload: -1,
+    subs: request.limits?.subs ?? -1,
+    data: request.limits?.data ?? -1,
+    payload: request.limits?.payload ?? -1,
   };
   if (allowResponses === true) user.resp = { max: 1, ttl: 0 };
   const opts = request.expiresAt !== undefined ? { exp: Math.floor(request.expiresAt.getTime() / 1000) } : {};

@@ -39,6 +39,7 @@ export const COMMAND_MODULES: readonly (readonly [readonly string[], () => Promi
   [["plan"], async () => (await import("./plan-command.ts")).addPlanCommand],
   [["tool"], async () => (await import("./tool-command.ts")).addToolCommand],
   [["ledger"], async () => (await import("./ledger-command.ts")).addLedgerCommand],
+  [["dashboard"], async () => (await import("./dashboard-command.ts")).addDashboardCommand],
   [["logs"], async () => (await import("./logs-command.ts")).addLogsCommand],
   [["check"], async () => (await import("./check-command.ts")).addCheckCommand],
   [["explain"], async () => (await import("./explain-command.ts")).addExplainCommand],

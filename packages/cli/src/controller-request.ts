@@ -14,6 +14,50 @@ export function stateDirOf(flag: string | undefined, io: CliIo): string {
   return resolve(flag ?? io.env["MESH_STATE_DIR"] ?? ".mesh-state");
 }
 
+/** Where the controller's HTTP server answers, as `mesh up` and `mesh controller` write it at start. */
+export interface ControllerHttpRecord {
+  /** `http://HOST:PORT`, as it listens. */
+  readonly url: string;
+  /** The operator token's file (its path: the token is never written anywhere else). */
+  readonly operatorTokenFile: string;
+}
+
+/** `<state>/http.json`: where the running controller's HTTP server answers, and its token file. */
+export function controllerHttpPath(state: string): string {
+  return join(state, "http.json");
+}
+
+/**
+ * The controller's HTTP server of the mesh whose state is in `state`, as its last start wrote it.
+ * @throws CliExit (EXIT_UNREACHABLE) when no mesh has run there (or one older than the file).
+ */
+export async function readControllerHttp(state: string): Promise<ControllerHttpRecord> {
+  const path = controllerHttpPath(state);
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new CliExit(
+      code === "EACCES" ? EXIT_USAGE : EXIT_UNREACHABLE,
+      code === "EACCES"
+        ? `cannot read ${path}: run this as the user that runs mesh up (root)`
+        : `no mesh has run with state in ${state} (no ${path}); start one with \`mesh up\`, or give --state`,
+    );
+  }
+  try {
+    const record = JSON.parse(text) as Partial<ControllerHttpRecord>;
+    if (typeof record.url === "string" && typeof record.operatorTokenFile === "string")
+      return { url: record.url, operatorTokenFile: record.operatorTokenFile };
+  } catch {
+    // Said below.
+  }
+  throw new CliExit(
+    EXIT_UNREACHABLE,
+    `${path} does not say where the controller answers: restart mesh up, which writes it again`,
+  );
+}
+
 /**
  * `--bus URL[,URL…]` (the flag may also be repeated) as a list of URLs, or undefined without it.
  * @throws CliExit (usage) for a URL that is not nats:// or tls://.

@@ -66,13 +66,13 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
   up: {
     [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
     [EXIT_REFUSED]: "the fleet was refused, or a part could not start",
-    [EXIT_USAGE]: "usage error: a node not in the fleet, a bad --http or operator token file",
+    [EXIT_USAGE]: "usage error: a node not in the fleet, a bad --http, or a token file that cannot be used",
   },
   controller: {
     [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
     [EXIT_REFUSED]:
       "the fleet was refused, the state directory is locked, or the bus refused or did not answer",
-    [EXIT_USAGE]: "usage error: a bad --bus, --advertise, --http or operator token file",
+    [EXIT_USAGE]: "usage error: a bad --bus, --advertise or --http, or a token file that cannot be used",
   },
   agent: {
     [EXIT_OK]: "stopped cleanly by Ctrl-C or SIGTERM",
@@ -108,6 +108,13 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
       "the controller refused: no such module, or its ledger cannot be read",
     ),
     [EXIT_USAGE]: "usage error: a bad --limit",
+  },
+  dashboard: {
+    [EXIT_OK]: "the login link was printed",
+    [EXIT_REFUSED]: "the controller refused the operator token, or gave no login code",
+    [EXIT_USAGE]:
+      "usage error: a bad --url, or an operator token file this user cannot read (run it as root)",
+    [EXIT_UNREACHABLE]: "no mesh has run with this state, or its controller's HTTP server does not answer",
   },
   logs: {
     [EXIT_OK]: "the log was shown (with -f: until Ctrl-C or SIGTERM)",

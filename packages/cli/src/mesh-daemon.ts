@@ -7,14 +7,14 @@
 // the mesh's operator (`mesh bus-config` wrote it from `<state>/controller`), and the controller
 // mints its own users with that authority — its controller user, and a system user for account
 // updates — as it does on the embedded bus.
-import { randomBytes } from "node:crypto";
 import { chmod, mkdir, readdir, rename, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { credsFor, newUserKeys, readFileIfExists, writeFileAtomic } from "@mesh/bus";
+import { credsFor, newUserKeys } from "@mesh/bus";
 import type { Agent, IsolationMode, StateLock } from "@mesh/agent";
-import type { Controller } from "@mesh/controller";
+import type { Controller, HttpAuth } from "@mesh/controller";
 import { parseDuration } from "@mesh/sdk/client";
 import { ListenError } from "@mesh/sdk/provider";
+import { controllerHttpPath, type ControllerHttpRecord } from "./controller-request.ts";
 import { DEFAULT_GRACE, STOP_MARGIN_MS } from "./daemon-flags.ts";
 import type { EmbeddedBus } from "./embedded-bus.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
@@ -70,6 +70,12 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     startControllerHttp,
     dashboardRoutes,
     keepScrapeTargets,
+    HttpAuth,
+    loadOrCreateToken,
+    operatorTokenPath,
+    scrapeTokenPath,
+    browsableUrl,
+    LOGIN_CODE_TTL_MS,
   } = await import("@mesh/controller");
   const { startAgent, AgentStartAbortedError, stopLeftoverModules } = await import("@mesh/agent");
   const { startEmbeddedBus } = await import("./embedded-bus.ts");
@@ -109,37 +115,60 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     // What a mesh killed with -9 left: its modules first (they use the bus), then its nats-server.
     recordDirs = [busDir, ...(await nodeDirs())];
     for (const dir of await nodeDirs()) await stopLeftoverModules(dir, graceMs, prefixed(io, who));
-    // First: an address it must not listen on is refused before anything starts; an operator token
-    // lets it listen elsewhere, and the dashboard and /metrics then ask for it.
-    const operatorToken =
-      operatorTokenFile === undefined
-        ? undefined
-        : await loadOrCreateOperatorToken(resolve(operatorTokenFile));
-    const metrics = new ControllerMetrics();
-    const server = await startControllerHttp({
-      listen: http,
-      routes: [metricsRoute(metrics.registry)],
-      operatorToken,
-      logger: prefixed(io, "controller"),
-    }).catch((err: unknown) => {
-      throw new CliExit(
-        err instanceof ListenError ? EXIT_REFUSED : EXIT_USAGE,
-        `--http: ${(err as Error).message}` +
-          (operatorToken === undefined ? " (--operator-token-file FILE gives it one)" : ""),
-      );
-    });
-    stopping.push(() => server.close());
-    say(`the controller's HTTP server: ${server.url} (Prometheus metrics at ${server.url}/metrics)`);
+    const controllerState = join(state, "controller");
+    await mkdir(controllerState, { recursive: true, mode: 0o700 });
+    // A standby takes the leader's authority, keys and HTTP tokens before it makes anything of its own.
     if (options.standbyOf !== undefined) {
       const { copyStandbyState } = await import("@mesh/controller");
-      await copyStandbyState(join(resolve(options.standbyOf), "controller"), join(state, "controller")).catch(
+      await copyStandbyState(join(resolve(options.standbyOf), "controller"), controllerState).catch(
         (err: unknown) => {
           throw new CliExit(EXIT_REFUSED, `--standby-of: ${(err as Error).message}`);
         },
       );
-      say(`    stands by for the controller of ${options.standbyOf}: its authority and keys are copied`);
+      say(
+        `    stands by for the controller of ${options.standbyOf}: its authority, keys and tokens are copied`,
+      );
     }
-    const authority = await loadOrCreateAuthority(join(state, "controller"));
+    // The operator's token and the scrape token, made at the first start: every request to the
+    // HTTP server but the page itself carries one of them (or a session begun with the operator's).
+    const tokenFile =
+      operatorTokenFile === undefined ? operatorTokenPath(controllerState) : resolve(operatorTokenFile);
+    const scrapeTokenFile = scrapeTokenPath(controllerState);
+    let auth: HttpAuth;
+    let scrapeToken: string;
+    try {
+      const operatorToken = await loadOrCreateToken(tokenFile, "operator token");
+      scrapeToken = await loadOrCreateToken(scrapeTokenFile, "scrape token");
+      auth = new HttpAuth({ operatorToken, scrapeToken, logger: prefixed(io, "controller") });
+    } catch (err) {
+      throw new CliExit(
+        EXIT_USAGE,
+        (operatorTokenFile !== undefined ? "--operator-token-file: " : "") + (err as Error).message,
+      );
+    }
+    const metrics = new ControllerMetrics();
+    const server = await startControllerHttp({
+      listen: http,
+      routes: [metricsRoute(metrics.registry)],
+      auth,
+      logger: prefixed(io, "controller"),
+    }).catch((err: unknown) => {
+      throw new CliExit(
+        err instanceof ListenError ? EXIT_REFUSED : EXIT_USAGE,
+        `--http: ${(err as Error).message}`,
+      );
+    });
+    stopping.push(() => server.close());
+    // Where `mesh dashboard` finds it, and the token it asks with (the path, never the token).
+    await writePrivate(
+      controllerHttpPath(state),
+      JSON.stringify({ url: server.url, operatorTokenFile: tokenFile } satisfies ControllerHttpRecord),
+    );
+    say(
+      `the controller's HTTP server: ${server.url} (Prometheus metrics at ${server.url}/metrics, ` +
+        `with the scrape token in ${scrapeTokenFile}; the operator token is in ${tokenFile})`,
+    );
+    const authority = await loadOrCreateAuthority(controllerState);
     let servers: readonly string[];
     if (options.bus !== undefined) {
       servers = options.bus;
@@ -182,7 +211,7 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     let controller: Controller;
     try {
       controller = await startController({
-        stateDir: join(state, "controller"),
+        stateDir: controllerState,
         fleetFile,
         servers,
         ...(ca !== undefined ? { ca } : {}),
@@ -211,13 +240,13 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
     });
     stopping.push(() => Promise.resolve(targets.stop()));
     say(`    Prometheus finds every /metrics of the fleet in ${scrapeTargets} (file_sd)`);
-    for (const route of dashboardRoutes({ sources: controller, tokenRequired: operatorToken !== undefined }))
-      server.route(route);
+    for (const route of dashboardRoutes({ sources: controller, auth })) server.route(route);
+    // This process holds the operator's token: it hands the operator at its terminal a way in.
+    const { osUserName } = await import("./who.ts");
+    const login = auth.mintLoginCode(osUserName());
     say(
-      `    the dashboard: ${server.url}/` +
-        (operatorToken === undefined
-          ? ""
-          : ` (it asks for the operator token in ${resolve(operatorTokenFile ?? "")})`),
+      `    the dashboard: ${browsableUrl(server.url)}/?code=${login.code} (this link logs in once, within ` +
+        `${Math.round(LOGIN_CODE_TTL_MS / 60_000)} min; \`mesh dashboard --state ${state}\` prints a new one)`,
     );
     const fleet = controller.current();
     const consumers = fleet.plan.instances.reduce((n, i) => n + i.consumers.length, 0);
@@ -276,6 +305,7 @@ export async function runMesh(options: MeshRunOptions): Promise<void> {
             timings: { ...agentLogOptions(io).timings, stopGraceMs: graceMs },
             isolation,
             scrapeTargets,
+            scrapeToken,
           });
           agents.push(agent);
         } catch (err) {
@@ -337,31 +367,4 @@ export async function takeLock(dir: string, who: string, say: (m: string) => voi
     if (err instanceof StateLockedError) throw new CliExit(EXIT_REFUSED, err.message);
     throw err;
   }
-}
-
-/** How many random bytes an operator token holds (as base64url). */
-const OPERATOR_TOKEN_BYTES = 32;
-
-/**
- * The operator token in `path`, or a new one written there (0600, atomically) when the file does
- * not exist. A token is never printed: the operator reads it from the file.
- */
-async function loadOrCreateOperatorToken(path: string): Promise<string> {
-  const kept = await readFileIfExists(path).catch((err: unknown) => {
-    throw new CliExit(EXIT_USAGE, `--operator-token-file: cannot read ${path}: ${(err as Error).message}`);
-  });
-  if (kept !== undefined) {
-    const token = kept.trim();
-    if (token.length < 16 || /\s/.test(token)) {
-      throw new CliExit(
-        EXIT_USAGE,
-        `--operator-token-file: ${path} does not hold a token (one line of at least 16 characters, no spaces): ` +
-          "remove it and mesh up makes a new one",
-      );
-    }
-    return token;
-  }
-  const token = randomBytes(OPERATOR_TOKEN_BYTES).toString("base64url");
-  await writeFileAtomic(path, `${token}\n`, 0o600);
-  return token;
 }

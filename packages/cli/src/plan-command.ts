@@ -4,7 +4,8 @@
 import { access } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import type { ComparedFleet, FleetPlanDiff, ProviderPlan } from "@mesh/controller";
+import type { ComparedFleet, FleetPlanDiff, ModuleChange, ProviderPlan } from "@mesh/controller";
+import { DEFAULT_MODULE_LIMITS, formatLimit, formatLimits, LIMIT_NAMES } from "@mesh/manifest";
 import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_PLAN_CHANGES, EXIT_USAGE } from "./exit-codes.ts";
@@ -226,6 +227,42 @@ function providerLines(p: ProviderPlan, paint: Paint): string[] {
   return lines;
 }
 
+// One module's change: what happens to it, and the limits it runs under (all of them as it
+// starts, those that change otherwise).
+function moduleLine(m: ModuleChange, name: string): string {
+  const limits = m.limits;
+  const changed =
+    limits?.from == null
+      ? ""
+      : LIMIT_NAMES.filter((k) => limits.from?.[k] !== limits.to[k])
+          .map(
+            (k) =>
+              `${formatLimit(k, limits.from?.[k] ?? null)} → ${formatLimit(k, limits.to[k]).replace(`${k} `, "")}`,
+          )
+          .join(", ");
+  switch (m.change) {
+    case "start":
+      return `  + ${name}  starts on ${m.node}${limits === undefined ? "" : ` (limits: ${formatLimits(limits.to)})`}`;
+    case "stop":
+      return `  - ${name}  stops on ${m.node}`;
+    case "move":
+      return (
+        `  > ${name}  moves ${m.previousNode ?? "?"} → ${m.node} (stops on ${m.previousNode ?? "?"}, starts on ${m.node}` +
+        `${limits === undefined ? "" : `; limits: ${formatLimits(limits.to)}`})`
+      );
+    case "limits":
+      return `  ~ ${name}  runs on under new limits: ${changed} (set on its cgroup as it runs, no restart)`;
+    case "restart":
+      return (
+        `  ~ ${name}  restarts on ${m.node} with ${m.manifest}` +
+        (m.metrics === undefined
+          ? ""
+          : ` (metrics ${m.metrics.from ?? "a free port"} → ${m.metrics.to ?? "a free port"})`) +
+        (changed === "" ? "" : ` (limits ${changed})`)
+      );
+  }
+}
+
 /** The one-line summary of a plan. */
 export function summarizePlan(diff: FleetPlanDiff): string {
   const s = diff.summary;
@@ -241,6 +278,7 @@ export function summarizePlan(diff: FleetPlanDiff): string {
     s.moduleStop > 0 ? `${s.moduleStop} to stop` : "",
     s.moduleMove > 0 ? `${s.moduleMove} to move` : "",
     s.moduleRestart > 0 ? `${s.moduleRestart} to restart` : "",
+    s.moduleLimits > 0 ? `${s.moduleLimits} with new limits` : "",
   ].filter((m) => m !== "");
   const nodes = [
     s.nodesAdded > 0 ? `${s.nodesAdded} added` : "",
@@ -283,17 +321,11 @@ export function formatPlan(report: PlanReport, paint: Paint = NO_PAINT): string 
     const width = Math.max(...report.modules.map((m) => m.module.length));
     for (const m of report.modules) {
       const name = m.module.padEnd(width);
+      lines.push(moduleLine(m, name));
+    }
+    if (report.modules.some((m) => m.change === "start")) {
       lines.push(
-        m.change === "start"
-          ? `  + ${name}  starts on ${m.node}`
-          : m.change === "stop"
-            ? `  - ${name}  stops on ${m.node}`
-            : m.change === "move"
-              ? `  > ${name}  moves ${m.previousNode ?? "?"} → ${m.node} (stops on ${m.previousNode ?? "?"}, starts on ${m.node})`
-              : `  ~ ${name}  restarts on ${m.node} with ${m.manifest}` +
-                (m.metrics === undefined
-                  ? ""
-                  : ` (metrics ${m.metrics.from ?? "a free port"} → ${m.metrics.to ?? "a free port"})`),
+        `  (limits the fleet file leaves out take the defaults: ${formatLimits(DEFAULT_MODULE_LIMITS)}; none is no bound)`,
       );
     }
     lines.push("");

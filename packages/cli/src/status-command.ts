@@ -1,6 +1,7 @@
 // What `mesh status` prints: the controller's answer, as text for a person or as JSON for a script.
 // A failing consumer is named with its class, since when, how many attempts and the last error.
 import { formatDuration } from "@mesh/sdk/client";
+import { formatSize } from "@mesh/manifest";
 import { NO_PAINT, type Paint } from "./colour.ts";
 import { formatTime, maskDeep, maskUrls } from "./format.ts";
 
@@ -63,7 +64,14 @@ export interface StatusAnswer {
       waiting?: string;
       reason?: string;
       logTail?: string[];
+      /** Its cgroup, the limits it runs under (null: none), the last it reached, its home's size. */
+      cgroup?: string;
+      limits?: { pids: number | null; memory: number | null; cpu: number | null; home: number | null };
+      limitEvent?: { kind: string; text: string; at: string };
+      home?: { bytes: number; at: string };
     }[];
+    /** Users of this node's mesh whose module no longer runs there. */
+    goneModuleUsers?: string[];
   }[];
   consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
   failing?: FailingAnswer[];
@@ -149,6 +157,9 @@ export function formatStatus(
         );
       }
       if (m.waiting !== undefined) lines.push(`    ${paint.yellow("waits for")} ${m.waiting}`);
+      if (m.limitEvent !== undefined && m.limitEvent.text !== m.reason) {
+        lines.push(`    ${paint.red(m.limitEvent.text)} at ${formatTime(m.limitEvent.at)}`);
+      }
       if (m.reason !== undefined) lines.push(`    ${paint.red("not started")}: ${m.reason}`);
       if (m.logTail !== undefined && m.logTail.length > 0) {
         lines.push(`    ${paint.red("last log lines")}:`);
@@ -160,6 +171,14 @@ export function formatStatus(
             (m.isolation.reason !== undefined ? ` (${m.isolation.reason})` : ""),
         );
       }
+      const uses = resourceWords(m);
+      if (uses !== "") lines.push(`    ${uses}`);
+    }
+    if (n.goneModuleUsers !== undefined && n.goneModuleUsers.length > 0) {
+      lines.push(
+        `  users of modules gone from ${n.name} (kept for a rollback; \`userdel\` removes one, see docs/operating.md): ` +
+          n.goneModuleUsers.join(", "),
+      );
     }
   }
   lines.push("", "CONSUMER         INTERFACE            LOGIN                PROVIDER");
@@ -201,6 +220,31 @@ export function formatStatus(
     }
   }
   return `${lines.join("\n")}\n`;
+}
+
+// What a module may use and uses: `limits pids 512, memory 64M; home 12M (limit 1G)`; empty when
+// its node says nothing of it.
+function resourceWords(
+  m: NonNullable<NonNullable<StatusAnswer["nodes"]>[number]["modules"]>[number],
+): string {
+  const l = m.limits;
+  const bounded =
+    l === undefined
+      ? []
+      : [
+          l.pids === null ? "" : `pids ${l.pids}`,
+          l.memory === null ? "" : `memory ${formatSize(l.memory)}`,
+          l.cpu === null ? "" : `cpu ${l.cpu}`,
+        ].filter((p) => p !== "");
+  const homeLimit = l?.home == null ? "" : ` (limit ${formatSize(l.home)})`;
+  const home =
+    m.home !== undefined
+      ? `home ${formatSize(m.home.bytes)}${homeLimit}`
+      : homeLimit === ""
+        ? ""
+        : `home limit ${formatSize(l?.home ?? 0)}`;
+  const limits = l === undefined ? "" : bounded.length > 0 ? `limits ${bounded.join(", ")}` : "no limits";
+  return [limits, home].filter((p) => p !== "").join("; ");
 }
 
 // Each provider's counts, its retirement waiting for a person and its retired consumers, with the

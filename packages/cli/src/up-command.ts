@@ -58,11 +58,11 @@ function withDaemonFlags(command: Command): Command {
     )
     .option(
       "--http <host:port>",
-      "where the controller serves the dashboard and /metrics; loopback unless an operator token is given (default: 127.0.0.1, a free port)",
+      "where the controller serves the dashboard and /metrics, both asking for a credential (default: 127.0.0.1, a free port)",
     )
     .option(
       "--operator-token-file <path>",
-      "the operator token the dashboard and /metrics ask for (made there, 0600, when the file does not exist); needed for an --http other machines reach",
+      "the operator token's file (default: <state>/controller/operator.token; made there, 0600, when it does not exist): the dashboard's logins (mesh dashboard) and its API for scripts",
     );
 }
 
@@ -112,10 +112,14 @@ then it stops the modules, the agents, the controller and the bus, in that order
 state directory: a second mesh up on it refuses, naming the process that holds it; what a mesh
 killed with -9 left running (nats-server, modules) is stopped when the next one starts.
 
+It makes the operator token and the scrape token at its first start (<state>/controller/operator.token
+and scrape.token, 0600) and prints the dashboard's address with a code that logs a browser in once,
+within 2 minutes; mesh dashboard prints another.
+
 Examples:
   $ mesh up examples/fleet/mesh.yaml --http 127.0.0.1:9470
-  then open the dashboard it prints, or from another shell: mesh status
-  $ mesh up mesh.yaml --http 0.0.0.0:9470 --operator-token-file .mesh-state/operator.token
+  then open the dashboard link it prints, or from another shell: mesh status
+  $ mesh up mesh.yaml --http 127.0.0.1:9470 --operator-token-file /etc/mesh/operator.token
   $ mesh up mesh.yaml --node node-1 --listen 0.0.0.0 --advertise 10.0.0.5   # the others join with mesh agent
   $ mesh up mesh.yaml --node node-1 --bus nats://10.0.0.1:4222,nats://10.0.0.2:4222,nats://10.0.0.3:4222`,
     )
@@ -146,7 +150,9 @@ Without --bus it starts the embedded nats-server, as mesh up does. With --bus it
 which must trust this mesh's operator (mesh bus-config --state DIR wrote it): the controller needs
 no credential from elsewhere, it mints its own users from the authority in <state>/controller. It
 writes <state>/join/<node>.token for every node of the fleet; each node runs mesh agent with its
-token. One mesh per state directory; Ctrl-C or SIGTERM stops it (and the embedded bus).
+token. Its dashboard and /metrics ask for the operator token and the scrape token, as mesh up's do
+(a standby copies both from the leader). One mesh per state directory; Ctrl-C or SIGTERM stops it
+(and the embedded bus).
 
 Examples:
   $ mesh controller mesh.yaml --state /var/lib/mesh \
@@ -160,7 +166,7 @@ Examples:
     )
     .option(
       "--standby-of <state>",
-      "stand by for the controller whose state directory this is (its authority and controller keys are copied from it): lead when its lease lapses",
+      "stand by for the controller whose state directory this is (its authority, controller keys and HTTP tokens are copied from it): lead when its lease lapses",
     )
     .action(async (fleet: string, flags: DaemonFlags & { standbyOf?: string }) => {
       const { runMesh } = await import("./mesh-daemon.ts");

@@ -119,6 +119,17 @@ describe("mesh controller against a NATS cluster", { timeout: 240_000 }, () => {
         { seconds: 60, everyMs: 500 },
       );
       assert.equal(after, true);
+      // It took the leader's tokens: the operator's scripts and Prometheus are answered the same.
+      const tokenOf = (dir: string, name: string) => readFile(join(dir, "controller", name), "utf8");
+      for (const name of ["operator.token", "scrape.token"])
+        assert.equal(await tokenOf(standbyState, name), await tokenOf(state, name), name);
+      const link = await mesh(["dashboard", "--state", standbyState]);
+      assert.equal(link.code, 0, link.stderr);
+      const standbyUrl = new URL(link.stdout.trim()).origin;
+      const read = await fetch(`${standbyUrl}/api/session`, {
+        headers: { authorization: `Bearer ${(await tokenOf(state, "operator.token")).trim()}` },
+      });
+      assert.equal(read.status, 200, "the leader's operator token opens the standby's API");
       console.log(
         `the standby led ${((Date.now() - began) / 1000).toFixed(1)} s after the leader was killed (goal 20 s)`,
       );

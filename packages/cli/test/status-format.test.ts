@@ -143,6 +143,65 @@ describe("mesh status's failing consumers", () => {
     assert.doesNotMatch(text, /redis[^\n]*\n {4}not isolated/, "an isolated module says nothing more");
   });
 
+  it("says the limit a module reached and when, its limits and home's size, and the users of modules gone", () => {
+    const limits = { pids: 100, memory: 64 * 1024 ** 2, cpu: null, home: 1024 ** 3 };
+    const text = formatStatus({
+      ...answer(),
+      nodes: [
+        {
+          name: "node-a",
+          enrolled: true,
+          lastReportAt: null,
+          modules: [
+            {
+              name: "hog",
+              state: "running",
+              restarts: 1,
+              cgroup: "mesh-abcdef-hog",
+              limits,
+              limitEvent: {
+                kind: "out-of-memory",
+                text: "killed: out of memory (limit 64M)",
+                at: "2026-03-01T12:30:00.000Z",
+              },
+              home: { bytes: 12 * 1024 ** 2, at: "2026-03-01T12:30:00.000Z" },
+            },
+            {
+              name: "full",
+              state: "stopped",
+              restarts: 0,
+              reason:
+                "home 1.5G passed its limit 1G: stopped until the home is under it again or the fleet file raises limits.home",
+              limitEvent: {
+                kind: "home",
+                text: "home 1.5G passed its limit 1G: stopped until the home is under it again or the fleet file raises limits.home",
+                at: "2026-03-01T12:30:00.000Z",
+              },
+            },
+            {
+              name: "free",
+              state: "running",
+              restarts: 0,
+              limits: { pids: null, memory: null, cpu: null, home: null },
+            },
+          ],
+          goneModuleUsers: ["mesh-abcdef-old"],
+        },
+      ],
+    });
+    assert.match(
+      text,
+      /\n {2}hog +running +1\n {4}killed: out of memory \(limit 64M\) at [^\n]+\n {4}limits pids 100, memory 64M; home 12M \(limit 1G\)\n/,
+    );
+    assert.match(text, /\n {2}full +stopped +0\n {4}not started: home 1\.5G passed its limit 1G/);
+    assert.doesNotMatch(text, /full[^\n]*\n[^\n]*\n {4}home 1\.5G/, "the reason is said once");
+    assert.match(text, /\n {2}free +running +0\n {4}no limits\n/);
+    assert.match(
+      text,
+      /users of modules gone from node-a \(kept for a rollback; `userdel` removes one[^)]*\): mesh-abcdef-old/,
+    );
+  });
+
   it("says none are announced, and says nothing of them to an answer without the field", () => {
     assert.match(formatStatus(answer([]), NOW), /FAILING: none announced/);
     assert.doesNotMatch(formatStatus(answer(), NOW), /FAILING/);

@@ -34,6 +34,7 @@ describe("the systemd units", () => {
     it(`${unit} runs mesh ${command} with flags it has, KillMode=mixed and a stop timeout beyond --grace plus 5 s`, async () => {
       const keys = service(unit);
       assert.equal(keys.get("KillMode"), "mixed", "systemd signals mesh alone; mesh stops its children");
+      assert.equal(keys.get("Delegate"), "yes", "the mesh makes each module a cgroup of its own");
       const exec = (keys.get("ExecStart") ?? "").split(/\s+/);
       const at = exec.indexOf(command);
       assert.ok(at > 0 && exec[at - 1]?.endsWith("bin/mesh.js"), `ExecStart runs mesh ${command}`);

@@ -21,6 +21,8 @@ export interface NodeStatus {
   /** The generation of the delivery the node last reported acting on, or null. */
   readonly generation: number | null;
   readonly modules: readonly ModuleReport[];
+  /** Users of the node's mesh whose module no longer runs there, as it last reported. */
+  readonly goneModuleUsers?: readonly string[];
 }
 
 /** One consumer of one interface as `mesh status` shows it. */
@@ -137,6 +139,7 @@ export function controllerStatus(s: StatusSources): ControllerStatus {
       lastReportAt: report?.receivedAt ?? null,
       generation: report?.generation ?? null,
       modules: report?.modules ?? [],
+      ...(report?.goneModuleUsers === undefined ? {} : { goneModuleUsers: report.goneModuleUsers }),
     };
   });
   const consumers = s.plan.instances.flatMap((i) =>

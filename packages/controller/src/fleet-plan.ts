@@ -95,6 +95,7 @@ export async function loadFleetPlan(
       ...(m.metrics === undefined ? {} : { metrics: m.metrics }),
       ...(m.env === undefined ? {} : { env: m.env }),
       ...(m.admin === undefined ? {} : { admin: m.admin }),
+      ...(m.limits === undefined ? {} : { limits: m.limits }),
     }))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const read: FleetPlan = {

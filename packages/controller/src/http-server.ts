@@ -1,11 +1,11 @@
-// The controller's HTTP server: /metrics now, the dashboard later, each a route in one table. It
-// listens on loopback unless it is given an operator token; with one, every request must carry it,
-// because the page will act (approve, delete) and the metrics name every module of the mesh.
-import { createHash, timingSafeEqual } from "node:crypto";
+// The controller's HTTP server: the dashboard and /metrics, each a route in one table. Every route
+// but the page itself asks for a credential (see `HttpAuth`), loopback included, because the page
+// acts (approve, delete) and the metrics name every module of the mesh.
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { BusLogger } from "@mesh/bus";
-import { ListenError, isLoopbackHost, parseListenAddress } from "@mesh/sdk/provider";
+import { ListenError, parseListenAddress } from "@mesh/sdk/provider";
 import type { Registry } from "prom-client";
+import type { HttpAccess, HttpAuth, HttpCaller } from "./http-auth.ts";
 
 /** Where the controller's HTTP server listens when not told: loopback, on any free port. */
 export const DEFAULT_HTTP_LISTEN = "127.0.0.1:0";
@@ -18,13 +18,21 @@ export interface HttpRoute {
   readonly method: HttpMethod;
   /** An exact path (`/metrics`), or a prefix ending in `/*` (`/ledger/*` answers `/ledger/postgres`). */
   readonly path: string;
-  /** Served without the operator token: only for what holds no data (the dashboard's page itself). */
-  readonly open?: boolean;
   /**
-   * Answers the request. `url` is the request's URL, parsed. A handler that throws answers 500 and
-   * is said on the logger, without the request's headers.
+   * What it asks of a request (default "operator"). "open" only for what holds no data: the
+   * dashboard's page itself, and the login that takes a one-time code.
    */
-  handle(request: IncomingMessage, response: ServerResponse, url: URL): void | Promise<void>;
+  readonly access?: HttpAccess;
+  /**
+   * Answers the request. `url` is the request's URL, parsed; `caller` is who asks, as checked. A
+   * handler that throws answers 500 and is said on the logger, without the request's headers.
+   */
+  handle(
+    request: IncomingMessage,
+    response: ServerResponse,
+    url: URL,
+    caller: HttpCaller,
+  ): void | Promise<void>;
 }
 
 /** How to start the controller's HTTP server. */
@@ -32,11 +40,8 @@ export interface ControllerHttpOptions {
   /** HOST:PORT to listen on (DEFAULT_HTTP_LISTEN); a bare port means 127.0.0.1. */
   readonly listen?: string;
   readonly routes?: readonly HttpRoute[];
-  /**
-   * The operator token. Without it the server refuses any address but loopback; with it, every
-   * request must send `Authorization: Bearer <token>`.
-   */
-  readonly operatorToken?: string;
+  /** The credentials every request but an open route's must carry. */
+  readonly auth: HttpAuth;
   /** Where a failing handler is said. */
   readonly logger?: BusLogger;
 }
@@ -47,40 +52,26 @@ export interface ControllerHttpServer {
   readonly url: string;
   readonly host: string;
   readonly port: number;
+  /** The credentials it checks: login codes are minted here. */
+  readonly auth: HttpAuth;
   /** Adds a route to the table (a later one for the same method and path wins). */
   route(route: HttpRoute): void;
-  /** Stops listening and ends open connections. Idempotent. */
+  /** Stops listening and ends open connections; says the refusals still counted. Idempotent. */
   close(): Promise<void>;
 }
 
-/** The server was asked to listen where other machines reach it, with no operator token to check. */
-export class HttpExposedError extends Error {
-  override name = "HttpExposedError";
-  constructor(
-    readonly host: string,
-    readonly port: number,
-  ) {
-    super(
-      `the controller's HTTP server would listen on ${host}:${port}, which other machines reach, and it has no ` +
-        "operator token to check who asks: listen on loopback (127.0.0.1) and reach it from elsewhere through an " +
-        `SSH tunnel (ssh -L ${port || 8080}:127.0.0.1:${port || 8080} this-host), or configure an operator token`,
-    );
-  }
-}
-
 /**
- * Starts the controller's HTTP server with `routes`: GET and HEAD on an unknown path answer 404, a
- * known path asked with a method it does not take answers 405 with `Allow`.
- * @throws ListenAddressError (from @mesh/sdk/provider) for an address that is not HOST:PORT; HttpExposedError
- *   for an address other than loopback without an operator token; ListenError when it cannot listen.
+ * Starts the controller's HTTP server with `routes`: a request without the credential its route
+ * asks for (or for a path no route has: whether one exists is not said) answers 401, or 403 for a
+ * credential that does not open it, and is said on the log at a bounded rate. GET and HEAD on an
+ * unknown path answer 404, a known path asked with a method it does not take answers 405 with
+ * `Allow`.
+ * @throws ListenAddressError (from @mesh/sdk/provider) for an address that is not HOST:PORT;
+ *   ListenError when it cannot listen.
  */
-export async function startControllerHttp(
-  options: ControllerHttpOptions = {},
-): Promise<ControllerHttpServer> {
+export async function startControllerHttp(options: ControllerHttpOptions): Promise<ControllerHttpServer> {
   const { host, port } = parseListenAddress(options.listen ?? DEFAULT_HTTP_LISTEN);
-  const token = options.operatorToken === "" ? undefined : options.operatorToken;
-  if (token === undefined && !isLoopbackHost(host)) throw new HttpExposedError(host, port);
-  const tokenDigest = token === undefined ? undefined : digest(token);
+  const auth = options.auth;
   const routes = [...(options.routes ?? [])];
 
   const server = createServer((req, res) => {
@@ -99,17 +90,27 @@ export async function startControllerHttp(
     const method = req.method === "HEAD" ? "GET" : req.method;
     // The latest route for a path wins, so one added later replaces one given at the start.
     const matching = routes.filter((r) => matches(r.path, url.pathname)).reverse();
-    const open = matching.find((r) => r.method === method)?.open === true;
-    if (tokenDigest !== undefined && !open && !carriesToken(req, tokenDigest)) {
-      res.writeHead(401, { ...TEXT, "www-authenticate": 'Bearer realm="mesh"' });
-      res.end("send the operator token: Authorization: Bearer <token>\n");
+    const route = matching.find((r) => r.method === method);
+    const checked = auth.check(req, route?.access ?? "operator");
+    if (!checked.ok) {
+      await auth.refused(req, checked.message);
+      const headers = {
+        "cache-control": "no-store",
+        ...(checked.status === 401 ? { "www-authenticate": 'Bearer realm="mesh"' } : {}),
+      };
+      if (url.pathname.startsWith("/api/")) {
+        res
+          .writeHead(checked.status, { ...headers, "content-type": "application/json" })
+          .end(JSON.stringify({ ok: false, code: checked.code, error: checked.message }));
+      } else {
+        res.writeHead(checked.status, { ...headers, ...TEXT }).end(`${checked.message}\n`);
+      }
       return;
     }
     if (matching.length === 0) {
       res.writeHead(404, TEXT).end(`nothing at ${url.pathname}\n`);
       return;
     }
-    const route = matching.find((r) => r.method === method);
     if (route === undefined) {
       const allowed = [
         ...new Set(matching.flatMap((r) => (r.method === "GET" ? ["GET", "HEAD"] : [r.method]))),
@@ -119,7 +120,7 @@ export async function startControllerHttp(
         .end(`${url.pathname} takes ${allowed.join(", ")}\n`);
       return;
     }
-    await route.handle(req, res, url);
+    await route.handle(req, res, url, checked.caller);
   };
 
   await new Promise<void>((resolve, reject) => {
@@ -133,6 +134,7 @@ export async function startControllerHttp(
     url: `http://${host.includes(":") ? `[${host}]` : host}:${bound}`,
     host,
     port: bound,
+    auth,
     route(route) {
       routes.push(route);
     },
@@ -140,10 +142,21 @@ export async function startControllerHttp(
       closing ??= new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
-      });
+      }).then(() => auth.flush());
       return closing;
     },
   };
+}
+
+/**
+ * The address a browser on this machine opens for a server listening at `url`: a wildcard host
+ * (`0.0.0.0`, `[::]`) is reached at loopback.
+ */
+export function browsableUrl(url: string): string {
+  const u = new URL(url);
+  if (u.hostname === "0.0.0.0") u.hostname = "127.0.0.1";
+  else if (u.hostname === "[::]") u.hostname = "[::1]";
+  return u.toString().replace(/\/$/, "");
 }
 
 /** GET /metrics: everything on `registry`, in the Prometheus text format. */
@@ -151,6 +164,7 @@ export function metricsRoute(registry: Registry): HttpRoute {
   return {
     method: "GET",
     path: "/metrics",
+    access: "metrics",
     async handle(req, res) {
       const text = await registry.metrics();
       res.writeHead(200, { "content-type": registry.contentType, "cache-control": "no-store" });
@@ -167,14 +181,4 @@ function matches(pattern: string, path: string): boolean {
 
 function pathOf(req: IncomingMessage): string {
   return new URL(req.url ?? "/", "http://controller").pathname;
-}
-
-function digest(text: string): Buffer {
-  return createHash("sha256").update(text).digest();
-}
-
-/** Whether `req` carries the token, compared in constant time (digests, so lengths never differ). */
-function carriesToken(req: IncomingMessage, want: Buffer): boolean {
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? "");
-  return m?.[1] !== undefined && timingSafeEqual(digest(m[1]), want);
 }

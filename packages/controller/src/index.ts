@@ -28,6 +28,35 @@ export * from "./enrollment.ts";
 export * from "./fleet-controller.ts";
 export * from "./fleet-plan.ts";
 export * from "./http-server.ts";
+export {
+  CSRF_HEADER,
+  HttpAuth,
+  LOGIN_CODE_TTL_MS,
+  OPERATOR_TOKEN_WHO,
+  SESSION_IDLE_MS,
+  SESSION_MAX_MS,
+  WeakTokenError,
+  whoOf,
+  type AuthCheck,
+  type DashboardSession,
+  type HttpAccess,
+  type HttpAuthOptions,
+  type HttpCaller,
+  type LoginCode,
+  type StartedSession,
+} from "./http-auth.ts";
+export { REFUSALS_SAID_EVERY_MS, RefusalLog, type Refused, type RefusalLogOptions } from "./refusal-log.ts";
+export {
+  loadOrCreateToken,
+  newToken,
+  operatorTokenPath,
+  OPERATOR_TOKEN_FILE,
+  readToken,
+  SCRAPE_TOKEN_FILE,
+  scrapeTokenPath,
+  TokenFileError,
+  type TokenKind,
+} from "./secret-token.ts";
 export * from "./join-secrets.ts";
 export * from "./join-token-request.ts";
 export * from "./lease-driver.ts";

@@ -26,6 +26,7 @@ import {
   type BusAuthority,
   type BusLogger,
   type BusState,
+  type UserLimits,
 } from "@mesh/bus";
 import type { ModuleCredential, ModulePermissions } from "@mesh/manifest";
 import type { NatsConnection } from "@nats-io/transport-node";
@@ -34,6 +35,15 @@ import type { ReportedModuleKeys } from "./node-reports.ts";
 
 /** The controller-only bucket of the module credentials issued, keyed `<node>.<module>`. */
 export const MODULE_CREDENTIALS_BUCKET = "mesh-module-credentials";
+
+/**
+ * What one connection of a module may hold on the bus, in its bus and ledger credentials: 1,000
+ * subscriptions (a module's events and replies need a handful) and messages of 1 MiB (the
+ * server's own default ceiling). `data` is not enforced for a user by nats-server 2.9, so it
+ * promises nothing (-1). No user limit bounds how many connections a credential opens: see
+ * docs/architecture.md for what does.
+ */
+export const MODULE_BUS_LIMITS: UserLimits = { subs: 1_000, payload: 1024 * 1024, data: -1 };
 
 /** One credential as issued: its key and JWT. */
 interface IssuedKey {
@@ -49,7 +59,7 @@ interface IssuedRecord {
   readonly current?: {
     readonly bus: IssuedKey;
     readonly ledger: IssuedKey;
-    /** A fingerprint of the bus permissions the bus JWT carries. */
+    /** A fingerprint of the bus permissions (and the limits) the bus JWT carries. */
     readonly permissions: string;
   };
   /** Public keys no longer issued for, to revoke; emptied once revoked. */
@@ -196,11 +206,13 @@ export class ModuleCredentials {
         name: `${module}@${node}`,
         publicKey: reported.bus,
         permissions,
+        limits: MODULE_BUS_LIMITS,
       });
       const ledger = await this.#o.authority.issueUser({
         name: `${module}@${node} ledger`,
         publicKey: reported.ledger,
         permissions: ledgerPermissions(module),
+        limits: MODULE_BUS_LIMITS,
       });
       await this.#put({
         v: 1,
@@ -323,8 +335,12 @@ function withoutCurrent(record: IssuedRecord): IssuedRecord {
   return { v: 1, node: record.node, module: record.module, retired: record.retired };
 }
 
+// The limits count as the permissions do: a credential issued under other limits is replaced
+// (new keys, the old revoked), as a JWT cannot be changed under its key.
 function fingerprint(permissions: ModulePermissions): string {
-  return createHash("sha256").update(JSON.stringify(permissions)).digest("hex");
+  return createHash("sha256")
+    .update(JSON.stringify({ ...permissions, limits: MODULE_BUS_LIMITS }))
+    .digest("hex");
 }
 
 function parseRecord(value: unknown): IssuedRecord {

@@ -118,6 +118,7 @@ export class NodeDeliveries {
             ...(m.metrics === undefined ? {} : { metrics: m.metrics }),
             ...(m.env === undefined ? {} : { env: m.env }),
             ...(m.admin === undefined ? {} : { admin: m.admin }),
+            ...(m.limits === undefined ? {} : { limits: m.limits }),
           }))
       : [];
     const passwords = [];

@@ -15,9 +15,10 @@ import {
 
 export type { ReportedCounts, ReportedFailure, ReportedMisbehaviour, ReportedProvider, ReportedWaiting };
 import { maskUrls, metricsUrlOf } from "@mesh/sdk/provider";
+import { goneModuleUsersOf, resourcesOf, type ReportedResources } from "./module-resources-report.ts";
 
-/** How a module of a node is doing, as its agent reports it. */
-export interface ModuleReport {
+/** How a module of a node is doing, as its agent reports it (with its cgroup, limits and home size). */
+export interface ModuleReport extends ReportedResources {
   readonly name: string;
   readonly state: "starting" | "running" | "crashing" | "stopped";
   readonly pid?: number;
@@ -80,6 +81,8 @@ export interface NodeReport {
   readonly providers?: readonly ReportedProvider[];
   /** The modules of the node whose answers its agent did not use (malformed, too large, too slow, cut off). */
   readonly misbehaving?: readonly ReportedMisbehaviour[];
+  /** Users of the node's mesh whose module no longer runs there (the mesh removes no user). */
+  readonly goneModuleUsers?: readonly string[];
 }
 
 /** A module's public keys as its node reports them. */
@@ -128,6 +131,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     moduleKeys?: unknown;
     providers?: unknown;
     misbehaving?: unknown;
+    goneModuleUsers?: unknown;
   } | null;
   if (b === null || typeof b !== "object" || !Array.isArray(b.modules)) return undefined;
   const modules: ModuleReport[] = [];
@@ -159,6 +163,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
               .map((l) => maskUrls(l.slice(0, LOG_TAIL_LINE_MAX))),
           }
         : {}),
+      ...resourcesOf(e as Record<string, unknown>),
     });
   }
   const f = b.files as { written?: unknown; unchanged?: unknown } | undefined;
@@ -172,6 +177,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
   const misbehaving = reportedMisbehaviours(b.misbehaving)
     .filter((m) => modules.some((r) => r.name === m.module))
     .map((m) => ({ ...m, what: maskUrls(m.what) }));
+  const goneModuleUsers = goneModuleUsersOf(b.goneModuleUsers);
   return {
     node,
     generation: typeof b.generation === "number" ? b.generation : 0,
@@ -181,6 +187,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     ...(moduleKeys !== undefined ? { moduleKeys } : {}),
     ...(providers !== undefined ? { providers } : {}),
     ...(misbehaving.length > 0 ? { misbehaving } : {}),
+    ...(goneModuleUsers !== undefined && goneModuleUsers.length > 0 ? { goneModuleUsers } : {}),
   };
 }
 

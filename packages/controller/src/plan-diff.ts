@@ -3,7 +3,14 @@
 // foretells is the harness's own (`approvalReason` from the sdk), never a copy that could drift.
 import { isDeepStrictEqual } from "node:util";
 import { approvalReason, DEFAULT_RETIREMENT_LIMITS, type RetirementBound } from "@mesh/sdk/provider";
-import { secretKey, type Endpoint, type PlanEntry, type PlanInstance } from "@mesh/manifest";
+import {
+  effectiveLimits,
+  secretKey,
+  type EffectiveLimits,
+  type Endpoint,
+  type PlanEntry,
+  type PlanInstance,
+} from "@mesh/manifest";
 import type { FleetPlan } from "./fleet-plan.ts";
 
 /** The part of a fleet a plan compares: what `loadFleetPlan` reads and what the controller serves. */
@@ -109,10 +116,13 @@ export interface ProviderPlan {
   readonly leftInBackend: readonly PlannedConsumer[];
 }
 
-/** A module that starts, stops, moves to another node, or restarts with another manifest or metrics address. */
+/**
+ * A module that starts, stops, moves to another node, restarts with another manifest or metrics
+ * address, or runs on under other limits (set on its cgroup as it runs, no restart).
+ */
 export interface ModuleChange {
   readonly module: string;
-  readonly change: "start" | "stop" | "move" | "restart";
+  readonly change: "start" | "stop" | "move" | "restart" | "limits";
   /** Where it runs after the change (stop: where it ran). */
   readonly node: string;
   readonly previousNode: string | null;
@@ -120,6 +130,11 @@ export interface ModuleChange {
   readonly previousManifest: string | null;
   /** When its metrics address changes: the fleet file's `metrics` before and after (null: not set). */
   readonly metrics?: { readonly from: string | null; readonly to: string | null };
+  /**
+   * The limits it runs under after the change, defaults filled in (a start or a move shows them
+   * all), and before when they change; absent for a stop.
+   */
+  readonly limits?: { readonly from: EffectiveLimits | null; readonly to: EffectiveLimits };
 }
 
 /** A node added to or removed from the fleet. */
@@ -142,6 +157,8 @@ export interface PlanSummary {
   readonly moduleStop: number;
   readonly moduleMove: number;
   readonly moduleRestart: number;
+  /** Modules that run on under other limits. */
+  readonly moduleLimits: number;
   readonly nodesAdded: number;
   readonly nodesRemoved: number;
 }
@@ -299,6 +316,7 @@ export function diffFleetPlans(
         previousNode: null,
         manifest: now.manifest,
         previousManifest: null,
+        limits: { from: null, to: effectiveLimits(now.limits) },
       });
     } else if (was !== undefined && now === undefined) {
       modules.push({
@@ -313,15 +331,20 @@ export function diffFleetPlans(
       // A new metrics address is a new environment, and the agent restarts the module for it.
       const metrics = { from: was.metrics ?? null, to: now.metrics ?? null };
       const metricsChange = metrics.from !== metrics.to;
-      if (was.node === now.node && was.manifest === now.manifest && !metricsChange) continue;
+      const limits = { from: effectiveLimits(was.limits), to: effectiveLimits(now.limits) };
+      const limitsChange = JSON.stringify(limits.from) !== JSON.stringify(limits.to);
+      const moved = was.node !== now.node;
+      if (!moved && was.manifest === now.manifest && !metricsChange && !limitsChange) continue;
+      const restarts = moved || was.manifest !== now.manifest || metricsChange;
       modules.push({
         module: name,
-        change: was.node !== now.node ? "move" : "restart",
+        change: moved ? "move" : restarts ? "restart" : "limits",
         node: now.node,
-        previousNode: was.node !== now.node ? was.node : null,
+        previousNode: moved ? was.node : null,
         manifest: now.manifest,
         previousManifest: was.manifest !== now.manifest ? was.manifest : null,
         ...(metricsChange ? { metrics } : {}),
+        ...(limitsChange || moved ? { limits } : {}),
       });
     }
   }
@@ -349,6 +372,7 @@ export function diffFleetPlans(
     moduleStop: moduleCount("stop"),
     moduleMove: moduleCount("move"),
     moduleRestart: moduleCount("restart"),
+    moduleLimits: moduleCount("limits"),
     nodesAdded: nodes.filter((n) => n.change === "add").length,
     nodesRemoved: nodes.filter((n) => n.change === "remove").length,
   };

@@ -1,10 +1,14 @@
 // The dashboard's page: polls /api/state and shows it; every action is a POST the controller relays
 // to the provider, as `mesh tool` does. Everything shown is put in with textContent, never as HTML.
+// It logs in with the one-time code of `mesh dashboard`'s link (?code=…): the controller sets an
+// HttpOnly session cookie and gives a CSRF token, which this page keeps in its origin's storage and
+// sends with every request (the cookie alone opens nothing).
 "use strict";
 
 (() => {
   const POLL_MS = 2000;
-  const TOKEN_KEY = "mesh-operator-token";
+  const SESSION_KEY = "mesh-dashboard-session";
+  const CSRF_HEADER = "x-mesh-csrf";
   const STATES = {
     active: "active",
     failing: "failing",
@@ -103,10 +107,24 @@
 
   // ---- talking to the controller
 
+  /** The session this page holds: `{csrf, who, expiresAt}`, or null. */
+  function session() {
+    try {
+      const kept = JSON.parse(localStorage.getItem(SESSION_KEY) ?? "null");
+      return kept && typeof kept.csrf === "string" ? kept : null;
+    } catch {
+      return null;
+    }
+  }
+
+  function forgetSession() {
+    localStorage.removeItem(SESSION_KEY);
+  }
+
   async function api(path, body) {
     const headers = { accept: "application/json" };
-    const token = sessionStorage.getItem(TOKEN_KEY);
-    if (token) headers.authorization = `Bearer ${token}`;
+    const held = session();
+    if (held) headers[CSRF_HEADER] = held.csrf;
     const init =
       body === undefined
         ? { headers }
@@ -115,28 +133,76 @@
             headers: { ...headers, "content-type": "application/json" },
             body: JSON.stringify(body),
           };
-    const res = await fetch(path, { ...init, credentials: "omit", cache: "no-store" });
-    if (res.status === 401) {
-      askForToken(token !== null);
-      throw new Error("the operator token is needed");
-    }
+    const res = await fetch(path, { ...init, credentials: "same-origin", cache: "no-store" });
     let answer;
     try {
       answer = await res.json();
     } catch {
       throw new Error(`the controller answered ${res.status} without JSON`);
     }
+    if (res.status === 401 || (res.status === 403 && answer.code === "csrf")) {
+      forgetSession();
+      askToLogIn(held !== null ? "the session has ended (it expired, or the controller restarted)" : "");
+      const err = new Error("not logged in");
+      err.loggedOut = true;
+      throw err;
+    }
     return answer;
   }
 
-  function askForToken(wrong) {
+  function askToLogIn(why) {
     stop();
-    $("token-form").hidden = false;
+    $("login-form").hidden = false;
     $("view").hidden = true;
-    $("summary").textContent = wrong
-      ? "that token was refused; type it again"
-      : "the operator token is needed";
-    $("token-input").focus();
+    $("who").hidden = true;
+    $("summary").textContent = "log in with the link mesh dashboard prints";
+    $("summary").className = "";
+    $("login-error").textContent = why;
+    $("login-error").hidden = !why;
+    $("code-input").focus();
+  }
+
+  /** Trades a one-time code for a session; true when logged in. */
+  async function logIn(code) {
+    let res;
+    try {
+      res = await fetch("/api/login", {
+        method: "POST",
+        headers: { accept: "application/json", "content-type": "application/json" },
+        body: JSON.stringify({ code }),
+        credentials: "same-origin",
+        cache: "no-store",
+      });
+    } catch (err) {
+      askToLogIn(`the controller does not answer: ${err.message}`);
+      return false;
+    }
+    const answer = await res.json().catch(() => ({}));
+    if (!res.ok || typeof answer.csrf !== "string") {
+      askToLogIn(answer.error ?? `the controller answered ${res.status}`);
+      return false;
+    }
+    localStorage.setItem(
+      SESSION_KEY,
+      JSON.stringify({ csrf: answer.csrf, who: answer.who, expiresAt: answer.expiresAt }),
+    );
+    return true;
+  }
+
+  function showLoggedIn() {
+    const held = session();
+    $("login-form").hidden = true;
+    $("view").hidden = false;
+    $("who").hidden = held === null;
+    $("who-name").textContent = held?.who ?? "";
+  }
+
+  async function logOut() {
+    await api("/api/logout", {}).catch(() => undefined);
+    forgetSession();
+    state = null;
+    $("view").replaceChildren();
+    askToLogIn("");
   }
 
   function notice(text, kind) {
@@ -157,6 +223,7 @@
       }
       render();
     } catch (err) {
+      if (err.loggedOut) return;
       $("summary").textContent = `the controller does not answer: ${err.message}`;
       $("summary").className = "error";
     }
@@ -164,6 +231,11 @@
 
   function start() {
     stop();
+    if (session() === null) {
+      askToLogIn("");
+      return;
+    }
+    showLoggedIn();
     void refresh();
     timer = setInterval(() => void refresh(), POLL_MS);
   }
@@ -656,20 +728,24 @@
       deleting = null;
       $("delete-dialog").close();
     });
-    $("token-form").addEventListener("submit", (e) => {
+    $("login-form").addEventListener("submit", (e) => {
       e.preventDefault();
-      sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
-      $("token-input").value = "";
-      $("token-form").hidden = true;
-      $("view").hidden = false;
-      start();
+      const code = $("code-input").value.trim();
+      $("code-input").value = "";
+      void logIn(code).then((ok) => ok && start());
     });
+    $("logout").addEventListener("click", () => void logOut());
     window.addEventListener("hashchange", () => {
       notice("");
       const view = currentView();
       if (view.name === "ledger") void refresh();
       else render();
     });
-    start();
+    // A link from mesh dashboard: the code is taken off the address (and out of the history) first.
+    const code = new URLSearchParams(location.search).get("code");
+    if (code !== null) {
+      history.replaceState(null, "", `/${location.hash}`);
+      void logIn(code).then((ok) => ok && start());
+    } else start();
   });
 })();

@@ -1,23 +1,31 @@
-// The controller's HTTP server over real HTTP: its route table, what it refuses, the operator token,
-// and the controller's metrics read as Prometheus reads them, first from a made-up status under a
-// fixed clock, then from a real controller on a real nats-server.
+// The controller's HTTP server over real HTTP: its route table, the credential every request but an
+// open route's carries (loopback included, also from another Unix user), the refusals said at a
+// bounded rate, and the controller's metrics read as Prometheus reads them with the scrape token,
+// first from a made-up status under a fixed clock, then from a real controller on a real nats-server.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { rm } from "node:fs/promises";
 import type { ServerResponse } from "node:http";
 import { after, before, describe, it } from "node:test";
+import { promisify } from "node:util";
 import {
   ControllerMetrics,
-  HttpExposedError,
+  HttpAuth,
   metricsRoute,
   startControllerHttp,
   startController,
   type ControllerHttpServer,
   type ControllerStatus,
+  type HttpRoute,
 } from "@mesh/controller";
 import { ListenAddressError, ListenError } from "@mesh/sdk/provider";
-import { scrapeProm } from "@mesh/testkit";
+import { scrapeProm, until } from "@mesh/testkit";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 import { enrollNode, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
+
+const TOKEN = "an-operator-token-for-the-http-tests";
+const SCRAPE = "a-scrape-token-for-the-http-tests";
+const AS_OPERATOR = { authorization: `Bearer ${TOKEN}` };
 
 const ok = (text: string) => ({
   method: "GET" as const,
@@ -26,11 +34,18 @@ const ok = (text: string) => ({
   },
 });
 
+/** An HTTP server for the tests: `TOKEN` is the operator's, `SCRAPE` the scrape token. */
+const authFor = (logger = recordingLogger()) =>
+  new HttpAuth({ operatorToken: TOKEN, scrapeToken: SCRAPE, logger });
+
 describe("the controller's HTTP server", () => {
   let server: ControllerHttpServer;
   const log = recordingLogger();
+  const get = (path: string, init: RequestInit = {}) =>
+    fetch(`${server.url}${path}`, { ...init, headers: { ...AS_OPERATOR, ...init.headers } });
   before(async () => {
     server = await startControllerHttp({
+      auth: authFor(log),
       routes: [
         { path: "/hello", ...ok("hello") },
         { path: "/ledger/*", ...ok("a ledger") },
@@ -54,20 +69,20 @@ describe("the controller's HTTP server", () => {
   });
 
   it("answers a route, a prefix route, and 404 for any other path", async () => {
-    assert.equal(await (await fetch(`${server.url}/hello`)).text(), "hello");
-    assert.equal(await (await fetch(`${server.url}/ledger/postgres`)).text(), "a ledger");
+    assert.equal(await (await get("/hello")).text(), "hello");
+    assert.equal(await (await get("/ledger/postgres")).text(), "a ledger");
     for (const path of ["/", "/hello/", "/helloo", "/ledger", "/metrics"]) {
-      assert.equal((await fetch(`${server.url}${path}`)).status, 404, path);
+      assert.equal((await get(path)).status, 404, path);
     }
   });
 
   it("answers only GET and HEAD on a GET route: 405 with Allow for the rest", async () => {
     for (const method of ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"]) {
-      const res = await fetch(`${server.url}/hello`, { method });
+      const res = await get("/hello", { method });
       assert.equal(res.status, 405, method);
       assert.equal(res.headers.get("allow"), "GET, HEAD");
     }
-    const head = await fetch(`${server.url}/hello`, { method: "HEAD" });
+    const head = await get("/hello", { method: "HEAD" });
     assert.equal(head.status, 200);
     assert.equal(await head.text(), "");
   });
@@ -75,61 +90,148 @@ describe("the controller's HTTP server", () => {
   it("takes routes added later, the latest for a path winning", async () => {
     server.route({ path: "/later", ...ok("added later") });
     server.route({ path: "/hello", ...ok("hello again") });
-    assert.equal(await (await fetch(`${server.url}/later`)).text(), "added later");
-    assert.equal(await (await fetch(`${server.url}/hello`)).text(), "hello again");
+    assert.equal(await (await get("/later")).text(), "added later");
+    assert.equal(await (await get("/hello")).text(), "hello again");
   });
 
   it("answers 500 when a handler throws, and says it on the log", async () => {
-    const res = await fetch(`${server.url}/broken`);
+    const res = await get("/broken");
     assert.equal(res.status, 500);
     assert.doesNotMatch(await res.text(), /the handler broke/, "the error stays in the log");
     assert.ok(log.lines.some((l) => l.includes("GET /broken") && l.includes("the handler broke")));
   });
 
-  it("refuses an address other than loopback without an operator token, listening nowhere", async () => {
-    for (const listen of ["0.0.0.0:0", "[::]:0", "10.0.0.1:0"]) {
-      await assert.rejects(
-        startControllerHttp({ listen }),
-        (err: unknown) =>
-          err instanceof HttpExposedError &&
-          /operator token/.test(err.message) &&
-          /SSH tunnel/.test(err.message),
-        listen,
-      );
-    }
-    await assert.rejects(startControllerHttp({ listen: "nowhere:80" }), ListenAddressError);
-  });
-
-  it("refuses a taken port, naming it", async () => {
+  it("refuses an address that is not HOST:PORT, and a taken port, naming it", async () => {
+    await assert.rejects(startControllerHttp({ listen: "nowhere:80", auth: authFor() }), ListenAddressError);
     await assert.rejects(
-      startControllerHttp({ listen: `127.0.0.1:${server.port}` }),
+      startControllerHttp({ listen: `127.0.0.1:${server.port}`, auth: authFor() }),
       (err: unknown) => err instanceof ListenError && err.message.includes(`127.0.0.1:${server.port}`),
     );
   });
+});
 
-  it("with an operator token, answers only a request that carries it", async () => {
-    const token = "t0ken-for-the-test";
-    const guarded = await startControllerHttp({ operatorToken: token, routes: [{ path: "/x", ...ok("x") }] });
+describe("the controller's HTTP server without a credential", () => {
+  let server: ControllerHttpServer;
+  const log = recordingLogger();
+  let acted = 0;
+  const act: HttpRoute = {
+    method: "POST",
+    path: "/api/act",
+    handle: (_req, res) => {
+      acted++;
+      res.writeHead(200, { "content-type": "application/json" }).end("{}");
+    },
+  };
+  before(async () => {
+    const metrics = new ControllerMetrics({ processMetrics: false });
+    server = await startControllerHttp({
+      auth: authFor(log),
+      routes: [
+        act,
+        { path: "/api/read", ...ok("every login of the mesh") },
+        { path: "/page", access: "open", ...ok("the page") },
+        metricsRoute(metrics.registry),
+      ],
+      logger: log,
+    });
+  });
+  after(() => server.close());
+
+  it("answers 401 on loopback, does nothing, and does not say whether a path exists", async () => {
+    const post = (headers: Record<string, string> = {}) =>
+      fetch(`${server.url}/api/act`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...headers },
+      });
+    const none = await post();
+    assert.equal(none.status, 401);
+    assert.match(none.headers.get("www-authenticate") ?? "", /^Bearer/);
+    assert.equal(((await none.json()) as { code: string }).code, "unauthorized");
+    assert.equal((await post({ authorization: "Bearer wrong" })).status, 401);
+    assert.equal((await post({ authorization: `Bearer ${TOKEN}x` })).status, 401);
+    assert.equal((await fetch(`${server.url}/api/read`)).status, 401);
+    assert.equal((await fetch(`${server.url}/metrics`)).status, 401);
+    assert.equal((await fetch(`${server.url}/api/nothing`)).status, 401, "not even whether a path exists");
+    assert.equal((await fetch(`${server.url}/nothing`)).status, 401);
+    assert.equal(acted, 0, "nothing was done");
+    assert.equal(await (await fetch(`${server.url}/page`)).text(), "the page", "an open route holds no data");
+    assert.equal((await post(AS_OPERATOR)).status, 200);
+    assert.equal(acted, 1);
+  });
+
+  it("the scrape token opens /metrics and nothing else; the operator token opens both", async () => {
+    const scrape = { authorization: `Bearer ${SCRAPE}` };
+    const metrics = await scrapeProm(`${server.url}/metrics`, { token: SCRAPE });
+    assert.equal(metrics.value("mesh_controller_consumers"), 0);
+    assert.ok(await scrapeProm(`${server.url}/metrics`, { token: TOKEN }), "the operator may scrape too");
+    const read = await fetch(`${server.url}/api/read`, { headers: scrape });
+    assert.equal(read.status, 403);
+    assert.match(await read.text(), /\/metrics alone/);
+    const acting = await fetch(`${server.url}/api/act`, {
+      method: "POST",
+      headers: { ...scrape, "content-type": "application/json" },
+    });
+    assert.equal(acting.status, 403);
+    assert.equal(acted, 1, "the scrape token did nothing");
+  });
+
+  it("refuses a request from another Unix user of the machine, and names that user on the log", async () => {
+    // What a module's own user tried: curl to the port found in /proc/net/tcp.
+    const run = promisify(execFile);
+    const asNobody = (args: string[]) =>
+      run("runuser", ["-u", "nobody", "--", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", ...args]);
+    const own = recordingLogger();
+    const fresh = await startControllerHttp({ auth: authFor(own), routes: [act] });
     try {
-      const url = `${guarded.url}/x`;
-      const none = await fetch(url);
-      assert.equal(none.status, 401);
-      assert.match(none.headers.get("www-authenticate") ?? "", /^Bearer/);
-      assert.equal((await fetch(url, { headers: { authorization: "Bearer wrong" } })).status, 401);
-      assert.equal((await fetch(url, { headers: { authorization: `Bearer ${token}x` } })).status, 401);
-      assert.equal((await fetch(`${guarded.url}/nothing`)).status, 401, "not even whether a path exists");
-      const right = await fetch(url, { headers: { authorization: `Bearer ${token}` } });
-      assert.equal(right.status, 200);
+      const deleted = await asNobody([
+        "-X",
+        "POST",
+        "-H",
+        "content-type: application/json",
+        "-d",
+        '{"module":"postgres","login":"notes_postgres","typed":"notes_postgres"}',
+        `${fresh.url}/api/act`,
+      ]);
+      assert.equal(deleted.stdout, "401");
+      assert.equal((await asNobody([`${server.url}/api/read`])).stdout, "401");
+      assert.equal((await asNobody([`${server.url}/metrics`])).stdout, "401");
+      assert.equal(acted, 1, "nothing was done");
+      const said = await until("the refusal to be said", () =>
+        Promise.resolve(own.lines.find((l) => l.includes("refused"))),
+      );
+      assert.match(said, /refused POST \/api\/act from 127\.0\.0\.1 \(uid 65534, nobody\): no credential/);
     } finally {
-      await guarded.close();
+      await fresh.close();
     }
   });
 
-  it("with an operator token, may listen where other machines reach it", async () => {
-    const open = await startControllerHttp({ listen: "0.0.0.0:0", operatorToken: "x" });
+  it("says refusals on the log at most once a minute, naming the Unix user on loopback", async () => {
+    const before = log.lines.filter((l) => l.includes("refused")).length;
+    assert.ok(before >= 1, "the refusals above were said");
+    assert.match(
+      log.lines.find((l) => l.includes("refused")) ?? "",
+      /^warn: the controller's HTTP server refused POST \/api\/act from 127\.0\.0\.1 \(uid 0, root\): /,
+    );
+    for (let i = 0; i < 50; i++) assert.equal((await fetch(`${server.url}/api/read`)).status, 401);
+    assert.equal(log.lines.filter((l) => l.includes("refused")).length, before, "fifty more: no line yet");
+    assert.ok(!log.lines.join("\n").includes(TOKEN) && !log.lines.join("\n").includes(SCRAPE));
+    await server.close();
+    const said = log.lines.filter((l) => l.includes("refused"));
+    assert.equal(said.length, before + 1, "one line counts them, said when the server stops");
+    assert.match(
+      said.at(-1) ?? "",
+      /refused \d+ more request\(s\) in the last \d+ s \(the last: GET \/api\/read/,
+    );
+    const nobody = said.find((l) => l.includes("nobody"));
+    assert.ok(nobody === undefined || /uid 65534, nobody/.test(nobody), "another user is named by its uid");
+  });
+
+  it("may listen where other machines reach it, and asks them for the credential too", async () => {
+    const open = await startControllerHttp({ listen: "0.0.0.0:0", auth: authFor() });
     try {
       assert.equal(open.host, "0.0.0.0");
       assert.equal((await fetch(`http://127.0.0.1:${open.port}/`)).status, 401);
+      assert.equal((await fetch(`http://127.0.0.1:${open.port}/`, { headers: AS_OPERATOR })).status, 404);
     } finally {
       await open.close();
     }
@@ -209,9 +311,9 @@ describe("the controller's metrics", () => {
       ],
     });
     metrics.follow(() => status);
-    const http = await startControllerHttp({ routes: [metricsRoute(metrics.registry)] });
+    const http = await startControllerHttp({ routes: [metricsRoute(metrics.registry)], auth: authFor() });
     try {
-      let s = await scrapeProm(`${http.url}/metrics`);
+      let s = await scrapeProm(`${http.url}/metrics`, { token: SCRAPE });
       assert.equal(s.types.get("mesh_controller_nodes"), "gauge");
       assert.equal(s.value("mesh_controller_nodes", { state: "enrolled" }), 2);
       assert.equal(s.value("mesh_controller_nodes", { state: "not-enrolled" }), 1);
@@ -234,7 +336,7 @@ describe("the controller's metrics", () => {
       metrics.observer.minted(0);
       metrics.observer.published();
       metrics.observer.rotated();
-      s = await scrapeProm(`${http.url}/metrics`);
+      s = await scrapeProm(`${http.url}/metrics`, { token: SCRAPE });
       assert.equal(s.value("mesh_controller_nodes", { state: "enrolled" }), 0);
       assert.equal(s.value("mesh_controller_consumers"), 0);
       assert.equal(s.value("mesh_controller_failing_consumers"), 0);
@@ -281,8 +383,8 @@ describe("a real controller's metrics", { timeout: 120_000 }, () => {
       observer: metrics.observer,
     });
     metrics.follow(() => controller.status());
-    const http = await startControllerHttp({ routes: [metricsRoute(metrics.registry)] });
-    const scrape = () => scrapeProm(`${http.url}/metrics`);
+    const http = await startControllerHttp({ routes: [metricsRoute(metrics.registry)], auth: authFor() });
+    const scrape = () => scrapeProm(`${http.url}/metrics`, { token: SCRAPE });
     try {
       let s = await scrape();
       const consumers = controller.status().consumers.length;

@@ -332,4 +332,46 @@ describe("diffFleetPlans", () => {
     assert.equal(diff.summary.moduleRestart, 1);
     assert.equal(diffFleetPlans(next, next).changed, false);
   });
+  it("a module that starts shows every limit it will run under, the defaults where the fleet says none", () => {
+    const served = fleet([postgres(apps("notes"))]);
+    const next: ComparedFleet = {
+      ...served,
+      modules: [
+        ...served.modules,
+        {
+          name: "wiki",
+          node: "node-1",
+          manifest: "/fleet/wiki/module.json",
+          limits: { memory: 64 * 1024 ** 2 },
+        },
+      ],
+    };
+    const diff = diffFleetPlans(served, next);
+    assert.deepEqual(
+      diff.modules.map((m) => [m.change, m.module, m.limits]),
+      [["start", "wiki", { from: null, to: { memory: 64 * 1024 ** 2, pids: 512, cpu: null, home: null } }]],
+    );
+  });
+
+  it("a module given other limits alone runs on under them, without a restart", () => {
+    const served = fleet([postgres(apps("notes"))]);
+    const next: ComparedFleet = {
+      ...served,
+      modules: served.modules.map((m) =>
+        m.name === "notes" ? { ...m, limits: { pids: 100, home: null } } : m,
+      ),
+    };
+    const diff = diffFleetPlans(served, next);
+    assert.deepEqual(
+      diff.modules.map((m) => [m.change, m.module, m.limits?.from?.pids, m.limits?.to.pids]),
+      [["limits", "notes", 512, 100]],
+    );
+    assert.equal(diff.summary.moduleLimits, 1);
+    assert.equal(diff.summary.moduleRestart, 0);
+    const same: ComparedFleet = {
+      ...served,
+      modules: served.modules.map((m) => (m.name === "notes" ? { ...m, limits: { pids: 512 } } : m)),
+    };
+    assert.equal(diffFleetPlans(served, same).changed, false, "the default written out is no change");
+  });
 });

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -8,9 +8,15 @@ import {
   AuthorityFileError,
   CONTROLLER_KEYS_FILE,
   ControllerKeysError,
+  copyStandbyState,
   loadOrCreateAuthority,
   loadOrCreateControllerKeys,
+  loadOrCreateToken,
   nodePlan,
+  operatorTokenPath,
+  scrapeTokenPath,
+  StandbyStateError,
+  TokenFileError,
 } from "@mesh/controller";
 import type { Plan } from "@mesh/manifest";
 import { encodeJoinToken, JoinTokenError, parseJoinToken } from "@mesh/bus";
@@ -49,6 +55,80 @@ void describe("the controller's files and tokens", () => {
     assert.deepEqual(await loadOrCreateControllerKeys(dir), keys);
     await writeFile(join(dir, CONTROLLER_KEYS_FILE), '{"v":1}');
     await assert.rejects(loadOrCreateControllerKeys(dir), ControllerKeysError);
+  });
+
+  void it("makes the operator and scrape tokens once, 0600, distinct, and reads the same ones back", async () => {
+    const dir = await stateDir();
+    const operator = await loadOrCreateToken(operatorTokenPath(dir), "operator token");
+    const scrape = await loadOrCreateToken(scrapeTokenPath(dir), "scrape token");
+    assert.match(operator, /^[A-Za-z0-9_-]{43}$/, "256 bits, base64url");
+    assert.notEqual(operator, scrape);
+    for (const file of [operatorTokenPath(dir), scrapeTokenPath(dir)])
+      assert.equal((await stat(file)).mode & 0o777, 0o600, file);
+    assert.equal(await loadOrCreateToken(operatorTokenPath(dir), "operator token"), operator);
+    assert.equal(await readFile(operatorTokenPath(dir), "utf8"), `${operator}\n`);
+  });
+
+  void it("refuses a token file others may read, one that is not a file, and one holding no token, changing none", async () => {
+    const dir = await stateDir();
+    const open = join(dir, "open.token");
+    await writeFile(open, "a-token-of-the-operators-own-making\n", { mode: 0o644 });
+    await chmod(open, 0o644);
+    await assert.rejects(
+      loadOrCreateToken(open, "operator token"),
+      (err: unknown) => err instanceof TokenFileError && /chmod 600/.test(err.message),
+    );
+    assert.equal((await stat(open)).mode & 0o777, 0o644, "left as it was");
+    await chmod(open, 0o600);
+    assert.equal(await loadOrCreateToken(open, "operator token"), "a-token-of-the-operators-own-making");
+    const short = join(dir, "short.token");
+    await writeFile(short, "abc\n", { mode: 0o600 });
+    await assert.rejects(loadOrCreateToken(short, "operator token"), /does not hold a token/);
+    await mkdir(join(dir, "a-directory"));
+    await assert.rejects(loadOrCreateToken(join(dir, "a-directory"), "scrape token"), /not a regular file/);
+    // A link is followed to what it names, which is held to the same rules.
+    await symlink("/etc/passwd", join(dir, "link.token"));
+    await assert.rejects(loadOrCreateToken(join(dir, "link.token"), "operator token"), /may be read/);
+    await symlink("/dev/zero", join(dir, "device.token"));
+    await assert.rejects(
+      loadOrCreateToken(join(dir, "device.token"), "operator token"),
+      /not a regular file/,
+    );
+    await symlink(open, join(dir, "kept.token"));
+    assert.equal(
+      await loadOrCreateToken(join(dir, "kept.token"), "operator token"),
+      "a-token-of-the-operators-own-making",
+    );
+  });
+
+  void it("gives a standby the leader's tokens with its keys, and refuses a standby that made its own", async () => {
+    const leader = await stateDir();
+    await loadOrCreateAuthority(leader);
+    await loadOrCreateControllerKeys(leader);
+    const operator = await loadOrCreateToken(operatorTokenPath(leader), "operator token");
+    const scrape = await loadOrCreateToken(scrapeTokenPath(leader), "scrape token");
+    const standby = join(await stateDir(), "controller");
+    await copyStandbyState(leader, standby);
+    assert.equal(await loadOrCreateToken(operatorTokenPath(standby), "operator token"), operator);
+    assert.equal(await loadOrCreateToken(scrapeTokenPath(standby), "scrape token"), scrape);
+    assert.equal((await stat(operatorTokenPath(standby))).mode & 0o777, 0o600);
+    await copyStandbyState(leader, standby); // again: the same files, nothing to do
+
+    const own = join(await stateDir(), "controller");
+    await mkdir(own);
+    await loadOrCreateToken(operatorTokenPath(own), "operator token");
+    await assert.rejects(
+      copyStandbyState(leader, own),
+      (err: unknown) => err instanceof StandbyStateError && /takes the leader's/.test(err.message),
+    );
+
+    // A leader without tokens in its controller directory (kept elsewhere, or an older mesh): keys only.
+    const older = await stateDir();
+    await loadOrCreateAuthority(older);
+    await loadOrCreateControllerKeys(older);
+    const third = join(await stateDir(), "controller");
+    await copyStandbyState(older, third);
+    await assert.rejects(stat(operatorTokenPath(third)), { code: "ENOENT" });
   });
 
   void it("reads back a join token it wrote, and refuses a damaged one without quoting it", () => {

@@ -2,6 +2,7 @@
 // password of every consumer it runs or provides for. The controller writes it, the agent derives
 // every file from it: one definition for both sides.
 import type { AdminUrlSource } from "./fleet.ts";
+import type { ModuleLimits } from "./module-limits.ts";
 import type { Plan, PlanEntry, PlanInstance } from "./plan.ts";
 
 /** The key the controller writes a node's delivery under, in the node's own bucket. */
@@ -18,6 +19,8 @@ export interface DeliveredModule {
   readonly env?: Readonly<Record<string, string>>;
   /** Where the agent reads this provider's admin URL (a path or a variable name, never the URL). */
   readonly admin?: AdminUrlSource;
+  /** What it may use of its node, as the fleet file writes them (the agent fills in the defaults). */
+  readonly limits?: ModuleLimits;
 }
 
 /** One node's delivery, written to `nodeDeliveriesBucket(node)` under `DELIVERY_KEY`. */

@@ -14,6 +14,7 @@ import {
 import { fieldPath, ownObject, ProblemsError, readBounded, type Problem } from "./problem.ts";
 import { SourcePositions } from "./source-positions.ts";
 import { keyed, mustBe, strict, text, zodProblems } from "./zod-problems.ts";
+import { limitsSchema, type ModuleLimits } from "./module-limits.ts";
 
 /** A machine of the fleet. */
 export interface FleetNode {
@@ -52,6 +53,8 @@ export interface FleetModule {
   readonly env?: Readonly<Record<string, string>> | undefined;
   /** Where a provider's agent finds its admin URL, which it hands to that provider alone. */
   readonly admin?: AdminUrlSource | undefined;
+  /** What it may use of its node, as written (`effectiveLimits` fills in the defaults). */
+  readonly limits?: ModuleLimits | undefined;
   readonly line?: number | undefined;
 }
 
@@ -174,6 +177,7 @@ const moduleSchema = strict(
         }
       })
       .optional(),
+    limits: limitsSchema.optional(),
   },
   "an object like { manifest: ./notes/module.json, node: node-1 }",
 );
@@ -299,6 +303,7 @@ export function parseFleet(text: string, file: string): Fleet {
       needs,
       endpoint: m.endpoint,
       ...(m.metrics === undefined ? {} : { metrics: m.metrics.trim() }),
+      ...(m.limits === undefined ? {} : { limits: m.limits }),
       ...(m.env === undefined
         ? {}
         : { env: Object.fromEntries(Object.entries(m.env).map(([k, v]) => [k, String(v)])) }),

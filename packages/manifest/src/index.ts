@@ -23,6 +23,20 @@ export * from "./spec.ts";
 export * from "./template.ts";
 export * from "./run-template.ts";
 export * from "./fleet.ts";
+export {
+  DEFAULT_MODULE_LIMITS,
+  effectiveLimits,
+  formatLimit,
+  formatLimits,
+  formatSize,
+  isModuleLimits,
+  LIMIT_NAMES,
+  MAX_PIDS_LIMIT,
+  MIN_SIZE_LIMIT,
+  parseSize,
+  type EffectiveLimits,
+  type ModuleLimits,
+} from "./module-limits.ts";
 export * from "./check-fleet.ts";
 export * from "./login.ts";
 export * from "./plan.ts";

@@ -1,6 +1,6 @@
 // The templates of a manifest's `run` (its `env` values, its `files` and its `args`), for an app that
 // does not know the mesh: `{postgres-database.url}`, `{postgres-database.values.name}`,
-// `{module.dir}`, `{files.pgpass}`, `{mesh.targets}`. A placeholder is a dotted name in braces; every other brace is
+// `{module.dir}`, `{files.pgpass}`, `{mesh.targets}`, `{mesh.scrape-token}`. A placeholder is a dotted name in braces; every other brace is
 // text, so a rendered JSON or YAML file is written as it stands. Nothing else is expanded: a
 // template reaches only the module's own credentials, its own directory and its own files.
 import type { Credential } from "./credential.ts";
@@ -20,9 +20,18 @@ export const MODULE_FIELDS: readonly string[] = ["dir", "name", "metrics"];
 /**
  * What the mesh keeps for a module to read: `targets`, the path of the Prometheus file_sd JSON that
  * lists every metrics endpoint of the fleet (the controller's, each provider's, each app's that
- * names `{module.metrics}`), rewritten as modules come and go.
+ * names `{module.metrics}`), rewritten as modules come and go; and `scrape-token`, the token the
+ * controller's `/metrics` asks for (good for `/metrics` alone; a secret, so never in args).
  */
-export const MESH_FIELDS: readonly string[] = ["targets"];
+export const MESH_FIELDS: readonly string[] = ["targets", "scrape-token"];
+
+/** The mesh's fields that are secrets: never in args. */
+export const MESH_SECRET_FIELDS: readonly string[] = ["scrape-token"];
+
+/** Whether `template` names `{mesh.scrape-token}`. */
+export function namesScrapeToken(template: string): boolean {
+  return runPlaceholders(template).some((p) => p.root === "mesh" && p.field === "scrape-token");
+}
 
 /** Whether `template` names `{mesh.targets}`: the module reads the fleet's scrape targets. */
 export function namesMeshTargets(template: string): boolean {
@@ -108,6 +117,8 @@ export function runTemplateProblem(
     if (p.root === "mesh") {
       if (p.key !== undefined || !MESH_FIELDS.includes(p.field))
         return `names ${name}: the mesh's fields are ${MESH_FIELDS.map((f) => `{mesh.${f}}`).join(", ")}`;
+      if (place === "args" && MESH_SECRET_FIELDS.includes(p.field))
+        return `puts ${name} (a secret) in args, which every user of the node can read in ps: use run.env or run.files`;
       continue;
     }
     if (p.root === "files") {
@@ -140,6 +151,8 @@ export interface RunTemplateValues {
   readonly metrics: string;
   /** The scrape targets file the mesh keeps on this node (`{mesh.targets}`); absent: none here. */
   readonly targets?: string;
+  /** The controller's scrape token on this node (`{mesh.scrape-token}`); absent: none here. */
+  readonly scrapeToken?: string;
   /** File name -> the path it is rendered to. */
   readonly files: Readonly<Record<string, string>>;
   /** Interface -> its credential, and its password when a template hands it over. */
@@ -173,12 +186,17 @@ export function renderRunTemplate(template: string, values: RunTemplateValues): 
     }
     if (root === "mesh") {
       if (field === "targets" && values.targets !== undefined) return values.targets;
+      if (field === "scrape-token" && values.scrapeToken !== undefined) return values.scrapeToken;
       return fail(
         field === "targets"
           ? "has no file on this node: the controller of `mesh up` keeps it on its own machine, so run " +
               "this module on a node of that mesh up, or list fixed metrics ports (the fleet's metrics:) " +
               "in its configuration"
-          : "is not a field of the mesh",
+          : field === "scrape-token"
+            ? "has no value on this node: the controller of `mesh up` hands it to the modules of its own " +
+              "machine, so run this module on a node of that mesh up, or give it a copy of " +
+              "<state>/controller/scrape.token in a file of its own"
+            : "is not a field of the mesh",
       );
     }
     if (root === "files") {

@@ -4,6 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import {
+  DEFAULT_MODULE_LIMITS,
+  effectiveLimits,
   FleetError,
   loadFleet,
   loadFleetManifests,
@@ -247,6 +249,60 @@ modules:
     );
     assert.ok(problemsOf(`${base}    admin: { env: "lower case" }\n`).length > 0);
     assert.ok(problemsOf(`${base}    env: { "not a name": x }\n`).length > 0);
+  });
+
+  it("reads each module's limits as bytes, processes and CPUs, max as no bound, and leaves the rest to the defaults", () => {
+    const fleet = parseFleet(
+      `nodes: { n: {} }
+modules:
+  a:
+    manifest: ./a.json
+    node: n
+    limits: { memory: 512M, pids: 256, cpu: 1.5, home: 1G }
+  b: { manifest: ./b.json, node: n, limits: { memory: 64MiB, cpu: max } }
+  c: { manifest: ./c.json, node: n }
+`,
+      FILE,
+    );
+    assert.deepEqual(fleet.modules.get("a")?.limits, {
+      memory: 512 * 1024 ** 2,
+      pids: 256,
+      cpu: 1.5,
+      home: 1024 ** 3,
+    });
+    assert.deepEqual(fleet.modules.get("b")?.limits, { memory: 64 * 1024 ** 2, cpu: null });
+    assert.equal(fleet.modules.get("c")?.limits, undefined);
+    assert.deepEqual(effectiveLimits(fleet.modules.get("b")?.limits), {
+      memory: 64 * 1024 ** 2,
+      pids: DEFAULT_MODULE_LIMITS.pids,
+      cpu: null,
+      home: null,
+    });
+    assert.deepEqual(DEFAULT_MODULE_LIMITS, { memory: null, pids: 512, cpu: null, home: null });
+  });
+
+  it("refuses a limit that is not one, naming the line, the limit and how to write it", () => {
+    for (const [limits, field, why] of [
+      ["{ memory: lots }", "memory", /must be a size like 512M or 1G .* or max for no bound, not "lots"/],
+      ["{ memory: 512 }", "memory", /at least 1M/],
+      ["{ pids: 0 }", "pids", /must be a whole number of processes like 256/],
+      ["{ pids: 2.5 }", "pids", /whole number/],
+      ["{ cpu: -1 }", "cpu", /must be a number of CPUs like 1\.5/],
+      ["{ home: 1X }", "home", /must be a size like 512M/],
+    ] as const) {
+      const p = problemOf(
+        `nodes: { n: {} }\nmodules:\n  a:\n    manifest: ./a.json\n    node: n\n    limits: ${limits}\n`,
+        `modules.a.limits.${field}`,
+      );
+      assert.equal(p.line, 6);
+      assert.match(p.message, why, p.message);
+      assert.equal(p.fix, "fix the value");
+    }
+    const p = problemOf(
+      "nodes: { n: {} }\nmodules:\n  a: { manifest: ./a.json, node: n, limits: { disk: 1G } }\n",
+      "modules.a.limits.disk",
+    );
+    assert.match(p.fix, /memory, pids, cpu, home/);
   });
 
   it("refuses two modules of one node on one fixed metrics port, and lets port 0 repeat", () => {

@@ -4,6 +4,7 @@ import { describe, it } from "node:test";
 import type { Credential } from "../src/credential.ts";
 import {
   namesModuleMetrics,
+  namesScrapeToken,
   renderRunTemplate,
   RunTemplateError,
   runTemplateProblem,
@@ -109,6 +110,26 @@ describe("a run template", () => {
       () => renderRunTemplate("{mesh.targets}", values),
       (err: unknown) =>
         err instanceof RunTemplateError && /controller of `mesh up` keeps it/.test(err.message),
+    );
+  });
+
+  it("hands over the controller's scrape token in env and files, never in args, and says why not where the node has none", () => {
+    assert.equal(runTemplateProblem("{mesh.scrape-token}", "files", scope), undefined);
+    assert.equal(runTemplateProblem("Bearer {mesh.scrape-token}", "env", scope), undefined);
+    assert.match(
+      runTemplateProblem("--bearer={mesh.scrape-token}", "args", scope) ?? "",
+      /puts \{mesh\.scrape-token\} \(a secret\) in args.*use run\.env or run\.files/,
+    );
+    assert.match(runTemplateProblem("{mesh.scrape-token.x}", "files", scope) ?? "", /the mesh's fields/);
+    assert.equal(namesScrapeToken("{mesh.scrape-token}"), true);
+    assert.equal(namesScrapeToken("{mesh.targets}"), false);
+    assert.equal(renderRunTemplate("{mesh.scrape-token}", { ...values, scrapeToken: "tok-123" }), "tok-123");
+    assert.throws(
+      () => renderRunTemplate("{mesh.scrape-token}", values),
+      (err: unknown) =>
+        err instanceof RunTemplateError &&
+        /has no value on this node/.test(err.message) &&
+        !err.message.includes("tok-123"),
     );
   });
 

@@ -90,11 +90,15 @@ export function parsePromText(text: string): PromScrape {
 }
 
 /**
- * GETs `url` (a /metrics endpoint) and parses what it answers.
+ * GETs `url` (a /metrics endpoint) and parses what it answers. `options.token` is sent as
+ * `Authorization: Bearer` (the controller's /metrics asks for its scrape token).
  * @throws Error when the answer is not 200 with a text/plain (or OpenMetrics) body; PromParseError.
  */
-export async function scrapeProm(url: string): Promise<PromScrape> {
-  const res = await fetch(url);
+export async function scrapeProm(url: string, options: { token?: string } = {}): Promise<PromScrape> {
+  const res = await fetch(
+    url,
+    options.token === undefined ? {} : { headers: { authorization: `Bearer ${options.token}` } },
+  );
   const body = await res.text();
   if (res.status !== 200) throw new Error(`GET ${url} answered ${res.status}: ${body.slice(0, 200)}`);
   const type = res.headers.get("content-type") ?? "";

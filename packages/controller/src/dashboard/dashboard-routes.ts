@@ -1,14 +1,15 @@
 // The operator's dashboard: a plain page (HTML, CSS and a script from this directory, no build step)
 // and a small JSON API under /api/. Reads are GETs; every action is a POST with a JSON body that
 // goes through the same tool relay as `mesh tool`, so it lands in the module's ledger exactly as the
-// CLI's does. The page holds no data of its own and is served without the operator token; the API
-// is not. Cross-site requests are refused: a POST must come from the page's own origin with a JSON
-// body, and without a token only a loopback Host is answered (a DNS-rebound name is not).
+// CLI's does, as asked by the session's operator. The page holds no data of its own and is served
+// to anyone; the API asks for the operator's credential (see `HttpAuth`): a session begun with a
+// one-time login code, or the operator token. Cross-site requests are refused besides: a POST must
+// come from the page's own origin with a JSON body.
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { isValidLogin } from "@mesh/sdk";
-import { isLoopbackHost } from "@mesh/sdk/provider";
 import { isModuleName, READ_ONLY_TOOL_NAMES } from "@mesh/manifest";
+import { whoOf, type HttpAuth, type HttpCaller } from "../http-auth.ts";
 import type { HttpRoute } from "../http-server.ts";
 import { DEFAULT_LEDGER_LIMIT, MAX_LEDGER_LIMIT } from "../ledger-reader.ts";
 import { RELAY_UNANSWERED_CODES, type ToolReply } from "../tool-relay.ts";
@@ -19,12 +20,8 @@ import { DashboardView, type DashboardSources, type DashboardViewOptions } from 
 export interface DashboardOptions extends DashboardViewOptions {
   /** What it reads and asks: the running controller. */
   readonly sources: DashboardSources;
-  /**
-   * Whether the HTTP server checks an operator token on the API. Without one, only requests whose
-   * Host is a loopback name are answered, so a page on another site cannot reach the API through
-   * a name it points at 127.0.0.1.
-   */
-  readonly tokenRequired: boolean;
+  /** The HTTP server's credentials: the login routes mint codes and start sessions with them. */
+  readonly auth: HttpAuth;
 }
 
 /** The largest body an action takes. */
@@ -41,6 +38,9 @@ const STATIC_FILES: Readonly<Record<string, { file: string; type: string }>> = {
   "/dashboard.css": { file: "dashboard.css", type: "text/css; charset=utf-8" },
   "/dashboard.js": { file: "dashboard.js", type: "text/javascript; charset=utf-8" },
 };
+
+/** The largest login body read: `{"code": "…"}` or `{"name": "…"}`. */
+const MAX_LOGIN_BYTES = 1024;
 
 // The page loads only its own files and asks only its own origin; it may not be framed.
 const PAGE_HEADERS = {
@@ -66,32 +66,29 @@ class Refusal extends Error {
 /**
  * The dashboard's routes, for the controller's HTTP server (`startControllerHttp`):
  * - `GET /`, `/dashboard.css`, `/dashboard.js`: the page (open: it holds no data);
+ * - `POST /api/login-code` `{name?}`, with the operator token only: a one-time login code
+ *   `{ok, code, expiresAt, path}` (`mesh dashboard` asks it; `path` is `/?code=…`);
+ * - `POST /api/login` `{code}` (open): uses the code up, sets the session cookie and answers
+ *   `{ok, who, session, csrf, expiresAt}`; every later request sends `csrf` in `x-mesh-csrf`;
+ * - `GET /api/session`: who the session is and when it ends; `POST /api/logout` ends it;
  * - `GET /api/state`: nodes, modules, providers and their consumers (`DashboardState`);
  * - `GET /api/ledger?module=M&limit=N`: a module's newest ledger entries, oldest first, and
  *   `readOnlyTools`, the tools whose calls the page hides unless asked;
  * - `POST /api/approve` `{module, id}`: `retire approve <id>` on the provider;
  * - `POST /api/delete` `{module, login, typed}`: `cleanup delete <login>`, refused unless `typed`
  *   is the login itself.
- * Actions answer the relay's reply (`{ok, answer}` or `{ok: false, error, code}`).
+ * Actions answer the relay's reply (`{ok, answer}` or `{ok: false, error, code}`), and are asked as
+ * the caller (`alice (dashboard session 3f9c)`).
  */
 export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
   const view = new DashboardView(options.sources, options);
   const files = new Map<string, Promise<Buffer>>();
-  const guard = (req: IncomingMessage): void => {
-    if (!options.tokenRequired) checkLoopbackHost(req);
-  };
+  const auth = options.auth;
   const page = (path: string): HttpRoute => ({
     method: "GET",
     path,
-    open: true,
+    access: "open",
     async handle(req, res) {
-      try {
-        guard(req);
-      } catch (err) {
-        if (!(err instanceof Refusal)) throw err;
-        res.writeHead(err.status, { "content-type": "text/plain; charset=utf-8" }).end(`${err.message}\n`);
-        return;
-      }
       const { file, type } = STATIC_FILES[path] ?? { file: "index.html", type: "text/html" };
       let body = files.get(file);
       if (body === undefined) {
@@ -107,23 +104,30 @@ export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
   const api = (
     method: "GET" | "POST",
     path: string,
-    answer: (req: IncomingMessage, url: URL) => Promise<{ status: number; body: unknown }>,
+    answer: (
+      req: IncomingMessage,
+      url: URL,
+      caller: HttpCaller,
+    ) => Promise<{ status: number; body: unknown; headers?: Record<string, string> }>,
+    access: "operator" | "open" = "operator",
   ): HttpRoute => ({
     method,
     path,
-    async handle(req, res, url) {
+    access,
+    async handle(req, res, url, caller) {
       let status: number;
       let body: unknown;
+      let headers: Record<string, string> | undefined;
       try {
-        guard(req);
         if (method === "POST") checkSameOrigin(req);
-        ({ status, body } = await answer(req, url));
+        ({ status, body, headers } = await answer(req, url, caller));
       } catch (err) {
         if (!(err instanceof Refusal)) throw err;
         status = err.status;
         body = { ok: false, code: err.code, error: err.message };
+        if (status === 401) await auth.refused(req, err.message);
       }
-      sendJson(res, status, body);
+      sendJson(res, status, body, headers);
     },
   });
 
@@ -138,6 +142,66 @@ export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
     page("/"),
     page("/dashboard.css"),
     page("/dashboard.js"),
+    api("POST", "/api/login-code", async (req, _url, caller) => {
+      // Only the token mints codes: a session cannot renew itself past its end.
+      if (caller.kind !== "operator-token")
+        throw new Refusal(
+          403,
+          "token-only",
+          "a login code is asked with the operator token (mesh dashboard)",
+        );
+      const body = await readJson(req, MAX_LOGIN_BYTES);
+      const name = body["name"];
+      if (name !== undefined && typeof name !== "string")
+        throw new Refusal(400, "bad-request", "name is who the session acts as: a string");
+      const { code, expiresAt } = auth.mintLoginCode(name);
+      return {
+        status: 200,
+        body: { ok: true, code, expiresAt: new Date(expiresAt).toISOString(), path: `/?code=${code}` },
+      };
+    }),
+    api(
+      "POST",
+      "/api/login",
+      async (req) => {
+        const body = await readJson(req, MAX_LOGIN_BYTES);
+        const code = body["code"];
+        const started = typeof code === "string" && code.length <= 64 ? auth.startSession(code) : undefined;
+        if (started === undefined)
+          throw new Refusal(
+            401,
+            "bad-code",
+            "that login code is not one the controller gave, was used already, or expired: " +
+              "run mesh dashboard for a new one",
+          );
+        return {
+          status: 200,
+          headers: { "set-cookie": auth.sessionCookie(started) },
+          body: {
+            ok: true,
+            who: started.session.who,
+            session: started.session.id,
+            csrf: started.csrf,
+            expiresAt: new Date(started.session.expiresAt).toISOString(),
+          },
+        };
+      },
+      "open",
+    ),
+    api("GET", "/api/session", async (_req, _url, caller) => ({
+      status: 200,
+      body: {
+        ok: true,
+        who: whoOf(caller),
+        ...(caller.kind === "session"
+          ? { session: caller.session.id, expiresAt: new Date(caller.session.expiresAt).toISOString() }
+          : {}),
+      },
+    })),
+    api("POST", "/api/logout", async (req) => {
+      auth.endSession(req);
+      return { status: 200, headers: { "set-cookie": auth.clearedCookie() }, body: { ok: true } };
+    }),
     api("GET", "/api/state", async () => ({ status: 200, body: await view.state() })),
     api("GET", "/api/ledger", async (_req, url) => {
       const module = url.searchParams.get("module") ?? "";
@@ -151,8 +215,8 @@ export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
       // The page hides read-only tool calls unless asked; which they are comes from the tool table.
       return { status: read.ok ? 200 : 404, body: { ...read, readOnlyTools: [...READ_ONLY_TOOL_NAMES] } };
     }),
-    api("POST", "/api/approve", async (req) => {
-      const body = await readAction(req);
+    api("POST", "/api/approve", async (req, _url, caller) => {
+      const body = await readJson(req, MAX_ACTION_BYTES);
       const module = body["module"];
       const id = body["id"];
       if (typeof module !== "string" || !isProvider(module))
@@ -163,10 +227,13 @@ export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
         );
       if (typeof id !== "string" || !SET_ID.test(id))
         throw new Refusal(400, "bad-request", "name the waiting set by its id, as the page lists it");
-      return act(module, options.sources.tool({ module, tool: "retire approve", args: [id], who: view.who }));
+      return act(
+        module,
+        options.sources.tool({ module, tool: "retire approve", args: [id], who: whoOf(caller) }),
+      );
     }),
-    api("POST", "/api/delete", async (req) => {
-      const body = await readAction(req);
+    api("POST", "/api/delete", async (req, _url, caller) => {
+      const body = await readJson(req, MAX_ACTION_BYTES);
       const { module, login, typed } = body;
       if (typeof module !== "string" || !isProvider(module))
         throw new Refusal(
@@ -190,7 +257,7 @@ export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
       }
       return act(
         module,
-        options.sources.tool({ module, tool: "cleanup delete", args: [login], who: view.who }),
+        options.sources.tool({ module, tool: "cleanup delete", args: [login], who: whoOf(caller) }),
       );
     }),
   ];
@@ -213,20 +280,6 @@ function replyStatus(reply: ToolReply): number {
   )
     return 503;
   return 409;
-}
-
-// Without a token, a Host that is not a loopback name is a page elsewhere reaching in through a
-// name it points at this machine (DNS rebinding): it is answered nothing.
-function checkLoopbackHost(req: IncomingMessage): void {
-  const host = hostnameOf(req.headers.host);
-  if (host === undefined || !isLoopbackHost(host)) {
-    throw new Refusal(
-      421,
-      "wrong-host",
-      `this dashboard answers only as 127.0.0.1 or localhost (it was asked as ${JSON.stringify(req.headers.host ?? "")}); ` +
-        "to reach it from elsewhere, give mesh up an operator token",
-    );
-  }
 }
 
 // A POST must come from the page itself: the browser's Origin (when it sends one) is this Host, it
@@ -258,40 +311,40 @@ function checkSameOrigin(req: IncomingMessage): void {
   }
   const type = (req.headers["content-type"] ?? "").split(";")[0]?.trim().toLowerCase();
   if (type !== "application/json") {
-    throw new Refusal(415, "bad-request", "an action's body is JSON (content-type: application/json)");
+    throw new Refusal(415, "bad-request", "the body is JSON (content-type: application/json)");
   }
 }
 
-async function readAction(req: IncomingMessage): Promise<Record<string, unknown>> {
+async function readJson(req: IncomingMessage, max: number): Promise<Record<string, unknown>> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.length;
-    if (size > MAX_ACTION_BYTES)
-      throw new Refusal(413, "bad-request", `an action's body is at most ${MAX_ACTION_BYTES} bytes`);
+    if (size > max) throw new Refusal(413, "bad-request", `this request's body is at most ${max} bytes`);
     chunks.push(chunk);
   }
   let body: unknown;
   try {
     body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
   } catch {
-    throw new Refusal(400, "bad-request", "an action's body is a JSON object");
+    throw new Refusal(400, "bad-request", "the body is a JSON object");
   }
   if (typeof body !== "object" || body === null || Array.isArray(body))
-    throw new Refusal(400, "bad-request", "an action's body is a JSON object");
+    throw new Refusal(400, "bad-request", "the body is a JSON object");
   return body as Record<string, unknown>;
 }
 
-function hostnameOf(host: string | undefined): string | undefined {
-  if (host === undefined || host === "") return undefined;
-  try {
-    return new URL(`http://${host}`).hostname;
-  } catch {
-    return undefined;
-  }
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { ...PAGE_HEADERS, "content-type": "application/json", "cache-control": "no-store" });
+function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  res.writeHead(status, {
+    ...PAGE_HEADERS,
+    ...headers,
+    "content-type": "application/json",
+    "cache-control": "no-store",
+  });
   res.end(JSON.stringify(maskDeep(body)));
 }
