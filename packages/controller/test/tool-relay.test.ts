@@ -36,7 +36,17 @@ import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-
 const REFUSED_WITHIN = { timeout: 20_000 };
 
 /** What a stand-in agent does with the calls relayed to its node. */
-type AgentMode = "answer" | "silent";
+type AgentMode = "answer" | "silent" | "malformed";
+
+/** A provider's status as the fake agent relays it. */
+const statusOf = (module: string) => ({
+  interface: "postgres-database",
+  instance: module,
+  receives: "/r.json",
+  lastPassAt: null,
+  contributionsProblem: null,
+  consumers: [],
+});
 
 void describe("the controller relays tool calls to the module's node", () => {
   let mesh: TestMesh;
@@ -81,13 +91,17 @@ void describe("the controller relays tool calls to the module's node", () => {
         const call = msg.json<{ module: string; tool: string }>();
         seen.push(call);
         if (mode === "silent") continue;
+        if (mode === "malformed") {
+          msg.respond(JSON.stringify({ ok: true, answer: { ...statusOf(call.module), consumers: [null] } }));
+          continue;
+        }
         msg.respond(
           JSON.stringify(
             call.tool === "cleanup delete"
               ? { ok: false, error: "app9 is still asked for", code: "still-asked" }
               : {
                   ok: true,
-                  answer: { module: call.module, consumers: [] },
+                  answer: statusOf(call.module),
                   ledger: "the ledger entry for this call was not written: testing",
                 },
           ),
@@ -114,7 +128,7 @@ void describe("the controller relays tool calls to the module's node", () => {
   void it("relays an operator's call to the module's node as it was asked, through mesh tool whatever it says", async () => {
     const before = seen.length;
     const reply = await ask({ module: "postgres", tool: "status", args: [], who: "alice", via: "dashboard" });
-    assert.deepEqual(reply, { ok: true, answer: { module: "postgres", consumers: [] } });
+    assert.deepEqual(reply, { ok: true, answer: statusOf("postgres") });
     assert.deepEqual(seen.slice(before), [
       { module: "postgres", tool: "status", args: [], who: "alice", via: "mesh tool" },
     ]);
@@ -133,7 +147,7 @@ void describe("the controller relays tool calls to the module's node", () => {
       who: "alice",
       via: "mesh tool",
       ok: true,
-      answer: { module: "postgres", consumers: [] },
+      answer: statusOf("postgres"),
       recordedBy: "controller",
     });
   });
@@ -156,6 +170,21 @@ void describe("the controller relays tool calls to the module's node", () => {
     assert.deepEqual(seen.slice(before), [
       { module: "postgres", tool: "status", args: [], who: "carol", via: "dashboard" },
     ]);
+  });
+
+  void it("answers an agent's reply whose answer is not the tool's as a refusal naming the node, and passes none of it on", async () => {
+    mode = "malformed";
+    try {
+      const reply = await ask({ module: "postgres", tool: "status", args: [], who: "alice" });
+      assert.equal(reply.ok, false);
+      assert.equal(reply.ok ? "" : reply.code, "agent-not-answering");
+      assert.match(
+        reply.ok ? "" : reply.error,
+        /node node-a's agent relayed an answer to status that is not one \(consumers\[0\]: /,
+      );
+    } finally {
+      mode = "answer";
+    }
   });
 
   void it("brings a provider's refusal back with its code", async () => {
