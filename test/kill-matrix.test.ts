@@ -261,11 +261,12 @@ describe(
       }
     };
     const providerStatus = (provider: string): Promise<StatusReport> =>
-      callControl(moduleControlPath(nodeDir("node-1"), provider), {
-        tool: "status",
-        args: [],
-        who: "kill-matrix",
-      }) as Promise<StatusReport>;
+      callControl(
+        moduleControlPath(nodeDir("node-1"), provider),
+        { tool: "status", args: [], who: "kill-matrix" },
+        // A loaded machine, a provider just restarted: a person would wait this long too.
+        { timeoutMs: 30_000 },
+      ) as Promise<StatusReport>;
 
     /** Every asked consumer's password now, by consumer. */
     const passwords = async (): Promise<Map<string, string>> => {

@@ -1,3 +1,4 @@
+import type { ReportedMisbehaviour } from "@mesh/manifest";
 import type { ModulePublicKeys } from "./module-keys.ts";
 import type { ModuleStatus } from "./module-process.ts";
 import type { ProviderStanding } from "./provider-standings.ts";
@@ -22,6 +23,11 @@ export interface AgentReport {
    * failing ones (from their first failure), the set waiting for a person, and counts by state.
    */
   readonly providers?: readonly ProviderStanding[];
+  /**
+   * The modules of this node that misbehave: what they were asked, what was wrong with the answer
+   * and since when, one entry per question, until their next good answer to it.
+   */
+  readonly misbehaving?: readonly ReportedMisbehaviour[];
   /**
    * Users of this node's mesh (`mesh-<id>-…` in /etc/passwd) whose module no longer runs here, at
    * most 100: the mesh never removes a user; an operator may (`userdel`, see docs/operating.md).

@@ -38,6 +38,12 @@ export * from "./module-process.ts";
 export * from "./module-supervisor.ts";
 export * from "./node-agent.ts";
 export * from "./node-identity.ts";
+export {
+  MisbehavingModules,
+  type Misbehaviour,
+  type MisbehavingModulesOptions,
+} from "./misbehaving-modules.ts";
+export { providerPasswordGate, type PasswordGateOptions } from "./password-gate.ts";
 export { MAX_REPORTED_FAILING, ProviderStandings, type ProviderStanding } from "./provider-standings.ts";
 export * from "./start-agent.ts";
 export * from "./tool-runner.ts";

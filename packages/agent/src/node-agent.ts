@@ -41,6 +41,7 @@ import { HomeSizes, type MeasureHome } from "./home-sizes.ts";
 import { withMetricsUrls } from "./module-metrics.ts";
 import type { LimitEvent, SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
+import { MisbehavingModules } from "./misbehaving-modules.ts";
 import { providerPasswordGate } from "./password-gate.ts";
 import { ProviderStandings } from "./provider-standings.ts";
 import { nodeSecrets, scrubValue } from "./tool-runner.ts";
@@ -128,6 +129,8 @@ export class NodeAgent {
   readonly #keyring: ModuleKeyring;
   readonly #standings: ProviderStandings;
   readonly #isolations: ModuleIsolations;
+  /** The modules whose answers were malformed, huge, slow or cut off, until they answer well again. */
+  readonly misbehaving: MisbehavingModules;
   // A provider says where it serves its metrics once it listens: reported then, not at the next tick.
   readonly #metricsFiles = new FileWatcher(() => this.#changed());
   #modules: readonly string[] = [];
@@ -195,7 +198,15 @@ export class NodeAgent {
     );
     this.#keyring = new ModuleKeyring(options.stateDir, options.logger);
     const { stateDir, logger, baseEnv: env } = options;
-    this.#standings = new ProviderStandings({ stateDir, logger, env, onChange: () => this.#changed() });
+    this.misbehaving = new MisbehavingModules({ logger, onChange: () => this.#changed() });
+    this.#standings = new ProviderStandings({
+      stateDir,
+      logger,
+      env,
+      onChange: () => this.#changed(),
+      misbehaving: this.misbehaving,
+      consumers: (module) => this.consumersOf(module),
+    });
     this.#isolations = new ModuleIsolations({
       stateDir: options.stateDir,
       meshId: options.meshId,
@@ -229,6 +240,19 @@ export class NodeAgent {
   /** The agent's report as of now, and whether it has the bus. */
   status(): AgentStatus {
     return { ...this.#report(), connected: this.#connected };
+  }
+
+  /**
+   * How many consumers the last delivery gives provider `module` on this node: what its answers may
+   * grow with (0 for a module that provides nothing here).
+   */
+  consumersOf(module: string): number {
+    const plan = this.#lastDelivery?.plan;
+    if (plan === undefined) return 0;
+    let n = 0;
+    for (const i of plan.instances)
+      if (i.provider === module && i.node === this.#o.node) n += i.consumers.length;
+    return n;
   }
 
   /** The modules this node supervises now, by name (what `status()` lists, without reading a file). */
@@ -397,6 +421,7 @@ export class NodeAgent {
     );
     if (!this.#stopped) await this.#supervisor.reconcile(await this.#assigned(delivery));
     this.#modules = delivery.modules.map((m) => m.name);
+    this.misbehaving.keepOnly(this.#modules);
     this.#standings.follow(delivery.plan.instances.filter((i) => i.node === node).map((i) => i.provider));
     this.#watchMetricsFiles();
     this.#changed();
@@ -421,7 +446,10 @@ export class NodeAgent {
         ...(this.#o.caFile !== undefined ? { caFile: this.#o.caFile } : {}),
       },
       identity: (module: string) => this.#isolations.identity(module),
-      passwordApplied: providerPasswordGate(this.#o.stateDir),
+      passwordApplied: providerPasswordGate(this.#o.stateDir, {
+        misbehaving: this.misbehaving,
+        consumers: (provider) => this.consumersOf(provider),
+      }),
       ...(this.#targets === undefined ? {} : { scrapeTargets: this.#targets }),
       ...(this.#o.scrapeToken === undefined ? {} : { scrapeToken: this.#o.scrapeToken }),
       metricsPort: (module: string, host: string) => this.#metricsPort(module, host),
@@ -619,7 +647,7 @@ export class NodeAgent {
       node: this.#o.node,
       generation: this.#generation,
       at: new Date().toISOString(),
-      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses()).map((m) => {
+      modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses(), this.misbehaving).map((m) => {
         // A module refused for want of isolation is not running: its status still says why.
         const isolation = m.isolation ?? this.#isolations.identity(m.name)?.isolation;
         const tail = m.logTail?.map((line) => maskUrls(String(scrubValue(line, this.#secrets))));
@@ -634,6 +662,7 @@ export class NodeAgent {
       files: { ...this.#files },
       moduleKeys: this.#keyring.publicKeys(),
       providers: this.#standings.standings(),
+      misbehaving: this.misbehaving.list(),
       ...(this.#goneUsers.length === 0 ? {} : { goneModuleUsers: this.#goneUsers.slice(0, 100) }),
     };
   }

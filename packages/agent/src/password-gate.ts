@@ -1,10 +1,12 @@
 // Whether a provider of this node has applied a consumer's password, asked of its control socket
 // (`status`, whose consumers name a tag of the password their backend last accepted). An app that
 // does not know the mesh is handed a password only once this says yes: it never holds a password
-// its backend would refuse.
-import type { PlanEntry } from "@mesh/manifest";
-import { type StatusReport } from "@mesh/sdk";
-import { callControl, NoProviderListeningError, passwordTag } from "@mesh/sdk/provider";
+// its backend would refuse. A provider whose answer is malformed says no to every consumer of its
+// own (their apps keep the password they run with) and nothing of any other provider's.
+import { toolAnswerBytes, type PlanEntry } from "@mesh/manifest";
+import { ToolError } from "@mesh/sdk";
+import { callControl, ControlAnswerError, NoProviderListeningError, passwordTag } from "@mesh/sdk/provider";
+import { whatOf, type MisbehavingModules } from "./misbehaving-modules.ts";
 import type { GateAnswer, PasswordGate } from "./module-launch.ts";
 import { moduleControlPath } from "./module-launch.ts";
 import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";
@@ -12,31 +14,55 @@ import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";
 /** How long one ask waits for a provider's control socket. */
 export const PASSWORD_GATE_TIMEOUT_MS = 3_000;
 
+/** How the gate asks, and where it counts a provider that answers badly. */
+export interface PasswordGateOptions {
+  /** How long one ask waits (default `PASSWORD_GATE_TIMEOUT_MS`). */
+  readonly timeoutMs?: number;
+  /** The node's book of misbehaving modules; absent, a bad answer is only a "not yet". */
+  readonly misbehaving?: MisbehavingModules;
+  /** How many consumers the delivery gives `provider`: its status may be larger by so much. */
+  consumers?(provider: string): number;
+}
+
 /**
  * A gate that asks each provider module of the node under `stateDir`, at its control socket,
- * whether the backend took the password: yes when its `status` lists the login active with the
- * password's tag. Never throws: a provider that cannot be asked is "not yet", with the reason.
+ * whether the backend took the password: yes when its `status` (parsed against the tool's schema)
+ * lists the login active with the password's tag. Never throws: a provider that cannot be asked,
+ * or answers badly, is "not yet", with the reason.
  */
-export function providerPasswordGate(stateDir: string, timeoutMs = PASSWORD_GATE_TIMEOUT_MS): PasswordGate {
+export function providerPasswordGate(stateDir: string, options: PasswordGateOptions = {}): PasswordGate {
+  const timeoutMs = options.timeoutMs ?? PASSWORD_GATE_TIMEOUT_MS;
   return async (entry: PlanEntry, password: string): Promise<GateAnswer> => {
-    const path = moduleControlPath(stateDir, entry.provider);
+    const provider = entry.provider;
+    const path = moduleControlPath(stateDir, provider);
     try {
       if ((await checkModuleSocket(path)) === "missing")
         return { applied: false, why: `nothing listens at its control socket ${path} yet` };
     } catch (err) {
       return { applied: false, why: err instanceof UnsafeModuleFileError ? err.message : String(err) };
     }
-    let status: StatusReport | undefined;
+    let status;
     try {
-      status = await callControl(path, { tool: "status", who: "agent" }, { timeoutMs });
+      status = await callControl(
+        path,
+        { tool: "status", who: "agent" },
+        { timeoutMs, maxBytes: toolAnswerBytes("status", options.consumers?.(provider) ?? 0) },
+      );
     } catch (err) {
       if (err instanceof NoProviderListeningError)
         return { applied: false, why: `nothing listens at its control socket ${path} yet` };
+      if (err instanceof ToolError) {
+        options.misbehaving?.good(provider, "status");
+        return { applied: false, why: `it refused status (${err.code})` };
+      }
+      if (err instanceof ControlAnswerError) {
+        options.misbehaving?.failed(provider, "status", err);
+        return { applied: false, why: `its answer to status was not used: ${whatOf(err)}` };
+      }
       return { applied: false, why: `its control socket did not answer (${(err as Error).name})` };
     }
-    const consumer = Array.isArray(status?.consumers)
-      ? status.consumers.find((c) => c.login === entry.login)
-      : undefined;
+    options.misbehaving?.good(provider, "status");
+    const consumer = status.consumers.find((c) => c.login === entry.login);
     if (consumer === undefined) return { applied: false, why: `it does not list ${entry.login} yet` };
     if (consumer.state === "failing") return { applied: false, why: `${entry.login} is failing there` };
     if (consumer.applied !== passwordTag(password))

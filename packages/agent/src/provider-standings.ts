@@ -5,9 +5,17 @@
 // consumers (at most MAX_REPORTED_FAILING), the set waiting for a person, and counts, never every
 // consumer.
 import type { BusLogger } from "@mesh/bus";
-import type { ReportedCounts, ReportedFailure, ReportedProvider, ReportedWaiting } from "@mesh/manifest";
-import { type ConsumerState, type RetireList, type StatusReport } from "@mesh/sdk";
+import {
+  toolAnswerBytes,
+  type ReportedCounts,
+  type ReportedFailure,
+  type ReportedProvider,
+  type ReportedWaiting,
+  type ToolAnswers,
+} from "@mesh/manifest";
+import { ToolError, type ConsumerState } from "@mesh/sdk";
 import { callControl, maskUrls, NoProviderListeningError } from "@mesh/sdk/provider";
+import { MisbehavingModules, whatOf } from "./misbehaving-modules.ts";
 import { moduleControlPath } from "./module-launch.ts";
 import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";
 import { nodeSecrets, scrubValue } from "./tool-runner.ts";
@@ -24,7 +32,7 @@ export const MAX_REPORTED_ERROR = 500;
 /** How often each provider is asked, at least; a provider slow to answer is asked less often. */
 export const STANDINGS_EVERY_MS = 2_000;
 
-/** How long one ask waits for a provider's control socket. */
+/** How long one ask waits for a provider's control socket (its answer must be whole by then). */
 export const STANDINGS_TIMEOUT_MS = 5_000;
 
 /** What one provider module of this node says, as the node's report carries it. */
@@ -40,7 +48,20 @@ export interface ProviderStandingsOptions {
   readonly env?: Readonly<Record<string, string | undefined>>;
   readonly everyMs?: number;
   readonly timeoutMs?: number;
+  /**
+   * Where a provider whose answer is malformed, too large, too slow or cut off is counted as
+   * misbehaving (the node's one book); absent, a book of its own.
+   */
+  readonly misbehaving?: MisbehavingModules;
+  /**
+   * How many consumers the node's delivery gives `module`: its answers may be larger by so much
+   * (`toolAnswerBytes`). Absent: none, so 1 MiB.
+   */
+  consumers?(module: string): number;
 }
+
+/** How a standing's problem begins when the provider's answer was bad (the book says it, not the standings). */
+const BAD_ANSWER = "its answer to ";
 
 /** How long the node's secrets, read for scrubbing, are reused. */
 const SECRETS_FRESH_MS = 10_000;
@@ -53,6 +74,7 @@ const NO_COUNTS: ReportedCounts = { active: 0, failing: 0, unasked: 0, "awaiting
  */
 export class ProviderStandings {
   readonly #o: ProviderStandingsOptions;
+  readonly #misbehaving: MisbehavingModules;
   readonly #standings = new Map<string, ProviderStanding>();
   readonly #said = new Map<string, string>();
   #modules: readonly string[] = [];
@@ -63,6 +85,7 @@ export class ProviderStandings {
 
   constructor(options: ProviderStandingsOptions) {
     this.#o = options;
+    this.#misbehaving = options.misbehaving ?? new MisbehavingModules({ logger: options.logger });
   }
 
   /** Asks these provider modules from now on (the node's delivery says which); asks them at once. */
@@ -79,6 +102,12 @@ export class ProviderStandings {
     this.#asking = this.#askAll().finally(() => {
       this.#asking = undefined;
     });
+  }
+
+  /** Asks every followed provider now (or joins the ask under way) and resolves when it has ended. */
+  refresh(): Promise<void> {
+    this.askSoon();
+    return this.#asking ?? Promise.resolve();
   }
 
   /** What each followed provider said when last asked, by module; one that was not asked yet is absent. */
@@ -140,39 +169,58 @@ export class ProviderStandings {
       const why = err instanceof UnsafeModuleFileError ? err.message : String(err);
       return unanswered(why);
     }
-    let status: StatusReport;
-    try {
-      status = await callControl(path, { tool: "status", who: "agent" }, { timeoutMs });
-    } catch (err) {
-      if (err instanceof NoProviderListeningError)
-        return unanswered(`nothing listens at its control socket ${path} yet`);
-      return unanswered(err instanceof Error ? err.message : String(err));
-    }
-    if (!Array.isArray(status?.consumers)) return unanswered(`its control socket ${path} answered no status`);
+    const book = this.#misbehaving;
+    const consumers = this.#o.consumers?.(module) ?? 0;
+    // What the provider says is parsed against the tool's schema by callControl, and bounded in size
+    // and time: a malformed, huge, slow or cut-off answer is the provider misbehaving, and nothing
+    // of it is used.
+    const ask = async <T extends "status" | "retire list">(tool: T): Promise<ToolAnswers[T] | string> => {
+      try {
+        const answer = await callControl(
+          path,
+          { tool, who: "agent" },
+          { timeoutMs, maxBytes: toolAnswerBytes(tool, consumers) },
+        );
+        book.good(module, tool);
+        return answer;
+      } catch (err) {
+        if (err instanceof NoProviderListeningError)
+          return `nothing listens at its control socket ${path} yet`;
+        if (err instanceof ToolError) {
+          book.good(module, tool);
+          // The refusal's words are the provider's: scrubbed of the node's secrets like its errors.
+          const why = scrubValue(clipLine(err.message), await this.#nodeSecrets()) as string;
+          return `it refused ${tool} (${err.code}): ${maskUrls(why)}`;
+        }
+        if (book.failed(module, tool, err)) {
+          const misbehaves = book.isMisbehaving(module) ? " (it misbehaves)" : "";
+          return `${BAD_ANSWER}${tool} was not used${misbehaves}: ${whatOf(err)}`;
+        }
+        return err instanceof Error ? err.message : String(err);
+      }
+    };
+    const status = await ask("status");
+    if (typeof status === "string") return unanswered(status);
     const counts: Record<ConsumerState, number> = { ...NO_COUNTS };
     const failing: ReportedFailure[] = [];
     for (const c of status.consumers) {
-      const state = c.state as ConsumerState;
-      if (Object.hasOwn(counts, state)) counts[state] += 1;
+      counts[c.state] += 1;
       if (c.state !== "failing" || failing.length >= MAX_REPORTED_FAILING) continue;
       failing.push({
-        login: String(c.login),
-        node: typeof c.node === "string" ? c.node : null,
-        class: String(c.class ?? "refused"),
-        since: String(c.since),
-        attempts: typeof c.attempts === "number" ? c.attempts : 1,
-        error: clipLine(String(c.why ?? "")),
+        login: c.login,
+        node: c.node ?? null,
+        class: c.class ?? "refused",
+        since: c.since,
+        attempts: c.attempts ?? 1,
+        error: clipLine(c.why),
       });
     }
     let waiting: ReportedWaiting | null = null;
     if (counts["awaiting-approval"] > 0) {
       const awaiting = status.consumers.filter((c) => c.state === "awaiting-approval").map((c) => c.login);
-      let list: RetireList | undefined;
-      try {
-        list = await callControl(path, { tool: "retire list", who: "agent" }, { timeoutMs });
-      } catch {
-        // The status said enough: the set is shown without its id until the next ask.
-      }
+      const said = await ask("retire list");
+      // Not answered (or not well): the status said enough, and the set is shown without its id.
+      const list = typeof said === "string" ? undefined : said;
       const logins = list?.id ? list.logins : awaiting;
       waiting = {
         id: list?.id ?? null,
@@ -196,7 +244,7 @@ export class ProviderStandings {
       answered: true,
       problem: null,
       askedAt,
-      lastPassAt: status.lastPassAt ?? null,
+      lastPassAt: status.lastPassAt,
       contributionsProblem: scrubbed.problem === null ? null : clipLine(scrubbed.problem),
       counts,
       failing: scrubbed.failing.map((f) => ({ ...f, error: maskUrls(f.error) })),
@@ -216,16 +264,19 @@ export class ProviderStandings {
   }
 
   // Said when it changes, not on every ask: a provider starting is not listening for a second or two.
+  // A bad answer is said by the book of misbehaving modules, once when it starts and once when it
+  // ends: not again here.
   #sayProblem(module: string, problem: string | null): void {
     const before = this.#said.get(module);
     if (problem === null) {
-      if (before !== undefined) this.#o.logger.info(`${module} answers its status again`);
+      if (before !== undefined && !before.startsWith(BAD_ANSWER))
+        this.#o.logger.info(`${module} answers its status again`);
       this.#said.delete(module);
       return;
     }
     if (before === problem) return;
     this.#said.set(module, problem);
-    if (!problem.startsWith("nothing listens")) {
+    if (!problem.startsWith("nothing listens") && !problem.startsWith(BAD_ANSWER)) {
       this.#o.logger.warn(`the agent cannot read ${module}'s status: ${problem}`);
     }
   }

@@ -275,6 +275,8 @@ async function startLocked(
     backlog,
     logger,
     env: options.env ?? process.env,
+    misbehaving: agent.misbehaving,
+    consumers: (module) => agent.consumersOf(module),
   });
   logger.info(`the agent of node ${node} is connected to the bus at ${servers.join(", ")}`);
   const stop = async (): Promise<void> => {

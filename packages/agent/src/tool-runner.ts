@@ -17,11 +17,13 @@ import {
   type ToolRunnerCode,
   type ToolSurface,
 } from "@mesh/bus";
+import { toolAnswerBytes, toolDefinition } from "@mesh/manifest";
 import { ToolError } from "@mesh/sdk";
 import {
   BadControlRequestError,
   callControl,
   checkControlRequest,
+  ControlAnswerError,
   ControlUnreachableError,
   isServerUrl,
   NoProviderListeningError,
@@ -32,6 +34,7 @@ import {
   type ToolCallReply,
 } from "@mesh/sdk/provider";
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
+import { whatOf, type MisbehavingModules } from "./misbehaving-modules.ts";
 import { moduleControlPath } from "./module-launch.ts";
 import { checkModuleSocket, UnsafeModuleFileError } from "./safe-open.ts";
 
@@ -78,7 +81,11 @@ export { RUNNER_UNANSWERED_CODES, type ToolRunnerCode };
 /** Answers larger than this (as JSON) are summarised in the ledger; the caller still gets them whole. */
 export const MAX_LEDGER_ANSWER_BYTES = 16 * 1024;
 
-/** How long the agent waits for a module's control socket by default: with the ledger append, less than the relay waits. */
+/**
+ * How long the agent waits for a module's control socket at most, whatever the tool: with the
+ * ledger append, less than the relay waits. A read-only tool is waited for less (the tool table's
+ * `answer.timeoutMs`, 5 s).
+ */
 export const DEFAULT_TOOL_TIMEOUT_MS = 95_000;
 
 /** How long the agent waits for a ledger append before answering without it. */
@@ -108,8 +115,12 @@ export interface ToolRunnerOptions {
   secrets?(): Promise<readonly string[]>;
   /** The environment the node's modules inherit, for `secrets`' default. */
   readonly env?: Readonly<Record<string, string | undefined>>;
-  /** How long to wait for the control socket (default `DEFAULT_TOOL_TIMEOUT_MS`). */
+  /** How long to wait for the control socket (default: the tool's own bound, at most `DEFAULT_TOOL_TIMEOUT_MS`). */
   readonly timeoutMs?: number;
+  /** The node's book of misbehaving modules: a module whose answer is bad is counted there. */
+  readonly misbehaving?: MisbehavingModules;
+  /** How many consumers the delivery gives `module`: its answers may be larger by so much. */
+  consumers?(module: string): number;
 }
 
 /** A node's tool runner at work. */
@@ -221,15 +232,34 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
   try {
     // The socket is in the module's own directory: never a link to another module's socket.
     await checkModuleSocket(path);
+    // Parsed against the tool's schema and bounded in size and time by callControl: a malformed,
+    // huge, slow or cut-off answer is never relayed, and counts against the module.
     const answer = await callControl(
       path,
       { tool, args, who },
-      { timeoutMs: options.timeoutMs ?? DEFAULT_TOOL_TIMEOUT_MS },
+      {
+        timeoutMs:
+          options.timeoutMs ?? Math.min(toolDefinition(tool).answer.timeoutMs, DEFAULT_TOOL_TIMEOUT_MS),
+        maxBytes: toolAnswerBytes(tool, options.consumers?.(module) ?? 0),
+      },
     );
+    options.misbehaving?.good(module, tool);
     outcome = { ok: true, answer };
   } catch (err) {
-    if (err instanceof ToolError) outcome = { ok: false, error: err.message, code: err.code };
-    else if (err instanceof UnsafeModuleFileError) {
+    if (err instanceof ToolError) {
+      options.misbehaving?.good(module, tool);
+      outcome = { ok: false, error: err.message, code: err.code };
+    } else if (err instanceof ControlAnswerError) {
+      options.misbehaving?.failed(module, tool, err);
+      const misbehaves = options.misbehaving?.isMisbehaving(module) !== false;
+      outcome = {
+        ok: false,
+        code: misbehaves ? "module-misbehaving" : "provider-unreachable",
+        error:
+          `${module} on node ${node}${misbehaves ? " misbehaves" : ""}: its answer to ${tool} was not passed on ` +
+          `(${whatOf(err)})${misbehaves ? "; `mesh status` shows since when" : ""}`,
+      };
+    } else if (err instanceof UnsafeModuleFileError) {
       outcome = {
         ok: false,
         code: "provider-unreachable",

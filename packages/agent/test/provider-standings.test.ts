@@ -6,7 +6,13 @@ import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { type ConsumerStatus, type ProvisionerTools, type RetireList, type StatusReport } from "@mesh/sdk";
+import {
+  ToolError,
+  type ConsumerStatus,
+  type ProvisionerTools,
+  type RetireList,
+  type StatusReport,
+} from "@mesh/sdk";
 import { serveControl, type ControlServer } from "@mesh/sdk/provider";
 import { moduleControlPath } from "../src/index.ts";
 import { MAX_REPORTED_FAILING, ProviderStandings } from "../src/provider-standings.ts";
@@ -133,6 +139,20 @@ describe("the agent's reading of its providers' status", () => {
     const got = await until("the provider's standing", () => s.standings()[0], 30);
     assert.deepEqual(got.waiting, { id: "w-42", logins, count: 4, held: 5, reason: "4 of 5 is more than 3" });
     assert.equal(got.counts["awaiting-approval"], 4);
+  });
+
+  it("says a provider's refusal of status, scrubbed of the node's secrets, and does not count it as misbehaving", async () => {
+    await serve("pg6", {
+      ...toolsSaying(() => []),
+      status: () => {
+        throw new ToolError("stopped", `stopping; it held ${PASSWORD} a moment ago`);
+      },
+    });
+    const { s } = follow(["pg6"]);
+    const got = await until("its standing", () => s.standings()[0], 30);
+    assert.equal(got.answered, false);
+    assert.match(got.problem ?? "", /^it refused status \(stopped\): stopping; it held /);
+    assert.ok(!(got.problem ?? "").includes(PASSWORD), got.problem ?? "");
   });
 
   it("says a provider that does not listen, and never follows a link planted at its socket", async () => {

@@ -15,14 +15,23 @@ export const RELAY_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRelayCode
   "agent-timeout",
 ]);
 
-/** Why the agent did not get an answer from the module (besides the provider's own refusal codes). */
+/**
+ * Why the agent did not get an answer from the module (besides the provider's own refusal codes):
+ * `module-misbehaving` when the module answered with something malformed, too large, too slow or
+ * cut off, which was not passed on.
+ */
 export type ToolRunnerCode =
-  "bad-request" | "module-not-here" | "provider-not-listening" | "provider-unreachable";
+  | "bad-request"
+  | "module-not-here"
+  | "provider-not-listening"
+  | "provider-unreachable"
+  | "module-misbehaving";
 
-/** The runner's codes that mean the provider did not answer (worth trying again), not that it refused. */
+/** The runner's codes that mean the provider gave no usable answer, not that it refused. */
 export const RUNNER_UNANSWERED_CODES: ReadonlySet<string> = new Set<ToolRunnerCode>([
   "provider-not-listening",
   "provider-unreachable",
+  "module-misbehaving",
 ]);
 
 /**

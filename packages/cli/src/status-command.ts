@@ -35,6 +35,18 @@ export interface ProviderAnswer {
   waiting?: { id: string | null; logins: string[]; count: number; held?: number; reason?: string } | null;
 }
 
+/** A module whose answer its node's agent did not use, as the controller's answer gives it. */
+export interface MisbehavingAnswer {
+  node: string;
+  module: string;
+  /** What was asked (a tool: `status`, `retire list`, …). */
+  answer: string;
+  /** `malformed`, `too-large`, `slow` or `hung-up`. */
+  fault: string;
+  what: string;
+  since: string;
+}
+
 /** The controller's answer to `mesh status`, read loosely: an older controller may lack fields. */
 export interface StatusAnswer {
   nodes?: {
@@ -64,6 +76,8 @@ export interface StatusAnswer {
   consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
   failing?: FailingAnswer[];
   providers?: ProviderAnswer[];
+  /** Every module whose answers its node's agent does not use, with what was wrong and since when. */
+  misbehaving?: MisbehavingAnswer[];
   fleet?: { file: string; readAt: string; refused: string[] | null };
   /** Which controller leads, as the controller that answered sees it. */
   controller?: { self: string; leading: boolean; leader: string | null; term: number | null };
@@ -81,8 +95,18 @@ export function maskedAnswer(answer: StatusAnswer): StatusAnswer {
   if (answer.providers !== undefined) masked.providers = maskDeep(answer.providers);
   if (answer.waiting !== undefined)
     masked.waiting = answer.waiting.map((w) => ({ ...w, error: maskUrls(String(w.error)) }));
+  if (answer.misbehaving !== undefined)
+    masked.misbehaving = answer.misbehaving.map((m) => ({ ...m, what: maskUrls(String(m.what)) }));
   return masked;
 }
+
+/** How each way of misbehaving is said after "its answer to <tool>". */
+const FAULT_WORDS: Readonly<Record<string, string>> = {
+  malformed: "is malformed",
+  "too-large": "is too large",
+  slow: "does not come in time",
+  "hung-up": "is cut off",
+};
 
 /** How long ago `iso` was at `now`, to the second: `12m30s ago`; empty when it does not parse. */
 function ago(iso: string, now: number): string {
@@ -130,6 +154,12 @@ export function formatStatus(
         `  ${m.name.padEnd(22)} ${moduleState(m.state, paint)} ` +
           (m.metrics ? `${restarts.padEnd(9)} ${m.metrics}` : restarts),
       );
+      for (const bad of (s.misbehaving ?? []).filter((b) => b.node === n.name && b.module === m.name)) {
+        lines.push(
+          `    ${paint.red("misbehaving")} since ${formatTime(bad.since)}${ago(bad.since, now)}: ` +
+            `its answer to ${bad.answer} ${FAULT_WORDS[bad.fault] ?? `was not used (${bad.fault})`}: ${bad.what}`,
+        );
+      }
       if (m.waiting !== undefined) lines.push(`    ${paint.yellow("waits for")} ${m.waiting}`);
       if (m.limitEvent !== undefined && m.limitEvent.text !== m.reason) {
         lines.push(`    ${paint.red(m.limitEvent.text)} at ${formatTime(m.limitEvent.at)}`);

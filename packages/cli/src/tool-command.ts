@@ -54,6 +54,12 @@ interface ToolFlags {
   readonly busCa?: string;
 }
 
+/**
+ * The largest answer `mesh tool --control` reads: a person asking one provider directly may want
+ * the status of 100,000 consumers (some 15 MB), more than the mesh's own askers take.
+ */
+const MAX_DIRECT_ANSWER_BYTES = 64 * 1024 * 1024;
+
 /** Asks one tool and returns its answer; says why on failure with the right exit code. */
 type Asker = <T extends ControlTool>(tool: T, args: readonly string[]) => Promise<ControlResults[T]>;
 
@@ -218,7 +224,11 @@ function localAsker(io: CliIo, flags: ToolFlags): Asker {
       // A consumer's why or a refusal may quote a driver's error, URL and all: masked like `mesh status`.
       return maskDeep(
         await withProgress(io, `waiting for the provider at ${path} to answer ${name}`, () =>
-          callControl(path, { tool: name, args, who: osUserName() }, { timeoutMs }),
+          callControl(
+            path,
+            { tool: name, args, who: osUserName() },
+            { timeoutMs, maxBytes: MAX_DIRECT_ANSWER_BYTES },
+          ),
         ),
       );
     } catch (err) {

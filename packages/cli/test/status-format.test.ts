@@ -260,6 +260,39 @@ describe("mesh status's failing consumers", () => {
   });
 });
 
+describe("mesh status's misbehaving modules", () => {
+  it("names a misbehaving module under its node: what was asked, what was wrong and since when", () => {
+    const text = formatStatus(
+      {
+        ...answer(),
+        nodes: [
+          {
+            name: "node-a",
+            enrolled: true,
+            lastReportAt: null,
+            modules: [{ name: "postgres", state: "running", restarts: 0 }],
+          },
+        ],
+        misbehaving: [
+          {
+            node: "node-a",
+            module: "postgres",
+            answer: "status",
+            fault: "malformed",
+            what: "consumers[0]: expected object, received null",
+            since: "2026-03-01T12:28:45Z",
+          },
+        ],
+      },
+      NOW,
+    );
+    assert.match(
+      text,
+      /\n  postgres +running +0\n    misbehaving since 2026-03-01T12:28:45Z \(2m ago\): its answer to status is malformed: consumers\[0\]: expected object, received null\n/,
+    );
+  });
+});
+
 describe("mesh status's controllers", () => {
   const lead = (self: string, term: number) => ({ self, leading: true, leader: self, term });
   const stand = (self: string, leader: string | null, term: number | null) => ({

@@ -4,6 +4,7 @@ import type {
   ModuleReport,
   NodeReport,
   ReportedCounts,
+  ReportedMisbehaviour,
   ReportedProvider,
   ReportedWaiting,
 } from "./node-reports.ts";
@@ -78,6 +79,15 @@ export interface ProviderStatus {
   readonly waiting: ReportedWaiting | null;
 }
 
+/**
+ * One way a module misbehaves, as its node reports it: its answer to `answer` (a tool) was
+ * malformed, too large, too slow or cut off, and nothing of it was used, since `since`.
+ */
+export interface MisbehavingStatus extends ReportedMisbehaviour {
+  /** The module's node. */
+  readonly node: string;
+}
+
 /** The controller's answer on `STATUS_SUBJECT`. */
 export interface ControllerStatus {
   readonly nodes: readonly NodeStatus[];
@@ -86,6 +96,8 @@ export interface ControllerStatus {
   readonly failing: readonly FailingStatus[];
   /** Every provider module of the fleet, with its counts and the retirement waiting for a person. */
   readonly providers: readonly ProviderStatus[];
+  /** Every module whose answers its node's agent does not use, by node, module and question. */
+  readonly misbehaving?: readonly MisbehavingStatus[];
   readonly fleet: {
     readonly file: string;
     /** ISO 8601: when the fleet being served was read. */
@@ -220,11 +232,15 @@ export function controllerStatus(s: StatusSources): ControllerStatus {
     };
   });
   providers.sort((a, b) => compare(a.provider, b.provider));
+  const misbehaving = names.flatMap((node) =>
+    (s.reports.get(node)?.misbehaving ?? []).map((m): MisbehavingStatus => ({ node, ...m })),
+  );
   return {
     nodes,
     consumers,
     failing,
     providers,
+    misbehaving,
     fleet: { file: s.fleetFile, readAt: s.readAt, refused: s.refused },
     ...(s.leader !== undefined ? { controller: s.leader } : {}),
     waiting: s.waiting ?? [],

@@ -3,14 +3,17 @@
 // only that node publish to), never from the body.
 import { isValidNodeName, MESH_SUBJECT_PREFIX } from "@mesh/bus";
 import {
+  boundedJson,
   isModuleName,
+  reportedMisbehaviours,
   type ReportedCounts,
   type ReportedFailure,
+  type ReportedMisbehaviour,
   type ReportedProvider,
   type ReportedWaiting,
 } from "@mesh/manifest";
 
-export type { ReportedCounts, ReportedFailure, ReportedProvider, ReportedWaiting };
+export type { ReportedCounts, ReportedFailure, ReportedMisbehaviour, ReportedProvider, ReportedWaiting };
 import { maskUrls, metricsUrlOf } from "@mesh/sdk/provider";
 import { goneModuleUsersOf, resourcesOf, type ReportedResources } from "./module-resources-report.ts";
 
@@ -76,6 +79,8 @@ export interface NodeReport {
   readonly moduleKeys?: Readonly<Record<string, ReportedModuleKeys>>;
   /** What each provider module of the node says of its consumers, from its own control socket. */
   readonly providers?: readonly ReportedProvider[];
+  /** The modules of the node whose answers its agent did not use (malformed, too large, too slow, cut off). */
+  readonly misbehaving?: readonly ReportedMisbehaviour[];
   /** Users of the node's mesh whose module no longer runs there (the mesh removes no user). */
   readonly goneModuleUsers?: readonly string[];
 }
@@ -88,6 +93,10 @@ export interface ReportedModuleKeys {
 
 const STATES = new Set(["starting", "running", "crashing", "stopped"]);
 // Bounds on what a node may make the controller keep, whatever it sends (a node sends less).
+/** The largest report read; a larger one is dropped whole (the bus's own bound is usually 1 MiB). */
+export const MAX_REPORT_BYTES = 8 * 1024 * 1024;
+const MOST_MODULES = 1_000;
+const MOST_LOG_PATH = 4_096;
 const MOST_PROVIDERS = 64;
 const MOST_FAILING = 100;
 const MOST_WAITING = 20;
@@ -108,9 +117,10 @@ export function reportingNode(subject: string): string | undefined {
  * body is not a report at all.
  */
 export function parseReport(node: string, data: Uint8Array, receivedAt: Date): NodeReport | undefined {
+  if (data.length > MAX_REPORT_BYTES) return undefined;
   let body: unknown;
   try {
-    body = JSON.parse(new TextDecoder().decode(data));
+    body = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(data));
   } catch {
     return undefined;
   }
@@ -120,13 +130,14 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     files?: unknown;
     moduleKeys?: unknown;
     providers?: unknown;
+    misbehaving?: unknown;
     goneModuleUsers?: unknown;
   } | null;
   if (b === null || typeof b !== "object" || !Array.isArray(b.modules)) return undefined;
   const modules: ModuleReport[] = [];
-  for (const m of b.modules as unknown[]) {
+  for (const m of b.modules.slice(0, MOST_MODULES) as unknown[]) {
     const e = m as Partial<Record<keyof ModuleReport, unknown>> | null;
-    if (typeof e?.name !== "string" || typeof e.state !== "string" || !STATES.has(e.state)) continue;
+    if (!isModuleName(e?.name) || typeof e.state !== "string" || !STATES.has(e.state)) continue;
     // Shown as a link on the dashboard: only ever a web address, whatever a node sends.
     const metrics = metricsUrlOf(e.metrics);
     const isolation = isolationOf(e.isolation);
@@ -135,8 +146,11 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
       state: e.state as ModuleReport["state"],
       ...(typeof e.pid === "number" ? { pid: e.pid } : {}),
       restarts: typeof e.restarts === "number" ? e.restarts : 0,
-      ...(e.lastExit !== undefined ? { lastExit: e.lastExit } : {}),
-      log: typeof e.log === "string" ? e.log : "",
+      // Shown as it is, so never nested deeper than a printer can walk.
+      ...(e.lastExit !== undefined && boundedJson.safeParse(e.lastExit).success
+        ? { lastExit: e.lastExit }
+        : {}),
+      log: typeof e.log === "string" ? e.log.slice(0, MOST_LOG_PATH) : "",
       ...(metrics !== undefined ? { metrics } : {}),
       ...(isolation !== undefined ? { isolation } : {}),
       ...(typeof e.waiting === "string" ? { waiting: e.waiting.slice(0, REASON_MAX) } : {}),
@@ -159,6 +173,10 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
       : undefined;
   const moduleKeys = parseModuleKeys(b.moduleKeys);
   const providers = parseProviders(b.providers);
+  // Only the modules the report itself names: a node speaks for what it supervises.
+  const misbehaving = reportedMisbehaviours(b.misbehaving)
+    .filter((m) => modules.some((r) => r.name === m.module))
+    .map((m) => ({ ...m, what: maskUrls(m.what) }));
   const goneModuleUsers = goneModuleUsersOf(b.goneModuleUsers);
   return {
     node,
@@ -168,6 +186,7 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     ...(files !== undefined ? { files } : {}),
     ...(moduleKeys !== undefined ? { moduleKeys } : {}),
     ...(providers !== undefined ? { providers } : {}),
+    ...(misbehaving.length > 0 ? { misbehaving } : {}),
     ...(goneModuleUsers !== undefined && goneModuleUsers.length > 0 ? { goneModuleUsers } : {}),
   };
 }

@@ -12,7 +12,13 @@ import {
   type ToolRelayCode,
   type ToolSurface,
 } from "@mesh/bus";
-import { isModuleName, MODULE_NAME_RULE } from "@mesh/manifest";
+import {
+  isModuleName,
+  MODULE_NAME_RULE,
+  parseAnswer,
+  parseToolAnswer,
+  toolCallReplySchema,
+} from "@mesh/manifest";
 import {
   BadControlRequestError,
   checkControlRequest,
@@ -296,7 +302,7 @@ async function relayOnce(
       `could not ask node ${node}'s agent: ${err instanceof Error ? err.message : String(err)}`,
     );
   }
-  return readReply(msg.data, node);
+  return readReply(msg.data, node, call.tool);
 }
 
 /** A serving relay. */
@@ -386,26 +392,41 @@ function refusal(code: string, error: string): ToolReply {
   return { ok: false, error, code };
 }
 
-// An agent answers with a ToolReply; anything else is said as what it is.
-function readReply(data: Uint8Array, node: string): ToolReply {
+// An agent answers with a ToolReply, parsed as one, whose answer has the tool's shape: an agent is
+// trusted more than a module, but what it relays is a module's words, and the page and the CLI
+// that read this reply are owed what they expect. Anything else is said as what it is.
+function readReply(data: Uint8Array, node: string, tool: ControlTool): ToolReply {
+  let raw: unknown;
   try {
-    const raw = JSON.parse(new TextDecoder().decode(data)) as Record<string, unknown>;
-    const ledger =
-      typeof raw["ledger"] === "string"
-        ? { ledger: raw["ledger"], ...(raw["ledgerWaits"] === true ? { ledgerWaits: true as const } : {}) }
-        : {};
-    if (raw["ok"] === true) return { ok: true, answer: raw["answer"], ...ledger };
-    if (raw["ok"] === false && typeof raw["error"] === "string") {
-      const code = typeof raw["code"] === "string" ? { code: raw["code"] } : {};
-      return { ok: false, error: raw["error"], ...code, ...ledger };
-    }
+    raw = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(data));
   } catch {
-    // Falls through: not a reply.
+    raw = undefined;
   }
-  return refusal(
-    "agent-not-answering",
-    `node ${node}'s agent answered something that is not a tool reply; is it an agent of this version of the mesh?`,
-  );
+  const reply = parseAnswer(toolCallReplySchema, raw);
+  if (!reply.ok) {
+    return refusal(
+      "agent-not-answering",
+      `node ${node}'s agent answered something that is not a tool reply (${reply.problem}); ` +
+        `is it an agent of this version of the mesh?`,
+    );
+  }
+  const r = reply.answer;
+  // Kept by the agent to append later: said as such, so the relay does not record the call too.
+  const ledger =
+    r.ledger === undefined
+      ? {}
+      : { ledger: r.ledger, ...(r.ledgerWaits === true ? { ledgerWaits: true as const } : {}) };
+  if (!r.ok)
+    return { ok: false, error: r.error, ...(r.code === undefined ? {} : { code: r.code }), ...ledger };
+  const answer = parseToolAnswer(tool, r.answer);
+  if (!answer.ok) {
+    return refusal(
+      "agent-not-answering",
+      `node ${node}'s agent relayed an answer to ${tool} that is not one (${answer.problem}); ` +
+        `is it an agent of this version of the mesh?`,
+    );
+  }
+  return { ok: true, answer: answer.answer, ...ledger };
 }
 
 // nats.js rejects a request nobody is subscribed to with a RequestError caused by NoRespondersError.

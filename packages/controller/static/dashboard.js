@@ -261,10 +261,13 @@
     const view = currentView();
     const summary = $("summary");
     const silent = state.nodes.filter((n) => !n.connected).length;
-    summary.className = state.failing > 0 || state.waiting > 0 || silent > 0 ? "attention" : "";
+    const misbehaving = state.misbehaving ?? 0;
+    summary.className =
+      state.failing > 0 || state.waiting > 0 || silent > 0 || misbehaving > 0 ? "attention" : "";
     summary.textContent =
       `${state.nodes.length} node(s)${silent > 0 ? `, ${silent} not connected` : ""} · ` +
-      `${state.modules.length} module(s) · ${state.failing} failing · ${state.waiting} waiting for approval · ` +
+      `${state.modules.length} module(s)${misbehaving > 0 ? `, ${misbehaving} misbehaving` : ""} · ` +
+      `${state.failing} failing · ${state.waiting} waiting for approval · ` +
       `updated ${new Date(state.at).toLocaleTimeString()}`;
     $("approvals-count").textContent = state.waiting > 0 ? `(${state.waiting})` : "";
     for (const a of document.querySelectorAll("nav a")) {
@@ -335,7 +338,7 @@
               ? el("a", { href: `#provider/${encodeURIComponent(m.name)}` }, m.name)
               : m.name,
             m.node,
-            badge(m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown", m.state),
+            moduleState(m),
             String(m.restarts),
             m.provides.join(", ") || "—",
           ]),
@@ -344,6 +347,31 @@
       ),
       ...providersView(),
     ];
+  }
+
+  /** A module's state, and each way it misbehaves (what it was asked, what was wrong, since when). */
+  function moduleState(m) {
+    const state = badge(
+      m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown",
+      m.state,
+    );
+    const bad = m.misbehaving ?? [];
+    if (bad.length === 0) return state;
+    return el(
+      "span",
+      { class: "badges" },
+      state,
+      bad.map((b) =>
+        el(
+          "span",
+          {
+            class: "badge failing misbehaving",
+            title: `its answer to ${b.answer} was not used since ${b.since}: ${b.what}`,
+          },
+          `misbehaving (${b.answer}: ${b.fault})`,
+        ),
+      ),
+    );
   }
 
   function counts(p) {

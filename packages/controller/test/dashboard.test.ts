@@ -104,7 +104,13 @@ class FakeController implements DashboardSources {
           lastPassAt: "2026-11-30T11:59:58.000Z",
           contributionsProblem: null,
           consumers: [
-            { login: "app1_postgres", state: "active", class: null, since: "", why: "held as asked" },
+            {
+              login: "app1_postgres",
+              state: "active",
+              class: null,
+              since: "2026-11-30T10:00:00.000Z",
+              why: "held as asked",
+            },
             {
               login: "app2_postgres",
               state: "failing",
@@ -113,7 +119,13 @@ class FakeController implements DashboardSources {
               why: `password authentication failed for postgresql://app2:${PASSWORD}@db/app2`,
               attempts: 3,
             },
-            { login: "old_postgres", state: "awaiting-approval", class: null, since: "", why: "waits" },
+            {
+              login: "old_postgres",
+              state: "awaiting-approval",
+              class: null,
+              since: "2026-11-30T10:00:00.000Z",
+              why: "waits",
+            },
             {
               login: "older_postgres",
               state: "retired",

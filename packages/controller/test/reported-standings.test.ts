@@ -181,3 +181,60 @@ describe("failing consumers from the providers' own status", () => {
     assert.ok((failing[0]?.error.length ?? 0) <= 1001 && !failing[0]?.error.includes("\n"));
   });
 });
+
+describe("misbehaving modules from the nodes' reports", () => {
+  const bad = (over: Record<string, unknown> = {}) => ({
+    module: "postgres",
+    answer: "status",
+    fault: "malformed",
+    what: "consumers[0]: Invalid input: expected object, received null",
+    since: "2026-11-30T12:00:02Z",
+    ...over,
+  });
+  const reportWith = (misbehaving: unknown) => {
+    const modules = [{ name: "postgres", state: "running", restarts: 0, log: "/l" }];
+    const body = { node: "node-a", generation: 3, modules, misbehaving };
+    const parsed = parseReport("node-a", new TextEncoder().encode(JSON.stringify(body)), HEARD);
+    assert.ok(parsed);
+    return parsed;
+  };
+
+  it("names each misbehaving module with its node, what was asked, what was wrong and since when", () => {
+    const status = statusOf([reportWith([bad()])]);
+    assert.deepEqual(status.misbehaving, [
+      {
+        node: "node-a",
+        module: "postgres",
+        answer: "status",
+        fault: "malformed",
+        what: "consumers[0]: Invalid input: expected object, received null",
+        since: "2026-11-30T12:00:02.000Z",
+      },
+    ]);
+  });
+
+  it("keeps only well-formed entries about modules the report names, each text one clipped, masked line", () => {
+    const status = statusOf([
+      reportWith([
+        null,
+        "postgres",
+        bad({ module: "elsewhere" }),
+        bad({ fault: "exploded" }),
+        bad({ since: "NaN" }),
+        bad({ what: { toString: 1 } }),
+        bad({ answer: "retire list", what: `x\ny at postgres://u:hunter2@db ${"z".repeat(5_000)}` }),
+      ]),
+    ]);
+    assert.deepEqual(
+      status.misbehaving?.map((m) => m.answer),
+      ["retire list"],
+    );
+    const what = status.misbehaving?.[0]?.what ?? "";
+    assert.ok(what.length <= 501 && !what.includes("\n") && !what.includes("hunter2"), what);
+  });
+
+  it("reads no misbehaviour from a report that says none, or says it as something other than a list", () => {
+    assert.deepEqual(statusOf([reportWith(undefined)]).misbehaving, []);
+    assert.deepEqual(statusOf([reportWith({ postgres: bad() })]).misbehaving, []);
+  });
+});

@@ -37,7 +37,17 @@ import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-
 const REFUSED_WITHIN = { timeout: 20_000 };
 
 /** What a stand-in agent does with the calls relayed to its node (`slow`: answers after 2 s). */
-type AgentMode = "answer" | "silent" | "slow";
+type AgentMode = "answer" | "silent" | "slow" | "malformed";
+
+/** A provider's status as the fake agent relays it. */
+const statusOf = (module: string) => ({
+  interface: "postgres-database",
+  instance: module,
+  receives: "/r.json",
+  lastPassAt: null,
+  contributionsProblem: null,
+  consumers: [],
+});
 
 void describe("the controller relays tool calls to the module's node", () => {
   let mesh: TestMesh;
@@ -83,6 +93,10 @@ void describe("the controller relays tool calls to the module's node", () => {
         const call = msg.json<{ module: string; tool: string; who: string }>();
         seen.push(call);
         if (mode === "silent") continue;
+        if (mode === "malformed") {
+          msg.respond(JSON.stringify({ ok: true, answer: { ...statusOf(call.module), consumers: [null] } }));
+          continue;
+        }
         if (mode === "slow") await new Promise((resolve) => setTimeout(resolve, 2_000));
         answered++;
         msg.respond(
@@ -92,13 +106,13 @@ void describe("the controller relays tool calls to the module's node", () => {
               : call.who === "kept"
                 ? {
                     ok: true,
-                    answer: { module: call.module, consumers: [] },
+                    answer: statusOf(call.module),
                     ledger: "the ledger entry for this call is not written yet: testing",
                     ledgerWaits: true,
                   }
                 : {
                     ok: true,
-                    answer: { module: call.module, consumers: [] },
+                    answer: statusOf(call.module),
                     ledger: "the ledger entry for this call was not written: testing",
                   },
           ),
@@ -125,7 +139,7 @@ void describe("the controller relays tool calls to the module's node", () => {
   void it("relays an operator's call to the module's node as it was asked, through mesh tool whatever it says", async () => {
     const before = seen.length;
     const reply = await ask({ module: "postgres", tool: "status", args: [], who: "alice", via: "dashboard" });
-    assert.deepEqual(reply, { ok: true, answer: { module: "postgres", consumers: [] } });
+    assert.deepEqual(reply, { ok: true, answer: statusOf("postgres") });
     assert.deepEqual(seen.slice(before), [
       { module: "postgres", tool: "status", args: [], who: "alice", via: "mesh tool" },
     ]);
@@ -144,7 +158,7 @@ void describe("the controller relays tool calls to the module's node", () => {
       who: "alice",
       via: "mesh tool",
       ok: true,
-      answer: { module: "postgres", consumers: [] },
+      answer: statusOf("postgres"),
       recordedBy: "controller",
     });
   });
@@ -176,6 +190,21 @@ void describe("the controller relays tool calls to the module's node", () => {
     assert.deepEqual(seen.slice(before), [
       { module: "postgres", tool: "status", args: [], who: "carol", via: "dashboard" },
     ]);
+  });
+
+  void it("answers an agent's reply whose answer is not the tool's as a refusal naming the node, and passes none of it on", async () => {
+    mode = "malformed";
+    try {
+      const reply = await ask({ module: "postgres", tool: "status", args: [], who: "alice" });
+      assert.equal(reply.ok, false);
+      assert.equal(reply.ok ? "" : reply.code, "agent-not-answering");
+      assert.match(
+        reply.ok ? "" : reply.error,
+        /node node-a's agent relayed an answer to status that is not one \(consumers\[0\]: /,
+      );
+    } finally {
+      mode = "answer";
+    }
   });
 
   void it("brings a provider's refusal back with its code", async () => {

@@ -45,13 +45,41 @@ export * from "./contributions.ts";
 export * from "./credential.ts";
 export * from "./delivery.ts";
 export * from "./delivery-parts.ts";
-export type {
-  ReportedCounts,
-  ReportedFailure,
-  ReportedProvider,
-  ReportedWaiting,
+export {
+  MAX_MISBEHAVIOUR_TEXT,
+  MAX_REPORTED_MISBEHAVIOURS,
+  reportedMisbehaviours,
+  reportedMisbehaviourSchema,
+  type ReportedCounts,
+  type ReportedFailure,
+  type ReportedMisbehaviour,
+  type ReportedProvider,
+  type ReportedWaiting,
 } from "./provider-report.ts";
 export * from "./listen-address.ts";
 export * from "./events.ts";
 export * from "./check-code.ts";
 export * from "./tools.ts";
+export {
+  boundedJson,
+  cleanupDeletedSchema,
+  cleanupEntrySchema,
+  cleanupListSchema,
+  consumerStateSchema,
+  consumerStatusSchema,
+  describeIssues,
+  MAX_ANSWER_DEPTH,
+  MAX_REPLY_TEXT,
+  parseAnswer,
+  parseToolAnswer,
+  retireApprovedSchema,
+  retireListSchema,
+  statusReportSchema,
+  TOOL_ANSWER_SCHEMAS,
+  toolCallReplySchema,
+  type AnswerFault,
+  type Frozen,
+  type ParsedAnswer,
+  type ToolAnswerInputs,
+  type ToolAnswers,
+} from "./tool-answers.ts";

@@ -1,5 +1,8 @@
 // What a node's agent reports of each provider module on it, from the provider's own control socket,
 // and what the controller takes in: one shape for both ends of the report.
+import { z } from "zod";
+import { MODULE_NAME_PATTERN } from "./names.ts";
+import type { AnswerFault } from "./tool-answers.ts";
 
 /** One consumer its provider says is failing, as the provider's node reports it. */
 export interface ReportedFailure {
@@ -52,4 +55,56 @@ export interface ReportedProvider {
   /** At most a hundred, by login. */
   readonly failing: readonly ReportedFailure[];
   readonly waiting: ReportedWaiting | null;
+}
+
+/**
+ * One way a module of a node misbehaves, as its agent reports it: the answer it gave to a question
+ * (`status`, `retire list`, …) was malformed, too large, too slow or cut off, and nothing of it was
+ * used. Kept until the module's next good answer to the same question.
+ */
+export interface ReportedMisbehaviour {
+  readonly module: string;
+  /** What was asked: a tool's name. */
+  readonly answer: string;
+  readonly fault: AnswerFault;
+  /** What was wrong, in words that quote nothing of what the module said. */
+  readonly what: string;
+  /** ISO 8601: since when (its first bad answer of the run). */
+  readonly since: string;
+}
+
+/** The longest `what` of a misbehaviour kept; an agent says less. */
+export const MAX_MISBEHAVIOUR_TEXT = 500;
+
+/** The most misbehaviours one node's report carries that are kept (an agent reports one per module and question). */
+export const MAX_REPORTED_MISBEHAVIOURS = 256;
+
+/** One misbehaviour as a report carries it; `what` is clipped to one line of `MAX_MISBEHAVIOUR_TEXT`. */
+export const reportedMisbehaviourSchema = z.object({
+  module: z.string().regex(MODULE_NAME_PATTERN),
+  answer: z.string().regex(/^[a-z][a-z0-9 .-]{0,63}$/),
+  fault: z.enum(["malformed", "too-large", "slow", "hung-up"]),
+  what: z.string().transform((text) => {
+    const line = text.replace(/\s*[\r\n]+\s*/g, " ");
+    return line.length <= MAX_MISBEHAVIOUR_TEXT ? line : `${line.slice(0, MAX_MISBEHAVIOUR_TEXT)}…`;
+  }),
+  since: z
+    .string()
+    .max(64)
+    .refine((s) => !Number.isNaN(Date.parse(s)))
+    .transform((s) => new Date(Date.parse(s)).toISOString()),
+}) satisfies z.ZodType<ReportedMisbehaviour, ReportedMisbehaviour>;
+
+/**
+ * The well-formed misbehaviours of what a report says, at most `MAX_REPORTED_MISBEHAVIOURS`; a
+ * malformed entry is dropped alone. Never throws.
+ */
+export function reportedMisbehaviours(value: unknown): ReportedMisbehaviour[] {
+  if (!Array.isArray(value)) return [];
+  const out: ReportedMisbehaviour[] = [];
+  for (const entry of value.slice(0, MAX_REPORTED_MISBEHAVIOURS) as unknown[]) {
+    const parsed = reportedMisbehaviourSchema.safeParse(entry);
+    if (parsed.success) out.push(parsed.data);
+  }
+  return out;
 }

@@ -34,7 +34,31 @@ export interface ToolDefinition {
    * argument of that name, or the waiting set's id), and what it does, said before asking.
    */
   readonly confirm?: { readonly typed: string; readonly effect: string };
+  /**
+   * How long an asker waits for its answer and how large it may be, unless the asker says
+   * otherwise. A read answers at once from the last pass; a change may drop a big database.
+   */
+  readonly answer: AnswerBounds;
 }
+
+/** The bounds on one tool's answer (see `ToolDefinition.answer`). */
+export interface AnswerBounds {
+  /** How long the whole answer may take, in milliseconds. */
+  readonly timeoutMs: number;
+  /** The largest answer, in bytes, from a provider of no consumers. */
+  readonly bytes: number;
+  /** How many bytes more for each consumer the asker knows the provider has (a list grows with them). */
+  readonly bytesPerConsumer: number;
+}
+
+/** How long a read-only tool's answer may take: it answers from the last pass's snapshot at once. */
+export const READ_ANSWER_MS = 5_000;
+
+/** How long a changing tool's answer may take: a delete may drop a big database. */
+export const CHANGE_ANSWER_MS = 95_000;
+
+/** The largest answer of a provider of no consumers: 1 MiB. */
+export const ANSWER_BYTES = 1024 * 1024;
 
 /** Every tool a provider answers, in the order help texts list them. */
 export const TOOL_TABLE = [
@@ -43,12 +67,14 @@ export const TOOL_TABLE = [
     args: [],
     readOnly: true,
     summary: "every consumer: its state, failure class, since when and why",
+    answer: { timeoutMs: READ_ANSWER_MS, bytes: ANSWER_BYTES, bytesPerConsumer: 2048 },
   },
   {
     name: "retire list",
     args: [],
     readOnly: true,
     summary: "show the set waiting for approval, its id, and the bound it is past",
+    answer: { timeoutMs: READ_ANSWER_MS, bytes: ANSWER_BYTES, bytesPerConsumer: 128 },
   },
   {
     name: "retire approve",
@@ -59,12 +85,14 @@ export const TOOL_TABLE = [
       typed: "the set's id",
       effect: "retires the waiting set of consumers (their access ends at once)",
     },
+    answer: { timeoutMs: CHANGE_ANSWER_MS, bytes: ANSWER_BYTES, bytesPerConsumer: 128 },
   },
   {
     name: "cleanup list",
     args: [],
     readOnly: true,
     summary: "retired consumers that `cleanup delete` could remove",
+    answer: { timeoutMs: READ_ANSWER_MS, bytes: ANSWER_BYTES, bytesPerConsumer: 2048 },
   },
   {
     name: "cleanup delete",
@@ -72,6 +100,7 @@ export const TOOL_TABLE = [
     readOnly: false,
     summary: "delete one retired, unasked consumer, login and data, for good",
     confirm: { typed: "the login", effect: "removes the consumer and its data for good" },
+    answer: { timeoutMs: CHANGE_ANSWER_MS, bytes: ANSWER_BYTES, bytesPerConsumer: 0 },
   },
 ] as const satisfies readonly ToolDefinition[];
 
@@ -125,4 +154,13 @@ export function toolUsage(name: ToolName): string {
     a.optional ? `[${a.name.toUpperCase()}]` : a.name.toUpperCase(),
   );
   return [name, ...args].join(" ");
+}
+
+/**
+ * The largest answer to `tool` an asker takes from a provider it knows has `consumers` consumers:
+ * the tool's `answer.bytes`, and `answer.bytesPerConsumer` more for each.
+ */
+export function toolAnswerBytes(name: ToolName, consumers = 0): number {
+  const { bytes, bytesPerConsumer } = toolDefinition(name).answer;
+  return bytes + bytesPerConsumer * Math.max(0, Math.floor(consumers));
 }

@@ -12,11 +12,17 @@
 
 // A provider's control socket, from the asking side.
 export {
+  AnswerTooLargeError,
   BadControlRequestError,
   callControl,
   checkControlRequest,
   CONTROL_TOOLS,
+  ControlAnswerError,
+  ControlHungUpError,
+  ControlTimeoutError,
   ControlUnreachableError,
+  MalformedAnswerError,
+  type ControlCallOptions,
   type ControlResults,
   type ControlTool,
 } from "./control-socket.ts";

@@ -5,6 +5,7 @@
 import { chmod, lstat, mkdtemp, rename, rm, stat, unlink } from "node:fs/promises";
 import { type Server, type Socket, connect, createServer } from "node:net";
 import { basename, dirname, join } from "node:path";
+import type { AnswerFault, ToolAnswerInputs, ToolAnswers } from "@mesh/manifest/tool-answers";
 import {
   isToolName,
   READ_ONLY_TOOL_NAMES,
@@ -18,7 +19,7 @@ import { jsonBytes } from "./cached-json.ts";
 import type { Logger } from "./collaborators.ts";
 import { writingAnswer } from "./concurrency.ts";
 import { isValidLogin } from "./login.ts";
-import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport, ToolErrorCode } from "./tools.ts";
+import type { ProvisionerTools, ToolErrorCode } from "./tools.ts";
 import { ToolError } from "./tools.ts";
 
 /** The tools a control socket answers, as a request names them (the table in @mesh/manifest). */
@@ -40,14 +41,11 @@ export interface ControlRequest {
   readonly who?: string;
 }
 
-/** What each tool answers on success. */
-export interface ControlResults {
-  readonly status: StatusReport;
-  readonly "retire list": RetireList;
-  readonly "retire approve": { readonly id: string; readonly retired: readonly string[] };
-  readonly "cleanup list": readonly CleanupEntry[];
-  readonly "cleanup delete": { readonly login: string; readonly freedBytes: number };
-}
+/**
+ * What each tool answers on success, as `callControl` hands it back: checked against the tool's
+ * schema in @mesh/manifest, which the answers the socket writes are checked against too.
+ */
+export type ControlResults = ToolAnswers;
 
 /** One response line. */
 export type ControlResponse =
@@ -76,8 +74,8 @@ export const MAX_REQUEST_BYTES = 64 * 1024;
 /** The longest path a Unix socket can be bound to on Linux (`sun_path` less its terminating NUL). */
 export const MAX_SOCKET_PATH_BYTES = 107;
 
-const MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
 const MAX_MESSAGE_CHARS = 2000;
+const ERROR_CODE = /^[a-z][a-z0-9-]{0,63}$/;
 const WHO_PATTERN = /^[^\p{Cc}]{1,128}$/u;
 const PROBE_TIMEOUT_MS = 2000;
 
@@ -133,6 +131,92 @@ export class NoProviderListeningError extends ControlUnreachableError {
       `no provider is listening at ${path}: start one with ` +
         `\`mesh provider <postgres|redis|mariadb> --control ${path} --receives FILE --admin-url URL\`, ` +
         `or pass the control socket path a running provider printed at start`,
+      options,
+    );
+  }
+}
+
+/**
+ * The provider answered, but not with an answer the asker may use: base of the four ways an answer
+ * goes wrong. `fault` says which; an agent counts each against the module (it "misbehaves").
+ */
+export class ControlAnswerError extends ControlUnreachableError {
+  override name = "ControlAnswerError";
+  constructor(
+    path: string,
+    readonly tool: ControlTool,
+    readonly fault: AnswerFault,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(path, message, options);
+  }
+}
+
+/** The answer is not one line of UTF-8 JSON in the shape the tool answers. */
+export class MalformedAnswerError extends ControlAnswerError {
+  override name = "MalformedAnswerError";
+  constructor(
+    path: string,
+    tool: ControlTool,
+    /** What is wrong, in words that quote nothing of the answer. */
+    readonly problem: string,
+  ) {
+    super(
+      path,
+      tool,
+      "malformed",
+      `the answer to ${tool} from ${path} is malformed: ${problem}; is it a mesh provider of this version?`,
+    );
+  }
+}
+
+/** The answer grew past the most the asker reads. */
+export class AnswerTooLargeError extends ControlAnswerError {
+  override name = "AnswerTooLargeError";
+  constructor(
+    path: string,
+    tool: ControlTool,
+    readonly maxBytes: number,
+  ) {
+    super(
+      path,
+      tool,
+      "too-large",
+      `the answer to ${tool} from ${path} is larger than the ${maxBytes} bytes read of it; nothing of it was used`,
+    );
+  }
+}
+
+/** No whole answer came within the time the asker waits. */
+export class ControlTimeoutError extends ControlAnswerError {
+  override name = "ControlTimeoutError";
+  constructor(
+    path: string,
+    tool: ControlTool,
+    readonly timeoutMs: number,
+  ) {
+    super(path, tool, "slow", `the provider at ${path} did not answer ${tool} within ${timeoutMs} ms`);
+  }
+}
+
+/** The provider hung up (or half-closed its end) before a whole answer line. */
+export class ControlHungUpError extends ControlAnswerError {
+  override name = "ControlHungUpError";
+  constructor(
+    path: string,
+    tool: ControlTool,
+    /** How many bytes of an answer came before it hung up. */
+    readonly received: number,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      path,
+      tool,
+      "hung-up",
+      received === 0
+        ? `the provider at ${path} hung up before answering ${tool}; its log may say why`
+        : `the provider at ${path} hung up ${received} bytes into its answer to ${tool}, before the end of it`,
       options,
     );
   }
@@ -439,40 +523,94 @@ async function answer(
   }
 }
 
-function run(tools: ProvisionerTools, tool: ControlTool, args: readonly string[], who: string): unknown {
+async function run(
+  tools: ProvisionerTools,
+  tool: ControlTool,
+  args: readonly string[],
+  who: string,
+): Promise<unknown> {
   switch (tool) {
     case "status":
-      return tools.status();
+      return answerOf("status", tools.status());
     case "retire list":
-      return tools.retireList();
+      return answerOf("retire list", tools.retireList());
     case "retire approve":
-      return tools.retireApprove(args[0], who);
+      return answerOf("retire approve", await tools.retireApprove(args[0], who));
     case "cleanup list":
-      return tools.cleanupList();
+      return answerOf("cleanup list", tools.cleanupList());
     case "cleanup delete":
-      return tools.cleanupDelete(args[0] ?? "", who);
+      return answerOf("cleanup delete", await tools.cleanupDelete(args[0] ?? "", who));
   }
 }
 
-/** How long `callControl` waits for an answer unless told otherwise: a delete may drop a big database. */
-export const DEFAULT_CONTROL_TIMEOUT_MS = 120_000;
+// Where the answers are written, their types are checked against the schemas every reader parses
+// them with (@mesh/manifest/tool-answers): the two ends cannot drift apart unseen.
+function answerOf<T extends ControlTool>(_tool: T, answer: ToolAnswerInputs[T]): ToolAnswerInputs[T] {
+  return answer;
+}
 
 /**
- * Asks the provider serving at `path` one tool and returns what it answers.
+ * How long `callControl` waits for an answer to a read-only tool unless told otherwise; a tool that
+ * changes something gets its own bound from the tool table (`toolDefinition(tool).answer`).
+ */
+export const DEFAULT_CONTROL_TIMEOUT_MS = 5_000;
+
+/** The largest answer `callControl` reads unless told otherwise: 1 MiB. */
+export const DEFAULT_CONTROL_ANSWER_BYTES = 1024 * 1024;
+
+/** How long `callControl` waits and how much it reads; each defaults to the tool's own bound. */
+export interface ControlCallOptions {
+  /** How long the whole answer may take, in milliseconds. */
+  readonly timeoutMs?: number;
+  /** The largest answer read, in bytes; a longer one is refused unread. */
+  readonly maxBytes?: number;
+}
+
+/**
+ * Asks the provider serving at `path` one tool and returns what it answers, checked: one line of
+ * UTF-8 JSON, no larger than `maxBytes`, whole within `timeoutMs` (both by default the tool's
+ * bounds: 1 MiB, and 5 s for a read), whose result has the shape the tool answers (the schemas of
+ * @mesh/manifest/tool-answers, loaded only when an answer comes). Never hangs and never hands back
+ * what it did not check.
  * @throws ToolError with the provider's code and message when it refused.
  * @throws NoProviderListeningError when no socket is there or nobody answers on it.
- * @throws ControlUnreachableError when it times out, hangs up, may not be opened, or answers nonsense.
+ * @throws MalformedAnswerError, AnswerTooLargeError, ControlTimeoutError or ControlHungUpError (each a
+ *   ControlAnswerError, naming its `fault`) when the answer cannot be used.
+ * @throws ControlUnreachableError when the socket may not be opened or cannot be reached.
+ * @throws BadControlRequestError when `request.tool` is not a tool.
  */
 export function callControl<T extends ControlTool>(
   path: string,
   request: ControlRequest & { readonly tool: T },
-  options: { readonly timeoutMs?: number } = {},
+  options: ControlCallOptions = {},
 ): Promise<ControlResults[T]> {
-  const timeoutMs = options.timeoutMs ?? DEFAULT_CONTROL_TIMEOUT_MS;
+  const { tool } = request;
+  if (!isToolName(tool)) {
+    return Promise.reject(
+      new BadControlRequestError(
+        `unknown tool ${JSON.stringify(tool)}: the tools are ${CONTROL_TOOLS.join(", ")}`,
+      ),
+    );
+  }
+  const bounds = toolDefinition(tool).answer;
+  const timeoutMs = options.timeoutMs ?? bounds.timeoutMs;
+  const maxBytes = options.maxBytes ?? bounds.bytes;
+  return readAnswerLine(path, request, timeoutMs, maxBytes).then((line) => checkAnswer(path, tool, line));
+}
+
+// The first line the provider writes, as bytes; every way of not getting one is a named error.
+function readAnswerLine(
+  path: string,
+  request: ControlRequest,
+  timeoutMs: number,
+  maxBytes: number,
+): Promise<Buffer> {
+  const { tool } = request;
   return new Promise((resolve, reject) => {
     const socket = connect(path);
     const chunks: Buffer[] = [];
     let received = 0;
+    let connected = false;
     let settled = false;
     const settle = (fn: () => void): void => {
       if (settled) return;
@@ -481,73 +619,96 @@ export function callControl<T extends ControlTool>(
       socket.destroy();
       fn();
     };
-    const unreachable = (message: string, cause?: unknown): void =>
-      settle(() => reject(new ControlUnreachableError(path, message, { cause })));
-    const timer = setTimeout(
-      () => unreachable(`the provider at ${path} did not answer ${request.tool} within ${timeoutMs} ms`),
-      timeoutMs,
-    );
+    const fail = (err: Error): void => settle(() => reject(err));
+    const timer = setTimeout(() => fail(new ControlTimeoutError(path, tool, timeoutMs)), timeoutMs);
     socket.on("connect", () => {
-      const line = { tool: request.tool, args: request.args ?? [], who: request.who ?? "unknown" };
+      connected = true;
+      const line = { tool, args: request.args ?? [], who: request.who ?? "unknown" };
       socket.write(`${JSON.stringify(line)}\n`);
     });
     socket.on("error", (err) => {
       if (isCode(err, "ENOENT") || isCode(err, "ECONNREFUSED") || isCode(err, "ENOTSOCK")) {
-        settle(() => reject(new NoProviderListeningError(path, { cause: err })));
+        fail(new NoProviderListeningError(path, { cause: err }));
       } else if (isCode(err, "EACCES") || isCode(err, "EPERM")) {
-        unreachable(
-          `may not open the control socket ${path} (permission denied): it is 0600, so ask as the user the provider runs as`,
-          err,
+        fail(
+          new ControlUnreachableError(
+            path,
+            `may not open the control socket ${path} (permission denied): it is 0600, so ask as the user the provider runs as`,
+            { cause: err },
+          ),
         );
+      } else if (connected && (isCode(err, "ECONNRESET") || isCode(err, "EPIPE"))) {
+        fail(new ControlHungUpError(path, tool, received, { cause: err }));
       } else {
-        unreachable(`cannot reach the provider at ${path}: ${err.message}`, err);
+        fail(
+          new ControlUnreachableError(path, `cannot reach the provider at ${path}: ${err.message}`, {
+            cause: err,
+          }),
+        );
       }
     });
-    socket.on("close", () =>
-      unreachable(`the provider at ${path} hung up before answering ${request.tool}; its log may say why`),
-    );
+    // Its end, half-closed or whole, before a newline: what came is not an answer.
+    socket.on("end", () => fail(new ControlHungUpError(path, tool, received)));
+    socket.on("close", () => fail(new ControlHungUpError(path, tool, received)));
     socket.on("data", (chunk: Buffer) => {
+      if (settled) return;
       // Kept as chunks and joined once: a status of 100,000 consumers is many megabytes, and joining
       // at every chunk would copy it hundreds of times.
       const newline = chunk.indexOf(0x0a);
-      chunks.push(newline === -1 ? chunk : chunk.subarray(0, newline));
-      received += chunk.length;
-      if (received > MAX_RESPONSE_BYTES) {
-        unreachable(
-          `the answer from ${path} is larger than ${MAX_RESPONSE_BYTES} bytes; is it a mesh provider?`,
-        );
+      const part = newline === -1 ? chunk : chunk.subarray(0, newline);
+      received += part.length;
+      if (received > maxBytes) {
+        fail(new AnswerTooLargeError(path, tool, maxBytes));
         return;
       }
-      if (newline === -1) return;
-      const response = readResponse(Buffer.concat(chunks).toString("utf8"));
-      if (response === undefined) {
-        unreachable(
-          `what answers at ${path} does not speak the mesh control protocol; is it a mesh provider?`,
-        );
-      } else if (response.ok) {
-        settle(() => resolve(response.result as ControlResults[T]));
-      } else {
-        const { code, message } = response.error;
-        settle(() => reject(new ToolError(code, message)));
-      }
+      chunks.push(part);
+      if (newline !== -1) settle(() => resolve(Buffer.concat(chunks, received)));
     });
   });
 }
 
-function readResponse(text: string): ControlResponse | undefined {
+const UTF8 = new TextDecoder("utf-8", { fatal: true });
+
+// One answer line, checked: the envelope here, the result against the tool's schema.
+async function checkAnswer<T extends ControlTool>(
+  path: string,
+  tool: T,
+  line: Buffer,
+): Promise<ControlResults[T]> {
+  const malformed = (problem: string) => new MalformedAnswerError(path, tool, problem);
+  let text: string;
   try {
-    const raw = JSON.parse(text) as unknown;
-    if (typeof raw !== "object" || raw === null) return undefined;
-    const r = raw as Record<string, unknown>;
-    if (r["ok"] === true && "result" in r) return { ok: true, result: r["result"] };
-    const error = r["error"] as Record<string, unknown> | undefined;
-    if (r["ok"] === false && typeof error?.["code"] === "string" && typeof error["message"] === "string") {
-      return { ok: false, error: { code: error["code"] as ToolErrorCode, message: error["message"] } };
-    }
+    text = UTF8.decode(line);
   } catch {
-    // Falls through: not a response.
+    throw malformed("it is not UTF-8");
   }
-  return undefined;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    throw malformed("it is not JSON");
+  }
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw malformed('it is not a JSON object like {"ok":true,"result":…}');
+  }
+  const r = raw as Record<string, unknown>;
+  if (r["ok"] === false) {
+    const error = r["error"];
+    const e = (typeof error === "object" && error !== null ? error : {}) as Record<string, unknown>;
+    const code = e["code"];
+    const message = e["message"];
+    if (typeof code !== "string" || !ERROR_CODE.test(code) || typeof message !== "string") {
+      throw malformed('a refusal must say {"code":"a-code","message":"…"}');
+    }
+    throw new ToolError(code as ToolErrorCode, clip(message));
+  }
+  if (r["ok"] !== true || !Object.hasOwn(r, "result")) {
+    throw malformed('"ok" must be true with a "result", or false with an "error"');
+  }
+  const { parseToolAnswer } = await import("@mesh/manifest/tool-answers");
+  const parsed = parseToolAnswer(tool, r["result"]);
+  if (!parsed.ok) throw malformed(parsed.problem);
+  return parsed.answer;
 }
 
 function isCode(err: unknown, code: string): boolean {

@@ -9,13 +9,19 @@ import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport } from "@
 import type { ControlServer } from "@mesh/sdk/provider";
 import { ToolError } from "@mesh/sdk";
 import {
+  AnswerTooLargeError,
+  ControlAnswerError,
+  ControlHungUpError,
   ControlSocketInUseError,
   ControlSocketPathError,
+  ControlTimeoutError,
   MAX_REQUEST_BYTES,
+  MalformedAnswerError,
   NoProviderListeningError,
   callControl,
   serveControl,
 } from "@mesh/sdk/provider";
+import { okLine, serveScriptedControl } from "@mesh/testkit";
 
 const STATUS: StatusReport = {
   interface: "postgres-database",
@@ -312,6 +318,107 @@ describe("callControl", () => {
   });
 });
 
+describe("callControl against a provider that does not answer as one", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "mesh-control-bad-"));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** Asks `status` of a socket that answers each request with `answer`, and returns what was thrown. */
+  const thrownBy = async (
+    name: string,
+    answer: (socket: Socket) => void,
+    options: { timeoutMs?: number; maxBytes?: number } = {},
+  ): Promise<unknown> => {
+    const server = await serveScriptedControl(join(dir, `${name}.sock`), (_line, socket) => answer(socket));
+    try {
+      await callControl(server.path, { tool: "status" }, options);
+    } catch (err) {
+      return err;
+    } finally {
+      await server.close();
+    }
+    assert.fail("it answered");
+  };
+
+  it("returns the result checked against the tool's schema, without the fields it does not know", async () => {
+    const server = await serveScriptedControl(join(dir, "extra.sock"), (_line, socket) =>
+      socket.end(
+        okLine({ ...STATUS, extra: "dropped", consumers: [{ ...STATUS.consumers[0], colour: "red" }] }),
+      ),
+    );
+    try {
+      assert.deepEqual(await callControl(server.path, { tool: "status" }), STATUS);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("names a result of the wrong shape by where it is wrong, quoting nothing of it", async () => {
+    const err = await thrownBy("nulls", (s) =>
+      s.end(
+        okLine({ ...STATUS, consumers: [null, { ...STATUS.consumers[0], why: 7, login: "p4ssw0rd-like" }] }),
+      ),
+    );
+    assert.ok(err instanceof MalformedAnswerError);
+    assert.equal(err.fault, "malformed");
+    assert.match(err.problem, /^consumers\[0\]: .*expected object.*; consumers\[1\]\.why: .*expected string/);
+    assert.doesNotMatch(err.message, /p4ssw0rd/);
+  });
+
+  it("refuses garbage, a line that is not UTF-8 and a refusal without its message as malformed", async () => {
+    for (const [name, line] of [
+      ["garbage", "HTTP/1.1 400 Bad Request\r\n\r\n"],
+      ["latin1", Buffer.from([0x7b, 0xe9, 0x7d, 0x0a])],
+      ["refusal", '{"ok":false,"error":{"code":"nope"}}\n'],
+    ] as const) {
+      const err = await thrownBy(name, (s) => s.end(line));
+      assert.ok(err instanceof MalformedAnswerError, `${name}: ${String(err)}`);
+    }
+  });
+
+  it("stops reading at the bound: an answer larger than it, or one that never ends, is too large", async () => {
+    const huge = await thrownBy("huge", (s) => s.end(`${"x".repeat(300_000)}\n`), { maxBytes: 100_000 });
+    assert.ok(huge instanceof AnswerTooLargeError);
+    assert.equal(huge.maxBytes, 100_000);
+    const endless = await thrownBy("endless", (s) => {
+      const pump = (): void => {
+        while (!s.destroyed && s.write(Buffer.alloc(16 * 1024, 0x61)));
+        if (!s.destroyed) s.once("drain", pump);
+      };
+      pump();
+    });
+    assert.ok(endless instanceof AnswerTooLargeError, String(endless));
+  });
+
+  it("gives up on an answer that does not come whole in time", async () => {
+    const silent = await thrownBy("silent", () => undefined, { timeoutMs: 200 });
+    assert.ok(silent instanceof ControlTimeoutError);
+    assert.equal(silent.fault, "slow");
+    const trickle = await thrownBy(
+      "trickle",
+      (s) => {
+        const timer = setInterval(() => (s.destroyed ? clearInterval(timer) : s.write("{")), 20);
+      },
+      { timeoutMs: 300 },
+    );
+    assert.ok(trickle instanceof ControlTimeoutError);
+  });
+
+  it("says a provider hung up, or half-closed its end, before a whole answer", async () => {
+    const closed = await thrownBy("closed", (s) => s.destroy());
+    assert.ok(closed instanceof ControlHungUpError);
+    assert.equal(closed.received, 0);
+    const half = await thrownBy("half", (s) => s.end('{"ok":true,"res'));
+    assert.ok(half instanceof ControlHungUpError);
+    assert.equal(half.received, 15);
+    assert.ok(half instanceof ControlAnswerError);
+  });
+});
+
 /** Sends `payload` and parses the first `count` whole lines answered (a big line comes in many chunks). */
 function wholeLines(path: string, payload: string, count: number): Promise<unknown[]> {
   return new Promise((resolve, reject) => {
@@ -360,7 +467,12 @@ describe("the control socket's big answers", () => {
       const answers = await wholeLines(server.path, ask + ask, 2);
       assert.equal(answers.length, 2);
       for (const a of answers) assert.deepEqual(a, { ok: true, result: big });
-      assert.deepEqual(await callControl(server.path, { tool: "status" }), big);
+      // More than callControl reads unless told: the asker says how much it takes.
+      await assert.rejects(callControl(server.path, { tool: "status" }), AnswerTooLargeError);
+      assert.deepEqual(
+        await callControl(server.path, { tool: "status" }, { maxBytes: 8 * 1024 * 1024 }),
+        big,
+      );
       assert.equal((await callControl(server.path, { tool: "retire list" })).id, "abc123");
     } finally {
       await server.close();

@@ -137,7 +137,9 @@ describe("one hostile entry stalls nothing", () => {
     try {
       await handle.ready;
       assert.equal(adapter.backend.size, N, "every entry was created");
-      const first = await callControl(control.path, { tool: "status" });
+      // 100,000 consumers: many megabytes, more than callControl reads unless told.
+      const big = { timeoutMs: 60_000, maxBytes: 256 * 1024 * 1024 };
+      const first = await callControl(control.path, { tool: "status" }, big);
       assert.equal(first.consumers.length, N);
       // The JSON the harness wrote out ahead is exactly the snapshot's.
       assert.deepEqual(first, JSON.parse(JSON.stringify(handle.status())));
@@ -150,7 +152,7 @@ describe("one hostile entry stalls nothing", () => {
       const answers: { tool: string; at: number; ms: number }[] = [];
       for (const tool of ["status", "retire list", "cleanup list", "status"] as const) {
         const asked = performance.now();
-        const answer = await callControl(control.path, { tool }, { timeoutMs: 60_000 });
+        const answer = await callControl(control.path, { tool }, big);
         const at = performance.now();
         answers.push({ tool, at, ms: at - asked });
         if (tool === "status") assert.equal((answer as StatusReport).consumers.length, N);

@@ -28,4 +28,5 @@ export * from "./nats-server.ts";
 export * from "./nats-cluster.ts";
 export * from "./prometheus-scrape.ts";
 export * from "./until.ts";
+export { okLine, serveScriptedControl, type ScriptedControl } from "./scripted-control.ts";
 export { removeStaleModuleUsers } from "./module-users-cleanup.ts";

@@ -2,7 +2,8 @@
 // the standings) and what each provider says of its consumers through the same tool relay as
 // `mesh tool`. A provider that does not answer is shown as such, never as an error page: its
 // consumers are then listed from the plan, with what the standings on the bus say of them.
-import type { ConsumerState, RetireList, StatusReport } from "@mesh/sdk";
+import { parseToolAnswer } from "@mesh/manifest";
+import type { ConsumerState } from "@mesh/sdk";
 import { maskDeep, metricsUrlOf } from "@mesh/sdk/provider";
 import { DEFAULT_SILENT_AFTER_MS } from "../controller-metrics.ts";
 import type { ControllerStatus, FailingStatus } from "../controller-status.ts";
@@ -47,6 +48,22 @@ export interface ModuleView {
   readonly provides: readonly string[];
   /** Where it serves Prometheus metrics, as its node reported (an http(s) URL), or null. */
   readonly metrics: string | null;
+  /**
+   * What its node's agent did not use of its answers, one entry per question (`status`, …): what
+   * was wrong and since when. Empty when it answers well.
+   */
+  readonly misbehaving: readonly MisbehavingView[];
+}
+
+/** One way a module misbehaves, on the page. */
+export interface MisbehavingView {
+  /** What it was asked (a tool). */
+  readonly answer: string;
+  /** `malformed`, `too-large`, `slow` or `hung-up`. */
+  readonly fault: string;
+  readonly what: string;
+  /** ISO 8601. */
+  readonly since: string;
 }
 
 /** A consumer's state on the page: the provider's own states, and `deleted` from its ledger. */
@@ -114,6 +131,8 @@ export interface DashboardState {
   readonly waiting: number;
   /** How many consumers are failing, over every provider. */
   readonly failing: number;
+  /** How many modules misbehave. */
+  readonly misbehaving: number;
 }
 
 /** How the dashboard's view is built. */
@@ -228,6 +247,9 @@ export class DashboardView {
         provides: provides.get(m.name) ?? [],
         // Checked again where it becomes a link: whatever a node reported, the page gets a web address.
         metrics: metricsUrlOf(report?.metrics) ?? null,
+        misbehaving: (status.misbehaving ?? [])
+          .filter((b) => b.node === m.node && b.module === m.name)
+          .map(({ answer, fault, what, since }) => ({ answer, fault, what, since })),
       };
     });
     const providers = await Promise.all(
@@ -246,6 +268,7 @@ export class DashboardView {
       providers: withPlan,
       waiting: withPlan.filter((p) => p.waiting !== null).length,
       failing: withPlan.reduce((n, p) => n + p.consumers.filter((c) => c.state === "failing").length, 0),
+      misbehaving: modules.filter((m) => m.misbehaving.length > 0).length,
     });
   }
 
@@ -293,7 +316,9 @@ export class DashboardView {
       this.sources.tool({ module, tool: "status", args: [], who: this.who, record: false }),
       this.#deleted(module),
     ]);
-    const report = reply.ok ? asStatusReport(reply.answer) : undefined;
+    // The relay checked the answer already; checked again here, as the page is owed what it reads.
+    const parsed = reply.ok ? parseToolAnswer("status", reply.answer) : undefined;
+    const report = parsed?.ok === true ? parsed.answer : undefined;
     if (report === undefined) {
       return {
         answered: false,
@@ -327,7 +352,8 @@ export class DashboardView {
         who: this.who,
         record: false,
       });
-      const set = list.ok ? asRetireList(list.answer) : undefined;
+      const parsedList = list.ok ? parseToolAnswer("retire list", list.answer) : undefined;
+      const set = parsedList?.ok === true ? parsedList.answer : undefined;
       if (set?.id !== undefined && set.id !== null)
         waiting = { id: set.id, logins: set.logins, held: set.held, reason: set.reason };
     }
@@ -435,44 +461,4 @@ function withPlanAndStandings(
   };
   consumers.sort((a, b) => order[a.state] - order[b.state] || a.login.localeCompare(b.login));
   return { ...p, consumers };
-}
-
-const CONSUMER_STATES = new Set(["active", "failing", "unasked", "awaiting-approval", "retired"]);
-
-// A provider's answer is read for what the page needs; anything else is not a status.
-function asStatusReport(answer: unknown): StatusReport | undefined {
-  const r = answer as Partial<StatusReport> | null;
-  if (r === null || typeof r !== "object" || !Array.isArray(r.consumers)) return undefined;
-  const consumers = r.consumers.filter(
-    (c) =>
-      typeof c === "object" &&
-      c !== null &&
-      typeof c.login === "string" &&
-      typeof c.state === "string" &&
-      CONSUMER_STATES.has(c.state),
-  );
-  return {
-    interface: typeof r.interface === "string" ? r.interface : "",
-    instance: typeof r.instance === "string" ? r.instance : "",
-    receives: typeof r.receives === "string" ? r.receives : "",
-    lastPassAt: typeof r.lastPassAt === "string" ? r.lastPassAt : null,
-    contributionsProblem: typeof r.contributionsProblem === "string" ? r.contributionsProblem : null,
-    consumers: consumers.map((c) => ({
-      ...c,
-      class: typeof c.class === "string" ? c.class : null,
-      since: typeof c.since === "string" ? c.since : "",
-      why: typeof c.why === "string" ? c.why : "",
-    })),
-  };
-}
-
-function asRetireList(answer: unknown): RetireList | undefined {
-  const r = answer as Partial<RetireList> | null;
-  if (r === null || typeof r !== "object" || !Array.isArray(r.logins)) return undefined;
-  return {
-    id: typeof r.id === "string" ? r.id : null,
-    logins: r.logins.filter((l): l is string => typeof l === "string"),
-    held: typeof r.held === "number" ? r.held : 0,
-    reason: typeof r.reason === "string" ? r.reason : "",
-  };
 }
