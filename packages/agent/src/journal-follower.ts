@@ -9,7 +9,7 @@
 // harness's shape) and kept as what it is, that module's claim: `{kind: "action", by: {module,
 // claim: true}, claim: {...}}`. Nothing of the line is at the entry's top level, where the mesh's
 // own records say who asked; the time the bus stored it is the record's own.
-import { LedgerEntryError, type BusLogger, type ModuleLedger } from "@mesh/bus";
+import { LedgerEntryError, LedgerNotMadeError, type BusLogger, type ModuleLedger } from "@mesh/bus";
 import {
   actionJournalPath,
   FileWatcher,
@@ -276,10 +276,10 @@ export class JournalFollower {
     const why = err instanceof Error ? err.message : String(err);
     if (why === this.#said) return;
     this.#said = why;
-    this.#o.logger.warn(
-      `${this.#o.module}'s actions are not appended to its ledger for now (${why}); ` +
-        `they stay in ${this.#o.file} and are appended once it can be written`,
-    );
+    const said = `${this.#o.module}'s actions are not appended to its ledger for now (${why}); they stay in ${this.#o.file} and are appended once it can be written`;
+    // A ledger still being made (beside a module just added) is waited for, not a fault.
+    if (err instanceof LedgerNotMadeError) this.#o.logger.info(said);
+    else this.#o.logger.warn(said);
   }
 }
 

@@ -19,6 +19,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { enrollNode, ENROLL_WITHIN_MS } from "./enroll-node.ts";
 import { parseJoinToken } from "@mesh/bus";
 import { JournalFollowers } from "./journal-follower.ts";
+import { LedgerBacklog } from "./ledger-backlog.ts";
 import { followLedgerCredentials, ledgersFileOf } from "./ledger-credentials.ts";
 import { DEFAULT_SUPERVISION } from "./module-process.ts";
 import { NodeAgent, type AgentStatus, type AgentTimings } from "./node-agent.ts";
@@ -262,12 +263,16 @@ async function startLocked(
   // Asked on every tool call and every journal pass: not `status()`, which reads each module's metrics.url.
   const modules = () => agent.modules();
   const journals = new JournalFollowers({ node, stateDir, ledgers, logger, modules });
+  // A tool's entry the module's ledger cannot take yet (made beside the module, maybe after it
+  // started) waits here rather than holding up the tool's answer.
+  const backlog = new LedgerBacklog({ ledger: (module) => ledgers.writer(module), logger });
   const tools = serveTools({
     nc,
     node,
     stateDir,
     modules,
     ledger: (module) => ledgers.writer(module),
+    backlog,
     logger,
     env: options.env ?? process.env,
     misbehaving: agent.misbehaving,
@@ -278,6 +283,7 @@ async function startLocked(
     await tools.stop();
     await agent.stop();
     await journals.stop();
+    await backlog.stop();
     await ledgers.stop();
     await lock?.release();
   };

@@ -1,9 +1,11 @@
 // The agent's half of tools through the mesh: it answers the calls the controller relays on
 // `toolSubject(node)` by asking the module's own control socket on this machine, and appends each
 // call and its result to the module's ledger on the module's own ledger connection. A ledger that
-// cannot be written never hides what the tool did: the answer says the entry is missing and why.
+// cannot be written never hides what the tool did, nor holds up its answer: the entry waits in the
+// agent's backlog (a module's ledger is made beside it, maybe after it starts) and the answer says so.
 // The entry is the mesh's record, not the module's word: who asked and through what come from the
 // relayed call (only the controller may send one), the module supplies only its answer.
+import { randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { basename, join } from "node:path";
 import {
@@ -56,9 +58,18 @@ export type ToolLedgerEntry = {
   readonly code?: string;
 };
 
-/** A module's ledger as the tool runner writes it: one entry appended, its sequence number back. */
+/**
+ * A module's ledger as the tool runner writes it: one entry appended, its sequence number back; an
+ * entry whose `id` the ledger holds already is stored once.
+ */
 export interface ToolLedger {
-  append(kind: LedgerKind, entry: ToolLedgerEntry): Promise<number>;
+  append(kind: LedgerKind, entry: ToolLedgerEntry, options?: { readonly id?: string }): Promise<number>;
+}
+
+/** Where an entry the ledger did not take waits to be appended (`LedgerBacklog`). */
+export interface ToolLedgerBacklog {
+  /** Keeps the entry for `module`'s ledger; false when it cannot be kept. */
+  add(module: string, kind: LedgerKind, entry: ToolLedgerEntry, id: string): boolean;
 }
 
 /** The answer the agent gives the controller: the sdk's one shape for a tool call's reply. */
@@ -94,6 +105,8 @@ export interface ToolRunnerOptions {
    * @throws when the module has no ledger credential (the message says what is missing).
    */
   ledger(module: string): Promise<ToolLedger>;
+  /** Keeps an entry the ledger did not take and appends it later; without it, such an entry is lost. */
+  readonly backlog?: ToolLedgerBacklog;
   readonly logger: BusLogger;
   /**
    * The secrets that must never leave the node in an answer or a ledger entry. Default: every
@@ -289,24 +302,32 @@ export async function runToolCall(data: Uint8Array, options: ToolRunnerOptions):
       ? { ok: true, answer: forLedger(scrubbed.answer) }
       : { ok: false, error: scrubbed.error, code: scrubbed.code }),
   };
-  const ledgerProblem = record ? await appendEntry(options, module, entry) : undefined;
+  const appended = record ? await appendEntry(options, module, entry) : undefined;
+  const ledgerProblem = appended?.problem;
   // The scrubbed arguments: the log is no more trusted with a password than the ledger is.
   const said = `${who}${via === undefined ? "" : ` (${via})`} asked ${[tool, ...entry.args].join(" ")} of ${module} on node ${node}`;
   if (scrubbed.ok) logger.info(`${said}: answered`);
   else logger.warn(`${said}: ${scrubbed.code}: ${scrubbed.error}`);
   if (ledgerProblem !== undefined) logger.warn(`${said}: ${ledgerProblem}`);
-  const ledger = ledgerProblem === undefined ? {} : { ledger: ledgerProblem };
+  const ledger =
+    ledgerProblem === undefined
+      ? {}
+      : { ledger: ledgerProblem, ...(appended?.waits === true ? { ledgerWaits: true as const } : {}) };
   return scrubbed.ok
     ? { ok: true, answer: scrubbed.answer, ...ledger }
     : { ok: false, error: scrubbed.error, code: scrubbed.code, ...ledger };
 }
 
-// Undefined when the entry was written; else why it was not, in words for the operator.
+// Undefined when the entry was written; else why it was not, in words for the operator, and whether
+// it waits in the backlog.
 async function appendEntry(
   options: ToolRunnerOptions,
   module: string,
-  entry: ToolLedgerEntry,
-): Promise<string | undefined> {
+  first: ToolLedgerEntry,
+): Promise<{ readonly problem: string; readonly waits: boolean } | undefined> {
+  // One id for every try, here and in the backlog: an append whose answer was lost is stored once.
+  const id = `tool.${options.node}.${randomUUID()}`;
+  let entry = first;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
@@ -319,18 +340,30 @@ async function appendEntry(
     const append = async (): Promise<void> => {
       const ledger = await options.ledger(module);
       try {
-        await ledger.append("tool", entry);
+        await ledger.append("tool", entry, { id });
       } catch (err) {
         // The ledger refuses an answer holding something password-like; the call is kept without it.
         if (!(err instanceof Error && err.name === "LedgerEntryError") || entry.answer === undefined)
           throw err;
-        await ledger.append("tool", { ...entry, answer: { omitted: err.message } });
+        entry = { ...entry, answer: { omitted: err.message } };
+        await ledger.append("tool", entry, { id });
       }
     };
     await Promise.race([append(), timeout]);
     return undefined;
   } catch (err) {
-    return `the ledger entry for this call was not written to ${module}'s ledger: ${err instanceof Error ? err.message : String(err)}`;
+    const why = err instanceof Error ? err.message : String(err);
+    const refused = err instanceof Error && err.name === "LedgerEntryError";
+    if (!refused && options.backlog?.add(module, "tool", entry, id) === true) {
+      return {
+        problem: `the ledger entry for this call is not written yet (${why}): the agent keeps it and appends it once ${module}'s ledger takes it`,
+        waits: true,
+      };
+    }
+    return {
+      problem: `the ledger entry for this call was not written to ${module}'s ledger: ${why}`,
+      waits: false,
+    };
   } finally {
     clearTimeout(timer);
   }

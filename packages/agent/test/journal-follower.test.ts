@@ -229,6 +229,49 @@ void describe("a provider's actions reach its module's ledger through the action
     await agent.stop();
   });
 
+  it("keeps actions while the module's ledger is not made yet, and appends each once when it is", async () => {
+    // The controller issues the credential at once and makes the ledger beside it, maybe later.
+    const wiki = await mesh.credentialFor("wiki", { made: false });
+    await mesh.writeLedgers(ledgersFile, { postgres, wiki });
+    const file = actionJournalPath(stateDir, "wiki");
+    const journal = new ActionJournal(file, recordingLogger());
+    journal.append(action("created", "bucket_a"));
+    await journal.flush();
+    const agent = await startAgentLedgers(["wiki"]);
+    await eventually(
+      () =>
+        agent.logger.lines.some((l) =>
+          /^info: wiki's actions are not appended .*wiki's ledger is not made yet/.test(l),
+        ),
+      "the wait for the ledger said",
+    );
+    journal.append(action("created", "bucket_b"));
+    await journal.flush();
+    assert.deepEqual(await actionsIn("wiki"), [], "nothing is written before the ledger is made");
+    await mesh.makeLedger("wiki");
+    let actions: Record<string, unknown>[] = [];
+    await eventually(() => {
+      void actionsIn("wiki").then((a) => (actions = a));
+      return actions.length >= 2;
+    }, "the kept actions in the ledger");
+    journal.append(action("retired", "bucket_a"));
+    await journal.flush();
+    await eventually(() => {
+      void actionsIn("wiki").then((a) => (actions = a));
+      return actions.length >= 3;
+    }, "the next action in the ledger");
+    assert.deepEqual(
+      actions.map((a) => `${String(a["action"])} ${String(a["login"])}`),
+      ["created bucket_a", "created bucket_b", "retired bucket_a"],
+      "each once, in order",
+    );
+    assert.ok(
+      !agent.logger.lines.some((l) => l.startsWith("warn:") && l.includes("wiki's ledger is not made yet")),
+      "waiting for a ledger being made is no warning",
+    );
+    await agent.stop();
+  });
+
   it("skips a line that is not an action, and reads a journal made anew from its start", async () => {
     const redis = await mesh.credentialFor("mariadb");
     await mesh.writeLedgers(ledgersFile, { postgres, mariadb: redis });

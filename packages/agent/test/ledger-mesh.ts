@@ -1,5 +1,5 @@
 // A real nats-server under the mesh's authority, with what the controller does for ledgers: it
-// creates a module's ledger, issues the module's ledger credential, and reads the history back.
+// makes a module's ledger, issues the module's ledger credential, and reads the history back.
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -28,8 +28,13 @@ export interface LedgerMesh {
   readonly authority: BusAuthority;
   /** A directory for the test's files, removed by `stop()`. */
   readonly dir: string;
-  /** Creates `module`'s ledger and issues a credential confined to it. */
-  credentialFor(module: string): Promise<LedgerCredential>;
+  /**
+   * Creates `module`'s ledger (unless `made` is false: the controller makes it beside the
+   * credential, maybe later) and issues a credential confined to it.
+   */
+  credentialFor(module: string, options?: { readonly made?: boolean }): Promise<LedgerCredential>;
+  /** Creates `module`'s ledger, as the controller does in the background. */
+  makeLedger(module: string): Promise<void>;
   /** Writes the `ledgers` secret at `file` atomically, as the agent does. */
   writeLedgers(file: string, ledgers: Readonly<Record<string, LedgerCredential>> | string): Promise<void>;
   /** The newest entries of `module`'s history, read as the controller reads them. */
@@ -56,8 +61,8 @@ export async function startLedgerMesh(): Promise<LedgerMesh> {
     server,
     authority,
     dir,
-    async credentialFor(module) {
-      await ensureLedger(controller, module);
+    async credentialFor(module, options = {}) {
+      if (options.made !== false) await ensureLedger(controller, module);
       const user = newUserKeys();
       const issued = await authority.issueUser({
         name: `${module}-ledger`,
@@ -66,6 +71,7 @@ export async function startLedgerMesh(): Promise<LedgerMesh> {
       });
       return { jwt: issued, seed: user.seed };
     },
+    makeLedger: (module) => ensureLedger(controller, module),
     async writeLedgers(file, ledgers) {
       await writeFileAtomic(file, typeof ledgers === "string" ? ledgers : JSON.stringify(ledgers));
     },

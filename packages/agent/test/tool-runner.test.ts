@@ -24,10 +24,13 @@ import {
 import { secretPath } from "@mesh/manifest";
 import { ToolError, type ProvisionerTools, type StatusReport } from "@mesh/sdk";
 import { serveControl, type ControlServer } from "@mesh/sdk/provider";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { startNats, until, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { LedgerBacklog } from "../src/ledger-backlog.ts";
 import {
+  LEDGER_APPEND_TIMEOUT_MS,
   moduleControlPath,
+  runToolCall,
   serveTools,
   type ToolLedger,
   type ToolRunner,
@@ -316,6 +319,62 @@ void describe("the agent's tool runner", () => {
     } finally {
       await mystery.close();
       modules = ["postgres", "notes"];
+    }
+  });
+
+  it("answers at once while the module's ledger is not made yet, and appends the entry once it is", async () => {
+    // The controller issued fresh's ledger credential beside its bus one, and makes its ledger later.
+    await mkdir(dirname(moduleControlPath(stateDir, "fresh")), { recursive: true });
+    const fresh = await serveControl(fakeTools(), moduleControlPath(stateDir, "fresh"));
+    const freshLedger = new ModuleLedger(
+      await connectAs("fresh-ledger", ledgerPermissions("fresh"), ledgerInboxPrefix("fresh")),
+      "fresh",
+    );
+    const backlog = new LedgerBacklog({
+      ledger: () => Promise.resolve(freshLedger),
+      logger,
+      firstDelayMs: 100,
+    });
+    const options = {
+      nc: node,
+      node: NODE,
+      stateDir,
+      modules: () => ["fresh"],
+      ledger: () => Promise.resolve(freshLedger),
+      backlog,
+      logger,
+    };
+    try {
+      const began = Date.now();
+      const call = { module: "fresh", tool: "cleanup delete", args: ["gone_db"], who: "carol" };
+      const reply = await runToolCall(new TextEncoder().encode(JSON.stringify(call)), options);
+      assert.ok(reply.ok, JSON.stringify(reply));
+      assert.ok(Date.now() - began < LEDGER_APPEND_TIMEOUT_MS, "the answer did not wait out the ledger");
+      assert.match(reply.ledger ?? "", /not written yet \(fresh's ledger is not made yet/);
+      assert.match(reply.ledger ?? "", /the agent keeps it and appends it once fresh's ledger takes it/);
+      assert.equal(reply.ledgerWaits, true, "the controller is not to record it too");
+      assert.equal(backlog.waiting("fresh"), 1);
+
+      await ensureLedger(admin, "fresh");
+      const records = await until(
+        "the kept entry in fresh's ledger",
+        async () => {
+          const found = await readLedger(admin, "fresh", { limit: 10, kind: "tool" });
+          return found.length > 0 ? found : undefined;
+        },
+        30,
+      );
+      assert.equal(backlog.waiting("fresh"), 0);
+      assert.equal(records.length, 1);
+      assert.equal(records[0]?.entry["who"], "carol");
+      assert.deepEqual(records[0]?.entry["args"], ["gone_db"]);
+      assert.ok(
+        logger.lines.some((l) => /^info: fresh's ledger took the 1 entry that waited for it/.test(l)),
+      );
+    } finally {
+      await backlog.stop();
+      await freshLedger.close();
+      await fresh.close();
     }
   });
 

@@ -2,6 +2,11 @@
 // or status is more) goes as several replies to the same inbox, each saying which part of how many
 // it is. A requester that can put them back together says so in a header; one that does not gets
 // one message, as before.
+//
+// A requester may also ask for a receipt: an empty reply sent the moment an answerer takes the
+// request, before it works on it. Without one within a few seconds, nothing took the request (it was
+// routed to a server cut off from the cluster, say) and it may be asked again elsewhere; with one,
+// it is being answered, however long that takes, and is not asked twice.
 import {
   createInbox,
   headers,
@@ -16,6 +21,9 @@ export const ANSWER_IN_PARTS_HEADER = "Mesh-Answer-Parts";
 /** The header of each part of an answer: `<index>/<count>`, from 1. */
 export const ANSWER_PART_HEADER = "Mesh-Answer-Part";
 
+/** The request header that asks for a receipt, and the header of the receipt itself. */
+export const RECEIPT_HEADER = "Mesh-Receipt";
+
 /** At most this much of an answer goes in one message (well under the 1 MiB default). */
 export const ANSWER_PART_BYTES = 256 * 1024;
 
@@ -25,6 +33,22 @@ const decoder = new TextDecoder();
 /** Whether the requester of `msg` takes an answer in parts. */
 export function takesAnswerInParts(msg: Msg): boolean {
   return msg.headers?.get(ANSWER_IN_PARTS_HEADER) === "1";
+}
+
+/**
+ * Sends `msg`'s requester its receipt, when it asked for one (see `sendRequest`): that the request
+ * was taken and is being answered. Call it as soon as the message arrives, before working on it.
+ * @throws nothing: a receipt that cannot be sent is left out (the requester may ask again).
+ */
+export function sendReceipt(nc: NatsConnection, msg: Msg): void {
+  if (msg.reply === undefined || msg.reply === "" || msg.headers?.get(RECEIPT_HEADER) !== "1") return;
+  try {
+    const h = headers();
+    h.set(RECEIPT_HEADER, "1");
+    nc.publish(msg.reply, new Uint8Array(0), { headers: h });
+  } catch {
+    // A closed or draining connection: the answer would not go either.
+  }
 }
 
 /**
@@ -52,6 +76,119 @@ export function respondInParts(
   }
 }
 
+/** How `sendRequest` asks. */
+export interface SendRequestOptions {
+  /** The inbox prefix replies go to (the connection's `inboxPrefix`), when its user may only read its own. */
+  readonly inboxPrefix?: string;
+  /** Ask the answerer for a receipt the moment it takes the request (see `sendReceipt`). */
+  readonly receipt?: boolean;
+}
+
+/** A request sent, its answer read as it comes. */
+export interface SentRequest {
+  /**
+   * Resolves when an answerer took the request: its receipt, or the first message of its answer.
+   * @throws NoRespondersError when nothing listens on the subject (the server says so at once).
+   */
+  readonly taken: Promise<void>;
+  /**
+   * The answer's text: one message, or every part put back together in order.
+   * @throws NoRespondersError when nothing listens on the subject; TimeoutError when its first
+   * message, or a next part, does not come within `timeoutMs`.
+   */
+  answer(timeoutMs: number): Promise<string>;
+  /** Stops reading: what comes after is dropped. Idempotent. */
+  close(): void;
+}
+
+/**
+ * Sends `body` on `subject` with a reply inbox of its own, saying that the answer may come in parts
+ * (and asking for a receipt, with `options.receipt`).
+ */
+export function sendRequest(
+  nc: NatsConnection,
+  subject: string,
+  body: string,
+  options: SendRequestOptions = {},
+): SentRequest {
+  const inbox = createInbox(options.inboxPrefix);
+  const queue: Msg[] = [];
+  let wake: (() => void) | undefined;
+  let markTaken: () => void = () => {};
+  let refuse: (err: Error) => void = () => {};
+  const taken = new Promise<void>((resolve, reject) => {
+    markTaken = resolve;
+    refuse = reject;
+  });
+  // Nobody may be waiting on it (the answer is read without it): never an unhandled rejection.
+  taken.catch(() => undefined);
+  const sub = nc.subscribe(inbox, {
+    callback: (err, msg) => {
+      if (err !== null) return;
+      if (isNoResponders(msg)) refuse(new NoRespondersError(subject));
+      else markTaken();
+      queue.push(msg);
+      wake?.();
+    },
+  });
+  const h = headers();
+  h.set(ANSWER_IN_PARTS_HEADER, "1");
+  if (options.receipt === true) h.set(RECEIPT_HEADER, "1");
+  nc.publish(subject, body, { reply: inbox, headers: h });
+
+  const next = async (timeoutMs: number): Promise<Msg> => {
+    for (;;) {
+      const msg = queue.shift();
+      if (msg !== undefined) {
+        if (msg.headers?.get(RECEIPT_HEADER) === "1" && msg.data.length === 0) continue;
+        return msg;
+      }
+      if (sub.isClosed()) throw new TimeoutError();
+      let timer: NodeJS.Timeout | undefined;
+      const arrived = await new Promise<boolean>((resolve) => {
+        wake = () => resolve(true);
+        timer = setTimeout(() => resolve(false), timeoutMs);
+      }).finally(() => {
+        wake = undefined;
+        clearTimeout(timer);
+      });
+      if (!arrived) throw new TimeoutError();
+    }
+  };
+  return {
+    taken,
+    async answer(timeoutMs) {
+      const parts: Uint8Array[] = [];
+      let count: number | undefined;
+      while (count === undefined || parts.length < count) {
+        const msg = await next(timeoutMs);
+        if (isNoResponders(msg)) throw new NoRespondersError(subject);
+        const part = msg.headers?.get(ANSWER_PART_HEADER);
+        // One message without a part header: an answer in one (or a controller that sends no parts).
+        if (part === undefined || part === "") return msg.string();
+        const [index, of] = part.split("/").map(Number);
+        if (index !== parts.length + 1 || of === undefined || !Number.isSafeInteger(of) || of < 1)
+          throw new Error(
+            `the answer on ${subject} came with part ${part} where part ${parts.length + 1} was due`,
+          );
+        count = of;
+        parts.push(msg.data);
+      }
+      const whole = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+      let at = 0;
+      for (const p of parts) {
+        whole.set(p, at);
+        at += p.length;
+      }
+      return decoder.decode(whole);
+    },
+    close() {
+      if (!sub.isClosed()) sub.unsubscribe();
+      wake?.();
+    },
+  };
+}
+
 /** How `requestInParts` asks. */
 export interface RequestInPartsOptions {
   /** How long to wait for the first part, and for each next one (ms). */
@@ -72,53 +209,17 @@ export async function requestInParts(
   body: string,
   options: RequestInPartsOptions,
 ): Promise<string> {
-  const inbox = createInbox(options.inboxPrefix);
-  const sub = nc.subscribe(inbox);
+  const sent = sendRequest(nc, subject, body, {
+    ...(options.inboxPrefix !== undefined ? { inboxPrefix: options.inboxPrefix } : {}),
+  });
   try {
-    const h = headers();
-    h.set(ANSWER_IN_PARTS_HEADER, "1");
-    nc.publish(subject, body, { reply: inbox, headers: h });
-    const iterator = sub[Symbol.asyncIterator]();
-    const parts: Uint8Array[] = [];
-    let count: number | undefined;
-    while (count === undefined || parts.length < count) {
-      const msg = await next(iterator, options.timeoutMs);
-      if (msg.headers?.hasError === true && msg.headers.code === 503) throw new NoRespondersError(subject);
-      const part = msg.headers?.get(ANSWER_PART_HEADER);
-      // One message without a part header: an answer in one (or a controller that sends no parts).
-      if (part === undefined || part === "") return msg.string();
-      const [index, of] = part.split("/").map(Number);
-      if (index !== parts.length + 1 || of === undefined || !Number.isSafeInteger(of) || of < 1)
-        throw new Error(
-          `the answer on ${subject} came with part ${part} where part ${parts.length + 1} was due`,
-        );
-      count = of;
-      parts.push(msg.data);
-    }
-    const whole = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-    let at = 0;
-    for (const p of parts) {
-      whole.set(p, at);
-      at += p.length;
-    }
-    return decoder.decode(whole);
+    return await sent.answer(options.timeoutMs);
   } finally {
-    sub.unsubscribe();
+    sent.close();
   }
 }
 
-async function next(iterator: AsyncIterator<Msg>, timeoutMs: number): Promise<Msg> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    const result = await Promise.race([
-      iterator.next(),
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new TimeoutError()), timeoutMs);
-      }),
-    ]);
-    if (result.done === true) throw new TimeoutError();
-    return result.value;
-  } finally {
-    clearTimeout(timer);
-  }
+// The server's own reply when nothing listens on the subject.
+function isNoResponders(msg: Msg): boolean {
+  return msg.headers?.hasError === true && msg.headers.code === 503;
 }

@@ -27,6 +27,7 @@
 export * from "./authority.ts";
 export * from "./connect-bus.ts";
 export * from "./answer-parts.ts";
+export * from "./ask-servers.ts";
 export * from "./kv-permissions.ts";
 export * from "./sealing.ts";
 export * from "./state.ts";

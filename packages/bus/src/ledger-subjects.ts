@@ -42,6 +42,12 @@ export function ledgerStreamName(module: string): string {
   return `LEDGER_${assertLedgerModule(module)}`;
 }
 
+/** The module whose history `stream` is (`LEDGER_<module>`), or undefined when it is no ledger's. */
+export function ledgerModuleOfStream(stream: string): string | undefined {
+  const module = stream.startsWith("LEDGER_") ? stream.slice("LEDGER_".length) : undefined;
+  return module !== undefined && isModuleName(module) ? module : undefined;
+}
+
 /**
  * The subject of one `kind` of `module`'s history (`mesh.ledger.<module>.<kind>`).
  * @throws InvalidLedgerModuleError for a name that is not a module name.
@@ -80,7 +86,7 @@ export function ledgerInboxPrefix(module: string): string {
  * more: append to its own history (a JetStream publish to `ledgerSubjects(module)`, acknowledged in
  * its inbox), ask for its own stream's info, and put, get and watch the keys of its own snapshots
  * bucket. Not another module's ledger, not any event or control subject, and no other JetStream
- * call: it cannot create, delete or purge a stream (the controller creates the ledger beforehand).
+ * call: it cannot create, delete or purge a stream (the controller makes the ledger).
  * Verified against nats-server 2.9 in test/ledger-permissions.test.ts.
  * @throws InvalidLedgerModuleError for a name that is not a module name.
  */

@@ -18,6 +18,7 @@ import { isTooFewPeers } from "./bus-replicas.ts";
 import { placeableReplicas } from "./replica-count.ts";
 import { closeBus } from "./connect-bus.ts";
 import {
+  ledgerModuleOfStream,
   ledgerSnapshotBucket,
   ledgerStreamName,
   ledgerSubject,
@@ -26,6 +27,7 @@ import {
   type LedgerKind,
 } from "./ledger-subjects.ts";
 import { openState, type BusState } from "./state.ts";
+import { kvStreamName } from "./subjects.ts";
 
 /** One entry of a module's history as it was stored. */
 export interface LedgerRecord {
@@ -98,6 +100,26 @@ export async function ensureLedger(
   await openState(nc, ledgerSnapshotBucket(module));
 }
 
+/**
+ * The modules whose ledger is there (its history stream and its snapshots bucket both), in one
+ * listing of the streams: a controller that takes over asks this once rather than each module's.
+ * @throws the bus's error when the streams cannot be listed.
+ */
+export async function madeLedgers(
+  nc: NatsConnection,
+  options: { readonly timeoutMs?: number } = {},
+): Promise<Set<string>> {
+  const jsm = await jetstreamManager(nc, { timeout: options.timeoutMs ?? CREATE_TIMEOUT_MS });
+  const streams = new Set<string>();
+  for await (const name of jsm.streams.names()) streams.add(name);
+  const made = new Set<string>();
+  for (const stream of streams) {
+    const module = ledgerModuleOfStream(stream);
+    if (module !== undefined && streams.has(kvStreamName(ledgerSnapshotBucket(module)))) made.add(module);
+  }
+  return made;
+}
+
 /** An entry or snapshot the ledger will not take: not JSON, of another kind, or holding something secret. */
 export class LedgerEntryError extends Error {
   override name = "LedgerEntryError";
@@ -127,11 +149,43 @@ export class LedgerWriteError extends Error {
     const cause = options?.cause instanceof Error ? ` (${options.cause.message})` : "";
     super(
       `${module}'s ledger could not ${what}${cause}: check that the bus is up, that the controller ` +
-        `created ${module}'s ledger (it does so before it issues the ledger credential), and that ` +
+        `made ${module}'s ledger (\`mesh status\` lists one still being made), and that ` +
         `the connection uses ${module}'s own ledger credential`,
       options,
     );
   }
+}
+
+/**
+ * The module's ledger is not there yet: the controller makes it beside the module's credentials,
+ * in the background, so a module may start (and write) before it is made. What was to be written
+ * waits and is written once it is (see the agent's journal follower and tool runner).
+ */
+export class LedgerNotMadeError extends LedgerWriteError {
+  override name = "LedgerNotMadeError";
+  constructor(module: string, what: string, options?: { cause?: unknown }) {
+    super(module, what, options);
+    this.message =
+      `${module}'s ledger is not made yet (the controller makes it beside ${module}'s credentials, ` +
+      `and \`mesh status\` lists it while it waits): could not ${what}`;
+  }
+}
+
+// What the bus says when the ledger is not there: no stream takes the history's subject (nats.js
+// says a publish nobody answers is "jetstream is not enabled"), or the stream or bucket is missing.
+function notMade(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
+    if (e.name === "JetStreamNotEnabled" || e.name === "StreamNotFoundError") return true;
+    if (e instanceof JetStreamApiError && e.code === JetStreamApiCodes.StreamNotFound) return true;
+  }
+  return false;
+}
+
+// The error for a write or read of `module`'s ledger that failed with `err`.
+function writeError(module: string, what: string, err: unknown): LedgerWriteError {
+  return notMade(err)
+    ? new LedgerNotMadeError(module, what, { cause: err })
+    : new LedgerWriteError(module, what, { cause: err });
 }
 
 /** How to append one entry. */
@@ -207,9 +261,7 @@ export class ModuleLedger {
       });
       return ack.seq;
     } catch (err) {
-      throw new LedgerWriteError(this.module, `append ${/^[aeiou]/.test(kind) ? "an" : "a"} ${kind} entry`, {
-        cause: err,
-      });
+      throw writeError(this.module, `append ${/^[aeiou]/.test(kind) ? "an" : "a"} ${kind} entry`, err);
     }
   }
 
@@ -226,7 +278,7 @@ export class ModuleLedger {
       return await state.put(key, value);
     } catch (err) {
       if (err instanceof Error && err.name === "InvalidStateKeyError") throw err;
-      throw new LedgerWriteError(this.module, `store snapshot ${key}`, { cause: err });
+      throw writeError(this.module, `store snapshot ${key}`, err);
     }
   }
 
@@ -240,7 +292,7 @@ export class ModuleLedger {
       return (await state.get(key)) as T | undefined;
     } catch (err) {
       if (err instanceof Error && /^(InvalidStateKeyError|StateValueError)$/.test(err.name)) throw err;
-      throw new LedgerWriteError(this.module, `read snapshot ${key}`, { cause: err });
+      throw writeError(this.module, `read snapshot ${key}`, err);
     }
   }
 
@@ -258,7 +310,7 @@ export class ModuleLedger {
       if (this.#snapshots === opening) this.#snapshots = undefined;
     });
     return opening.catch((err: unknown) => {
-      throw new LedgerWriteError(this.module, "open its snapshots", { cause: err });
+      throw writeError(this.module, "open its snapshots", err);
     });
   }
 }

@@ -133,6 +133,13 @@ export const SERVED_FLEET_SUBJECT = "mesh.fleet.served";
  */
 export const JOIN_TOKEN_SUBJECT = "mesh.join.token";
 
+/**
+ * Where every controller, leading or standing by, answers who it is and who it sees leading:
+ * `{self, leading, leader, term, fleetTerm}`. Not a queue: a person's CLI hears them all, and so
+ * names the standbys (operator credentials only).
+ */
+export const CONTROLLERS_SUBJECT = "mesh.controllers";
+
 /** The identity (and inbox) of a person's CLI talking to the controller. */
 export const OPERATOR_IDENTITY = "operator";
 

@@ -8,6 +8,7 @@ import { Kvm } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { meshClusterConfigs, startNatsCluster, until, type NatsCluster } from "@mesh/testkit";
 import {
+  askThroughServers,
   connectBus,
   createAuthority,
   credsFor,
@@ -19,6 +20,8 @@ import {
   openState,
   raiseReplicas,
   replicasFor,
+  respondInParts,
+  sendReceipt,
   type BusAuthority,
 } from "@mesh/bus";
 import { EVERYTHING, recordingLogger } from "./bus-server.ts";
@@ -141,6 +144,50 @@ describe("the bus on a cluster of three", () => {
       await nc.flush();
     } finally {
       cluster.resume(index);
+    }
+  });
+
+  it("asks through the servers the cluster names when the one given stops answering once connected", async () => {
+    const live = await connect({ servers: [cluster.urls[2] ?? ""] });
+    live.subscribe("ask.cluster", {
+      callback: (_e, msg) => {
+        sendReceipt(live, msg);
+        respondInParts(live, msg, "answered");
+      },
+    });
+    await live.flush();
+    const keys = newUserKeys();
+    const jwt = await authority.issueUser({
+      name: "asker",
+      publicKey: keys.publicKey,
+      permissions: EVERYTHING,
+    });
+    const creds = credsFor(jwt, keys.seed);
+    const given = cluster.urls[0] ?? "";
+    const left: string[] = [];
+    try {
+      const answer = await askThroughServers({
+        servers: [given],
+        creds,
+        name: "asker",
+        subject: "ask.cluster",
+        body: "{}",
+        timeoutMs: 30_000,
+        receiptMs: 1_000,
+        // The server given is stopped just after it is connected to: up, then cut off.
+        connect: async (server) => {
+          const nc = await connectBus({ servers: [server], creds, name: "asker" });
+          if (server === given) cluster.pause(0);
+          return nc;
+        },
+        onNext: (server) => left.push(server),
+      });
+      assert.equal(answer.text, "answered");
+      assert.notEqual(answer.server, given, "answered through a server only the cluster named");
+      assert.ok(cluster.urls.includes(answer.server), answer.server);
+      assert.equal(left[0], given);
+    } finally {
+      cluster.resume(0);
     }
   });
 });

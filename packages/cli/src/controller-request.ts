@@ -1,12 +1,14 @@
 // Asking the running controller from a person's shell (`mesh status`, `mesh rotate`, `mesh tool`):
 // where the bus is and the operator's credentials come from the mesh's state directory, written by
-// `mesh up`; one request, its JSON answer.
+// `mesh up` (or `--bus`); one request, its JSON answer, through whichever server reaches a
+// controller.
 import { readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { inboxPrefix, OPERATOR_IDENTITY } from "@mesh/bus/subjects";
+import { CONTROLLERS_SUBJECT, inboxPrefix, OPERATOR_IDENTITY } from "@mesh/bus/subjects";
 import type { Command } from "commander";
 import { CliExit, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
+import { paintFor } from "./colour.ts";
 import { withProgress } from "./progress.ts";
 
 /** Where the embedded mesh keeps its state: --state, else $MESH_STATE_DIR, else ./.mesh-state. */
@@ -89,15 +91,23 @@ export const BUS_CA_OPTION = [
   "the mesh's bus CA (ca.pem in mesh bus-config's --tls-dir) when the bus uses TLS (tls:// URLs)",
 ] as const;
 
+/** `--state DIR`'s flag and help, for every command that reads the mesh's state directory. */
+export const STATE_OPTION = [
+  "--state <dir>",
+  "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)",
+] as const;
+
 /**
- * Adds `--bus URL[,URL…]` and `--bus-ca FILE` to `command`: the bus to ask, in place of the one
- * `<state>/bus.json` names, and the CA it is trusted by.
+ * Adds `--state DIR`, `--bus URL[,URL…]` and `--bus-ca FILE` to a command that asks the controller:
+ * where the operator's credential and the bus's servers are, servers to ask first, and the CA the
+ * bus is trusted by. One helper for every such command, so each finds the controller the same way.
  */
-export function withBusFlags(command: Command): Command {
+export function withAskFlags(command: Command): Command {
   return command
+    .option(...STATE_OPTION)
     .option(
       "--bus <url,...>",
-      "the bus's URLs, in place of the ones the state directory names (e.g. from another machine of a cluster)",
+      "bus URLs to ask through first, before the ones the state directory names (e.g. a server this machine reaches)",
       (value: string, before: string[] | undefined) => [...(before ?? []), value],
     )
     .option(...BUS_CA_OPTION);
@@ -140,7 +150,7 @@ export async function busCaOf(file: string | undefined): Promise<string | undefi
 
 /** How to ask. */
 export interface AskOptions {
-  /** How long to wait for the answer (default 30 s). */
+  /** How long to wait for the request to be taken, and then for each part of the answer (default 30 s). */
   readonly timeoutMs?: number;
   /** Names the connection in the server's logs (`mesh status`). */
   readonly name?: string;
@@ -156,11 +166,30 @@ export interface AskOptions {
   readonly caFile?: string;
 }
 
+/** An answer, with every controller's word on who leads (`askControllers`). */
+export interface ControllersAnswer<T> {
+  readonly answer: T;
+  /** What each controller that answered within `CONTROLLERS_WITHIN_MS` said of itself and the leader. */
+  readonly controllers: readonly ControllerSeen[];
+}
+
+/** One controller's word on itself and on who leads, as it answers on `CONTROLLERS_SUBJECT`. */
+export interface ControllerSeen {
+  readonly self: string;
+  readonly leading: boolean;
+  readonly leader: string | null;
+  readonly term: number | null;
+}
+
+/** How long `mesh status` listens for the controllers' words on who leads, beside its answer. */
+export const CONTROLLERS_WITHIN_MS = 500;
+
 /**
  * Sends `body` on `subject` to the controller of the mesh whose state is in `state`, with the
  * operator's credentials (`<state>/operator.creds`, the bus's address and CA from `<state>/bus.json`
- * unless `options.servers` and `options.caFile` name them), and
- * returns its JSON answer.
+ * unless `options.servers` and `options.caFile` name them), and returns its JSON answer. The
+ * servers are asked one at a time: one through which no controller takes the request within 2 s is
+ * left for the next (then for those the cluster names), and that is said on standard error.
  * @throws CliExit (EXIT_UNREACHABLE) when no mesh ran there, the bus refuses or does not answer, or
  * the controller does not answer in time.
  */
@@ -170,12 +199,45 @@ export async function askController<T>(
   body: string,
   options: AskOptions = {},
 ): Promise<T> {
-  const ask = (): Promise<T> => askOnce<T>(state, subject, body, options);
-  if (options.io === undefined) return ask();
-  return withProgress(options.io, options.waiting ?? `waiting for the mesh in ${state}`, ask);
+  return (await ask<T>(state, subject, body, options, false)).answer;
 }
 
-async function askOnce<T>(state: string, subject: string, body: string, options: AskOptions): Promise<T> {
+/**
+ * As `askController`, and also hears every controller (leading or standing by) say who it is and
+ * who leads, for `mesh status`.
+ * @throws as `askController` does.
+ */
+export function askControllers<T>(
+  state: string,
+  subject: string,
+  body: string,
+  options: AskOptions = {},
+): Promise<ControllersAnswer<T>> {
+  return ask<T>(state, subject, body, options, true);
+}
+
+function ask<T>(
+  state: string,
+  subject: string,
+  body: string,
+  options: AskOptions,
+  controllers: boolean,
+): Promise<ControllersAnswer<T>> {
+  const io = options.io;
+  if (io === undefined) return askOnce<T>(state, subject, body, options, controllers, () => {});
+  return withProgress(io, options.waiting ?? `waiting for the mesh in ${state}`, (say) =>
+    askOnce<T>(state, subject, body, options, controllers, say),
+  );
+}
+
+async function askOnce<T>(
+  state: string,
+  subject: string,
+  body: string,
+  options: AskOptions,
+  withControllers: boolean,
+  say: (line: string) => void,
+): Promise<ControllersAnswer<T>> {
   let servers: string[];
   let creds: Uint8Array;
   let ca = await busCaOf(options.caFile);
@@ -189,7 +251,8 @@ async function askOnce<T>(state: string, subject: string, body: string, options:
         throw err;
       },
     );
-    servers = options.servers !== undefined ? [...options.servers] : (bus?.servers ?? []);
+    // --bus first; the state's servers after them, as more to try when those do not answer.
+    servers = [...new Set([...(options.servers ?? []), ...(bus?.servers ?? [])])];
     ca ??= bus?.ca;
   } catch (err) {
     if (err instanceof CliExit) throw err;
@@ -197,39 +260,75 @@ async function askOnce<T>(state: string, subject: string, body: string, options:
   }
   // Loaded here, not at the top, and once there is a mesh to ask: only the commands that ask it pay
   // for the NATS client, and they load nothing else of the bus (see @mesh/bus/connect).
-  const { closeBus, connectBus, requestInParts } = await import("@mesh/bus/connect");
-  let nc;
+  const { askThroughServers, ASK_RECEIPT_MS } = await import("@mesh/bus/connect");
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const note = options.io !== undefined ? paintFor(options.io, "err").yellow("note:") : "note:";
+  let asked;
   try {
-    nc = await connectBus({
+    asked = await askThroughServers({
       servers,
       creds,
       name: options.name ?? "mesh",
       inboxPrefix: inboxPrefix(OPERATOR_IDENTITY),
       ...(ca !== undefined ? { ca } : {}),
+      subject,
+      body,
+      timeoutMs,
+      ...(withControllers
+        ? { gather: { subject: CONTROLLERS_SUBJECT, withinMs: CONTROLLERS_WITHIN_MS } }
+        : {}),
+      onNext: (server, why) =>
+        say(`${note} no controller answered through ${server} (${why}); asking through the next server`),
     });
   } catch (err) {
+    if (
+      options.timedOut !== undefined &&
+      (isNamed(err, "TimeoutError") || isNamed(err, "AskUnansweredError"))
+    ) {
+      throw new CliExit(EXIT_UNREACHABLE, options.timedOut);
+    }
+    if (isNamed(err, "NoRespondersError")) {
+      throw new CliExit(
+        EXIT_UNREACHABLE,
+        `no controller answers on the bus of the mesh in ${state}: is \`mesh up\` still running?`,
+      );
+    }
+    if (isNamed(err, "AskUnansweredError")) {
+      throw new CliExit(
+        EXIT_UNREACHABLE,
+        `no controller of the mesh in ${state} answered within ${Math.round(timeoutMs / 1000)} s through ` +
+          `${servers.join(", ")} (each asked until none took the request within ${ASK_RECEIPT_MS / 1000} s): ` +
+          `check that a controller runs (\`mesh up\` or \`mesh controller\`) and that this machine reaches ` +
+          `a server of its cluster; --bus names servers to ask first`,
+      );
+    }
+    if (isNamed(err, "TimeoutError")) {
+      throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
+    }
     throw new CliExit(EXIT_UNREACHABLE, `the mesh in ${state} does not answer: ${(err as Error).message}`);
   }
+  return {
+    answer: JSON.parse(asked.text) as T,
+    controllers: asked.gathered.flatMap((text) => {
+      const seen = controllerSeen(text);
+      return seen === undefined ? [] : [seen];
+    }),
+  };
+}
+
+// A controller's word on who leads, parsed loosely: anything else is not one.
+function controllerSeen(text: string): ControllerSeen | undefined {
   try {
-    // Taken in parts: a large fleet's plan or status is more than one message may hold.
-    const reply = await requestInParts(nc, subject, body, {
-      timeoutMs: options.timeoutMs ?? 30_000,
-      inboxPrefix: inboxPrefix(OPERATOR_IDENTITY),
-    }).catch((err: unknown) => {
-      if (options.timedOut !== undefined && isNamed(err, "TimeoutError")) {
-        throw new CliExit(EXIT_UNREACHABLE, options.timedOut);
-      }
-      if (isNamed(err, "NoRespondersError")) {
-        throw new CliExit(
-          EXIT_UNREACHABLE,
-          `no controller answers on the bus of the mesh in ${state}: is \`mesh up\` still running?`,
-        );
-      }
-      throw new CliExit(EXIT_UNREACHABLE, `the controller does not answer: ${(err as Error).message}`);
-    });
-    return JSON.parse(reply) as T;
-  } finally {
-    await closeBus(nc);
+    const v = JSON.parse(text) as Partial<Record<keyof ControllerSeen, unknown>>;
+    if (typeof v.self !== "string" || typeof v.leading !== "boolean") return undefined;
+    return {
+      self: v.self,
+      leading: v.leading,
+      leader: typeof v.leader === "string" ? v.leader : null,
+      term: typeof v.term === "number" ? v.term : null,
+    };
+  } catch {
+    return undefined;
   }
 }
 

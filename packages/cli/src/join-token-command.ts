@@ -5,7 +5,7 @@ import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { JOIN_TOKEN_SUBJECT } from "@mesh/bus/subjects";
-import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
+import { askController, busOverride, stateDirOf, withAskFlags } from "./controller-request.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
@@ -94,21 +94,13 @@ type Answer =
 
 /** Adds `mesh join-token` to `program`. */
 export function addJoinTokenCommand(program: Command, io: CliIo): void {
-  program
-    .command("join-token")
+  withAskFlags(program.command("join-token"))
     .summary("print or write the join token a node enrolls with")
     .description("print, or write (0600) to a file, the join token a node of the fleet enrolls with")
     .argument("<node>", "the node, as named in the fleet file")
     .option("--advertise <host[:port]>", "the bus address the node reaches, in place of a loopback one")
     .option("--out <file>", "write the token to this file (0600) instead of printing it")
     .option("--renew", "make a new token; the old one is refused from then on")
-    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
-    .option(
-      "--bus <url,...>",
-      "the bus's URLs, in place of the ones the state directory names",
-      (value: string, before: string[] | undefined) => [...(before ?? []), value],
-    )
-    .option(...BUS_CA_OPTION)
     .option("--json", "print {node, servers, renewed, token or out} as JSON, for scripts")
     .addHelpText("after", HELP)
     .action(

@@ -6,7 +6,7 @@
 import type { Command } from "commander";
 import type { LedgerRecord } from "@mesh/bus";
 import { LEDGER_READ_SUBJECT, viewLedger, type LedgerView } from "@mesh/bus/subjects";
-import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
+import { askController, busOverride, stateDirOf, withAskFlags } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatBytes, formatJson, formatTable, formatTime, maskDeep } from "./format.ts";
@@ -33,8 +33,7 @@ type LedgerAnswer =
 
 /** Adds `mesh ledger` to `program`. */
 export function addLedgerCommand(program: Command, io: CliIo): void {
-  program
-    .command("ledger")
+  withAskFlags(program.command("ledger"))
     .summary("a module's ledger: what was done to it, by whom, when and why")
     .description(
       "show a module's ledger: the tools and rotations the mesh carried for it (who asked, when, the " +
@@ -43,13 +42,6 @@ export function addLedgerCommand(program: Command, io: CliIo): void {
     .argument("<module>", "the module, as named in the fleet file")
     .option("--limit <n>", "how many of the newest entries to show (at most 1000)", "50")
     .option("--json", "print the controller's answer as JSON, for scripts")
-    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
-    .option(
-      "--bus <url,...>",
-      "the bus's URLs, in place of the ones the state directory names",
-      (value: string, before: string[] | undefined) => [...(before ?? []), value],
-    )
-    .option(...BUS_CA_OPTION)
     .addHelpText("after", HELP)
     .action(
       async (

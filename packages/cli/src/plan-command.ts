@@ -6,7 +6,7 @@ import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import type { ComparedFleet, FleetPlanDiff, ModuleChange, ProviderPlan } from "@mesh/controller";
 import { DEFAULT_MODULE_LIMITS, formatLimit, formatLimits, LIMIT_NAMES } from "@mesh/manifest";
-import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
+import { askController, busOverride, stateDirOf, withAskFlags } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_PLAN_CHANGES, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -53,20 +53,12 @@ interface PlanFlags {
 
 /** Adds `mesh plan` to `program`. */
 export function addPlanCommand(program: Command, io: CliIo): void {
-  program
-    .command("plan")
+  withAskFlags(program.command("plan"))
     .summary("what applying a fleet file will do, touching nothing")
     .description(
       "say what applying a fleet file will do — consumers created, changed, retired (and which wait for a person), modules moved — touching nothing",
     )
     .argument("[fleet]", "the fleet file to plan", "mesh.yaml")
-    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
-    .option(
-      "--bus <url,...>",
-      "the bus's URLs, in place of the ones the state directory names",
-      (value: string, before: string[] | undefined) => [...(before ?? []), value],
-    )
-    .option(...BUS_CA_OPTION)
     .option("--json", "print the plan as JSON, for scripts")
     .option(
       "--detailed-exitcode",

@@ -9,10 +9,15 @@ export const PROGRESS_AFTER_MS = 1000;
 
 /**
  * Runs `work`, saying on standard error (a terminal only) `<what>… N s` while it takes more than a
- * second, then wiping that line. Resolves or rejects as `work` does.
+ * second, then wiping that line. `work` is given `say`, which writes a line of its own to standard
+ * error (a terminal or not), the progress line wiped first. Resolves or rejects as `work` does.
  */
-export async function withProgress<T>(io: CliIo, what: string, work: () => Promise<T>): Promise<T> {
-  if (io.errIsTTY !== true) return work();
+export async function withProgress<T>(
+  io: CliIo,
+  what: string,
+  work: (say: (line: string) => void) => Promise<T>,
+): Promise<T> {
+  if (io.errIsTTY !== true) return work((line) => io.err(`${line}\n`));
   const started = Date.now();
   let shown = 0;
   const show = (): void => {
@@ -27,8 +32,12 @@ export async function withProgress<T>(io: CliIo, what: string, work: () => Promi
     show();
     ticker = setInterval(show, 1000);
   }, PROGRESS_AFTER_MS);
+  const say = (line: string): void => {
+    io.err(`\r${line}${" ".repeat(Math.max(0, shown - line.length))}\n`);
+    shown = 0;
+  };
   try {
-    return await work();
+    return await work(say);
   } finally {
     clearTimeout(first);
     clearInterval(ticker);

@@ -79,6 +79,10 @@ export interface StatusAnswer {
   /** Every module whose answers its node's agent does not use, with what was wrong and since when. */
   misbehaving?: MisbehavingAnswer[];
   fleet?: { file: string; readAt: string; refused: string[] | null };
+  /** Which controller leads, as the controller that answered sees it. */
+  controller?: { self: string; leading: boolean; leader: string | null; term: number | null };
+  /** What each controller that answered `mesh status`'s second question said of itself (the CLI adds this). */
+  controllers?: { self: string; leading: boolean; leader: string | null; term: number | null }[];
   /** What the controller accepted and the bus could not store yet (retried until stored). */
   waiting?: { what: string; since: string; attempts: number; error: string; nextAt?: string }[];
 }
@@ -130,7 +134,7 @@ export function formatStatus(
   paint: Paint = NO_PAINT,
 ): string {
   const s = maskedAnswer(answer);
-  const lines: string[] = [];
+  const lines: string[] = [...controllerLines(s, paint)];
   if (s.fleet) lines.push(`fleet ${s.fleet.file}, read ${s.fleet.readAt}`);
   for (const problem of s.fleet?.refused ?? [])
     lines.push(`  ${paint.red("REFUSED")} (the last good fleet is served): ${problem}`);
@@ -220,6 +224,35 @@ export function formatStatus(
     }
   }
   return `${lines.join("\n")}\n`;
+}
+
+/**
+ * Who leads, in which term, and who stands by: from the controllers' own words when they came (the
+ * one that says it leads is believed first), else from the controller that answered. Nothing from a
+ * controller too old to say.
+ */
+function controllerLines(s: StatusAnswer, paint: Paint): string[] {
+  const heard = s.controllers ?? [];
+  const answered = s.controller;
+  if (answered === undefined && heard.length === 0) return [];
+  const leading = heard.find((c) => c.leading) ?? (answered?.leading === true ? answered : undefined);
+  const leader = leading?.self ?? answered?.leader ?? heard.find((c) => c.leader !== null)?.leader ?? null;
+  const term = leading?.term ?? answered?.term ?? null;
+  const standbys = [
+    ...new Set(
+      [...heard, ...(answered !== undefined ? [answered] : [])]
+        .filter((c) => !c.leading && c.self !== leader)
+        .map((c) => c.self),
+    ),
+  ].sort();
+  const silent = leader !== null && heard.length > 0 && !heard.some((c) => c.self === leader);
+  return [
+    leader === null
+      ? `leader   ${paint.yellow("none")}: no controller holds the lease now (a standby takes it over)`
+      : `leader   ${leader}${term !== null ? `, term ${term}` : ""}` +
+        (silent ? ` (${paint.yellow("did not answer")}: the others last saw it lead)` : ""),
+    `standby  ${standbys.length > 0 ? standbys.join(", ") : "none answered"}`,
+  ];
 }
 
 // What a module may use and uses: `limits pids 512, memory 64M; home 12M (limit 1G)`; empty when

@@ -31,7 +31,7 @@ import {
   type ControlResults,
   type ControlTool,
 } from "@mesh/sdk/client";
-import { askController, BUS_CA_OPTION, busOverride, stateDirOf } from "./controller-request.ts";
+import { askController, busOverride, stateDirOf, withAskFlags } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatBytes, formatJson, formatTable, formatTime, maskDeep, maskUrls } from "./format.ts";
@@ -74,19 +74,11 @@ interface MeshToolReply {
 
 /** Adds `mesh tool` and its subcommands to `program`. */
 export function addToolCommand(program: Command, io: CliIo): void {
-  const tool = program
-    .command("tool")
+  const tool = withAskFlags(program.command("tool"))
     .summary("ask a module's tools: status, retire, cleanup")
     .description("ask a module's tools: through the mesh (mesh tool MODULE TOOL), or at a control socket")
     .argument("[module-and-tool...]", "the module, then its tool and the tool's arguments")
     .option("--control <socket>", "ask this provider's control socket directly (default: $MESH_CONTROL)")
-    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
-    .option(
-      "--bus <url,...>",
-      "the bus's URLs, in place of the ones the state directory names",
-      (value: string, before: string[] | undefined) => [...(before ?? []), value],
-    )
-    .option(...BUS_CA_OPTION)
     .option("--json", "print the answer as JSON, for scripts")
     .option("--timeout <duration>", "how long to wait for the answer", "2m")
     .option("--yes", "do not ask for confirmation before a deletion or an approval (for scripts)")

@@ -8,12 +8,13 @@ import type { Agent, IsolationMode } from "@mesh/agent";
 import { ROTATE_SUBJECT, STATUS_SUBJECT } from "@mesh/bus/subjects";
 import {
   askController,
+  askControllers,
   BUS_CA_OPTION,
   busCaOf,
   busOf,
   busOverride,
   stateDirOf,
-  withBusFlags,
+  withAskFlags,
   type BusFlags,
 } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
@@ -236,7 +237,7 @@ stops the modules (SIGKILL after --grace), then the agent.`,
       },
     );
 
-  withBusFlags(program.command("rotate"))
+  withAskFlags(program.command("rotate"))
     .summary("mint a new password for one consumer's interface")
     .description(
       "mint a new password for one consumer's interface; the provider applies it, the consumer reads " +
@@ -244,7 +245,6 @@ stops the modules (SIGKILL after --grace), then the agent.`,
     )
     .argument("<consumer>", "the consumer module")
     .argument("<interface>", "the interface it needs, e.g. postgres-database")
-    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
     .option("--json", "print the controller's answer as JSON, for scripts")
     .addHelpText(
       "after",
@@ -257,7 +257,6 @@ Examples:
       // Who asks goes into the consumer's and the provider's ledgers with the rotation.
       const answer = await ask<{ ok: boolean; error?: string; busCannotStore?: boolean; ledger?: string }>(
         stateDirOf(flags.state, io),
-        "rotate",
         JSON.stringify({ consumer, interface: iface, who: osUserName() }),
         io,
         busOverride(flags),
@@ -276,19 +275,23 @@ Examples:
       );
     });
 
-  withBusFlags(program.command("status"))
-    .summary("nodes, modules, consumers, and the failing ones with why")
+  withAskFlags(program.command("status"))
+    .summary("the leader and standbys, nodes, modules, consumers, and the failing ones with why")
     .description(
-      "what the running mesh knows: nodes, their modules, every consumer, and the failing ones with why",
+      "what the running mesh knows: which controller leads (and its term) and which stand by, nodes, " +
+        "their modules, every consumer, and the failing ones with why",
     )
-    .option("--state <dir>", "the mesh's state directory (default: $MESH_STATE_DIR, else ./.mesh-state)")
     .option("--json", "print the controller's answer as JSON, for scripts (the same, errors masked)")
     .addHelpText(
       "after",
       `
 Examples:
   $ mesh status
-  $ mesh status --json | jq '.failing[] | {consumer, class, since}'`,
+  $ mesh status --json | jq '.failing[] | {consumer, class, since}'
+  $ mesh status --bus nats://10.0.0.2:4222      # ask through this server first
+
+Each server is given 2 s: when no controller takes the request through it, the next is asked (--bus,
+then the state's bus.json, then the servers the cluster names), and that is said on standard error.`,
     )
     .action(async (flags: { state?: string; json?: boolean } & BusFlags) => {
       await status(stateDirOf(flags.state, io), flags.json === true, io, busOverride(flags));
@@ -349,17 +352,15 @@ async function agent(
   }
 }
 
-/** Asks the running controller `what` (status or rotate) with the operator's credentials. */
+/** Asks the running controller for a rotation with the operator's credentials. */
 async function ask<T>(
   state: string,
-  what: "status" | "rotate",
   body: string,
   io: CliIo,
   bus: { servers?: readonly string[]; caFile?: string },
 ): Promise<T> {
-  const subject = what === "status" ? STATUS_SUBJECT : ROTATE_SUBJECT;
-  return askController<T>(state, subject, body, {
-    name: `mesh ${what}`,
+  return askController<T>(state, ROTATE_SUBJECT, body, {
+    name: "mesh rotate",
     io,
     waiting: `waiting for the controller of the mesh in ${state}`,
     ...bus,
@@ -372,6 +373,13 @@ async function status(
   io: CliIo,
   bus: { servers?: readonly string[]; caFile?: string },
 ): Promise<void> {
-  const answer = maskedAnswer(await ask<StatusAnswer>(state, "status", "{}", io, bus));
-  io.out(json ? formatJson(answer) : formatStatus(answer, Date.now(), paintFor(io, "out")));
+  // Every controller's own word on who leads, beside the one answer: the standbys are named too.
+  const { answer, controllers } = await askControllers<StatusAnswer>(state, STATUS_SUBJECT, "{}", {
+    name: "mesh status",
+    io,
+    waiting: `waiting for the controller of the mesh in ${state}`,
+    ...bus,
+  });
+  const masked = maskedAnswer({ ...answer, controllers: [...controllers] });
+  io.out(json ? formatJson(masked) : formatStatus(masked, Date.now(), paintFor(io, "out")));
 }

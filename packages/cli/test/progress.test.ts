@@ -51,6 +51,20 @@ describe("progress", () => {
     assert.doesNotMatch(text, /\n/, "one line, rewritten, never a new one");
   });
 
+  it("writes a line said during the wait over the progress line, on a terminal and to a pipe", async () => {
+    const { io, said, seen } = recorder(true);
+    await withProgress(io, "waiting for the controller", async (say) => {
+      await seen(/\rwaiting for the controller… \d+ s/);
+      say("note: no controller answered through nats://a:4222");
+      // The progress line comes back after it, on a line of its own.
+      await seen(/nats:\/\/a:4222 *\n\rwaiting for the controller… \d+ s/);
+    });
+    assert.match(said(), /\rnote: no controller answered through nats:\/\/a:4222 *\n/);
+    const pipe = recorder(false);
+    await withProgress(pipe.io, "waiting", (say) => Promise.resolve(say("note: left a server")));
+    assert.equal(pipe.said(), "note: left a server\n");
+  });
+
   it("says nothing for a wait shorter than a second", async () => {
     const { io, said } = recorder(true);
     assert.equal(await withProgress(io, "quick", () => Promise.resolve("done")), "done");

@@ -292,3 +292,48 @@ describe("mesh status's misbehaving modules", () => {
     );
   });
 });
+
+describe("mesh status's controllers", () => {
+  const lead = (self: string, term: number) => ({ self, leading: true, leader: self, term });
+  const stand = (self: string, leader: string | null, term: number | null) => ({
+    self,
+    leading: false,
+    leader,
+    term,
+  });
+
+  it("names the leader, its term and the standbys, above the fleet", () => {
+    const text = formatStatus(
+      {
+        ...answer(),
+        controller: stand("host-b:/var/lib/mesh/controller", "host-a:/var/lib/mesh/controller", 3),
+        controllers: [
+          lead("host-a:/var/lib/mesh/controller", 3),
+          stand("host-b:/var/lib/mesh/controller", "host-a:/var/lib/mesh/controller", 3),
+          stand("host-c:/srv/mesh/controller", "host-a:/var/lib/mesh/controller", 3),
+        ],
+      },
+      NOW,
+    );
+    const [first, second, third] = text.split("\n");
+    assert.equal(first, "leader   host-a:/var/lib/mesh/controller, term 3");
+    assert.equal(second, "standby  host-b:/var/lib/mesh/controller, host-c:/srv/mesh/controller");
+    assert.match(third ?? "", /^fleet \/x\/mesh\.yaml/);
+  });
+
+  it("says when the leader the others name did not answer, and when none leads or none stands by", () => {
+    const silent = formatStatus(
+      { ...answer(), controller: stand("b", "a", 4), controllers: [stand("b", "a", 4)] },
+      NOW,
+    );
+    assert.match(
+      silent,
+      /^leader {3}a, term 4 \(did not answer: the others last saw it lead\)\nstandby {2}b\n/,
+    );
+    const alone = formatStatus({ ...answer(), controller: lead("a", 1), controllers: [lead("a", 1)] }, NOW);
+    assert.match(alone, /^leader {3}a, term 1\nstandby {2}none answered\n/);
+    const none = formatStatus({ ...answer(), controller: stand("b", null, null), controllers: [] }, NOW);
+    assert.match(none, /^leader {3}none: no controller holds the lease now/);
+    assert.match(formatStatus(answer(), NOW), /^fleet /, "an older controller's answer: nothing said");
+  });
+});

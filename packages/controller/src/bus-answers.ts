@@ -1,6 +1,6 @@
-// The subjects the controller answers on, each read by its own loop; one message at a time per
-// subject, and an error answering one message never ends the loop.
-import { respondInParts, type BusLogger } from "@mesh/bus";
+// The subjects the controller answers on, each answered one message at a time, in order; an error
+// answering one message never stops the others.
+import { respondInParts, sendReceipt, type BusLogger } from "@mesh/bus";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 
 /** The queue group every controller answers in, so one request gets one answer. */
@@ -11,7 +11,8 @@ export class BusAnswers {
   readonly #nc: NatsConnection;
   readonly #log: BusLogger;
   readonly #subscriptions: Subscription[] = [];
-  readonly #loops: Promise<void>[] = [];
+  /** Each subject's messages being answered, one after another. */
+  readonly #chains: { current: Promise<void> }[] = [];
 
   constructor(nc: NatsConnection, logger: BusLogger) {
     this.#nc = nc;
@@ -21,18 +22,24 @@ export class BusAnswers {
   /**
    * Answers every message on `subject` with what `handle` returns (nothing when it returns
    * undefined or the message wants no answer). `queued`: one controller of the queue group gets
-   * each message; otherwise every controller does.
+   * each message; otherwise every controller does. A requester that asks for a receipt gets it as
+   * the message arrives, before the messages ahead of it are answered: it then knows its request
+   * was taken and waits for the answer rather than asking another server.
    */
   answer(
     subject: string,
     queued: boolean,
     handle: (data: Uint8Array, subject: string) => Promise<unknown>,
   ): void {
-    const sub = this.#nc.subscribe(subject, queued ? { queue: CONTROLLER_QUEUE } : {});
-    this.#subscriptions.push(sub);
-    this.#loops.push(
-      (async () => {
-        for await (const msg of sub) {
+    const chain = { current: Promise.resolve() };
+    this.#chains.push(chain);
+    const sub = this.#nc.subscribe(subject, {
+      ...(queued ? { queue: CONTROLLER_QUEUE } : {}),
+      callback: (err, msg) => {
+        if (err !== null) return;
+        sendReceipt(this.#nc, msg);
+        // One message at a time, in the order they came.
+        chain.current = chain.current.then(async () => {
           try {
             const answer = await handle(msg.data, msg.subject);
             // In parts when the asker takes them: a large fleet's answer exceeds one message.
@@ -41,14 +48,15 @@ export class BusAnswers {
           } catch (err) {
             this.#log.error(`the controller could not answer on ${msg.subject}: ${(err as Error).message}`);
           }
-        }
-      })(),
-    );
+        });
+      },
+    });
+    this.#subscriptions.push(sub);
   }
 
-  /** Stops answering, once each loop has finished the message it was answering. */
+  /** Stops taking messages, once those taken are answered. */
   async stop(): Promise<void> {
     for (const sub of this.#subscriptions.splice(0)) sub.unsubscribe();
-    await Promise.all(this.#loops.splice(0));
+    await Promise.all(this.#chains.splice(0).map((c) => c.current));
   }
 }

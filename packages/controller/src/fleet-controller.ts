@@ -29,6 +29,7 @@ import type { ModuleCredentials } from "./module-credentials.ts";
 import type { ModuleLedgers } from "./module-ledgers.ts";
 import type { NodeDeliveries, Published } from "./node-deliveries.ts";
 import {
+  CONTROLLERS_SUBJECT,
   JOIN_TOKEN_SUBJECT,
   LEDGER_READ_SUBJECT,
   ROTATE_SUBJECT,
@@ -890,6 +891,8 @@ export class FleetController implements Controller {
     const { nc } = this.#p;
     const answers = this.#answers;
     answers.answer(STATUS_SUBJECT, true, () => Promise.resolve(this.status()));
+    // Every controller, not one of the queue: a person's CLI names the leader and the standbys.
+    answers.answer(CONTROLLERS_SUBJECT, false, () => Promise.resolve(this.leader()));
     answers.answer(LEDGER_READ_SUBJECT, true, (data) =>
       answerLedgerRead(nc, data, (m) => this.#isFleetModule(m)),
     );

@@ -1,7 +1,9 @@
 // Every module's own bus and ledger credentials. The module's node makes its key pairs and reports
 // only the public keys; the controller issues a JWT for each: the bus one with exactly the
-// permissions compiled from the module's manifest, the ledger one confined to the module's own
-// ledger (created first). What was issued is kept in a controller-only bucket, so a restarted
+// permissions compiled from the module's manifest, the ledger one confined to the subjects of the
+// module's own ledger. The ledger itself is made beside them, in the background (`ModuleLedgers`):
+// a module starts as soon as its credentials are issued, and its node's writes to its ledger wait
+// until it is made. What was issued is kept in a controller-only bucket, so a restarted
 // controller issues nothing again and revokes nothing that did not change. A key the controller
 // stops issuing for (its module left the node or the fleet, or the node replaced it) is revoked;
 // the keys to revoke are written down before anything else changes, so a crash cannot forget one.
@@ -16,7 +18,6 @@ import {
   closeBus,
   connectBus,
   credsFor,
-  ensureLedger,
   inboxPrefix,
   ledgerPermissions,
   newUserKeys,
@@ -74,7 +75,7 @@ export interface NodeCredentials {
 
 /** How the module credentials are kept and applied. */
 export interface ModuleCredentialsOptions {
-  /** The controller's connection: it creates ledgers and keeps the bucket. */
+  /** The controller's connection: it keeps the bucket. */
   readonly nc: NatsConnection;
   readonly authority: BusAuthority;
   readonly logger: BusLogger;
@@ -89,10 +90,10 @@ export interface ModuleCredentialsOptions {
    */
   readonly applyRevocations: () => Promise<void>;
   /**
-   * Whether a module's ledger is made; when it is not, it is made apart (`ModuleLedgers`) and the
-   * module is issued nothing until it is. Absent: each ledger is made in `sync`, awaited.
+   * Makes each assigned module's ledger in the background (`ModuleLedgers.make`), never waited for:
+   * the ledger credential names the ledger's subjects, which need not exist to be named.
    */
-  readonly ledgers?: { ready(module: string): boolean };
+  readonly ledgers: { make(module: string): void };
 }
 
 /** The credentials the controller issued to the modules of every node. Calls must not overlap. */
@@ -154,12 +155,12 @@ export class ModuleCredentials {
 
   /**
    * Brings `node`'s module credentials in line with `fleet`: issues for each assigned module whose
-   * node reported keys not issued for yet (creating its ledger first), and marks for revocation the
+   * node reported keys not issued for yet (its ledger is made beside, not waited for), and marks for revocation the
    * keys of modules no longer assigned and of keys replaced. Nothing is revoked here: call
    * `revokeRetired` once the deliveries are published, so a module gets its new credential before
    * its old one stops working.
    * @returns how many modules were issued a credential.
-   * @throws the bus's error when a ledger or the bucket cannot be written.
+   * @throws the bus's error when the bucket cannot be written.
    */
   async sync(node: string, fleet: FleetPlan, enrolled: boolean): Promise<number> {
     const assigned = new Set(enrolled ? this.#assigned(node, fleet) : []);
@@ -175,6 +176,9 @@ export class ModuleCredentials {
     }
     let issued = 0;
     for (const module of assigned) {
+      // Asked for every module, issued before or not: a leader that issued a credential and stopped
+      // before its ledger was made leaves it to the next one.
+      this.#o.ledgers.make(module);
       const permissions = fleet.permissions?.[module];
       const reported = this.#reported.get(node)?.[module];
       const record = this.#records.get(recordKey(node, module));
@@ -196,12 +200,6 @@ export class ModuleCredentials {
         continue; // issued; a change of permissions asks for new keys (see `forNode`)
       }
       if (!this.#issuable(reported.bus) || !this.#issuable(reported.ledger)) continue;
-      // The ledger's credential is confined to a stream that must exist first.
-      if (this.#o.ledgers !== undefined) {
-        if (!this.#o.ledgers.ready(module)) continue;
-      } else {
-        await ensureLedger(this.#o.nc, module);
-      }
       const bus = await this.#o.authority.issueUser({
         name: `${module}@${node}`,
         publicKey: reported.bus,

@@ -1,13 +1,16 @@
-// Each module's ledger (its history stream and snapshots bucket), made apart from the controller's
-// one-change-at-a-time queue. JetStream may take tens of seconds to place a stream while a server
-// of the cluster is down (or its meta leader is being elected again): a change, a rotation or a
-// join token must not wait behind that. A ledger is made in the background, tried again until it
-// is made, and `mesh status` lists it meanwhile; the module's credentials are issued once it is
-// (`whenMade`). So is the bucket of a node not enrolled yet. What was made with fewer copies than asked is raised once the servers are back.
+// Each module's ledger (its history stream and snapshots bucket), made beside the module's
+// credentials and apart from the controller's one-change-at-a-time queue. JetStream may take tens
+// of seconds to place a stream while a server of the cluster is down (or its meta leader is being
+// elected again): neither a module's start, nor a change, a rotation or a join token waits for that.
+// A ledger is made in the background, tried again until it is made, and `mesh status` lists it
+// meanwhile; the module's node keeps what is to be written to it until it is there. So is the
+// bucket of a node not enrolled yet. What was made with fewer copies than asked is raised once the
+// servers are back.
 import {
   belowReplicas,
   clusterSize,
   ensureLedger,
+  madeLedgers,
   raiseReplicas,
   replicasFor,
   type BusLogger,
@@ -25,6 +28,8 @@ export interface ModuleLedgersOptions {
     module: string,
     options?: { readonly timeoutMs?: number },
   ) => Promise<void>;
+  /** The modules whose ledger is there already, asked once before the first is made (default: `madeLedgers`). */
+  readonly made?: (nc: NatsConnection) => Promise<ReadonlySet<string>>;
   /** The longest one try may take before the next is scheduled (default 60 s). */
   readonly tryBoundMs?: number;
   /** The first wait after a failed try (default 500 ms), doubled each time up to `maxDelayMs`. */
@@ -55,6 +60,10 @@ export class ModuleLedgers {
   readonly #made = new Set<string>();
   readonly #making = new Map<string, Making>();
   readonly #listeners: ((module: string) => void)[] = [];
+  /** The modules asked for while the ledgers already there are being listed. */
+  readonly #asked = new Set<string>();
+  #listing: Promise<void> | undefined;
+  #listed = false;
   #closed = false;
 
   constructor(options: ModuleLedgersOptions) {
@@ -63,14 +72,22 @@ export class ModuleLedgers {
   }
 
   /**
-   * Whether `module`'s ledger is made. When it is not (as far as this controller knows), it is made
-   * in the background, and false is returned at once: the caller issues nothing for the module now,
-   * and is told through `whenMade`.
+   * Makes `module`'s ledger in the background unless it is known to be there, and returns at once:
+   * nothing waits for it (the module's credentials are issued beside it, and what its node is to
+   * write waits on the node). `whenMade` tells when one is made. At a start or a take-over, every
+   * module is asked for: one listing of the ledgers already there spares asking the bus for each.
    */
-  ready(module: string): boolean {
-    if (this.#made.has(module)) return true;
-    if (!this.#making.has(module) && !this.#closed) {
-      this.#start(module, `module ${module}'s ledger (its credentials follow)`, async (tries) => {
+  make(module: string): void {
+    if (this.#made.has(module) || this.#making.has(module) || this.#closed) return;
+    if (!this.#listed) {
+      this.#asked.add(module);
+      this.#list();
+      return;
+    }
+    this.#start(
+      module,
+      `module ${module}'s ledger (its node keeps its entries until it is made)`,
+      async (tries) => {
         // Asked again sooner the first time: just after a server of the cluster went down, JetStream
         // may lose the request (the next one, a few seconds later, is made in one or two).
         await this.#ensure(this.#o.nc, module, tries === 1 ? { timeoutMs: FIRST_TRY_MS } : {});
@@ -78,9 +95,13 @@ export class ModuleLedgers {
         // Made with fewer copies than asked (a server was down): raised once they are back.
         if ((await belowReplicas(this.#o.nc).catch(() => [])).length > 0) this.raiseLater();
         for (const listener of this.#listeners) listener(module);
-      });
-    }
-    return false;
+      },
+    );
+  }
+
+  /** Whether `module`'s ledger is known to be made. */
+  isMade(module: string): boolean {
+    return this.#made.has(module);
   }
 
   /**
@@ -116,6 +137,22 @@ export class ModuleLedgers {
     });
   }
 
+  // The ledgers there already, listed once (bounded as a first try is): a listing that fails
+  // leaves each module to be made (making one that is there finds it made).
+  #list(): void {
+    if (this.#listing !== undefined) return;
+    const made = this.#o.made ?? madeLedgers;
+    this.#listing = bounded(made(this.#o.nc), FIRST_TRY_MS)
+      .catch((): ReadonlySet<string> => new Set())
+      .then((there) => {
+        for (const module of there) this.#made.add(module);
+        this.#listed = true;
+        const asked = [...this.#asked];
+        this.#asked.clear();
+        for (const module of asked) this.make(module);
+      });
+  }
+
   /** What waits to be made, oldest first, as `mesh status` lists it. */
   waiting(): WaitingWrite[] {
     return [...this.#making.values()]
@@ -134,6 +171,7 @@ export class ModuleLedgers {
     this.#closed = true;
     for (const m of this.#making.values()) clearTimeout(m.timer);
     this.#making.clear();
+    this.#asked.clear();
   }
 
   /**

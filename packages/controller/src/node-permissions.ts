@@ -2,6 +2,7 @@
 // issues and the subjects the agents use cannot drift apart. The NATS server enforces them.
 import {
   allReportsSubject,
+  CONTROLLERS_SUBJECT,
   enrollSubject,
   inboxSubjects,
   JOIN_TOKEN_SUBJECT,
@@ -21,6 +22,7 @@ import {
 // The subjects a person's CLI asks on, defined with the bus's other subjects (the CLI reads them
 // there without loading the controller); exported here too, as the controller's own.
 export {
+  CONTROLLERS_SUBJECT,
   JOIN_TOKEN_SUBJECT,
   LEDGER_READ_SUBJECT,
   OPERATOR_IDENTITY,
@@ -77,6 +79,7 @@ export function operatorPermissions(): BusPermissions {
         LEDGER_READ_SUBJECT,
         SERVED_FLEET_SUBJECT,
         JOIN_TOKEN_SUBJECT,
+        CONTROLLERS_SUBJECT,
       ],
     },
     sub: { allow: [inboxSubjects(OPERATOR_IDENTITY), allReportsSubject()] },

@@ -36,7 +36,7 @@ import { linesOf, problemsOf } from "./fleet-problems.ts";
 import { JoinSecrets } from "./join-secrets.ts";
 import { CONTROLLER_LEASE_BUCKET } from "./lease-driver.ts";
 import { accountUpdates, ModuleCredentials } from "./module-credentials.ts";
-import { ModuleLedgers } from "./module-ledgers.ts";
+import { ModuleLedgers, type ModuleLedgersOptions } from "./module-ledgers.ts";
 import { NodeDeliveries } from "./node-deliveries.ts";
 import { controllerPermissions } from "./node-permissions.ts";
 import { PasswordStore } from "./password-store.ts";
@@ -91,6 +91,11 @@ export interface ControllerOptions {
    * once per reason, until `signal` is aborted. Without it, the first such failure is thrown.
    */
   readonly waitForBus?: { readonly signal?: AbortSignal; readonly retryMs?: number };
+  /**
+   * Makes one module's ledger (default `ensureLedger`), in the background beside its credentials;
+   * tests hold it back to show that nothing waits for it.
+   */
+  readonly makeLedger?: ModuleLedgersOptions["ensure"];
 }
 
 /** How long a controller that waits for the bus waits between two starts, by default. */
@@ -225,7 +230,11 @@ async function run(
   // What the leader writes through, opened from the bus: at start, and again at each take-over.
   const openStores = async (): Promise<LeaderStores> => {
     const passwords = await PasswordStore.open(nc, sealKeys, log, restores);
-    const ledgers = new ModuleLedgers({ nc, logger: log });
+    const ledgers = new ModuleLedgers({
+      nc,
+      logger: log,
+      ...(options.makeLedger !== undefined ? { ensure: options.makeLedger } : {}),
+    });
     const credentials = await ModuleCredentials.open({
       nc,
       ledgers,

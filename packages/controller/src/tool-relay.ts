@@ -6,6 +6,7 @@
 // check, so a person never has to read a log to know why a tool did not run.
 import {
   RELAY_UNANSWERED_CODES,
+  sendReceipt,
   toolSubject,
   type BusLogger,
   type ToolRelayCode,
@@ -58,11 +59,18 @@ export interface ToolCall {
 
 /**
  * The answer to a tool call. `ledger`, when present, says that the call's ledger entry was not
- * written and why: the tool ran (or refused) all the same.
+ * written and why: the tool ran (or refused) all the same. `ledgerWaits`: the agent keeps the entry
+ * and appends it once the module's ledger takes it, so the controller records nothing of its own.
  */
 export type ToolReply =
-  | { readonly ok: true; readonly answer: unknown; readonly ledger?: string }
-  | { readonly ok: false; readonly error: string; readonly code?: string; readonly ledger?: string };
+  | { readonly ok: true; readonly answer: unknown; readonly ledger?: string; readonly ledgerWaits?: true }
+  | {
+      readonly ok: false;
+      readonly error: string;
+      readonly code?: string;
+      readonly ledger?: string;
+      readonly ledgerWaits?: true;
+    };
 
 // Its codes, defined with the bus's subjects (the CLI reads them there); exported here too.
 export { RELAY_UNANSWERED_CODES, type ToolRelayCode };
@@ -200,7 +208,10 @@ export async function relayToolCall(
 ): Promise<ToolReply> {
   const at = new Date().toISOString();
   const reply = await relayOnce(nc, call, sources, timeoutMs);
-  const unrecorded = reply.ledger !== undefined || (!reply.ok && UNRECORDED_CODES.has(reply.code ?? ""));
+  // An entry its agent keeps to append later is the agent's to write: recorded here too, it would be there twice.
+  const unrecorded =
+    (reply.ledger !== undefined && reply.ledgerWaits !== true) ||
+    (!reply.ok && UNRECORDED_CODES.has(reply.code ?? ""));
   if (!unrecorded || call.record === false || sources.records === undefined) return reply;
   if (!sources.fleet().modules.some((m) => m.name === call.module)) return reply;
   const problem = await sources.records.record(call.module, "tool", recordOf(call, reply, at));
@@ -345,6 +356,8 @@ export function serveToolRelay(options: ToolRelayOptions): ToolRelay {
   };
   const loop = (async () => {
     for await (const msg of sub) {
+      // Taken: the asker waits for the answer (a delete may take minutes) rather than asking again.
+      sendReceipt(nc, msg);
       if (inFlight.size >= MAX_CALLS_IN_FLIGHT) {
         msg.respond(
           JSON.stringify(
@@ -398,7 +411,11 @@ function readReply(data: Uint8Array, node: string, tool: ControlTool): ToolReply
     );
   }
   const r = reply.answer;
-  const ledger = r.ledger === undefined ? {} : { ledger: r.ledger };
+  // Kept by the agent to append later: said as such, so the relay does not record the call too.
+  const ledger =
+    r.ledger === undefined
+      ? {}
+      : { ledger: r.ledger, ...(r.ledgerWaits === true ? { ledgerWaits: true as const } : {}) };
   if (!r.ok)
     return { ok: false, error: r.error, ...(r.code === undefined ? {} : { code: r.code }), ...ledger };
   const answer = parseToolAnswer(tool, r.answer);

@@ -63,7 +63,7 @@ void describe("the controller issues module credentials for the keys a node repo
     assert.equal(subjectOf(d.credentials?.["app1"]?.ledger ?? ""), app1.ledger);
     // Keys it will not issue for are to be replaced: the agent makes new ones.
     assert.deepEqual(d.replaceKeys, { postgres: a.natsKeys.publicKey });
-    // The module's ledger is there before its ledger credential is handed out.
+    // The module's ledger is made beside its credentials (not waited for: see module-ledgers.test.ts).
     const admin = newUserKeys();
     const jwt = await mesh.authority.issueUser({
       name: "admin",
@@ -73,9 +73,8 @@ void describe("the controller issues module credentials for the keys a node repo
     const nc = await connectBus({ servers: mesh.nats.url, creds: credsFor(jwt, admin.seed), name: "admin" });
     try {
       const jsm = await jetstreamManager(nc);
-      assert.deepEqual((await jsm.streams.info(ledgerStreamName("app1"))).config.subjects, [
-        ledgerSubjects("app1"),
-      ]);
+      const info = await until("app1's ledger", () => jsm.streams.info(ledgerStreamName("app1")), 30);
+      assert.deepEqual(info.config.subjects, [ledgerSubjects("app1")]);
     } finally {
       await closeBus(nc);
     }

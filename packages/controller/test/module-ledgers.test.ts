@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { closeBus, ledgerStreamName } from "@mesh/bus";
+import { closeBus, ensureLedger, ledgerStreamName, madeLedgers } from "@mesh/bus";
 import { ModuleLedgers } from "@mesh/controller";
 import { until } from "@mesh/testkit";
 import { connectAsController, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
@@ -22,16 +22,16 @@ void describe("module ledgers made apart", () => {
     await mesh.stop();
   });
 
-  void it("says not ready at once, makes the ledger in the background, and tells when it is made", async () => {
+  void it("returns at once, makes the ledger in the background, and tells when it is made", async () => {
     const ledgers = new ModuleLedgers({ nc, logger: recordingLogger() });
     const made: string[] = [];
     ledgers.whenMade((module) => made.push(module));
-    assert.equal(ledgers.ready("notes"), false);
-    assert.equal(ledgers.ready("notes"), false, "asked again while it is made: still one making");
-    assert.equal(ledgers.waiting().length, 1);
+    ledgers.make("notes");
+    ledgers.make("notes");
+    assert.equal(ledgers.isMade("notes"), false);
     await until("notes's ledger made", () => (made.length > 0 ? true : undefined), 30);
-    assert.deepEqual(made, ["notes"]);
-    assert.equal(ledgers.ready("notes"), true);
+    assert.deepEqual(made, ["notes"], "asked twice while it was made: made once");
+    assert.equal(ledgers.isMade("notes"), true);
     assert.deepEqual(ledgers.waiting(), []);
     const jsm = await jetstreamManager(nc);
     assert.equal((await jsm.streams.info(ledgerStreamName("notes"))).config.name, ledgerStreamName("notes"));
@@ -42,7 +42,7 @@ void describe("module ledgers made apart", () => {
     const log = recordingLogger();
     const ledgers = new ModuleLedgers({ nc, logger: log, firstDelayMs: 50, maxDelayMs: 100 });
     // Not a module name: the bus never takes it, as a bus that cannot place a stream would not.
-    assert.equal(ledgers.ready("Not A Module"), false);
+    ledgers.make("Not A Module");
     const listed = await until(
       "a few tries",
       () => {
@@ -56,7 +56,8 @@ void describe("module ledgers made apart", () => {
     assert.equal(log.lines.filter((l) => /could not be made yet/.test(l)).length, 1, "said once");
     ledgers.close();
     assert.deepEqual(ledgers.waiting(), []);
-    assert.equal(ledgers.ready("other"), false, "a closed one makes nothing more");
+    ledgers.make("other");
+    assert.equal(ledgers.isMade("other"), false, "a closed one makes nothing more");
     assert.deepEqual(ledgers.waiting(), []);
   });
   void it("waits less for the first try's answers, then the usual, and makes it on a later try", async () => {
@@ -65,6 +66,7 @@ void describe("module ledgers made apart", () => {
       nc,
       logger: recordingLogger(),
       firstDelayMs: 50,
+      made: () => Promise.resolve(new Set()),
       // A request JetStream lost (it placed the stream on a server just gone down): the first fails.
       ensure: (_nc, _module, options) => {
         asked.push(options);
@@ -73,11 +75,34 @@ void describe("module ledgers made apart", () => {
     });
     const made: string[] = [];
     ledgers.whenMade((module) => made.push(module));
-    assert.equal(ledgers.ready("wiki"), false);
+    ledgers.make("wiki");
     await until("wiki's ledger made", () => (made.length > 0 ? true : undefined), 30);
     assert.equal(asked.length, 2);
     assert.ok((asked[0]?.timeoutMs ?? Infinity) <= 10_000, `the first try waits ${asked[0]?.timeoutMs} ms`);
     assert.equal(asked[1]?.timeoutMs, undefined, "a later try waits ensureLedger's own time");
+    ledgers.close();
+  });
+
+  void it("finds the ledgers already there in one listing, and makes only the others", async () => {
+    await ensureLedger(nc, "already");
+    assert.ok((await madeLedgers(nc)).has("already"));
+    const asked: string[] = [];
+    const ledgers = new ModuleLedgers({
+      nc,
+      logger: recordingLogger(),
+      ensure: (_nc, module) => {
+        asked.push(module);
+        return Promise.resolve();
+      },
+    });
+    const made: string[] = [];
+    ledgers.whenMade((module) => made.push(module));
+    ledgers.make("already");
+    ledgers.make("fresh");
+    await until("fresh's ledger made", () => (made.includes("fresh") ? true : undefined), 30);
+    assert.equal(ledgers.isMade("already"), true);
+    assert.deepEqual(asked, ["fresh"], "the one there already is not made again");
+    assert.deepEqual(ledgers.waiting(), []);
     ledgers.close();
   });
 });

@@ -16,6 +16,7 @@ import {
   ledgerPermissions,
   newUserKeys,
   readLedger,
+  sendRequest,
   toolSubject,
   type BusPermissions,
 } from "@mesh/bus";
@@ -35,8 +36,8 @@ import { enrollNode, startTestMesh, type TestMesh, type TestNode } from "./test-
 // A denied request is refused by the server; how fast it says so depends on the machine.
 const REFUSED_WITHIN = { timeout: 20_000 };
 
-/** What a stand-in agent does with the calls relayed to its node. */
-type AgentMode = "answer" | "silent" | "malformed";
+/** What a stand-in agent does with the calls relayed to its node (`slow`: answers after 2 s). */
+type AgentMode = "answer" | "silent" | "slow" | "malformed";
 
 /** A provider's status as the fake agent relays it. */
 const statusOf = (module: string) => ({
@@ -57,6 +58,7 @@ void describe("the controller relays tool calls to the module's node", () => {
   let admin: NatsConnection;
   const seen: unknown[] = [];
   let mode: AgentMode = "answer";
+  let answered = 0;
 
   const connectAs = async (
     name: string,
@@ -88,22 +90,31 @@ void describe("the controller relays tool calls to the module's node", () => {
     const sub = a.nc.subscribe(toolSubject("node-a"));
     void (async () => {
       for await (const msg of sub) {
-        const call = msg.json<{ module: string; tool: string }>();
+        const call = msg.json<{ module: string; tool: string; who: string }>();
         seen.push(call);
         if (mode === "silent") continue;
         if (mode === "malformed") {
           msg.respond(JSON.stringify({ ok: true, answer: { ...statusOf(call.module), consumers: [null] } }));
           continue;
         }
+        if (mode === "slow") await new Promise((resolve) => setTimeout(resolve, 2_000));
+        answered++;
         msg.respond(
           JSON.stringify(
             call.tool === "cleanup delete"
               ? { ok: false, error: "app9 is still asked for", code: "still-asked" }
-              : {
-                  ok: true,
-                  answer: statusOf(call.module),
-                  ledger: "the ledger entry for this call was not written: testing",
-                },
+              : call.who === "kept"
+                ? {
+                    ok: true,
+                    answer: statusOf(call.module),
+                    ledger: "the ledger entry for this call is not written yet: testing",
+                    ledgerWaits: true,
+                  }
+                : {
+                    ok: true,
+                    answer: statusOf(call.module),
+                    ledger: "the ledger entry for this call was not written: testing",
+                  },
           ),
         );
       }
@@ -150,6 +161,15 @@ void describe("the controller relays tool calls to the module's node", () => {
       answer: statusOf("postgres"),
       recordedBy: "controller",
     });
+  });
+
+  void it("records nothing of a call whose agent keeps its entry to append later, and says it waits", async () => {
+    const entries = (await toolEntries("postgres")).length;
+    const reply = await ask({ module: "postgres", tool: "status", args: [], who: "kept" });
+    assert.ok(reply.ok, JSON.stringify(reply));
+    assert.equal(reply.ledgerWaits, true);
+    assert.match(reply.ledger ?? "", /not written yet/);
+    assert.equal((await toolEntries("postgres")).length, entries, "the agent's to write, not twice");
   });
 
   void it("passes a page's unrecorded read on as such, and records nothing of it", async () => {
@@ -242,6 +262,27 @@ void describe("the controller relays tool calls to the module's node", () => {
       assert.match(reply.error, /node node-a's agent did not answer status for app1/);
       assert.match(reply.error, /mesh ledger app1/);
     } finally {
+      mode = "answer";
+    }
+  });
+
+  void it("sends the receipt of a call it takes before the node's agent answers, so the asker waits rather than asks again", async () => {
+    mode = "slow";
+    const sent = sendRequest(
+      operator,
+      TOOL_REQUEST_SUBJECT,
+      JSON.stringify({ module: "app1", tool: "status", args: [], who: "alice" }),
+      { receipt: true, inboxPrefix: inboxPrefix(OPERATOR_IDENTITY) },
+    );
+    try {
+      const before = answered;
+      await sent.taken;
+      assert.equal(answered, before, "taken before the agent answered");
+      const reply = JSON.parse(await sent.answer(30_000)) as ToolReply;
+      assert.ok(reply.ok);
+      assert.equal(answered, before + 1);
+    } finally {
+      sent.close();
       mode = "answer";
     }
   });

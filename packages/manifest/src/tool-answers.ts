@@ -105,7 +105,12 @@ const replyText = z
  * controller reads it before passing it on: its `answer` is then checked against the tool's schema.
  */
 export const toolCallReplySchema = z.union([
-  z.object({ ok: z.literal(true), answer: z.unknown(), ledger: replyText.optional() }),
+  z.object({
+    ok: z.literal(true),
+    answer: z.unknown(),
+    ledger: replyText.optional(),
+    ledgerWaits: z.literal(true).optional(),
+  }),
   z.object({
     ok: z.literal(false),
     error: replyText,
@@ -114,6 +119,7 @@ export const toolCallReplySchema = z.union([
       .regex(/^[a-z][a-z0-9-]{0,63}$/)
       .optional(),
     ledger: replyText.optional(),
+    ledgerWaits: z.literal(true).optional(),
   }),
 ]);
 

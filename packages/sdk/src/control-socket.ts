@@ -55,11 +55,18 @@ export type ControlResponse =
 /**
  * The answer to a tool call through the mesh, from a node's agent and from the controller's relay
  * alike. `ledger`, when present, says the call's ledger entry was not written and why: the tool
- * ran (or refused) all the same.
+ * ran (or refused) all the same. `ledgerWaits`: the entry is not written yet, but its node keeps it
+ * and appends it once the module's ledger takes it (no one else is to record the call).
  */
 export type ToolCallReply =
-  | { readonly ok: true; readonly answer: unknown; readonly ledger?: string }
-  | { readonly ok: false; readonly error: string; readonly code?: string; readonly ledger?: string };
+  | { readonly ok: true; readonly answer: unknown; readonly ledger?: string; readonly ledgerWaits?: true }
+  | {
+      readonly ok: false;
+      readonly error: string;
+      readonly code?: string;
+      readonly ledger?: string;
+      readonly ledgerWaits?: true;
+    };
 
 /** The largest request line a control socket reads; a longer one is answered `bad-request`. */
 export const MAX_REQUEST_BYTES = 64 * 1024;
