@@ -5,7 +5,7 @@ import { access } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import type { ComparedFleet, FleetPlanDiff, ModuleChange, ProviderPlan } from "@mesh/controller";
-import { DEFAULT_MODULE_LIMITS, formatLimit, formatLimits, LIMIT_NAMES } from "@mesh/manifest";
+import { DEFAULT_MODULE_LIMITS, formatLimit, formatLimits, LIMIT_NAMES } from "@mesh/manifest/limit-values";
 import { askController, busOverride, stateDirOf, withAskFlags } from "./controller-request.ts";
 import { NO_PAINT, paintFor, type Paint } from "./colour.ts";
 import { CliExit, EXIT_PLAN_CHANGES, EXIT_USAGE } from "./exit-codes.ts";
