@@ -36,4 +36,18 @@ export default tseslint.config(
       ],
     },
   },
+  // The dashboard's browser script: type-aware like the sources, through its own tsconfig
+  // (packages/controller/static/tsconfig.json, the DOM's types), so a promise it drops is caught too.
+  {
+    files: ["packages/controller/static/**/*.js"],
+    languageOptions: {
+      sourceType: "script",
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    rules: {
+      "@typescript-eslint/no-floating-promises": "error",
+      "@typescript-eslint/no-misused-promises": ["error", { checksVoidReturn: { arguments: false } }],
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+    },
+  },
 );

@@ -31,11 +31,16 @@ function step(title, cmd, cmdArgs) {
 // than waiting on a long one started late (each is a whole mesh or a fuzz run; seconds are typical).
 const SLOW_FIRST = [
   "test/kill-matrix.test.ts",
+  "test/backup-restore.test.ts",
+  "test/backup-walkthrough.test.ts",
+  "test/hostile-module.test.ts",
   "test/cluster.test.ts",
+  "test/mistakes-caught.test.ts",
   "packages/sdk/test/contributions-fuzz.test.ts",
   "test/answers-fuzz.test.ts",
   "test/dashboard-browser.test.ts",
   "test/exporters-prometheus.test.ts",
+  "test/alerts-through-mesh.test.ts",
   "test/npm-start.test.ts",
   "test/tool-through-mesh.test.ts",
   "test/postgres-provider.test.ts",
@@ -48,6 +53,8 @@ const SLOW_FIRST = [
   "packages/cli/test/provider-command.test.ts",
   "packages/cli/test/explain.test.ts",
   "test/two-nodes.test.ts",
+  "test/quiet-start-stop.test.ts",
+  "test/upgrade-from-0.1.0.test.ts",
 ];
 
 function slowFirst(files) {
@@ -74,6 +81,11 @@ function testFiles() {
 
 if (!quick) {
   step("typecheck (tsc, strict)", "npx", ["tsc", "-p", "tsconfig.json"]);
+  step("typecheck the dashboard's script (tsc, checkJs)", "npx", [
+    "tsc",
+    "-p",
+    "packages/controller/static/tsconfig.json",
+  ]);
   step("lint (eslint)", "npx", ["eslint", "."]);
   step("format (prettier --check)", "npx", ["prettier", "--check", "--log-level", "warn", "."]);
 }
@@ -82,7 +94,7 @@ const files = only.length > 0 ? only : testFiles();
 // Files whose timing is the point (a server killed, a partition noticed, a lease taken over) run on
 // their own, before the rest: beside two kill matrices on a 2-core machine their bounds measure the
 // load, not the mesh.
-const ALONE = ["test/cluster.test.ts"];
+const ALONE = ["test/cluster.test.ts", "test/readme-cluster.test.ts"];
 
 function runTests(title, list, concurrency) {
   console.log(`\n== ${title} (${list.length} files, real servers started by the tests)`);

@@ -205,18 +205,20 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
   };
 
   // `mesh controller` on host `i` against the cluster, once it says it serves.
+  // `file`: the fleet file it is started with (the leader's); null: none.
   const serveController = async (
     i: number,
     name: string,
     state: string,
-    ...flags: string[]
+    flags: readonly string[] = [],
+    file: string | null = fleetFile,
   ): Promise<Started> => {
     const host = HOSTS[i - 1];
     if (host === undefined) throw new Error(`no host ${i}`);
     const controller = inHost(host.ns, name, process.execPath, [
       MESH,
       "controller",
-      fleetFile,
+      ...(file === null ? [] : [file]),
       "--state",
       state,
       ...flags,
@@ -334,6 +336,24 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
 
   const notesLog = () => join(nodeState(2), "modules", "notes", "log");
   const standbyState = () => join(dir, "host-2", "standby-state");
+  const standbyFile = () => join(dir, "host-2", "stale-mesh.yaml");
+  const thirdState = () => join(dir, "host-3", "controller-state");
+  // Every live consumer's login may still log in (none retired), as Postgres itself says.
+  const loginsThatCanLogIn = async (names: readonly string[]): Promise<string[]> =>
+    (
+      (await postgres?.query<{ rolname: string }>(
+        "SELECT rolname FROM pg_roles WHERE rolcanlogin AND rolname = ANY($1) ORDER BY rolname",
+        [names.map((n) => `${n}_postgres`)],
+      )) ?? []
+    ).map((r) => r.rolname);
+  // What a node's agent said since `from` about stopping one of its modules.
+  const stopsSaid = (from: ReadonlyMap<string, number>): string[] =>
+    started
+      .filter((x) => /^node-\d$/.test(x.name))
+      .flatMap((x) => x.output.slice(from.get(x.name) ?? 0).split("\n"))
+      .filter((l) => /stopping \S+: it is no longer assigned|no longer runs on node/.test(l));
+  const agentsSaid = (): Map<string, number> =>
+    new Map(started.filter((x) => /^node-\d$/.test(x.name)).map((x) => [x.name, x.output.length]));
   // Both controllers answer \`mesh status\`, whichever is first: the answer of the one named \`id\`.
   type Lead = { self: string; leading: boolean; leader: string | null };
   const answerOf = async (id: string): Promise<Lead | undefined> => {
@@ -385,7 +405,10 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
       60,
     );
     const notesSecret = join(nodeState(2), "modules", "notes", "passwords", "postgres-database");
-    const secretBefore = await readFile(notesSecret, "utf8");
+    // Both of its logins' password files: a rotation writes the one of the login not in use.
+    const notesSecrets = async () =>
+      `${await readFile(notesSecret, "utf8")}\n${await readFile(`${notesSecret}.2`, "utf8").catch(() => "")}`;
+    const secretBefore = await notesSecrets();
 
     const killed = natsServers[1];
     assert.ok(killed?.child.pid !== undefined);
@@ -416,14 +439,24 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
       return run.code === 0 ? run : undefined;
     });
     await within("the rotated password reaches host 2", async () => {
-      const now = await readFile(notesSecret, "utf8").catch(() => secretBefore);
+      const now = await notesSecrets().catch(() => secretBefore);
       return now !== secretBefore ? true : undefined;
     });
+    const node3 = started.find((x) => x.name === "node-3");
+    assert.ok(node3 !== undefined);
+    const node3SaidBefore = node3.output.length;
     const changedAt = Date.now();
     await writeFile(
       fleetFile,
       fleetText(postgres?.port ?? 0, [...consumers, { name: "wiki", node: "node-3" }]),
     );
+    // Watched from now, judged at the end: a module added while a server is down starts as soon as
+    // its bus credential is ready, never waiting on its ledger (bound 10 s from the change).
+    const wikiStarted = until(
+      "wiki to start on host 3",
+      () => (/wiki started \(pid/.test(node3.output.slice(node3SaidBefore)) ? Date.now() : undefined),
+      60,
+    ).catch(() => undefined);
     const wikiCreds = join(nodeState(3), "modules", "wiki", "bus.creds");
     await within(
       "a fleet change reaches host 3 (wiki's password)",
@@ -534,8 +567,17 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
     // apart and retried until made, it comes; measured, held only to a liveness bound.
     await until("wiki's bus credential on host 3", () => stat(wikiCreds), 60);
     process.stderr.write(
-      `# wiki's bus credential on host 3: ${((Date.now() - changedAt) / 1000).toFixed(1)} s after the change (its ledger made first)\n`,
+      `# wiki's bus credential on host 3: ${((Date.now() - changedAt) / 1000).toFixed(1)} s after the change\n`,
     );
+    const startedAt = await wikiStarted;
+    assert.ok(
+      startedAt !== undefined,
+      `wiki started on host 3; node-3 said:\n${node3.output.slice(node3SaidBefore)}`,
+    );
+    process.stderr.write(
+      `# wiki started on host 3 ${((startedAt - changedAt) / 1000).toFixed(1)} s after it was added, with a server down (bound 10 s)\n`,
+    );
+    assert.ok(startedAt - changedAt <= 10_000, "a module added while a server is down starts within 10 s");
   });
 
   // A test that failed with a server killed leaves it down: the next one starts from three again,
@@ -577,15 +619,20 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
     assert.ok(answer.nodes.some((n) => n.name === "node-3" && n.enrolled));
   });
 
-  it("with host 1 cut off (ip link set … down), the standby on host 2 leads within 20 s, a fleet change made there reaches host 3, and the old leader stands by and undoes nothing", async () => {
+  it("with host 1 cut off (ip link set … down), the standby on host 2 leads within 20 s, a fleet change applied with mesh apply reaches host 3, and the old leader stands by and undoes nothing", async () => {
     await allServersUp();
     // Host 2's standby, with the leader's authority and keys copied (--standby-of).
+    // Its machine holds a fleet file of its own, stale: it omits notes, a live consumer. A
+    // take-over serves what was last applied, never that file.
+    await writeFile(standbyFile(), fleetText(postgres?.port ?? 0, [{ name: "wiki", node: "node-3" }]), {
+      mode: 0o644,
+    });
     const standby = await serveController(
       2,
       "mesh standby controller",
       standbyState(),
-      "--standby-of",
-      controllerState(),
+      ["--standby-of", controllerState()],
+      standbyFile(),
     );
     const leaderId = `${hostname()}:${join(controllerState(), "controller")}`;
     const standbyId = `${hostname()}:${join(standbyState(), "controller")}`;
@@ -600,6 +647,7 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
 
     const host1 = HOSTS[0];
     assert.ok(host1 !== undefined);
+    const agentsBefore = agentsSaid();
     await ip("-n", host1.ns, "link", "set", host1.veth, "down");
     const cutAt = Date.now();
     const saidBefore = controller.output.length;
@@ -619,8 +667,21 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
         `the standby leads ${((Date.now() - cutAt) / 1000).toFixed(1)} s after host 1 was cut off (goal 20 s, bound 40 s)`,
       );
       assert.ok(term >= 2, `a new term (${term})`);
+      // Text status names the leader and its term, as the standby's state directory asks it.
+      const said = await until(
+        "text mesh status to name the new leader",
+        async () => {
+          const run = await mesh("status", "--state", standbyState());
+          return run.code === 0 && run.out.includes(`leader   ${standbyId}, term ${term}`)
+            ? run.out
+            : undefined;
+        },
+        30,
+      );
+      assert.match(said, /^standby  /m, "text status has the standby line");
 
-      // The fleet changes on the new leader's machine: a new Postgres consumer on host 3.
+      // The fleet changes through mesh apply (a standby never applies a file of its own): a new
+      // Postgres consumer on host 3, applied with the operator's credential in the standby's state.
       const changedAt = Date.now();
       await writeFile(
         fleetFile,
@@ -630,6 +691,15 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
           { name: "docs", node: "node-3" },
         ]),
       );
+      const applied = await mesh("apply", fleetFile, "--state", standbyState());
+      assert.equal(applied.code, 0, `${applied.out}${applied.err}`);
+      const revision = Number(/applied: revision (\d+)/.exec(applied.out)?.[1]);
+      assert.ok(revision >= 2, applied.out);
+      // A machine whose file was planned against revision 1: refused, naming both revisions.
+      const stale = await mesh("apply", standbyFile(), "--state", standbyState(), "--expect-revision", "1");
+      assert.equal(stale.code, 5, `${stale.out}${stale.err}`);
+      assert.match(stale.err, /\brevision 1\b/);
+      assert.match(stale.err, new RegExp(`\\brevision ${revision}\\b`));
       const docsSecret = join(nodeState(3), "modules", "docs", "passwords", "postgres-database");
       const password = await until("docs's password on host 3", () => readFile(docsSecret, "utf8"), 30);
       figures.push(
@@ -680,6 +750,14 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
       // credentials (a read the bus did not answer is not a node that never enrolled).
       for (const said of [saidSince, standby.output.slice(standbySaidBefore)])
         assert.doesNotMatch(said, /module \S+ no longer runs on node/, "no module's credentials revoked");
+      // The standby's own file omits notes: the take-over served what was applied, so notes was
+      // neither stopped nor retired.
+      assert.deepEqual(stopsSaid(agentsBefore), [], "no module was stopped by the take-over");
+      assert.deepEqual(
+        await loginsThatCanLogIn(["docs", "notes", "wiki"]),
+        ["docs_postgres", "notes_postgres", "wiki_postgres"],
+        "no live consumer was retired",
+      );
       const seqsAfter = await until(
         "the ledger read again",
         async () => {
@@ -693,5 +771,72 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
       if (!reconnected) await ip("-n", host1.ns, "link", "set", host1.veth, "up").catch(() => {});
       for (const line of figures) process.stderr.write(`# ${line}\n`);
     }
+  });
+  it("a second take-over, by a controller with no fleet file of its own, serves what was applied: no consumer revoked, stopped or retired", async () => {
+    await allServersUp();
+    const standbyId = `${hostname()}:${join(standbyState(), "controller")}`;
+    const thirdId = `${hostname()}:${join(thirdState(), "controller")}`;
+    // Host 1's controller (now standing by) goes; host 3 gets a standby that has no file at all.
+    const first = started.find((x) => x.name === "mesh controller");
+    if (first !== undefined) await stop(first, 10_000);
+    const third = await serveController(
+      3,
+      "mesh third controller",
+      thirdState(),
+      ["--standby-of", controllerState()],
+      null,
+    );
+    await until(
+      "the third controller to name the leader",
+      async () => ((await answerOf(thirdId))?.leader === standbyId ? true : undefined),
+      30,
+    );
+    const agentsBefore = agentsSaid();
+    const thirdSaidBefore = third.output.length;
+    const leader = started.find((x) => x.name === "mesh standby controller");
+    assert.ok(leader?.child.pid !== undefined);
+    process.kill(leader.child.pid, "SIGKILL");
+    await exited(leader);
+    const killedAt = Date.now();
+    const term = await until(
+      "the third controller to lead",
+      () => {
+        const led = /controller \S+ leads the mesh in term (\d+)/.exec(third.output.slice(thirdSaidBefore));
+        return led !== null ? Number(led[1]) : undefined;
+      },
+      60,
+    );
+    process.stderr.write(
+      `# the file-less standby leads ${((Date.now() - killedAt) / 1000).toFixed(1)} s after the leader was killed -9\n`,
+    );
+    const text = await until(
+      "text mesh status to name the third controller as leader",
+      async () => {
+        const run = await mesh("status", "--state", controllerState());
+        return run.code === 0 && run.out.includes(`leader   ${thirdId}, term ${term}`) ? run.out : undefined;
+      },
+      30,
+    );
+    assert.match(text, /^leader   /m);
+    await new Promise((r) => setTimeout(r, 8_000));
+    assert.doesNotMatch(
+      third.output.slice(thirdSaidBefore),
+      /module \S+ no longer runs on node/,
+      "no module's credentials revoked",
+    );
+    assert.deepEqual(stopsSaid(agentsBefore), [], "no module was stopped by the take-over");
+    assert.deepEqual(
+      await loginsThatCanLogIn(["docs", "notes", "wiki"]),
+      ["docs_postgres", "notes_postgres", "wiki_postgres"],
+      "no live consumer was retired",
+    );
+    const status = JSON.parse((await mesh("status", "--json", "--state", controllerState())).out) as {
+      nodes: { name: string; modules: { name: string; state: string }[] }[];
+    };
+    const running = status.nodes.flatMap((n) =>
+      n.modules.filter((m) => m.state === "running").map((m) => m.name),
+    );
+    for (const m of ["notes", "wiki", "docs"])
+      assert.ok(running.includes(m), `${m} still runs: ${running.join(", ")}`);
   });
 });

@@ -198,6 +198,15 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
     }
     await shot("provider-detail");
     assert.doesNotMatch(await page.locator("#view").innerText(), /\b(null|undefined|NaN)\b/);
+
+    // The first page tells it without a click: which consumer fails and why; its app is not green.
+    await page.goto(`${base}/#overview`);
+    const told = page.locator("#story-failing tbody tr", { hasText: "blocked" });
+    await told.waitFor(SEEN);
+    assert.match(await told.innerText(), /was not made by mesh provider instance "postgres"/);
+    const app = page.locator("#modules tbody tr", { hasText: /^blocked/ }).first();
+    await app.waitFor(SEEN);
+    assert.equal(await app.locator(".badge.active").count(), 0, "an app whose credential fails is not green");
     await page.setViewportSize({ width: 390, height: 844 });
     await shot("phone-provider-detail");
     await page.setViewportSize({ width: 1200, height: 860 });
@@ -236,6 +245,16 @@ describe("the dashboard in a browser, against a real mesh", { timeout: 180_000, 
       .waitFor(SEEN);
     await page.locator(".timeline li[data-kind=tool]", { hasText: "retire approve" }).waitFor(SEEN);
     await shot("ledger-timeline");
+
+    // The first page lists it among the recent operator actions, with who and through what.
+    await page.goto(`${base}/#overview`);
+    const action = page.locator("#story-actions tbody tr", { hasText: "retire approve" }).first();
+    await action.waitFor(SEEN);
+    const listed = await action.innerText();
+    assert.ok(listed.includes(who), `by ${who}: ${listed}`);
+    assert.match(listed, /dashboard/);
+    await shot("overview-story");
+    await page.goto(`${base}/#ledger/postgres`);
 
     // The provider's claims of the approval, each borne out by the call the mesh recorded.
     const views = (await ledger()).entries;

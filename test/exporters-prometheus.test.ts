@@ -13,10 +13,9 @@ import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { createConnection } from "mysql2/promise";
 import pg from "pg";
 import { parse } from "yaml";
-import { secretPath } from "@mesh/manifest";
+import { credentialPath } from "@mesh/manifest";
 import { callControl, passwordTag } from "@mesh/sdk/provider";
 import {
   freePort,
@@ -88,6 +87,14 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
   let fleet: { nodes: Record<string, unknown>; modules: Record<string, Record<string, unknown>> };
   const state = () => join(dir, "state");
   const nodeState = () => join(state(), "nodes", "node-1");
+  // The password the consumer's credential file names now (Postgres moves it to the other login's
+  // password file at each rotation).
+  const passwordNamed = async (module: string, iface: string): Promise<string> => {
+    const credential = JSON.parse(await readFile(credentialPath(nodeState(), module, iface), "utf8")) as {
+      passwordFile: string;
+    };
+    return (await readFile(credential.passwordFile, "utf8")).trim();
+  };
   const said = (err: unknown): never => {
     throw new Error(`${(err as Error).message}; mesh up said:\n${up.output().slice(-6000)}`);
   };
@@ -148,7 +155,9 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
       modules[name] = {
         ...entry,
         manifest: isAbsolute(manifest) ? manifest : resolve(fleetDir, manifest),
-        ...(served[name] ? { endpoint: served[name], env: { MESH_EVERY: "1s" } } : {}),
+        ...(served[name]
+          ? { endpoint: served[name], env: { MESH_EVERY: "1s", MESH_ROTATION_GRACE: "3s" } }
+          : {}),
       };
     }
     assert.match(
@@ -248,7 +257,7 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
       const login = e.login;
       const pid = await pidOf(e.module);
       assert.ok(pid, `${e.module} runs`);
-      const password = (await readFile(secretPath(nodeState(), e.module, e.iface), "utf8")).trim();
+      const password = await passwordNamed(e.module, e.iface);
       // The running process's start time, as Prometheus scraped it from the exporter itself.
       const started = await sample(`process_start_time_seconds{module="${e.module}"}`);
       assert.ok(started !== undefined, `Prometheus has ${e.module}'s process_start_time_seconds`);
@@ -269,7 +278,15 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
           seenAt.set(e.module, Date.now());
           // Asked the moment the new process is seen: its provider had applied the new password before.
           const tag = await appliedTag(e.provider, was?.login ?? "");
-          const password = (await readFile(secretPath(nodeState(), e.module, e.iface), "utf8")).trim();
+          // Where the login alternates the credential file may move a moment after the restart.
+          const password = await until(
+            `${e.module}'s credential file to name its new password`,
+            async () => {
+              const now = await passwordNamed(e.module, e.iface);
+              return now !== was?.password ? now : undefined;
+            },
+            { seconds: 10, everyMs: 20 },
+          );
           restarted.set(
             e.module,
             tag === passwordTag(password) && tag !== was?.tag
@@ -315,33 +332,46 @@ describe("Prometheus and Debian's exporters in the example fleet", { timeout: 24
     }
 
     const old = (m: string) => before.get(m) ?? { login: "", password: "" };
-    const pgOld = new pg.Client({
-      host: postgres.host,
-      port: postgres.port,
-      user: old("postgres-exporter").login,
-      password: old("postgres-exporter").password,
-      database: old("postgres-exporter").login,
-    });
-    await assert.rejects(
-      pgOld.connect(),
-      /password authentication failed/,
-      "Postgres refuses the old password",
+    // Every backend keeps the old password valid beside the new one while the apps move (the
+    // rotation's drain, 3 s here; Postgres on the consumer's other login); then it is refused.
+    await until(
+      "Postgres to refuse the old password once the drain ended",
+      async () => {
+        const pgOld = new pg.Client({
+          host: postgres.host,
+          port: postgres.port,
+          user: old("postgres-exporter").login,
+          password: old("postgres-exporter").password,
+          database: old("postgres-exporter").login,
+        });
+        pgOld.on("error", () => {});
+        try {
+          await pgOld.connect();
+          return false;
+        } catch (error) {
+          return /password authentication failed|not permitted to log in/.test(String(error));
+        } finally {
+          await pgOld.end().catch(() => {});
+        }
+      },
+      { seconds: 60, everyMs: 500 },
     );
-    await pgOld.end().catch(() => {});
-    await assert.rejects(
-      connectAs(redis, old("redis-exporter").login, old("redis-exporter").password),
-      /WRONGPASS/,
-      "Redis refuses the old password",
+    await until(
+      "Redis to refuse the old password once the drain ended",
+      () =>
+        connectAs(redis, old("redis-exporter").login, old("redis-exporter").password).then(
+          (client) => {
+            client.disconnect();
+            return false;
+          },
+          (error: unknown) => /WRONGPASS/.test(String(error)),
+        ),
+      { seconds: 60, everyMs: 500 },
     );
-    await assert.rejects(
-      createConnection({
-        host: mariadb.host,
-        port: mariadb.port,
-        user: old("mysqld-exporter").login,
-        password: old("mysqld-exporter").password,
-      }),
-      /Access denied/,
-      "MariaDB refuses the old password",
+    await until(
+      "MariaDB to refuse the old password once the drain ended",
+      async () => !(await mariadb.canLogin(old("mysqld-exporter").login, old("mysqld-exporter").password)),
+      { seconds: 60, everyMs: 500 },
     );
     assert.doesNotMatch(up.output(), /:\/\/[^@\s/]*:[^@\s/]+@/, "no URL with a password in mesh up's output");
   });

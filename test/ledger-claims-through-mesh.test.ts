@@ -13,7 +13,7 @@ import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import type { LedgerView } from "@mesh/bus";
 import { actionJournalPath } from "@mesh/sdk/provider";
-import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
+import { startPostgres, type PostgresServer } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess, type MeshRun } from "../packages/cli/test/run-mesh.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -53,10 +53,6 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
 `,
     );
   const mesh = async (...args: string[]): Promise<MeshRun> => runMesh([...args, "--state", state()]);
-  const waitFor = <T>(what: string, probe: () => Promise<T | undefined>): Promise<T> =>
-    until(what, probe, { seconds: 120, everyMs: 500 }).catch((err: unknown) => {
-      throw new Error(`${(err as Error).message}; mesh up said:\n${up.output()}`);
-    });
   const ledger = async (module: string): Promise<LedgerView[]> => {
     const run = await mesh("ledger", module, "--json", "--limit", "1000");
     assert.equal(run.code, 0, run.stderr);
@@ -97,7 +93,7 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
   });
 
   it("records a tool call through the mesh with who asked and through what", async () => {
-    await waitFor("notes' database made, and the call recorded", async () => {
+    await up.until("notes' database made, and the call recorded", async () => {
       const run = await mesh("tool", "postgres", "status", "--json");
       if (run.code !== 0 || run.stderr.includes("warning")) return undefined;
       const report = JSON.parse(run.stdout) as { consumers: { login: string; state: string }[] };
@@ -136,7 +132,7 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
   it("shows a forged, backdated journal line as postgres's claim, flagged, never as an operator's action", async () => {
     // As the provider would: its journal is a file of its own.
     await appendFile(journal(), `${JSON.stringify(FORGED)}\n`);
-    const forged = await waitFor("the forged line in postgres's ledger", async () =>
+    const forged = await up.until("the forged line in postgres's ledger", async () =>
       (await ledger("postgres")).find((v) => v.claim?.who === FORGED.who),
     );
     assert.equal(forged.recorded, undefined, "not a record of the mesh");
@@ -170,7 +166,7 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
       JSON.stringify({ ...FORGED, why: "x".repeat(70 * 1024) }),
     ];
     await appendFile(journal(), `${bad.join("\n")}\n${JSON.stringify(after)}\n`);
-    const kept = await waitFor("the line after the garbage in postgres's ledger", async () =>
+    const kept = await up.until("the line after the garbage in postgres's ledger", async () =>
       (await ledger("postgres")).find((v) => v.claim?.why === after.why),
     );
     assert.equal(kept.flagged, undefined, "the loop's own action needs no request");
@@ -192,7 +188,7 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
 
   it("shows a genuine deletion through mesh tool as the recorded call and its claim, not flagged", async () => {
     await writeFleet([]);
-    await waitFor("notes_postgres retired", async () => {
+    await up.until("notes_postgres retired", async () => {
       const run = await mesh("tool", "postgres", "cleanup", "list", "--json");
       if (run.code !== 0) return undefined;
       return (JSON.parse(run.stdout) as { login: string }[]).some((e) => e.login === "notes_postgres")
@@ -201,7 +197,7 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
     });
     const run = await mesh("tool", "postgres", "cleanup", "delete", "notes_postgres", "--yes");
     assert.equal(run.code, 0, run.stdout + run.stderr);
-    const deleted = await waitFor("the provider's claim of the deletion", async () =>
+    const deleted = await up.until("the provider's claim of the deletion", async () =>
       (await ledger("postgres")).find((v) => v.claim?.action === "deleted" && v.claim.who === WHO),
     );
     assert.equal(deleted.flagged, undefined, deleted.flagged);

@@ -13,9 +13,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { secretPath } from "@mesh/manifest";
-import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
+import { credentialPath, secretPath } from "@mesh/manifest";
+import { startPostgres, type PostgresServer } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
+
+// The password the credential file names: Postgres moves a consumer to its other login, and that
+// login's own password file, at each rotation.
+async function namedPassword(stateDir: string, consumer: string, iface: string): Promise<string> {
+  const credential = JSON.parse(await readFile(credentialPath(stateDir, consumer, iface), "utf8")) as {
+    passwordFile: string;
+  };
+  return (await readFile(credential.passwordFile, "utf8")).trim();
+}
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const hostileManifest = join(root, "test", "fixtures", "hostile-provider", "module.json");
@@ -46,10 +55,6 @@ describe("a provider whose answers are malformed, through mesh up", { timeout: 4
     assert.equal(run.code, 0, `mesh status failed:\n${run.stdout}${run.stderr}`);
     return JSON.parse(run.stdout) as StatusJson;
   };
-  const waitFor = <T>(what: string, probe: () => Promise<T | undefined | false>, seconds = 120) =>
-    until(what, probe, { seconds, everyMs: 500 }).catch((err: unknown) => {
-      throw new Error(`${(err as Error).message}; mesh up said:\n${up.output().slice(-6000)}`);
-    });
   /** The value of `name` in the environment of the process `pid` (root reads any). */
   const envOf = async (pid: string, name: string): Promise<string | undefined> => {
     const environ = await readFile(`/proc/${pid}/environ`, "utf8").catch(() => "");
@@ -130,19 +135,19 @@ modules:
   let victimPid = "";
 
   it("while the provider answers well, its app starts with the password it applied", async () => {
-    victimPid = await waitFor(
+    victimPid = await up.until(
       "the victim to start",
       async () => (await read(join(home("victim"), "pid"))) || undefined,
     );
     const password = await read(secretPath(nodeState(), "victim", "hostile-store"));
     assert.ok(password.length >= 32);
     assert.equal(await envOf(victimPid, "HOSTILE_PASSWORD"), password);
-    await waitFor("report to start", async () => (await read(join(home("report"), "pid"))) || undefined);
+    await up.until("report to start", async () => (await read(join(home("report"), "pid"))) || undefined);
   });
 
   it("once it answers malformed status and retire answers, mesh up keeps running and mesh status names it, what was wrong and since when", async () => {
     await writeFile(join(home("hostile"), "mode"), "hostile\n");
-    const bad = await waitFor("mesh status to name hostile as misbehaving", async () =>
+    const bad = await up.until("mesh status to name hostile as misbehaving", async () =>
       (await statusJson()).misbehaving?.find((m) => m.module === "hostile" && m.answer === "status"),
     );
     assert.equal(bad.node, "node-a");
@@ -192,20 +197,21 @@ modules:
     const rotated = await runMesh(["rotate", "report", "postgres-database", "--state", state()]);
     assert.equal(rotated.code, 0, rotated.stdout + rotated.stderr);
     // The victim's own rotation waits for a provider that cannot say it applied it.
-    const waits = await runMesh(["rotate", "victim", "hostile-store", "--state", state()]);
+    // (--wait 0: the hostile provider never says it applied anything.)
+    const waits = await runMesh(["rotate", "victim", "hostile-store", "--wait", "0", "--state", state()]);
     assert.equal(waits.code, 0, waits.stdout + waits.stderr);
-    const newPid = await waitFor("report to be restarted with its new password", async () => {
+    const newPid = await up.until("report to be restarted with its new password", async () => {
       const pid = await read(join(home("report"), "pid"));
       return pid !== reportPid && pid !== "" ? pid : undefined;
     });
-    const newPassword = await read(secretPath(nodeState(), "report", "postgres-database"));
-    const url = new URL((await waitFor("report's environment", () => envOf(newPid, "DATABASE_URL"))) ?? "");
+    const newPassword = await namedPassword(nodeState(), "report", "postgres-database");
+    const url = new URL((await up.until("report's environment", () => envOf(newPid, "DATABASE_URL"))) ?? "");
     assert.equal(decodeURIComponent(url.password), newPassword, "report runs with its new password");
     assert.notEqual(url.toString(), oldUrl);
 
     // Its new password reaches the node; the agent asks the provider whether it applied it (every
     // 200 ms at first) and never gets an answer it can use: the victim is left as it is.
-    await waitFor(
+    await up.until(
       "the victim's new password to be delivered",
       async () => (await read(secretPath(nodeState(), "victim", "hostile-store"))) !== victimPassword,
     );
@@ -226,7 +232,7 @@ modules:
     assert.equal(stopped.code, 0, stopped.stdout + stopped.stderr);
     up = startUp();
     await up.waitFor(/the modules start/);
-    await waitFor("mesh status to name hostile as misbehaving again", async () =>
+    await up.until("mesh status to name hostile as misbehaving again", async () =>
       (await statusJson()).misbehaving?.some((m) => m.module === "hostile"),
     );
     await new Promise((resolve) => setTimeout(resolve, 6_000));

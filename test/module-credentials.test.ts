@@ -34,7 +34,7 @@ import {
   type Controller,
   type Delivery,
 } from "@mesh/controller";
-import { startNats, type NatsServer, until as eventually } from "@mesh/testkit";
+import { startNats, type NatsServer, until } from "@mesh/testkit";
 import { PermissionViolationError, type NatsConnection } from "@nats-io/transport-node";
 
 const FAST = {
@@ -98,7 +98,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
   const agentState = (): string => join(dir, "agent");
 
   const recorded = async (module: string, check: (r: Recorded) => boolean): Promise<Recorded> =>
-    eventually(`${module}'s recorded environment`, async () => {
+    until(`${module}'s recorded environment`, async () => {
       const r = JSON.parse(
         await readFile(join(agentState(), "modules", module, "home", "env.json"), "utf8"),
       ) as Recorded;
@@ -187,7 +187,9 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     assert.equal((await stat(creds)).mode & 0o777, 0o600);
     assert.equal(notes.env["MESH_BUS_CREDS"], creds);
     assert.equal(notes.env["MESH_BUS_SERVERS"], nats.url);
-    assert.equal(notes.env["MESH_MANIFEST"], join(dir, "notes", "module.json"));
+    // The manifest as applied with the fleet, delivered and kept by the agent for the module.
+    assert.equal(notes.env["MESH_MANIFEST"], join(agentState(), "modules", "notes", "module.json"));
+    assert.equal(JSON.parse(await readFile(notes.env["MESH_MANIFEST"] ?? "", "utf8")).name, "notes");
     assert.equal(notes.env["MESH_SEATS"], "notebook");
     assert.equal(notes.env["MESH_MODULE"], "notes");
     assert.equal(notes.env["MESH_BUS_USER"], await busKeyOf("notes"));
@@ -218,7 +220,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     nc.publish("mesh.events.listener.note.created", "{}");
     nc.publish("mesh.events.notes.after", "{}");
     await nc.flush();
-    await eventually("the server's refusals", () => (errors.length >= 3 ? true : undefined));
+    await until("the server's refusals", () => (errors.length >= 3 ? true : undefined));
     await observer.flush();
     watch.unsubscribe();
     assert.deepEqual(
@@ -249,7 +251,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     assert.ok((await other.closed) instanceof PermissionViolationError);
     await lc.flush();
     nc.publish("mesh.seats.notebook.note.created", '{"n":1}');
-    await eventually("the seat's event", () => (heard.length > 0 ? true : undefined));
+    await until("the seat's event", () => (heard.length > 0 ? true : undefined));
     assert.deepEqual(heard, ['{"n":1}']);
   });
 
@@ -266,13 +268,13 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     assert.deepEqual(errors, [], "every subscription up to the limit is taken");
     lc.subscribe("mesh.seats.notebook.note.created");
     await lc.flush();
-    await eventually("the server's refusal", () => errors.length > 0);
+    await until("the server's refusal", () => errors.length > 0);
     assert.match(errors[0] ?? "", /maximum subscriptions exceeded/i);
   });
 
   void it("writes the ledgers file (0600) whose credential appends to the module's own ledger only", async () => {
     const path = ledgersPath(agentState());
-    const ledgers = await eventually("both ledger credentials", async () => {
+    const ledgers = await until("both ledger credentials", async () => {
       const map = JSON.parse(await readFile(path, "utf8")) as Record<string, { jwt: string; seed: string }>;
       return map["notes"] !== undefined && map["listener"] !== undefined ? map : undefined;
     });
@@ -296,7 +298,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     nc.publish(ledgerSubject("listener", "action"), "{}");
     nc.publish("mesh.events.notes.note.created", "{}");
     await nc.flush();
-    await eventually("the server's refusals", () => (errors.length >= 2 ? true : undefined));
+    await until("the server's refusals", () => (errors.length >= 2 ? true : undefined));
     assert.ok(errors.every((e) => e instanceof PermissionViolationError));
   });
 
@@ -310,7 +312,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
       for (const pair of [keys["bus"], keys["ledger"]]) if (pair?.seed) seeds.push(pair.seed);
     }
     assert.equal(seeds.length, 4);
-    await eventually("a report with module keys", () =>
+    await until("a report with module keys", () =>
       reports.some((r) => r.includes('"moduleKeys":{"listener"')) ? true : undefined,
     );
     const issued = await openState<unknown>(observer, MODULE_CREDENTIALS_BUCKET, { create: false });
@@ -340,7 +342,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     await controller?.stop();
     controller = await startTheController();
     // A report reaches the new controller, and its keys are the ones it already issued for.
-    await eventually("a report to the restarted controller", () =>
+    await until("a report to the restarted controller", () =>
       controller?.status().nodes.find((n) => n.name === "n1")?.lastReportAt ? true : undefined,
     );
     await controller.reload();
@@ -363,7 +365,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     await controller?.reload();
     const notes = await recorded("notes", (r) => withBus(r) && r.env["MESH_BUS_USER"] !== oldKey);
     assert.equal(notes.env["MESH_BUS_USER"], await busKeyOf("notes"));
-    await eventually("the old key revoked", () =>
+    await until("the old key revoked", () =>
       authority.revocations[oldKey] !== undefined ? true : undefined,
     );
     await assert.rejects(connectWith(oldCreds), BusCredentialsRefusedError);
@@ -376,7 +378,7 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     await observer.flush();
     nc.publish("mesh.events.notes.note.deleted", "{}");
     await nc.flush();
-    await eventually("the newly declared event", () => (seen.length > 0 ? true : undefined));
+    await until("the newly declared event", () => (seen.length > 0 ? true : undefined));
     watch.unsubscribe();
     assert.deepEqual((await delivery()).replaceKeys, {});
   });
@@ -394,12 +396,12 @@ void describe("each module gets its own bus and ledger credentials", { timeout: 
     assert.ok(authority.revocations[oldKey] !== undefined);
     assert.ok(authority.revocations[ledgerKey] !== undefined);
     await assert.rejects(connectWith(oldCreds), BusCredentialsRefusedError);
-    await eventually("the listener's keys removed from the node", async () =>
+    await until("the listener's keys removed from the node", async () =>
       (await readFile(moduleKeysPath(agentState(), "listener")).catch(() => undefined)) === undefined
         ? true
         : undefined,
     );
-    await eventually("the listener's ledger credential gone from the ledgers file", async () => {
+    await until("the listener's ledger credential gone from the ledgers file", async () => {
       const ledgers = JSON.parse(await readFile(ledgersPath(agentState()), "utf8")) as Record<
         string,
         unknown

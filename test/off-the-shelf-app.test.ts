@@ -1,7 +1,7 @@
 // Apps that do not know the mesh, run by a real `mesh up --isolation auto` against a real Postgres:
 // two shell scripts that log in with Debian's psql. `report` takes DATABASE_URL from its
-// environment (restarted on a new password); `pgpass` reads a rendered .pgpass (0600, its own user)
-// and logs in again on SIGHUP. After `mesh rotate`, each is handed the new password only once the
+// environment (restarted on a new password); `pgpass` reads a rendered .pgpass and service file
+// (0600, its own user) and logs in again on SIGHUP. After `mesh rotate`, each is handed the new password only once the
 // provider's own status says the backend took it; the gap between that apply and the restart or
 // signal is measured and printed.
 import assert from "node:assert/strict";
@@ -41,16 +41,18 @@ const pgpassManifest = {
       "-c",
       `echo $$ > "$HOME/pid"; n=0; trap 'n=$((n+1)); echo $n > "$HOME/hups"; ${LOGIN}' HUP; ${LOGIN}; while :; do sleep 1; done`,
     ],
+    // The login in a file too, not in the environment: Postgres moves a consumer to its other
+    // login at each rotation, and a signal can change what a file says but not an environment.
     env: {
       PGPASSFILE: "{files.pgpass}",
-      PGHOST: "{postgres-database.host}",
-      PGPORT: "{postgres-database.port}",
-      PGUSER: "{postgres-database.login}",
-      PGDATABASE: "{postgres-database.values.name}",
+      PGSERVICEFILE: "{files.service}",
+      PGSERVICE: "mesh",
     },
     files: {
       pgpass:
         "{postgres-database.host}:{postgres-database.port}:*:{postgres-database.login}:{postgres-database.password}\n",
+      service:
+        "[mesh]\nhost={postgres-database.host}\nport={postgres-database.port}\nuser={postgres-database.login}\ndbname={postgres-database.values.name}\n",
     },
     onNewPassword: { signal: "SIGHUP" },
   },
@@ -228,7 +230,7 @@ modules:
     );
     assert.match(
       text,
-      /ghost +stopped[^\n]*\n +not started: its command no-such-program-for-mesh is not found on this node's PATH \([^)]*\): install it, or give run.command as an absolute path/,
+      /ghost +stopped[^\n]*\n +not started: its command no-such-program-for-mesh is not found on node node-a's PATH \([^)]*\): install it, or give run.command as an absolute path/,
     );
     assert.match(
       text,
@@ -238,7 +240,7 @@ modules:
       nodes: { modules: { name: string; state: string; reason?: string; logTail?: string[] }[] }[];
     };
     const modules = json.nodes.flatMap((n) => n.modules);
-    assert.match(modules.find((m) => m.name === "ghost")?.reason ?? "", /not found on this node's PATH/);
+    assert.match(modules.find((m) => m.name === "ghost")?.reason ?? "", /not found on node node-a's PATH/);
     const tail = modules.find((m) => m.name === "crasher")?.logTail ?? [];
     assert.ok(tail.length >= 1 && tail.length <= 5, JSON.stringify(tail));
     assert.doesNotMatch(up.output(), /ghost started/, "a missing command is never started");

@@ -70,7 +70,8 @@ describe("mesh installed from its packed tarball", { timeout: 180_000 }, () => {
     };
     const said = await mesh(["--version"]);
     assert.equal(said.code, 0, said.stderr);
-    assert.equal(said.stdout.trim(), version.version);
+    assert.equal(said.stdout.split("\n")[0], version.version);
+    assert.match(said.stdout, /^state format \d+ .*protocol \d+ /m);
     const help = await mesh(["--help"]);
     assert.equal(help.code, 0, help.stderr);
     assert.match(help.stdout, /^Usage: mesh /);

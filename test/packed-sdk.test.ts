@@ -34,7 +34,7 @@ describe("a module outside the checkout, with the packed @mesh/sdk", { timeout: 
       },
     );
     const tarball = stdout.trim();
-    assert.equal(tarball, join(dir, "mesh-sdk-0.1.0.tgz"));
+    assert.equal(tarball, join(dir, "mesh-sdk-0.2.0.tgz"));
     moduleDir = join(dir, "greeter");
     await cp(join(ROOT, "packages", "sdk", "example", "greeter"), moduleDir, { recursive: true });
     await run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--prefix", moduleDir, tarball], {

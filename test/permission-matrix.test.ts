@@ -362,12 +362,22 @@ void describe("the permission matrix, on a real nats-server", () => {
       forbidden.push(
         ledgerSubject(module, "action"),
         ledgerSubject(module, "tool"),
-        `$KV.${ledgerSnapshotBucket(module)}.state`,
+        `$KV.${ledgerSnapshotBucket(module)}.${module}.state`,
+        `$JS.API.DIRECT.GET.KV_${ledgerSnapshotBucket(module)}.$KV.${ledgerSnapshotBucket(module)}.${module}.state`,
         `$JS.API.STREAM.INFO.${ledgerStreamName(module)}`,
         `$JS.API.STREAM.DELETE.${ledgerStreamName(module)}`,
       );
     }
-    const watched = ["mesh.>", ">", "_INBOX.>", "mesh.ledger.>", toolSubject("node-a"), "$KV.>", "mesh.*.>"];
+    const watched = [
+      "mesh.>",
+      ">",
+      "_INBOX.>",
+      "mesh.ledgers.>",
+      "mesh.ledger.>",
+      toolSubject("node-a"),
+      "$KV.>",
+      "mesh.*.>",
+    ];
     for (const [a, probe] of probes) {
       const refused = await probe.publishAll(forbidden);
       assert.deepEqual(

@@ -14,7 +14,7 @@ import { runCli } from "../packages/cli/src/cli.ts";
 import { askController } from "../packages/cli/src/controller-request.ts";
 import type { PlanReport } from "../packages/cli/src/plan-command.ts";
 import { runMesh, startMesh, type MeshProcess, type MeshRun } from "../packages/cli/test/run-mesh.ts";
-import { connectAs } from "../providers/redis/test/conformance-target.ts";
+import { canLoginAs } from "../providers/redis/test/conformance-target.ts";
 import { SERVED_FLEET_SUBJECT, secretKey } from "@mesh/controller";
 import { type RetireList, type StatusReport } from "@mesh/sdk";
 import { callControl } from "@mesh/sdk/provider";
@@ -72,33 +72,8 @@ describe("mesh plan says what applying the fleet change then does", { timeout: 1
     (await status(provider)).consumers.find((c) => c.login === login)?.state;
 
   /** Whether `login` logs in to the backend of `iface` with `password`. */
-  const canLogin = async (iface: string, login: string, password: string): Promise<boolean> => {
-    if (iface === REDIS) {
-      try {
-        (await connectAs(redis, login, password)).disconnect();
-        return true;
-      } catch {
-        return false;
-      }
-    }
-    const { default: pg } = await import("pg");
-    const client = new pg.Client({
-      host: postgres.host,
-      port: postgres.port,
-      user: login,
-      password,
-      database: "postgres",
-    });
-    client.on("error", () => {});
-    try {
-      await client.connect();
-      return true;
-    } catch {
-      return false;
-    } finally {
-      await client.end().catch(() => {});
-    }
-  };
+  const canLogin = (iface: string, login: string, password: string): Promise<boolean> =>
+    iface === REDIS ? canLoginAs(redis, login, password) : postgres.canLogin(login, password);
 
   const fleetYaml = (modules: Record<string, Placed>): string => {
     const provider = (name: string, at: { host: string; port: number }) =>

@@ -23,7 +23,7 @@ import { callControl } from "@mesh/sdk/provider";
 import { provider as mariadbProvider } from "@mesh/provider-mariadb";
 import { provider as postgresProvider } from "@mesh/provider-postgres";
 import { provider as redisProvider } from "@mesh/provider-redis";
-import { startMariadb, startPostgres, startRedis, until } from "@mesh/testkit";
+import { startMariadb, startPostgres, startRedis, until, quietLogger } from "@mesh/testkit";
 
 const MESH = fileURLToPath(new URL("../packages/cli/bin/mesh.js", import.meta.url));
 const INSTANCE = "killmatrix";
@@ -31,7 +31,6 @@ const RUNS = positiveInt("MESH_KILL_RUNS", 3);
 const SEED = positiveInt("MESH_KILL_SEED", Math.floor(Math.random() * 2 ** 31));
 const CREATES_PER_RUN = 12;
 const RETIRES_PER_RUN = 6;
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 function positiveInt(name: string, fallback: number): number {
   const raw = process.env[name];
@@ -350,7 +349,11 @@ for (const subject of SUBJECTS) {
       await mesh.write();
       // Guarded as the harness runs it: `holds` is there whether the adapter wrote it or `holdsMany`.
       adapter = guardAdapter(
-        subject.provider.createAdapter({ adminUrl: backend.adminUrl, instance: INSTANCE, logger: quiet }),
+        subject.provider.createAdapter({
+          adminUrl: backend.adminUrl,
+          instance: INSTANCE,
+          logger: quietLogger,
+        }),
         { instance: INSTANCE },
       );
       running = await mesh.start();

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
+import { startPostgres, type PostgresServer } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -51,10 +51,6 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
     (JSON.parse(await status("--json")) as { providers?: ProviderAnswer[] }).providers?.find(
       (p) => p.provider === "postgres",
     );
-  const waitFor = <T>(what: string, probe: () => Promise<T | undefined>) =>
-    until(what, probe, { seconds: 120, everyMs: 500 }).catch((err: unknown) => {
-      throw new Error(`${(err as Error).message}; mesh up said:\n${up.output()}`);
-    });
 
   before(async () => {
     server = await startPostgres();
@@ -84,11 +80,11 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
   });
 
   it("names the set waiting for a person, its id and the command that approves it", async () => {
-    await waitFor("five active consumers", async () =>
+    await up.until("five active consumers", async () =>
       (await postgres())?.counts?.["active"] === 5 ? true : undefined,
     );
     await writeFleet(CONSUMERS.slice(0, 1));
-    const waiting = await waitFor("the retirement to wait for a person", async () => {
+    const waiting = await up.until("the retirement to wait for a person", async () => {
       const p = await postgres();
       return p?.waiting?.id ? p.waiting : undefined;
     });
@@ -112,7 +108,7 @@ ${consumers.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`)
       state(),
     ]);
     assert.equal(approve.code, 0, approve.stdout + approve.stderr);
-    await waitFor("four retired consumers", async () =>
+    await up.until("four retired consumers", async () =>
       (await postgres())?.counts?.["retired"] === 4 ? true : undefined,
     );
     const after = await status();

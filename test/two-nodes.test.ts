@@ -164,20 +164,35 @@ modules:
     assert.deepEqual(answer.nodes.map((n) => n.name).sort(), ["node-a", "node-b"]);
     assert.deepEqual(answer.consumers.map((c) => c.login).sort(), ["blog_postgres", "notes_postgres"]);
 
-    const secret = join(state(), "nodes", "node-b", "modules", "notes", "passwords", "postgres-database");
-    const before = await readFile(secret, "utf8");
+    // The credential file names the login and the password file in use: Postgres moves a consumer
+    // to its other login (notes_postgres_2) at each rotation, each with its own password file.
+    const credential = join(
+      state(),
+      "nodes",
+      "node-b",
+      "modules",
+      "notes",
+      "credentials",
+      "postgres-database.json",
+    );
+    const named = async () =>
+      JSON.parse(await readFile(credential, "utf8")) as { login: string; passwordFile: string };
+    const first = await named();
+    const before = await readFile(first.passwordFile, "utf8");
     const rotated = await run("rotate", "notes", "postgres-database");
     assert.equal(rotated.code, 0, rotated.out);
-    const after = await until("the new password on node-b", async () => {
-      const now = await readFile(secret, "utf8");
-      return now !== before ? now : undefined;
+    const { login, after } = await until("the new password on node-b", async () => {
+      const now = await named();
+      const password = await readFile(now.passwordFile, "utf8").catch(() => before);
+      return password !== before ? { login: now.login, after: password } : undefined;
     });
+    assert.equal(login, "notes_postgres_2", "the credential names the second login");
     const { default: pg } = await import("pg");
     await until("the provider applied it", async () => {
       const client = new pg.Client({
         host: server.host,
         port: server.port,
-        user: "notes_postgres",
+        user: login,
         password: after.trim(),
         database: "notes",
       });

@@ -3,7 +3,9 @@
 // manage (or uses MESH_POSTGRES_URL / MESH_REDIS_URL / MESH_S3_URL / MESH_OIDC_URL), runs `mesh up`
 // on the example fleet — nats-server, the controller, an agent, and nine modules: the four providers,
 // four small apps that use what the mesh gives them and an audit logger — prints the dashboard's
-// login link, then takes one app out of the fleet and shows its database retired, not deleted.
+// login link, then takes one app out of the fleet and shows its database retired, not deleted. On a
+// terminal it then stays up until Ctrl-C, with the dashboard's link and commands to try; otherwise
+// (CI, tests) it ends after the tour.
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmod, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -14,17 +16,27 @@ import {
   startGlewlwyd,
   startPostgres,
   startRedis,
+  stopOnSignalsYourself,
   type CephServer,
   type GlewlwydServer,
   type PostgresServer,
   type RedisServer,
   until,
 } from "@mesh/testkit";
+import { servedAt, TOUR_APPS, tourFleetYaml } from "./fleet.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const mesh = join(root, "packages", "cli", "bin", "mesh.js");
-const fleetDir = join(root, "examples", "fleet");
 const tty = process.stdout.isTTY === true;
+/** A person at a terminal: the mesh stays up after the tour for them to look around. */
+const stays = process.stdin.isTTY === true;
+// Ctrl-C (or a stop sent to the group, or the terminal closed) ends the tour, or the stay after it,
+// and stops everything in order: the mesh, then its backends (not the testkit's exit at once).
+stopOnSignalsYourself();
+const interrupted = new Promise<"interrupted">((resolve) => {
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const)
+    process.on(signal, () => resolve("interrupted"));
+});
 const bold = (s: string): string => (tty ? `\x1b[1m${s}\x1b[0m` : s);
 const dim = (s: string): string => (tty ? `\x1b[2m${s}\x1b[0m` : s);
 
@@ -42,39 +54,6 @@ async function show(args: string[]): Promise<string> {
   console.log(dim(`   $ mesh ${args.join(" ")}`));
   for (const line of out.trimEnd().split("\n")) console.log(`     ${line}`);
   return out;
-}
-
-interface Served {
-  readonly host: string;
-  readonly port: number;
-}
-
-function fleetYaml(withNotes: boolean, pg: Served, redis: Served, s3: Served, oidc: Served): string {
-  // A provider's admin URL reaches that provider alone: the agent hands it the variable its entry names.
-  const m = (name: string, manifest: string, at?: Served) =>
-    `  ${name}:\n    manifest: ${JSON.stringify(manifest)}\n    node: node-1\n` +
-    (at
-      ? `    endpoint: { host: ${at.host}, port: ${at.port} }\n` +
-        `    admin: { env: MESH_${name.toUpperCase()}_URL }\n    env: { MESH_EVERY: 1s }\n`
-      : "");
-  return [
-    "nodes:\n  node-1: {}\nmodules:\n",
-    m("postgres", join(root, "providers", "postgres", "module.json"), pg),
-    m("redis", join(root, "providers", "redis", "module.json"), redis),
-    m("s3", join(root, "providers", "s3", "module.json"), s3),
-    m("oidc", join(root, "providers", "oidc", "module.json"), oidc),
-    withNotes ? m("notes", join(fleetDir, "notes", "module.json")) : "",
-    m("counter", join(fleetDir, "counter", "module.json")),
-    m("files", join(fleetDir, "files", "module.json")),
-    m("api-client", join(fleetDir, "api-client", "module.json")),
-    m("audit-logger", join(fleetDir, "audit-logger", "module.json")),
-  ].join("");
-}
-
-/** Where the server behind an admin URL listens. */
-function servedAt(url: string): Served {
-  const u = new URL(url);
-  return { host: u.hostname, port: Number(u.port) };
 }
 
 async function writeAtomic(path: string, text: string): Promise<void> {
@@ -106,7 +85,7 @@ async function main(): Promise<void> {
   let ceph: CephServer | undefined;
   let glewlwyd: GlewlwydServer | undefined;
   let up: ChildProcess | undefined;
-  try {
+  const tour = async (): Promise<"toured"> => {
     step("Backends for the providers to manage");
     let postgresUrl = process.env.MESH_POSTGRES_URL;
     if (!postgresUrl) {
@@ -139,7 +118,7 @@ async function main(): Promise<void> {
 
     step("The fleet file");
     const served = [servedAt(postgresUrl), servedAt(redisUrl), servedAt(s3Url), servedAt(oidcUrl)] as const;
-    await writeAtomic(fleet, fleetYaml(true, ...served));
+    await writeAtomic(fleet, tourFleetYaml(true, ...served));
     say(`${fleet}: one node, four providers (postgres, redis, s3, oidc), four apps and an audit logger:`);
     say("notes needs a postgres-database and emits note.created; counter needs a redis-namespace and");
     say("counts the notes it hears of; files needs an s3-bucket; api-client needs an oidc-client and");
@@ -166,13 +145,13 @@ async function main(): Promise<void> {
     up.stderr?.on("data", echo);
     const notesLog = join(state, "nodes", "node-1", "modules", "notes", "log");
     const counterLog = join(state, "nodes", "node-1", "modules", "counter", "log");
-    const stored = await until("the notes app storing a note", () => lastLine(notesLog, /stored note/));
-    const counted = await until("the counter app counting", () => lastLine(counterLog, /visit|count/i));
+    const stored = await until("the notes app storing a note", () => lastLine(notesLog, TOUR_APPS.notes));
+    const counted = await until("the counter app counting", () => lastLine(counterLog, TOUR_APPS.counter));
     const filesLog = join(state, "nodes", "node-1", "modules", "files", "log");
-    const kept = await until("the files app storing a file", () => lastLine(filesLog, /read it back/));
+    const kept = await until("the files app storing a file", () => lastLine(filesLog, TOUR_APPS.files));
     const apiClientLog = join(state, "nodes", "node-1", "modules", "api-client", "log");
     const verified = await until("api-client verifying a token", () =>
-      lastLine(apiClientLog, /signature verified/),
+      lastLine(apiClientLog, TOUR_APPS["api-client"]),
     );
 
     step("The apps use what the mesh gave them");
@@ -197,6 +176,29 @@ async function main(): Promise<void> {
     say(`notes' credential file: login ${cred.login}, url ${cred.url ?? "(none)"}`);
     const mode = ((await stat(cred.passwordFile)).mode & 0o777).toString(8);
     say(`its password is only in ${cred.passwordFile} (mode ${mode}), never in the credential or any log.`);
+    // The node reports a provider's standing on its own beat: the apps can work a moment before
+    // their providers' first answers reach the controller. Status is shown once they have (bounded).
+    await until(
+      "every provider heard by the controller",
+      () =>
+        new Promise<boolean | undefined>((resolve) => {
+          const child = spawn(process.execPath, [mesh, "status", "--state", state, "--json"], {
+            stdio: ["ignore", "pipe", "ignore"],
+          });
+          let out = "";
+          child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+          child.on("close", () => {
+            try {
+              const s = JSON.parse(out) as { providers?: { answered?: boolean }[] };
+              const all = s.providers ?? [];
+              resolve(all.length > 0 && all.every((p) => p.answered === true) ? true : undefined);
+            } catch {
+              resolve(undefined);
+            }
+          });
+        }),
+      { seconds: 30, everyMs: 500 },
+    ).catch(() => say("(a provider has not been heard yet: status says which)"));
     await show(["status", "--state", state]);
 
     step("The dashboard");
@@ -229,7 +231,7 @@ async function main(): Promise<void> {
     await show(["explain", "--fleet", fleet, "counter", "publish", "mesh.events.notes.note.created"]);
 
     step("Take notes out of the fleet");
-    await writeAtomic(fleet, fleetYaml(false, ...served));
+    await writeAtomic(fleet, tourFleetYaml(false, ...served));
     say(
       "The controller re-reads the fleet at once; the Postgres provider stops being asked for notes_postgres.",
     );
@@ -255,6 +257,31 @@ async function main(): Promise<void> {
     say("Only a person deletes it: `mesh tool postgres cleanup delete notes_postgres`.");
     say("Everything the provider did, and every tool asked of it, is in its ledger:");
     await show(["ledger", "postgres", "--limit", "4", "--state", state]);
+    return "toured";
+  };
+  const touring = tour();
+  // A tour cut short by Ctrl-C is left to fail against what is stopping: nothing more of it is said.
+  touring.catch(() => undefined);
+  try {
+    const how = await Promise.race([touring, interrupted]);
+    if (how === "toured" && stays && up !== undefined && up.exitCode === null) {
+      const upEnded = new Promise<"ended">((resolve) => up?.once("close", () => resolve("ended")));
+      step("Yours to look around: the mesh runs until Ctrl-C");
+      say("The dashboard (this link logs one browser in, once, within two minutes; run the first");
+      say("command again for another):");
+      await show(["dashboard", "--state", state]);
+      say("Three commands to try, in another terminal in this checkout:");
+      say(`  npx mesh dashboard --state ${state}`);
+      say(`  npx mesh status --state ${state}`);
+      say(`  npx mesh rotate counter redis-namespace --state ${state}`);
+      say(
+        dim(
+          "  (a new password for counter: its provider applies it, counter is handed it, both ledgers say who)",
+        ),
+      );
+      say(`Ctrl-C stops the mesh and the private servers, and removes ${dir}.`);
+      if ((await Promise.race([interrupted, upEnded])) === "ended") say("mesh up ended on its own.");
+    }
   } finally {
     step("Ctrl-C: mesh stops everything");
     if (up && up.exitCode === null) {
@@ -270,7 +297,11 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(`\nthe demonstration failed: ${(err as Error).message}`);
-  process.exit(1);
-});
+main().then(
+  // A tour cut short may still be waiting on a timer: everything it waited for is stopped.
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(`\nthe demonstration failed: ${(err as Error).message}`);
+    process.exit(1);
+  },
+);

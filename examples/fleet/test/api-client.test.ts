@@ -58,7 +58,7 @@ describe("the api-client app", () => {
     await writeFile(
       fleetFile,
       `nodes:\n  node-1: {}\nmodules:\n` +
-        `  oidc: { manifest: ${OIDC_MANIFEST}, node: node-1, endpoint: { host: 127.0.0.1, port: ${server.port} } }\n` +
+        `  oidc: { manifest: ${OIDC_MANIFEST}, node: node-1, admin: { env: MESH_OIDC_URL }, endpoint: { host: 127.0.0.1, port: ${server.port} } }\n` +
         `  api-client: { manifest: ${join(APP_DIR, "module.json")}, node: node-1 }\n`,
     );
     const fleet = await loadFleet(fleetFile);

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { createAuthority, credsFor, newUserKeys, type BusAuthority } from "@mesh/bus";
 import { compilePermissions, loadManifest, type Manifest } from "@mesh/manifest";
 import { connectModuleBus, type ModuleBus } from "@mesh/sdk";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { startNats, type NatsServer, quietLogger } from "@mesh/testkit";
 import { killApps, startApp, type RunningApp } from "./run-app.ts";
 
 const here = (path: string): string => fileURLToPath(new URL(path, import.meta.url));
@@ -62,7 +62,7 @@ async function emitterOf(module: Module): Promise<ModuleBus> {
     module,
     manifest: MANIFESTS[module],
     seats: [],
-    logger: { info: () => {}, warn: () => {}, error: () => {} },
+    logger: quietLogger,
   });
   buses.push(bus);
   return bus;

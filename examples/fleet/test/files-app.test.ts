@@ -56,6 +56,7 @@ before(async () => {
       "  s3:",
       `    manifest: ${resolve(here, "../../../providers/s3/module.json")}`,
       "    node: node-1",
+      "    admin: { env: MESH_S3_URL }",
       "  files:",
       `    manifest: ${resolve(here, "../files/module.json")}`,
       "    node: node-1",

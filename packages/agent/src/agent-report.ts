@@ -6,6 +6,13 @@ import type { ProviderStanding } from "./provider-standings.ts";
 /** What an agent publishes on `reportSubject(node)`, on every change and every 10 s. */
 export interface AgentReport {
   readonly node: string;
+  /** The agent's release (`MESH_RELEASE`): what `mesh status` shows as the node's version. */
+  readonly release: string;
+  /**
+   * The protocol the agent speaks (`PROTOCOL_VERSION`); a report without it is of 0.1.0
+   * (protocol 1). The controller works with an agent one protocol apart, either way.
+   */
+  readonly protocol: number;
   /** The generation of the last delivery applied; 0 before the first. */
   readonly generation: number;
   /** ISO 8601. */

@@ -2,8 +2,10 @@
 // this node that reads it (the consumer's own, and its provider's when the provider runs here too),
 // each provider module's contributions file and each consumer module's credential files, all
 // derived here with @mesh/manifest from the plan and this node's state directory, each owned by the
-// module that reads it. Secrets go first, so a provider never reads a contributions entry whose
-// secret file is not there yet.
+// module that reads it. New secrets go first, so a provider never reads a contributions entry whose
+// secret file is not there yet; a changed one (a rotation) goes after the contributions file names
+// the password it replaces, kept beside it, and a consumer's copy of it may wait until the
+// provider has taken it beside the old one (see `holdsBack`).
 import { readdir, rm, rmdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { unseal, type BusLogger, type FileOwner, type NodeKeys } from "@mesh/bus";
@@ -11,12 +13,26 @@ import {
   contributionsFor,
   credentialsFor,
   providerSecretPath,
+  secondSecretPath,
   secretPath,
   secretsDirPath,
+  slotSecretPath,
 } from "@mesh/manifest";
-import type { Delivery } from "@mesh/manifest";
-import { writeFileAtomic, type WriteOutcome } from "@mesh/bus";
+import type { Credential, Delivery, PlanEntry } from "@mesh/manifest";
+import { readFileIfExists, writeFileAtomic, type WriteOutcome } from "@mesh/bus";
 import { ensureDir } from "./module-isolation.ts";
+import type { PasswordGate } from "./module-launch.ts";
+
+/**
+ * How long a consumer's new password is held back while its provider (on this node, holding two
+ * passwords at once) has not taken it: past this it is written anyway, and said.
+ */
+export const HOLD_NEW_PASSWORD_MOST_MS = 60_000;
+
+/** Where a provider's copy of the password being retired is kept, beside its copy of the new one. */
+export function retiringPath(providerSecret: string): string {
+  return `${providerSecret}.retiring`;
+}
 
 /** What applying a delivery did. */
 export interface ApplyResult {
@@ -28,6 +44,11 @@ export interface ApplyResult {
   readonly rejected: readonly SecretRejectedError[];
   /** Secret files removed because no module of this node uses them any more. */
   readonly removed: readonly string[];
+  /**
+   * Consumers' copies of a new password held back until their provider takes it beside the old
+   * one (a rotation that overlaps): apply the delivery again shortly.
+   */
+  readonly held: readonly string[];
 }
 
 /** Where and as whom a delivery is applied. */
@@ -45,6 +66,15 @@ export interface ApplyContext {
    * file with another owner counts as changed and is written again.
    */
   readonly ownerOf?: (module: string) => FileOwner | undefined;
+  /**
+   * Asks the provider on this node whether its backend took a password. When it says its backend
+   * holds two passwords at once and has not taken the new one yet, the consumer's own copy keeps
+   * the old password (which still logs in) until it has: an app that reads its file before each
+   * connection never reads a password the backend refuses. Absent: every copy is written at once.
+   */
+  readonly passwordApplied?: PasswordGate;
+  /** Since when each held-back copy has been held (by path), across deliveries; see HOLD_NEW_PASSWORD_MOST_MS. */
+  readonly heldSince?: Map<string, number>;
 }
 
 /**
@@ -85,6 +115,13 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
   };
   const rejected: SecretRejectedError[] = [];
   const secretFiles = new Set<string>();
+  // The providers' copies of passwords minted by `mesh rotate --now`: taken without an overlap.
+  const cutSecrets = new Set<string>();
+  const cuts = new Set(delivery.cuts ?? []);
+  // The providers' copies of passwords, by file: when each was minted (said in the entry).
+  const mintedOf = new Map<string, string>();
+  const held: string[] = [];
+  const changed: { reader: Reader; password: string }[] = [];
   const ownerOf = (module: string): FileOwner | undefined => ctx.ownerOf?.(module);
   const dirs = new Set<string>();
   // Each directory the agent writes into is the agent's, readable by the module's group alone.
@@ -122,16 +159,49 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
       rejected.push(error);
       continue;
     }
-    for (const reader of readers) await write(reader.module, reader.path, password, SECRET_MODE);
+    // A first copy is written at once. A changed one waits: the provider's copy of the password it
+    // replaces is kept first as the password being retired, then the contributions file names it,
+    // and only then the new password is written (below), so a provider never sees the new password
+    // without the old one beside it. A consumer's copy may wait on its provider (`holdsBack`).
+    // A leaked password's replacement keeps no password being retired: a copy kept from a
+    // rotation under way is left out of the contributions entry and removed below.
+    const cut = cuts.has(key);
+    const minted = delivery.minted?.[key];
+    for (const reader of readers) {
+      // Where logins alternate, both password files stay: the credential file names one of them.
+      if (reader.alternates === true) {
+        secretFiles.add(secretPath(ctx.stateDir, consumer, iface));
+        secretFiles.add(secondSecretPath(ctx.stateDir, consumer, iface));
+      }
+      if (reader.role === "provider" && minted !== undefined) mintedOf.set(reader.path, minted);
+      const was = await readSecretIfExists(reader.path);
+      if (reader.role === "provider" && cut) cutSecrets.add(reader.path);
+      if (was === undefined) await write(reader.module, reader.path, password, SECRET_MODE);
+      else if (was !== password) {
+        if (reader.role === "provider" && !cut)
+          await write(reader.module, retiringPath(reader.path), was, SECRET_MODE);
+        changed.push({ reader, password });
+      } else await write(reader.module, reader.path, password, SECRET_MODE);
+      if (reader.role === "provider" && !cut && (await exists(retiringPath(reader.path))))
+        secretFiles.add(retiringPath(reader.path));
+    }
   }
 
+  // A credential file that moves to the other login waits until that login's password file holds
+  // its password and the provider took it: a reader of the credential file, then of the password
+  // file it names, always gets a pair the backend takes.
+  const switches: { module: string; iface: string; path: string; contents: Credential }[] = [];
   for (const module of delivery.modules) {
     let files: { path: string; contents: unknown }[];
     try {
-      files = [
-        ...contributionsFor(delivery.plan, module.name, ctx.stateDir),
-        ...credentialsFor(delivery.plan, module.name, ctx.stateDir),
-      ];
+      const credentials = [];
+      for (const file of credentialsFor(delivery.plan, module.name, ctx.stateDir)) {
+        const on = await passwordFileNamed(file.path);
+        if (on !== undefined && on !== file.contents.passwordFile)
+          switches.push({ module: module.name, iface: file.interface, ...file });
+        else credentials.push(file);
+      }
+      files = [...contributionsFor(delivery.plan, module.name, ctx.stateDir), ...credentials];
     } catch (err) {
       ctx.logger.error(
         `the files of module ${module.name} on node ${ctx.node} cannot be derived from the delivery ` +
@@ -140,13 +210,156 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
       continue;
     }
     for (const file of files) {
-      await write(module.name, file.path, `${JSON.stringify(file.contents, null, 2)}\n`, FILE_MODE);
+      await write(
+        module.name,
+        file.path,
+        `${JSON.stringify(withRetiring(file.contents, secretFiles, cutSecrets, mintedOf), null, 2)}\n`,
+        FILE_MODE,
+      );
     }
-    await sayLeftInPlace(ctx, module.name, new Set(files.map((f) => f.path)));
+    await sayLeftInPlace(
+      ctx,
+      module.name,
+      new Set([...files, ...switches.filter((s) => s.module === module.name)].map((f) => f.path)),
+    );
+  }
+
+  for (const { reader, password } of changed.filter((c) => c.reader.role === "provider")) {
+    await write(reader.module, reader.path, password, SECRET_MODE);
+  }
+  for (const { reader, password } of changed.filter((c) => c.reader.role === "consumer")) {
+    // A password file of an alternating login is named by no credential file until it holds this.
+    if (
+      reader.alternates !== true &&
+      reader.entry !== undefined &&
+      (await holdsBack(ctx, reader.path, reader.entry, password))
+    ) {
+      held.push(reader.path);
+      continue;
+    }
+    ctx.heldSince?.delete(reader.path);
+    await write(reader.module, reader.path, password, SECRET_MODE);
+  }
+
+  for (const s of switches) {
+    if (await switchWaits(ctx, delivery, s)) {
+      held.push(s.path);
+      continue;
+    }
+    ctx.heldSince?.delete(s.path);
+    await write(s.module, s.path, `${JSON.stringify(s.contents, null, 2)}\n`, FILE_MODE);
   }
 
   const removed = await removeUnusedSecrets(ctx, secretFiles);
-  return { written, unchanged, rejected, removed };
+  return { written, unchanged, rejected, removed, held };
+}
+
+// Whether the consumer's copy at `path` keeps its old password for now: its provider runs on this
+// node, says its backend holds two passwords at once, and has not taken the new one yet.
+async function holdsBack(
+  ctx: ApplyContext,
+  path: string,
+  entry: PlanEntry,
+  password: string,
+): Promise<boolean> {
+  if (ctx.passwordApplied === undefined) return false;
+  const was = await readSecretIfExists(path);
+  if (was === undefined || was === password) return false;
+  const since = ctx.heldSince?.get(path) ?? Date.now();
+  if (Date.now() - since > HOLD_NEW_PASSWORD_MOST_MS) {
+    ctx.logger.warn(
+      `${path}: its provider ${entry.provider} has not taken the new password for ` +
+        `${HOLD_NEW_PASSWORD_MOST_MS / 1000} s; it is written now (the consumer may be refused until it does)`,
+    );
+    return false;
+  }
+  const answer = await ctx.passwordApplied(entry, password);
+  if (answer.applied || answer.overlaps !== true) return false;
+  ctx.heldSince?.set(path, since);
+  return true;
+}
+
+// Whether a consumer's credential file keeps naming its current login for now: its provider runs on
+// this node and has not taken the password of the login it moves to. Past HOLD_NEW_PASSWORD_MOST_MS
+// it moves anyway, and it is said.
+async function switchWaits(
+  ctx: ApplyContext,
+  delivery: Delivery,
+  file: { module: string; iface: string; path: string; contents: Credential },
+): Promise<boolean> {
+  const { module, iface, path } = file;
+  const passwordFile = file.contents.passwordFile;
+  const password = await readSecretIfExists(passwordFile);
+  // Its password not delivered here yet: the credential file keeps the pair it names.
+  if (password === undefined) return true;
+  if (ctx.passwordApplied === undefined) return false;
+  const here = new Set(delivery.modules.map((m) => m.name));
+  const instance = delivery.plan.instances.find(
+    (i) => i.interface === iface && i.consumers.some((c) => c.consumer === module),
+  );
+  const entry = instance?.consumers.find((c) => c.consumer === module);
+  if (instance === undefined || entry === undefined) return false;
+  if (instance.node !== ctx.node || !here.has(instance.provider)) return false;
+  const since = ctx.heldSince?.get(path) ?? Date.now();
+  if (Date.now() - since > HOLD_NEW_PASSWORD_MOST_MS) {
+    ctx.logger.warn(
+      `${module}'s credential for ${iface}: its provider ${entry.provider} has not taken the new ` +
+        `password for ${HOLD_NEW_PASSWORD_MOST_MS / 1000} s; it moves to the other login now ` +
+        `(the consumer may be refused until the provider does)`,
+    );
+    return false;
+  }
+  const answer = await ctx.passwordApplied(entry, password);
+  if (answer.applied) return false;
+  ctx.heldSince?.set(path, since);
+  return true;
+}
+
+// The password file the credential file at `path` names now; undefined when there is none.
+async function passwordFileNamed(path: string): Promise<string | undefined> {
+  const text = await readFileIfExists(path);
+  if (text === undefined) return undefined;
+  try {
+    const named = (JSON.parse(text) as { passwordFile?: unknown } | null)?.passwordFile;
+    return typeof named === "string" ? named : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+// A contributions file's entries, each naming the provider's copy of the password being retired
+// beside its secret while that copy exists, saying `cut` for a password minted by `mesh rotate
+// --now`, and `minted` when the delivery says when it was minted; any other file as it is.
+function withRetiring(
+  contents: unknown,
+  secretFiles: ReadonlySet<string>,
+  cutSecrets: ReadonlySet<string>,
+  mintedOf: ReadonlyMap<string, string>,
+): unknown {
+  if (typeof contents !== "object" || contents === null || !("given" in contents)) return contents;
+  const given = (contents as { given: unknown }).given;
+  if (!Array.isArray(given)) return contents;
+  return {
+    ...contents,
+    given: given.map((g: unknown) => {
+      const secret = (g as { secret?: unknown } | null)?.secret;
+      if (typeof secret !== "string") return g;
+      const minted = mintedOf.get(secret);
+      const entry = minted === undefined ? (g as object) : { ...(g as object), minted };
+      if (cutSecrets.has(secret)) return { ...entry, cut: true };
+      if (!secretFiles.has(retiringPath(secret))) return entry;
+      return { ...entry, retiring: retiringPath(secret) };
+    }),
+  };
+}
+
+async function readSecretIfExists(path: string): Promise<string | undefined> {
+  const text = await readFileIfExists(path);
+  return text?.replace(/\r?\n$/, "");
+}
+
+async function exists(path: string): Promise<boolean> {
+  return (await readFileIfExists(path)) !== undefined;
 }
 
 // The root-owned directory a module's files go in: the agent's, with the module's group.
@@ -154,24 +367,40 @@ function agentWith(owner: FileOwner | undefined): FileOwner | undefined {
   return owner === undefined ? undefined : { uid: process.getuid?.() ?? 0, gid: owner.gid };
 }
 
+/** One copy of a password on this node: whose, where, and (for a consumer's) the plan entry its provider here is asked about. */
+interface Reader {
+  readonly role: "provider" | "consumer";
+  readonly module: string;
+  readonly path: string;
+  readonly entry?: PlanEntry;
+  /** A consumer's copy where logins alternate: the password file of the login it is for. */
+  readonly alternates?: boolean;
+}
+
 // Who on this node reads `consumer`'s password for `iface`: the consumer, when it runs here, in its
 // own directory; its provider, when it runs here, in the provider's flat secrets directory.
-function readersOf(
-  delivery: Delivery,
-  ctx: ApplyContext,
-  consumer: string,
-  iface: string,
-): { module: string; path: string }[] {
-  const readers: { module: string; path: string }[] = [];
+function readersOf(delivery: Delivery, ctx: ApplyContext, consumer: string, iface: string): Reader[] {
+  const readers: Reader[] = [];
   const here = new Set(delivery.modules.map((m) => m.name));
   for (const instance of delivery.plan.instances) {
     for (const entry of instance.consumers) {
       if (entry.consumer !== consumer || entry.interface !== iface) continue;
       if (entry.consumerNode === ctx.node && here.has(consumer)) {
-        readers.push({ module: consumer, path: secretPath(ctx.stateDir, consumer, iface) });
+        const alternates = entry.alternates === true;
+        const path = alternates
+          ? slotSecretPath(ctx.stateDir, consumer, iface, entry.slot)
+          : secretPath(ctx.stateDir, consumer, iface);
+        const mark = alternates ? { alternates } : {};
+        // Its provider is asked only where it runs on this node too.
+        readers.push(
+          instance.node === ctx.node && here.has(instance.provider)
+            ? { role: "consumer", module: consumer, path, entry, ...mark }
+            : { role: "consumer", module: consumer, path, ...mark },
+        );
       }
       if (instance.node === ctx.node && here.has(instance.provider)) {
         readers.push({
+          role: "provider",
           module: instance.provider,
           path: providerSecretPath(ctx.stateDir, instance.provider, consumer, iface),
         });

@@ -8,6 +8,7 @@ import {
   isModuleName,
   ListenAddressError,
   LOGIN_PATTERN,
+  MANIFEST_MAX_BYTES,
   parseListenAddress,
   type Delivery,
 } from "@mesh/manifest";
@@ -62,6 +63,12 @@ export function parseDelivery(value: unknown, node: string): Delivery {
     if (!isObject(m) || !isModuleName(m["name"])) return bad(`modules[${i}].name`, "is not a module name");
     if (typeof m["manifest"] !== "string" || !isAbsolute(m["manifest"])) {
       bad(`modules[${i}].manifest`, "is not an absolute path");
+    }
+    // Only its kind and size here: its content is validated as a manifest when the module is
+    // started, so one bad manifest keeps that module from starting, not the node from its delivery.
+    const text = m["manifestText"];
+    if (text !== undefined && (typeof text !== "string" || Buffer.byteLength(text) > MANIFEST_MAX_BYTES)) {
+      bad(`modules[${i}].manifestText`, `is not a manifest's text of at most ${MANIFEST_MAX_BYTES} bytes`);
     }
     if (names.has(m["name"])) bad(`modules[${i}].name`, `repeats ${m["name"]}`);
     if (m["metrics"] !== undefined) {
@@ -129,6 +136,26 @@ export function parseDelivery(value: unknown, node: string): Delivery {
       bad(`secrets[${JSON.stringify(key)}]`, "is not keyed <consumer>/<interface>");
     }
     if (typeof box !== "string") bad(`secrets[${JSON.stringify(key)}]`, "is not a sealed box");
+  }
+
+  const cuts = value["cuts"];
+  if (cuts !== undefined) {
+    if (!Array.isArray(cuts)) return bad("cuts", "is not a list");
+    for (const key of cuts as unknown[]) {
+      if (typeof key !== "string" || !Object.hasOwn(secrets, key))
+        bad(`cuts`, `names ${JSON.stringify(key)}, which is not a key of secrets`);
+    }
+  }
+
+  const minted = value["minted"];
+  if (minted !== undefined) {
+    if (!isObject(minted)) return bad("minted", "is not an object");
+    for (const [key, at] of Object.entries(minted)) {
+      if (!Object.hasOwn(secrets, key))
+        bad(`minted`, `names ${JSON.stringify(key)}, which is not a key of secrets`);
+      if (typeof at !== "string" || Number.isNaN(Date.parse(at)))
+        bad(`minted[${JSON.stringify(key)}]`, "is not an ISO 8601 time");
+    }
   }
 
   const credentials = value["credentials"];

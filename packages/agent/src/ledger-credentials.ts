@@ -93,6 +93,8 @@ export class LedgerCredentials {
   /** Why the file could not be taken as it is, or why a module's entry was left out. */
   #why: string | undefined;
   #skipped = new Map<string, string>();
+  /** Whether the file has been there once: before that, its absence is a first start, not a fault. */
+  #seen = false;
   readonly #open = new Map<string, Open>();
   #reading: Promise<void> = Promise.resolve();
   #stopped = false;
@@ -197,14 +199,18 @@ export class LedgerCredentials {
     const file = this.#o.file;
     let why: string | undefined;
     let parsed: unknown = {};
+    let absent = false;
     try {
       const text = await readFile(file, "utf8");
+      this.#seen = true;
       if (text.trim() === "") why = `the file ${file} is empty`;
       else parsed = JSON.parse(text);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === "ENOENT") why = `the file ${file} is not there yet`;
-      else if (err instanceof SyntaxError) why = `the file ${file} is not JSON`;
+      if (code === "ENOENT") {
+        absent = true;
+        why = `the file ${file} is not there yet`;
+      } else if (err instanceof SyntaxError) why = `the file ${file} is not JSON`;
       else why = `the file ${file} cannot be read (${code ?? (err as Error).message})`;
     }
     const credentials = new Map<string, Credential>();
@@ -239,7 +245,13 @@ export class LedgerCredentials {
     this.#skipped = skipped;
     this.#why = why;
     await Promise.all(closing.map(closeLater));
-    if (why !== undefined && why !== saidBefore) {
+    if (why !== undefined && why !== saidBefore && absent && !this.#seen) {
+      // Every first start: the controller's first delivery writes it within seconds.
+      this.#o.logger.info(
+        `the agent's ledger credentials ${file} are not there yet: the agent writes them from the ` +
+          `controller's first delivery; no module's ledger is written until then`,
+      );
+    } else if (why !== undefined && why !== saidBefore) {
       this.#o.logger.warn(
         `the agent's ledger credentials cannot be read: ${why}; no module's ledger is written until they can ` +
           `(the agent writes this file from the controller's deliveries)`,

@@ -4,7 +4,8 @@
 // in the module's status; else (strict) not at all, with the directory it cannot read named.
 import { chmod, chown, lchown, lstat, mkdir, readdir } from "node:fs/promises";
 import { dirname, isAbsolute, join, resolve } from "node:path";
-import { loadManifest, moduleDir, moduleHomePath } from "@mesh/manifest";
+import { moduleDir, moduleHomePath, type DeliveredModule } from "@mesh/manifest";
+import { manifestOf } from "./delivered-manifest.ts";
 import type { BusLogger, FileOwner } from "@mesh/bus";
 import type { Delivery } from "@mesh/manifest";
 import {
@@ -54,6 +55,8 @@ export class ModuleDirError extends Error {
 }
 
 const DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin";
+/** How many modules' reaches are checked at once (each by a shell run as the module's user). */
+const DECIDE_AT_ONCE = 8;
 const AGENT_UID = (): number => process.getuid?.() ?? -1;
 const AGENT_GID = (): number => process.getgid?.() ?? -1;
 
@@ -114,7 +117,7 @@ export class ModuleIsolations {
    * @returns the identity of each delivered module, by name.
    */
   async resolve(delivery: Delivery): Promise<ReadonlyMap<string, ModuleIdentity>> {
-    const next = new Map<string, ModuleIdentity>();
+    const decided = new Map<string, ModuleIdentity>();
     const separate = this.#separate;
     if (!separate && delivery.modules.length > 0) {
       this.#sayOnce(
@@ -124,33 +127,50 @@ export class ModuleIsolations {
       );
     }
     await ensureDir(join(this.#stateDir, "modules"), 0o711);
-    for (const module of delivery.modules) {
+    // Every user at once (one look-up, the missing made in turn), then each module's reach checked
+    // by a shell run as its user: a few at a time, since each is a process of its own.
+    const users = separate ? await this.#users.ensureAll(delivery.modules.map((m) => m.name)) : undefined;
+    const decideOne = async (module: DeliveredModule): Promise<void> => {
       let identity: ModuleIdentity;
       try {
         identity = separate
-          ? await this.#decide(module.name, module.manifest)
+          ? await this.#decide(module, users?.get(module.name))
           : agentUser("the agent does not run as root");
         if (identity.kind !== "own-user") await this.#prepare(module.name, undefined);
       } catch (err) {
         const reason = err instanceof Error ? err.message : String(err);
         identity = { kind: "refused", reason, isolation: { isolated: false, user: "", reason } };
       }
+      decided.set(module.name, identity);
+    };
+    const queue = [...delivery.modules];
+    const worker = async (): Promise<void> => {
+      for (let module = queue.shift(); module !== undefined; module = queue.shift()) await decideOne(module);
+    };
+    await Promise.all(Array.from({ length: Math.min(DECIDE_AT_ONCE, queue.length) }, worker));
+    // Kept and said in the delivery's order, whatever order the checks ended in.
+    const ordered = new Map<string, ModuleIdentity>();
+    for (const module of delivery.modules) {
+      const identity = decided.get(module.name);
+      if (identity === undefined) continue;
+      ordered.set(module.name, identity);
       this.#say(module.name, identity);
-      next.set(module.name, identity);
     }
-    this.#current = next;
-    return next;
+    this.#current = ordered;
+    return ordered;
   }
 
-  async #decide(module: string, manifest: string): Promise<ModuleIdentity> {
-    let user: ModuleUser;
-    try {
-      user = await this.#users.ensure(module);
-    } catch (err) {
-      if (!(err instanceof ModuleUserError) || this.#mode === "strict") throw err;
-      return agentUser(err.message);
+  async #decide(
+    delivered: DeliveredModule,
+    made: ModuleUser | ModuleUserError | undefined,
+  ): Promise<ModuleIdentity> {
+    const module = delivered.name;
+    const user = made ?? (await this.#users.ensure(module).catch((err: unknown) => err as Error));
+    if (user instanceof Error) {
+      if (!(user instanceof ModuleUserError) || this.#mode === "strict") throw user;
+      return agentUser(user.message);
     }
-    const reaches = await this.#reaches(module, manifest, user);
+    const reaches = await this.#reaches(delivered, user);
     // Ran as the agent's user before, for want of a reach it may still lack: checked first without
     // handing its directories to its user, so that a module that still cannot be separated keeps
     // one owner of its home (handed over and taken back, the agent refused the module's own files
@@ -176,14 +196,15 @@ export class ModuleIsolations {
   }
 
   // Everything the module's user must reach: its manifest directory, its command, its own files.
-  async #reaches(module: string, manifest: string, user: ModuleUser): Promise<Reach[]> {
-    const cwd = dirname(manifest);
+  async #reaches(delivered: DeliveredModule, user: ModuleUser): Promise<Reach[]> {
+    const module = delivered.name;
+    const cwd = dirname(delivered.manifest);
     const reaches: Reach[] = [
       { need: "read", path: cwd, what: "its manifest directory" },
       { need: "enter", path: moduleDir(this.#stateDir, module), what: "its directory" },
       { need: "write", path: moduleHomePath(this.#stateDir, module), what: "its home" },
     ];
-    const run = await loadManifest(manifest).then(
+    const run = await manifestOf(delivered).then(
       (m) => m.run,
       () => undefined, // the launch says an unreadable manifest
     );

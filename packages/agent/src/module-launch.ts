@@ -9,8 +9,9 @@ import {
   ADMIN_URL_VARIABLE,
   credentialPath,
   credentialsFor,
+  disagrees,
   effectiveLimits,
-  loadManifest,
+  formatHostPort,
   moduleHomePath,
   namesMeshTargets,
   namesModuleMetrics,
@@ -19,7 +20,6 @@ import {
   renderedFilePath,
   renderRunTemplate,
   secretInterfaces,
-  secretPath,
   secretsDirPath,
   type AdminUrlSource,
   type Credential,
@@ -28,6 +28,7 @@ import {
 } from "@mesh/manifest";
 import { metricsUrlPath } from "@mesh/sdk/provider";
 import type { DeliveredModule, Delivery } from "@mesh/manifest";
+import { deliveredManifestPath, keepDeliveredManifest, manifestOf } from "./delivered-manifest.ts";
 import { moduleCredsPath } from "./module-keys.ts";
 import { ensureDir, type ModuleIdentity } from "./module-isolation.ts";
 import type { ModuleLaunch } from "./module-process.ts";
@@ -52,6 +53,19 @@ export interface LaunchContext {
    */
   readonly passwordApplied?: PasswordGate;
   /**
+   * What a provider module of this node says of itself (its node's standing of it, asked again when
+   * it has not answered yet): whether it answered, and where it serves. A consumer whose provider's
+   * endpoint the fleet left to the manifest (`defaulted`) waits while the provider serves elsewhere
+   * than its credential says, so its app never starts against the manifest's default port. A
+   * provider that does not answer is not waited for. Absent: not waited for.
+   */
+  readonly providerSaid?: (
+    provider: string,
+  ) => Promise<
+    | { readonly answered: boolean; readonly serves?: { readonly host: string; readonly port: number } }
+    | undefined
+  >;
+  /**
    * The Prometheus file_sd JSON the controller keeps on this machine (`mesh up`'s), of which a
    * module whose templates name `{mesh.targets}` is given its own copy; absent: a module that
    * names it is not started.
@@ -74,7 +88,14 @@ export interface LaunchContext {
 export type PasswordGate = (entry: PlanEntry, password: string) => Promise<GateAnswer>;
 
 /** A provider's word on a password: applied, or not yet and why (in words, never the password). */
-export type GateAnswer = { readonly applied: true } | { readonly applied: false; readonly why: string };
+export type GateAnswer =
+  | { readonly applied: true }
+  | {
+      readonly applied: false;
+      readonly why: string;
+      /** The provider said its backend holds two passwords at once: the old one works until the new one is taken. */
+      readonly overlaps?: boolean;
+    };
 
 /** The agent's variables a module gets: what a program needs to find its tools and speak. */
 export const PASSED_VARIABLES: readonly string[] = ["PATH", "LANG", "TZ"];
@@ -146,7 +167,7 @@ export function moduleControlPath(stateDir: string, module: string): string {
 
 /**
  * The mesh's variables for `module`: HOME (its own writable directory), MESH_NODE, MESH_MODULE,
- * MESH_STATE_DIR (the node's state directory), MESH_INSTANCE, MESH_CONTROL, MESH_MANIFEST (its module.json), MESH_SEATS
+ * MESH_STATE_DIR (the node's state directory), MESH_INSTANCE, MESH_CONTROL, MESH_MANIFEST (its module.json: the delivered one the agent keeps, or the fleet's path), MESH_SEATS
  * (`seats`, the seats it holds, comma-separated; empty when none), MESH_METRICS (where a provider
  * serves its metrics: the fleet file's `metrics`, else `DEFAULT_MODULE_METRICS`; the provider writes
  * the URL it bound to `metricsUrlPath`), and MESH_RECEIVES (its first
@@ -173,7 +194,9 @@ export function moduleEnv(
     MESH_SEATS: seats.join(","),
   };
   const delivered = delivery.modules.find((m) => m.name === module);
-  if (delivered !== undefined) env["MESH_MANIFEST"] = delivered.manifest;
+  if (delivered !== undefined)
+    env["MESH_MANIFEST"] =
+      delivered.manifestText === undefined ? delivered.manifest : deliveredManifestPath(ctx.stateDir, module);
   env["MESH_METRICS"] = delivered?.metrics ?? DEFAULT_MODULE_METRICS;
   const user = ctx.bus?.users.get(module);
   if (ctx.bus !== undefined && user !== undefined && ctx.bus.servers.length > 0) {
@@ -195,11 +218,28 @@ export function moduleEnv(
 }
 
 /**
- * Why the module's manifest is not on this machine, or undefined when it is. The fleet names a
- * manifest relative to the fleet file and the delivery carries the path that gives on the machine
- * the fleet was read on; every other machine must hold the module's directory at that same path.
+ * Why the module's code is not on this node, or undefined when it is. The fleet names a manifest
+ * relative to the fleet file and the delivery carries the path that gives on the machine the fleet
+ * was applied from: the module's directory must be at that path on its node. When the delivery
+ * carries the manifest's text, only the directory must be there; else the file too (a controller
+ * of before).
  */
-async function missingModuleDir(module: DeliveredModule, delivery: Delivery): Promise<string | undefined> {
+async function missingModuleDir(
+  module: DeliveredModule,
+  delivery: Delivery,
+  node: string,
+): Promise<string | undefined> {
+  const dir = dirname(module.manifest);
+  const there = await stat(dir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  const copy =
+    `a module's code must be on its node at the path the fleet names, relative to ${delivery.fleetFile}; ` +
+    `copy the module's directory there (or mount it), and the agent starts it`;
+  if (module.manifestText !== undefined) {
+    return there ? undefined : `its directory ${dir} is not on node ${node}: ${copy}`;
+  }
   try {
     await stat(module.manifest);
     return undefined;
@@ -207,16 +247,10 @@ async function missingModuleDir(module: DeliveredModule, delivery: Delivery): Pr
     const code = (err as { code?: unknown }).code;
     if (code !== "ENOENT" && code !== "ENOTDIR") return undefined; // said by loadManifest, as it reads
   }
-  const dir = dirname(module.manifest);
-  const there = await stat(dir).then(
-    (s) => s.isDirectory(),
-    () => false,
-  );
   return (
-    `its manifest ${module.manifest} is not on this machine` +
+    `its manifest ${module.manifest} is not on node ${node}` +
     (there ? "" : ` (nor its directory ${dir})`) +
-    `: a module's directory must be at the same path on every machine, the path the fleet names it by ` +
-    `relative to ${delivery.fleetFile}; copy the module's directory there (or mount it), and the agent starts it`
+    `: ${copy}`
   );
 }
 
@@ -231,13 +265,17 @@ export async function decideLaunch(
   delivery: Delivery,
   ctx: LaunchContext,
 ): Promise<LaunchDecision> {
-  const absent = await missingModuleDir(module, delivery);
+  const absent = await missingModuleDir(module, delivery, ctx.node);
   if (absent !== undefined)
-    return { kind: "unreadable", why: absent, what: `module ${module.name}'s directory is not on this node` };
+    return {
+      kind: "unreadable",
+      why: absent,
+      what: `module ${module.name}'s directory is not on node ${ctx.node}`,
+    };
   let run;
   let seats: readonly string[];
   try {
-    ({ run, seats } = await loadManifest(module.manifest));
+    ({ run, seats } = await manifestOf(module));
   } catch (err) {
     return { kind: "unreadable", why: err instanceof Error ? err.message : String(err) };
   }
@@ -268,7 +306,7 @@ export async function decideLaunch(
   const owner: FileOwner | undefined =
     identity?.kind === "own-user" ? { uid: identity.user.uid, gid: identity.user.gid } : undefined;
   const cwd = dirname(module.manifest);
-  const missing = await commandProblem(run.command, cwd, env["PATH"]);
+  const missing = await commandProblem(run.command, cwd, env["PATH"], ctx.node);
   if (missing !== undefined) return { kind: "not-run", why: missing };
   let rendered: Rendered;
   try {
@@ -281,8 +319,19 @@ export async function decideLaunch(
     };
   }
   Object.assign(env, rendered.env);
+  let manifestPath: string;
+  try {
+    manifestPath = await keepDeliveredManifest(ctx.stateDir, module, owner);
+  } catch (err) {
+    return {
+      kind: "unreadable",
+      why: err instanceof Error ? err.message : String(err),
+      what: `module ${module.name}'s delivered manifest cannot be kept for it`,
+    };
+  }
   // A module holds the seats its manifest declares (the controller grants it the same).
   Object.assign(env, moduleEnv(module.name, delivery, ctx, seats));
+  env["MESH_MANIFEST"] = manifestPath;
   return {
     kind: "run",
     ...(rendered.waiting === undefined ? {} : { waiting: rendered.waiting }),
@@ -312,6 +361,32 @@ interface Rendered {
   readonly waiting?: string;
   /** `http://HOST:PORT/metrics` when its templates name `{module.metrics}`: where the app serves them. */
   readonly metrics?: string;
+}
+
+/**
+ * Why a consumer of `provider` (on this node: `ctx`) waits before its app is given its `iface`
+ * credential, or undefined when it need not: the fleet names no endpoint: for the provider, and the
+ * provider says it serves elsewhere than the delivered endpoint (the controller sends the address
+ * it serves at next). A provider that has not answered, or does not say, is not waited for.
+ */
+async function servedWait(
+  delivery: Delivery,
+  provider: string,
+  iface: string,
+  ctx: Pick<LaunchContext, "providerSaid"> | undefined,
+): Promise<string | undefined> {
+  const told = delivery.plan.instances.find(
+    (i) => i.provider === provider && i.interface === iface,
+  )?.endpoint;
+  if (ctx?.providerSaid === undefined || told?.defaulted !== true || told.port === undefined)
+    return undefined;
+  const said = await ctx.providerSaid(provider);
+  if (said?.answered !== true || said.serves === undefined) return undefined;
+  if (!disagrees({ host: told.host, port: told.port }, said.serves)) return undefined;
+  return (
+    `the controller to send where ${provider} serves ${iface} (${formatHostPort(said.serves)}, its admin URL; ` +
+    `the fleet names no endpoint: for it)`
+  );
 }
 
 /**
@@ -345,7 +420,8 @@ async function renderRun(
       return { args: run.args, env: {}, waiting: `its credential for ${iface}` };
     let password: string;
     try {
-      password = (await readFile(secretPath(ctx.stateDir, module.name, iface), "utf8")).replace(/\r?\n$/, "");
+      // The password file its credential names: where logins alternate, the one of the login in use.
+      password = (await readFile(need.credential.passwordFile, "utf8")).replace(/\r?\n$/, "");
     } catch {
       return {
         args: run.args,
@@ -364,6 +440,13 @@ async function renderRun(
         };
       }
     }
+    const sent = await servedWait(
+      delivery,
+      entry.c.provider,
+      iface,
+      entry.node === ctx.node ? ctx : undefined,
+    );
+    if (sent !== undefined) return { args: run.args, env: {}, waiting: sent };
     credentials[iface] = { ...need, password };
   }
   const served = [...templates, ...run.args].some(namesModuleMetrics)
@@ -426,7 +509,9 @@ export async function commandProblem(
   command: string,
   cwd: string,
   path: string | undefined,
+  node?: string,
 ): Promise<string | undefined> {
+  const here = node === undefined ? "this node" : `node ${node}`;
   const executable = async (file: string): Promise<boolean> => {
     try {
       if (!(await stat(file)).isFile()) return false;
@@ -439,12 +524,12 @@ export async function commandProblem(
   if (command.includes("/")) {
     const file = isAbsolute(command) ? command : resolve(cwd, command);
     if (await executable(file)) return undefined;
-    return `its command ${file} is not an executable file on this node: install it, or fix run.command in its manifest`;
+    return `its command ${file} is not an executable file on ${here}: install it, or fix run.command in its manifest`;
   }
   const dirs = (path ?? "").split(delimiter).filter((d) => isAbsolute(d));
   for (const dir of dirs) if (await executable(join(dir, command))) return undefined;
   return (
-    `its command ${command} is not found on this node's PATH (${dirs.join(delimiter) || "empty"}): ` +
+    `its command ${command} is not found on ${here}'s PATH (${dirs.join(delimiter) || "empty"}): ` +
     `install it, or give run.command as an absolute path`
   );
 }

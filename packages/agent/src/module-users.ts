@@ -107,18 +107,44 @@ function run(
   });
 }
 
-/** `getent passwd NAME` as a user, or undefined when there is none. */
-async function lookUp(name: string): Promise<ModuleUser | undefined> {
-  const got = await run("getent", ["passwd", name]);
-  if (got.code === 2) return undefined;
-  if (got.code !== 0) throw new ModuleUserError(name, `getent exited ${got.code}: ${got.stderr.trim()}`);
-  const fields = got.stdout.trim().split(":");
+/** A line of `getent passwd` as a user, or undefined when it is not one. */
+function parsePasswdLine(line: string): ModuleUser | undefined {
+  const fields = line.split(":");
   const uid = Number(fields[2]);
   const gid = Number(fields[3]);
-  if (!Number.isInteger(uid) || !Number.isInteger(gid)) {
-    throw new ModuleUserError(name, `getent said ${JSON.stringify(got.stdout.trim())}`);
+  const name = fields[0] ?? "";
+  if (
+    name === "" ||
+    fields[2] === "" ||
+    fields[3] === "" ||
+    !Number.isInteger(uid) ||
+    !Number.isInteger(gid)
+  ) {
+    return undefined;
   }
   return { name, uid, gid };
+}
+
+/**
+ * `getent passwd NAME…` in one call: the users of `names` the system knows (a name it does not
+ * know is simply absent; getent then exits 2).
+ * @throws ModuleUserError when getent fails otherwise or says what is not a user.
+ */
+async function lookUp(names: readonly string[]): Promise<Map<string, ModuleUser>> {
+  const found = new Map<string, ModuleUser>();
+  if (names.length === 0) return found;
+  const got = await run("getent", ["passwd", ...names]);
+  if (got.code !== 0 && got.code !== 2) {
+    throw new ModuleUserError(names[0] as string, `getent exited ${got.code}: ${got.stderr.trim()}`);
+  }
+  for (const line of got.stdout.split("\n")) {
+    if (line.trim() === "") continue;
+    const user = parsePasswdLine(line.trim());
+    if (user === undefined)
+      throw new ModuleUserError(names[0] as string, `getent said ${JSON.stringify(line.trim())}`);
+    if (names.includes(user.name)) found.set(user.name, user);
+  }
+  return found;
 }
 
 /**
@@ -146,19 +172,42 @@ export class ModuleUsers {
    * The user of `module`, made when missing.
    * @throws ModuleUserError when it cannot be made or read back.
    */
-  ensure(module: string): Promise<ModuleUser> {
-    const next = this.#queue.then(() => this.#ensure(module));
+  async ensure(module: string): Promise<ModuleUser> {
+    const got = (await this.ensureAll([module])).get(module);
+    if (got instanceof ModuleUserError) throw got;
+    return got as ModuleUser;
+  }
+
+  /**
+   * The users of `modules`, each made when missing: the ones not known yet are looked up in one
+   * call, the missing ones made one after another (useradd locks the user database), then read
+   * back in one call. A user that cannot be made or read is its module's error, not the others'.
+   */
+  ensureAll(modules: readonly string[]): Promise<Map<string, ModuleUser | ModuleUserError>> {
+    const next = this.#queue.then(() => this.#ensureAll(modules));
     this.#queue = next.catch(() => undefined);
     return next;
   }
 
-  async #ensure(module: string): Promise<ModuleUser> {
-    const name = moduleUserName(this.#meshId, module);
-    const known = this.#known.get(name);
-    if (known !== undefined) return known;
-    let user = await lookUp(name);
-    if (user === undefined) {
-      const made = await run("useradd", [
+  async #ensureAll(modules: readonly string[]): Promise<Map<string, ModuleUser | ModuleUserError>> {
+    const nameOf = new Map(modules.map((m) => [m, moduleUserName(this.#meshId, m)] as const));
+    const unknown = [...new Set(nameOf.values())].filter((name) => !this.#known.has(name));
+    const failed = new Map<string, ModuleUserError>();
+    const keep = (users: Map<string, ModuleUser>): void => {
+      for (const [name, user] of users) this.#known.set(name, user);
+    };
+    const lookUpEach = async (names: readonly string[]): Promise<void> => {
+      try {
+        keep(await lookUp(names));
+      } catch (err) {
+        for (const name of names) failed.set(name, err as ModuleUserError);
+      }
+    };
+    await lookUpEach(unknown);
+    const made: string[] = [];
+    for (const [module, name] of nameOf) {
+      if (this.#known.has(name) || failed.has(name) || made.includes(name)) continue;
+      const ran = await run("useradd", [
         "--system",
         "--no-create-home",
         "--user-group",
@@ -171,14 +220,21 @@ export class ModuleUsers {
         name,
       ]);
       // 9: the name is taken (by another agent just now): that user is the one.
-      if (made.code !== 0 && made.code !== 9) {
-        throw new ModuleUserError(name, `useradd exited ${made.code}: ${made.stderr.trim()}`);
-      }
-      user = await lookUp(name);
-      if (user === undefined) throw new ModuleUserError(name, "getent does not know it after useradd");
+      if (ran.code !== 0 && ran.code !== 9) {
+        failed.set(name, new ModuleUserError(name, `useradd exited ${ran.code}: ${ran.stderr.trim()}`));
+      } else made.push(name);
     }
-    this.#known.set(name, user);
-    return user;
+    await lookUpEach(made);
+    const result = new Map<string, ModuleUser | ModuleUserError>();
+    for (const [module, name] of nameOf) {
+      result.set(
+        module,
+        this.#known.get(name) ??
+          failed.get(name) ??
+          new ModuleUserError(name, "getent does not know it after useradd"),
+      );
+    }
+    return result;
   }
 }
 

@@ -24,17 +24,23 @@ import {
   DeliveryPartsError,
   effectiveLimits,
   formatSize,
+  MESH_RELEASE,
+  protocolOf,
+  PROTOCOL_VERSION,
   readDelivery,
+  releaseOf,
+  releaseOfProtocol,
+  worksWithProtocol,
   type Delivery,
   type DeliveredModule,
   type PartCache,
 } from "@mesh/manifest";
 import { FileWatcher, maskUrls, metricsUrlPath } from "@mesh/sdk/provider";
 import { InvalidDeliveryError, parseDelivery } from "./delivery.ts";
-import { decideLaunch, moduleLogPath } from "./module-launch.ts";
+import { decideLaunch, moduleLogPath, type PasswordGate } from "./module-launch.ts";
 import { ModuleKeyring } from "./module-keys.ts";
 import { ScrapeTargetsCopies } from "./scrape-targets-copies.ts";
-import { ModuleIsolations, ownerOf } from "./module-isolation.ts";
+import { ModuleIsolations, ownerOf, type ModuleIdentity } from "./module-isolation.ts";
 import { usersOfGoneModules, type IsolationMode } from "./module-users.ts";
 import type { ModuleCgroups } from "./module-cgroups.ts";
 import { HomeSizes, type MeasureHome } from "./home-sizes.ts";
@@ -42,8 +48,8 @@ import { withMetricsUrls } from "./module-metrics.ts";
 import type { LimitEvent, SupervisionTimings } from "./module-process.ts";
 import { ModuleSupervisor, type AssignedModule } from "./module-supervisor.ts";
 import { MisbehavingModules } from "./misbehaving-modules.ts";
-import { providerPasswordGate } from "./password-gate.ts";
-import { ProviderStandings } from "./provider-standings.ts";
+import { ConfirmedPasswords, providerPasswordGate, rememberingGate } from "./password-gate.ts";
+import { ProviderStandings, type ProviderStanding } from "./provider-standings.ts";
 import { nodeSecrets, scrubValue } from "./tool-runner.ts";
 import type { NodeIdentity } from "./node-identity.ts";
 import type { ProcessRecords } from "./process-records.ts";
@@ -162,11 +168,21 @@ export class NodeAgent {
   readonly #credentialWait = new Map<string, number>();
   readonly #saidStartedWithout = new Set<string>();
   #lastValue: unknown;
+  /** The newest value offered and not yet taken by an application, and whether one is queued for it. */
+  #pending: { readonly value: unknown; readonly again: boolean } | undefined;
+  #pendingQueued = false;
+  /** Who each module ran as in the last application, by the delivery's text: kept for the same delivery applied again. */
+  #identities:
+    { readonly text: string; readonly identities: ReadonlyMap<string, ModuleIdentity> } | undefined;
   // The newest revision of the delivery key seen, by the watch or a read.
   #newestRevision = 0;
   /** The delivery last applied, and the timer that renders its apps again while one waits for an apply. */
   #lastDelivery: Delivery | undefined;
   #regateTimer: NodeJS.Timeout | undefined;
+  /** The next application of a delivery whose consumers' new passwords were held back. */
+  #reapplyTimer: NodeJS.Timeout | undefined;
+  /** Since when each consumer's copy of a new password has been held back, by path. */
+  readonly #heldSince = new Map<string, number>();
   /** Since when some app has waited for its provider's apply (ms since the epoch). */
   #gatedSince: number | undefined;
   /** Every secret of this node, read at each delivery: what a crashing module's log lines are scrubbed of. */
@@ -186,9 +202,12 @@ export class NodeAgent {
   #overHome = "";
   /** Users of this mesh in /etc/passwd whose module no longer runs on this node. */
   #goneUsers: readonly string[] = [];
+  /** The passwords this node's providers confirmed applied: after a restart they are handed over at once. */
+  readonly #confirmed: ConfirmedPasswords;
 
   constructor(options: NodeAgentOptions) {
     this.#o = options;
+    this.#confirmed = new ConfirmedPasswords(options.stateDir);
     this.#supervisor = new ModuleSupervisor(
       options.logger,
       options.timings,
@@ -270,6 +289,7 @@ export class NodeAgent {
     clearTimeout(this.#waitTimer);
     clearTimeout(this.#partsTimer);
     clearTimeout(this.#regateTimer);
+    clearTimeout(this.#reapplyTimer);
     this.#metricsFiles.close();
     this.#targets?.stop();
     this.#standings.stop();
@@ -334,18 +354,55 @@ export class NodeAgent {
     this.#enqueue(value);
   }
 
-  #enqueue(value: unknown): void {
+  // At most one application waits behind the one running, and it takes the newest value offered by
+  // the time it starts: deliveries that came while one was applied are passed over, not applied one
+  // after another. Applying a delivery takes seconds on a loaded node; applied in turn, a burst of
+  // rotations queued the node a delivery per rotation behind, and an app that reads its password
+  // once was restarted only after its provider had dropped the old password it still used.
+  // `again`: applied even when it is the delivery applied last (a held-back copy asked again). Said
+  // here, not by forgetting `#lastApplied` when a timer fires: an apply still running then would
+  // set it back once it ends, and the one queued behind it would be skipped as already applied.
+  #enqueue(value: unknown, again = false): void {
+    this.#pending = { value, again: again || this.#pending?.again === true };
+    if (this.#pendingQueued) return;
+    this.#pendingQueued = true;
     this.#queue = this.#queue
-      .then(() => this.#apply(value))
+      .then(() => {
+        this.#pendingQueued = false;
+        const next = this.#pending;
+        this.#pending = undefined;
+        return next === undefined ? undefined : this.#apply(next.value, next.again);
+      })
       .catch((err: unknown) => {
         this.#o.logger.error(err instanceof Error ? err.message : String(err));
       });
   }
 
-  async #apply(value: unknown): Promise<void> {
+  // The same delivery applied again (a held password, a credential waited for): the newest value
+  // offered, never an older one put back in front of a newer one waiting.
+  #applyAgain(): void {
+    const value = this.#pending?.value ?? this.#lastValue;
+    if (value === undefined || this.#stopped) return;
+    this.#enqueue(value, true);
+  }
+
+  async #apply(value: unknown, again = false): Promise<void> {
     const text = JSON.stringify(value);
-    if (this.#stopped || text === this.#lastApplied || text === this.#lastRefused) return;
+    if (this.#stopped || (!again && text === this.#lastApplied) || text === this.#lastRefused) return;
     this.#lastValue = value;
+    // A controller too far apart may mean something else by what it writes: nothing of it is applied.
+    const protocol = protocolOf((value as { protocol?: unknown } | null)?.protocol);
+    if (!worksWithProtocol(protocol)) {
+      this.#lastRefused = text;
+      const release =
+        releaseOf((value as { release?: unknown } | null)?.release) ?? releaseOfProtocol(protocol);
+      throw new Error(
+        `node ${this.#o.node} does not apply the controller's delivery: the controller speaks protocol ` +
+          `${protocol}${release === undefined ? "" : ` (mesh ${release})`} and this agent, mesh ${MESH_RELEASE}, ` +
+          `protocol ${PROTOCOL_VERSION}, works only one protocol apart; it keeps its files and modules as they ` +
+          `are. Upgrade ${protocol > PROTOCOL_VERSION ? "this node's mesh" : "the controller"} (docs/operating.md, "Upgrading")`,
+      );
+    }
     let delivery: Delivery;
     try {
       const state = this.#state;
@@ -393,10 +450,27 @@ export class NodeAgent {
     const { node, stateDir, logger } = this.#o;
     const sealKeys = this.#o.identity.seal;
     // Who each module runs as comes first: every file written for it is handed to that user.
-    const identities = await this.#isolations.resolve(delivery);
+    // The same delivery applied again moments later (a password held back until its provider takes
+    // it) keeps who its modules run as: checking every module's user and reach again costs seconds
+    // on a loaded node, and the app waiting for that password is restarted only after it.
+    const identities =
+      this.#identities?.text === text
+        ? this.#identities.identities
+        : await this.#isolations.resolve(delivery);
+    this.#identities = { text, identities };
     const owner = (module: string) => ownerOf(identities.get(module));
     const said = this.#saidStale;
-    const result = await applyDelivery(delivery, { node, stateDir, sealKeys, logger, said, ownerOf: owner });
+    const result = await applyDelivery(delivery, {
+      node,
+      stateDir,
+      sealKeys,
+      logger,
+      said,
+      ownerOf: owner,
+      passwordApplied: this.#passwordGate(),
+      heldSince: this.#heldSince,
+    });
+    this.#reapplySoon(result.held.length > 0);
     // Each module's own keys, then the credentials the controller issued for them.
     await this.#keyring.reconcile(delivery);
     const credentials = await this.#keyring.writeCredentials(delivery, owner);
@@ -446,10 +520,12 @@ export class NodeAgent {
         ...(this.#o.caFile !== undefined ? { caFile: this.#o.caFile } : {}),
       },
       identity: (module: string) => this.#isolations.identity(module),
-      passwordApplied: providerPasswordGate(this.#o.stateDir, {
-        misbehaving: this.misbehaving,
-        consumers: (provider) => this.consumersOf(provider),
-      }),
+      passwordApplied: this.#passwordGate(),
+      // Its last standing when it answered (where a provider serves does not change while it runs), else asked now.
+      providerSaid: async (provider: string): Promise<ProviderStanding> => {
+        const said = this.#standings.standings().find((p) => p.module === provider);
+        return said?.answered === true ? said : await this.#standings.askNow(provider);
+      },
       ...(this.#targets === undefined ? {} : { scrapeTargets: this.#targets }),
       ...(this.#o.scrapeToken === undefined ? {} : { scrapeToken: this.#o.scrapeToken }),
       metricsPort: (module: string, host: string) => this.#metricsPort(module, host),
@@ -521,6 +597,28 @@ export class NodeAgent {
       .catch((err: unknown) => this.#o.logger.error(err instanceof Error ? err.message : String(err)));
   }
 
+  // Asks a provider of this node, at its control socket, whether its backend took a password.
+  #passwordGate(): PasswordGate {
+    return rememberingGate(
+      providerPasswordGate(this.#o.stateDir, {
+        misbehaving: this.misbehaving,
+        consumers: (provider) => this.consumersOf(provider),
+      }),
+      this.#confirmed,
+    );
+  }
+
+  // A consumer's new password held back until its provider takes it beside the old one: the same
+  // delivery is applied again shortly (each time asking the provider), bounded by the agent's stop
+  // and by HOLD_NEW_PASSWORD_MOST_MS in applyDelivery.
+  #reapplySoon(held: boolean): void {
+    if (!held || this.#reapplyTimer !== undefined || this.#stopped) return;
+    this.#reapplyTimer = setTimeout(() => {
+      this.#reapplyTimer = undefined;
+      this.#applyAgain();
+    }, REGATE_EVERY_MS);
+  }
+
   // An app waits for its provider to apply a password: asked again shortly, so its restart (or
   // signal) follows the apply closely; bounded by the agent's stop.
   #regateSoon(): void {
@@ -566,8 +664,7 @@ export class NodeAgent {
     if (this.#waitTimer === undefined) {
       this.#waitTimer = setTimeout(() => {
         this.#waitTimer = undefined;
-        this.#lastApplied = undefined;
-        if (this.#lastValue !== undefined) this.#enqueue(this.#lastValue);
+        this.#applyAgain();
       }, left + 10);
     }
     return true;
@@ -645,6 +742,8 @@ export class NodeAgent {
   #report(): AgentReport {
     return {
       node: this.#o.node,
+      release: MESH_RELEASE,
+      protocol: PROTOCOL_VERSION,
       generation: this.#generation,
       at: new Date().toISOString(),
       modules: withMetricsUrls(this.#o.stateDir, this.#supervisor.statuses(), this.misbehaving).map((m) => {

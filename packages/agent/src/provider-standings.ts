@@ -110,6 +110,14 @@ export class ProviderStandings {
     return this.#asking ?? Promise.resolve();
   }
 
+  /**
+   * What `module` says now, asked at once (not kept as its standing): for a decision that cannot
+   * wait for the next ask. Never throws; a provider that cannot be asked is `answered: false`.
+   */
+  askNow(module: string): Promise<ProviderStanding> {
+    return this.#ask(module);
+  }
+
   /** What each followed provider said when last asked, by module; one that was not asked yet is absent. */
   standings(): ProviderStanding[] {
     return this.#modules.flatMap((m) => this.#standings.get(m) ?? []);
@@ -215,6 +223,15 @@ export class ProviderStandings {
         error: clipLine(c.why),
       });
     }
+    const unseen = status.consumers
+      .filter((c) => c.state === "active" && c.seen === false && c.appliedAt !== undefined)
+      .slice(0, MAX_REPORTED_FAILING)
+      .map((c) => ({ login: c.login, since: c.appliedAt as string }));
+    const rotating = status.consumers
+      .flatMap((c) =>
+        c.state === "active" && c.rotation !== undefined ? [{ login: c.login, ...c.rotation }] : [],
+      )
+      .slice(0, MAX_REPORTED_FAILING);
     let waiting: ReportedWaiting | null = null;
     if (counts["awaiting-approval"] > 0) {
       const awaiting = status.consumers.filter((c) => c.state === "awaiting-approval").map((c) => c.login);
@@ -249,6 +266,12 @@ export class ProviderStandings {
       counts,
       failing: scrubbed.failing.map((f) => ({ ...f, error: maskUrls(f.error) })),
       waiting: scrubbed.waiting,
+      ...(unseen.length > 0 ? { unseen } : {}),
+      ...(rotating.length > 0 ? { rotating } : {}),
+      // Checked against its schema by callControl: a host name or address and a port, nothing more.
+      ...(status.serves === undefined
+        ? {}
+        : { serves: { host: status.serves.host, port: status.serves.port } }),
     };
   }
 
@@ -285,7 +308,19 @@ export class ProviderStandings {
 // What is news: a pass ending, or one more attempt of a failure already reported, is said at the next tick.
 function sameButWhen(s: ProviderStanding): string {
   const failing = s.failing.map((f) => `${f.login} ${f.class}`);
-  return JSON.stringify([s.answered, s.problem, s.contributionsProblem, s.counts, failing, s.waiting]);
+  const unseen = (s.unseen ?? []).map((u) => u.login);
+  const rotating = (s.rotating ?? []).map((r) => `${r.login} ${r.phase} ${r.until}`);
+  return JSON.stringify([
+    s.answered,
+    s.problem,
+    s.contributionsProblem,
+    s.counts,
+    failing,
+    s.waiting,
+    unseen,
+    rotating,
+    s.serves ?? null,
+  ]);
 }
 
 function clipLine(text: string): string {

@@ -210,7 +210,13 @@ async function startLocked(
     const issued = await untilAborted(
       node,
       signal,
-      enrollNode(ca === undefined ? token : { ...token, ca }, identity, logger, timings.enrollWithinMs),
+      // Through the bus that serves now: a stored token names the port its bus had when it was made.
+      enrollNode(
+        { ...token, servers, ...(ca !== undefined ? { ca } : {}) },
+        identity,
+        logger,
+        timings.enrollWithinMs,
+      ),
     );
     enrolledNow = true;
     logger.info(`node ${node} enrolled; its credentials are in ${files.creds}`);

@@ -7,17 +7,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { createAuthority, type BusAuthority } from "@mesh/bus";
-import { freePort, startNats, type NatsServer, until } from "@mesh/testkit";
-import {
-  identityFiles,
-  loadOrMakeIdentity,
-  startAgent,
-  writeBusServers,
-  writeNodeCreds,
-  type Agent,
-} from "../src/index.ts";
-
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
+import { freePort, startNats, type NatsServer, until, quietLogger } from "@mesh/testkit";
+import { startAgent, type Agent } from "../src/index.ts";
+import { identityFiles, loadOrMakeIdentity, writeBusServers, writeNodeCreds } from "../src/node-identity.ts";
 
 describe("the bus servers an agent keeps", { timeout: 120_000 }, () => {
   let authority: BusAuthority;
@@ -56,7 +48,7 @@ describe("the bus servers an agent keeps", { timeout: 120_000 }, () => {
   });
 
   void it("keeps the URL it used and adds the cluster's other servers from connect_urls", async () => {
-    agent = await startAgent({ node: "n1", stateDir, logger: quiet, timings: { retryMs: 200 } });
+    agent = await startAgent({ node: "n1", stateDir, logger: quietLogger, timings: { retryMs: 200 } });
     const kept = await until(
       "the other server in bus.json",
       async () => {

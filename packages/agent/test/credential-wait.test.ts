@@ -2,13 +2,16 @@
 // controller that never issues one must not keep it down for ever: after a bounded wait it starts
 // without (its events off), and that is said.
 import assert from "node:assert/strict";
+import { until } from "@mesh/testkit";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { startAgent, type Agent, type AgentTimings, type ModuleStatus } from "../src/index.ts";
+import { startAgent, type Agent } from "../src/index.ts";
+import { type AgentTimings } from "../src/node-agent.ts";
+import { type ModuleStatus } from "../src/module-process.ts";
 import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
-import { eventually, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
+import { recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
 
 const FAST: Partial<AgentTimings> = {
   reportEveryMs: 500,
@@ -54,10 +57,10 @@ void describe("a module waits for its bus credential before its first start", ()
       secrets: {},
       credentials: {},
     });
-    await eventually(() => module("store")?.waiting === "its bus credential", "store to wait");
+    await until("store to wait", () => module("store")?.waiting === "its bus credential");
     assert.equal(module("store")?.state, "starting");
     assert.equal(module("store")?.pid, undefined, "not started while it waits");
-    await eventually(() => module("store")?.state === "running", "store to start after the wait", 30_000);
+    await until("store to start after the wait", () => module("store")?.state === "running", 30);
     assert.ok(Date.now() - began >= 2_000, "it waited the bounded time first");
     assert.ok(
       logger.lines.some((l) => /store has waited 2 s for its bus credential: it starts without one/.test(l)),

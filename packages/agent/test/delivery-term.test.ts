@@ -1,18 +1,14 @@
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { until } from "@mesh/testkit";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { providerSecretPath } from "@mesh/manifest";
-import { startAgent, type Agent, type AgentTimings } from "../src/index.ts";
+import { startAgent, type Agent } from "../src/index.ts";
+import { type AgentTimings } from "../src/node-agent.ts";
 import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
-import {
-  eventually,
-  recordingLogger,
-  startTestMesh,
-  type DeliveryDraft,
-  type TestMesh,
-} from "./test-mesh.ts";
+import { recordingLogger, startTestMesh, type DeliveryDraft, type TestMesh } from "./test-mesh.ts";
 
 const FAST: Partial<AgentTimings> = { reportEveryMs: 500, retryMs: 200, stopGraceMs: 2_000 };
 
@@ -53,7 +49,7 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
   void it("ignores a delivery of a lower term than the newest it applied, and applies the next of that term", async () => {
     const secret = providerSecretPath(stateDir, "store", "app", "kv-store");
     await mesh.publish("n1", draft);
-    await eventually(() => agent?.status().generation === 1, "the term 2 delivery applied");
+    await until("the term 2 delivery applied", () => agent?.status().generation === 1);
     assert.equal(await readFile(secret, "utf8"), "pw-new-leader");
 
     // A paused old leader wakes and writes what it had: an older term, whatever its generation.
@@ -63,16 +59,14 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
       term: 1,
       secrets: { "app/kv-store": "pw-old-leader" },
     });
-    await eventually(
-      () =>
-        logger.lines.some((l) => /ignored delivery 5: it is of controller term 1, older than term 2/.test(l)),
-      "the old leader's delivery ignored",
+    await until("the old leader's delivery ignored", () =>
+      logger.lines.some((l) => /ignored delivery 5: it is of controller term 1, older than term 2/.test(l)),
     );
     assert.equal(agent?.status().generation, 1);
     assert.equal(await readFile(secret, "utf8"), "pw-new-leader");
 
     await mesh.publish("n1", { ...draft, generation: 6, secrets: { "app/kv-store": "pw-new-leader-2" } });
-    await eventually(() => agent?.status().generation === 6, "the next term 2 delivery applied");
+    await until("the next term 2 delivery applied", () => agent?.status().generation === 6);
     assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
   });
 
@@ -83,14 +77,13 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
       { ...draft, generation: 7, secrets: { "app/kv-store": "pw-in-parts" } },
       ["e.app.kv-store"],
     );
-    await eventually(
-      () => logger.lines.some((l) => /waits for 1 part\(s\) of delivery 7 \(e\.app\.kv-store\)/.test(l)),
-      "the agent to wait for the part not written yet",
+    await until("the agent to wait for the part not written yet", () =>
+      logger.lines.some((l) => /waits for 1 part\(s\) of delivery 7 \(e\.app\.kv-store\)/.test(l)),
     );
     assert.equal(agent?.status().generation, 6, "nothing of delivery 7 applied");
     assert.equal(await readFile(secret, "utf8"), "pw-new-leader-2");
     await writeRest();
-    await eventually(() => agent?.status().generation === 7, "delivery 7 applied once its part is there");
+    await until("delivery 7 applied once its part is there", () => agent?.status().generation === 7);
     assert.equal(await readFile(secret, "utf8"), "pw-in-parts");
   });
 
@@ -104,14 +97,12 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
     // What the bus answers for that part cannot be read (as a JetStream error would be): the
     // head, unchanged, must still be applied once the part reads.
     await mesh.putRaw("n1", "e.app.kv-store", "{not json");
-    await eventually(
-      () =>
-        logger.lines.some((l) => /could not read delivery 10 from the bus \(.+\); it reads it again/.test(l)),
-      "the agent to say it reads delivery 10 again",
+    await until("the agent to say it reads delivery 10 again", () =>
+      logger.lines.some((l) => /could not read delivery 10 from the bus \(.+\); it reads it again/.test(l)),
     );
     assert.equal(agent?.status().generation, 7, "nothing of delivery 10 applied");
     await writeRest();
-    await eventually(() => agent?.status().generation === 10, "delivery 10 applied once its part reads");
+    await until("delivery 10 applied once its part reads", () => agent?.status().generation === 10);
     assert.equal(await readFile(secret, "utf8"), "pw-read-again");
   });
 
@@ -135,16 +126,14 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
       logger: restarted,
       timings: FAST,
     });
-    await eventually(
-      () =>
-        restarted.lines.some((l) =>
-          /ignored delivery 8: it is of controller term 1, older than term 2/.test(l),
-        ),
-      "the restarted agent to ignore the old leader's delivery",
+    await until("the restarted agent to ignore the old leader's delivery", () =>
+      restarted.lines.some((l) =>
+        /ignored delivery 8: it is of controller term 1, older than term 2/.test(l),
+      ),
     );
     assert.equal(await readFile(secret, "utf8"), "pw-read-again");
     await mesh.publish("n1", { ...draft, generation: 9, term: 3, secrets: { "app/kv-store": "pw-third" } });
-    await eventually(() => agent?.status().generation === 9, "a delivery of a newer term applied");
+    await until("a delivery of a newer term applied", () => agent?.status().generation === 9);
     assert.equal(await readFile(secret, "utf8"), "pw-third");
   });
 });

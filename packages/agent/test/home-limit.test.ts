@@ -8,7 +8,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { removeStaleModuleUsers, until } from "@mesh/testkit";
 import type { DeliveredModule } from "@mesh/manifest";
-import { startAgent, type Agent, type AgentTimings, type ModuleStatus } from "../src/index.ts";
+import { startAgent, type Agent } from "../src/index.ts";
+import { type AgentTimings } from "../src/node-agent.ts";
+import { type ModuleStatus } from "../src/module-process.ts";
 import { recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
 
 const FAST: Partial<AgentTimings> = {

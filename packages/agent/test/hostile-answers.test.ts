@@ -10,13 +10,8 @@ import { after, before, describe, it } from "node:test";
 import type { PlanEntry } from "@mesh/manifest";
 import { metricsUrlPath, passwordTag } from "@mesh/sdk/provider";
 import { okLine, serveScriptedControl, type ScriptedControl, until } from "@mesh/testkit";
-import {
-  MisbehavingModules,
-  moduleControlPath,
-  providerPasswordGate,
-  runToolCall,
-  type ToolLedgerEntry,
-} from "../src/index.ts";
+import { MisbehavingModules, moduleControlPath, providerPasswordGate, runToolCall } from "../src/index.ts";
+import { type ToolLedgerEntry } from "../src/tool-runner.ts";
 import { withMetricsUrls } from "../src/module-metrics.ts";
 import { ProviderStandings } from "../src/provider-standings.ts";
 import { recordingLogger } from "./test-mesh.ts";

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { moduleHomePath, type Delivery } from "@mesh/manifest";
-import { ModuleIsolations } from "../src/index.ts";
+import { ModuleIsolations } from "../src/module-isolation.ts";
 import { recordingLogger } from "./test-mesh.ts";
 
 const IS_ROOT = process.getuid?.() === 0;

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { Delivery } from "@mesh/manifest";
-import { moduleEnv } from "../src/index.ts";
+import { moduleEnv } from "../src/module-launch.ts";
 
 const delivery: Delivery = {
   node: "n1",

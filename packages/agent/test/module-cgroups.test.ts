@@ -97,7 +97,7 @@ void describe("where module cgroups go", () => {
     });
     assert.equal(cgroups.available, false);
     assert.equal(cgroups.forModule("app"), undefined);
-    assert.equal(logger.lines.filter((l) => /without cgroups, so without limits/.test(l.message)).length, 1);
+    assert.equal(logger.said.filter((l) => /without cgroups, so without limits/.test(l.message)).length, 1);
   });
 
   void it("nowhere when the agent is not root, said once", () => {
@@ -153,9 +153,13 @@ void describe("a module's cgroup on cgroup v1", { skip: SKIP_V1, timeout: 120_00
       cgroup,
       "setsid env -i /bin/sh -c 'trap \"\" TERM HUP; exec sleep 300' & exec sleep 300",
     );
-    const members = await until("the main process and its setsid child", () =>
-      cgroup.members().length >= 2 ? cgroup.members() : undefined,
-    );
+    // Until the child has left: in a session of its own and asleep (before its setsid ran, it was
+    // still in the group the kill below reaches).
+    const members = await until("the main process and its setsid child", () => {
+      const all = cgroup.members();
+      const left = all.filter((p) => p !== child.pid && sessionOf(p) === p && commOf(p) === "sleep");
+      return all.length >= 2 && left.length > 0 ? all : undefined;
+    });
     const escaped = members.filter((p) => p !== child.pid);
     process.kill(-(child.pid as number), "SIGKILL");
     assert.ok(escaped.every(alive), "the setsid child outlives its process group");
@@ -275,8 +279,8 @@ void describe("a module's cgroup on cgroup v2", { skip: SKIP_V2, timeout: 60_000
     const v2 = ModuleCgroups.open({ meshId: "cgvtwo", stateDir: state, logger, layout });
     assert.equal(v2.available, true);
     assert.ok(
-      logger.lines.some((l) => /without a pids, memory, cpu limit .*Delegate=yes/.test(l.message)),
-      JSON.stringify(logger.lines),
+      logger.said.some((l) => /without a pids, memory, cpu limit .*Delegate=yes/.test(l.message)),
+      JSON.stringify(logger.said),
     );
   });
 });
@@ -360,7 +364,7 @@ void describe("a v2 cgroup delegated to the agent", () => {
       assert.ok(!existsSync(join(base, "mesh-agent")));
       assert.equal((await readFile(join(base, "cgroup.subtree_control"), "utf8")).trim(), "");
       assert.ok(
-        logger.lines.some((l) =>
+        logger.said.some((l) =>
           /holds 1 process\(es\) not the mesh's \(pid 1\).*Delegate=yes/.test(l.message),
         ),
         JSON.stringify(logger.lines),
@@ -370,3 +374,22 @@ void describe("a v2 cgroup delegated to the agent", () => {
     }
   });
 });
+
+/** The session id of `pid` (field 6 of /proc/PID/stat), or undefined once it is gone. */
+function sessionOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The command name of `pid`, or undefined once it is gone. */
+function commOf(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  } catch {
+    return undefined;
+  }
+}

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { moduleHomePath, type DeliveredModule, type Delivery } from "@mesh/manifest";
-import { decideLaunch, type LaunchDecision } from "../src/index.ts";
+import { decideLaunch, type LaunchDecision } from "../src/module-launch.ts";
 import { ScrapeTargetsCopies } from "../src/scrape-targets-copies.ts";
 
 const ADMIN = "kv://admin:sekrit-admin@127.0.0.1:1/";
@@ -61,13 +61,54 @@ void describe("a module's environment", () => {
     const decision = await decide({ name: "elsewhere", manifest: join(dir, "elsewhere", "module.json") });
     assert.equal(decision.kind, "unreadable", JSON.stringify(decision));
     const why = decision.kind === "unreadable" ? decision.why : "";
-    assert.match(
-      why,
-      new RegExp(`its manifest ${join(dir, "elsewhere", "module.json")} is not on this machine`),
-    );
+    assert.match(why, new RegExp(`its manifest ${join(dir, "elsewhere", "module.json")} is not on node n1`));
     assert.match(why, /nor its directory/);
-    assert.match(why, /same path on every machine/);
+    assert.match(why, /must be on its node at the path the fleet names/);
     assert.ok(why.includes(join(dir, "mesh.yaml")), "names the fleet file the path is relative to");
+  });
+
+  void it("starts a module from the manifest its delivery carries: only its directory must be on the node", async () => {
+    await mkdir(join(dir, "code-only"));
+    const text = JSON.stringify({ name: "code-only", run: { command: "/bin/true", args: ["x"] } });
+    const decision = await decide({
+      name: "code-only",
+      manifest: join(dir, "code-only", "module.json"),
+      manifestText: text,
+    });
+    assert.equal(decision.kind, "run", JSON.stringify(decision));
+    const launch = decision.kind === "run" ? decision.launch : undefined;
+    assert.deepEqual(launch?.args, ["x"]);
+    assert.equal(launch?.cwd, join(dir, "code-only"));
+    const kept = join(dir, "state", "modules", "code-only", "module.json");
+    assert.equal(launch?.env["MESH_MANIFEST"], kept);
+    assert.equal(await readFile(kept, "utf8"), text, "the agent keeps the delivered text for the module");
+    assert.equal((await stat(kept)).mode & 0o777, 0o644);
+  });
+
+  void it("says which directory is not on the node when the manifest is delivered but the code is not", async () => {
+    const decision = await decide({
+      name: "nowhere",
+      manifest: join(dir, "nowhere", "module.json"),
+      manifestText: JSON.stringify({ name: "nowhere", run: { command: "/bin/true" } }),
+    });
+    assert.equal(decision.kind, "unreadable", JSON.stringify(decision));
+    assert.match(
+      decision.kind === "unreadable" ? decision.why : "",
+      /its directory \S+nowhere is not on node n1/,
+    );
+  });
+
+  void it("validates a delivered manifest as a file is, naming the field, and starts nothing of it", async () => {
+    await mkdir(join(dir, "badly"), { recursive: true });
+    const decision = await decide({
+      name: "badly",
+      manifest: join(dir, "badly", "module.json"),
+      manifestText: JSON.stringify({ name: "badly", run: { command: 7 } }),
+    });
+    assert.equal(decision.kind, "unreadable", JSON.stringify(decision));
+    const why = decision.kind === "unreadable" ? decision.why : "";
+    assert.match(why, /run\.command/);
+    assert.match(why, /as applied with the fleet/);
   });
 
   void it("holds PATH, LANG, the fleet entry's variables and the mesh's, and nothing else of the agent's", async () => {

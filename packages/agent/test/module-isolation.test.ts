@@ -1,12 +1,13 @@
 // Who a module runs as, decided before its files are written: here, an agent that cannot separate
 // modules (it does not run as root) says so once and runs each as itself; and the user names.
 import assert from "node:assert/strict";
-import { chmod, chown, mkdir, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Delivery } from "@mesh/manifest";
-import { ModuleIsolations, moduleUserName, ownerOf } from "../src/index.ts";
+import { ModuleIsolations, ownerOf } from "../src/module-isolation.ts";
+import { moduleUserName } from "../src/module-users.ts";
 import { removeStaleModuleUsers } from "@mesh/testkit";
 import { recordingLogger } from "./test-mesh.ts";
 
@@ -129,6 +130,58 @@ void describe(
         logger.lines.some((l) =>
           /app now runs as mesh-hndovr-app: 4 of its files .* are handed to it/.test(l),
         ),
+      );
+    });
+
+    void it("makes the users of a whole delivery at once, each with its own uid, and none again on the next", async () => {
+      const stateDir = join(dir, "many");
+      await mkdir(stateDir, { mode: 0o711 });
+      const names = Array.from({ length: 12 }, (_, i) => `app${i}`);
+      for (const name of names) {
+        await mkdir(join(dir, name), { mode: 0o755 });
+        await writeFile(
+          join(dir, name, "module.json"),
+          JSON.stringify({ name, run: { command: "/bin/sh" } }),
+          {
+            mode: 0o644,
+          },
+        );
+      }
+      const isolations = new ModuleIsolations({
+        stateDir,
+        meshId: "batchu",
+        mode: "strict",
+        logger: recordingLogger(),
+        env: process.env,
+      });
+      const delivery: Delivery = {
+        node: "n1",
+        generation: 1,
+        fleetFile: join(dir, "mesh.yaml"),
+        modules: names.map((name) => ({ name, manifest: join(dir, name, "module.json") })),
+        plan: { instances: [] },
+        secrets: {},
+      };
+      const first = await isolations.resolve(delivery);
+      assert.deepEqual([...first.keys()], names, "kept in the delivery's order");
+      const uids = new Set<number>();
+      for (const name of names) {
+        const identity = first.get(name);
+        assert.equal(identity?.kind, "own-user", `${name}: ${JSON.stringify(identity)}`);
+        if (identity?.kind !== "own-user") continue;
+        assert.equal(identity.user.name, `mesh-batchu-${name}`);
+        uids.add(identity.user.uid);
+        assert.equal((await stat(join(stateDir, "modules", name, "home"))).uid, identity.user.uid);
+      }
+      assert.equal(uids.size, names.length, "each module a uid of its own");
+      const passwd = await readFile("/etc/passwd", "utf8");
+      assert.equal(passwd.split("\n").filter((l) => l.startsWith("mesh-batchu-")).length, names.length);
+      const again = await isolations.resolve(delivery);
+      for (const name of names) assert.deepEqual(again.get(name), first.get(name));
+      assert.equal(
+        (await readFile("/etc/passwd", "utf8")).split("\n").filter((l) => l.startsWith("mesh-batchu-"))
+          .length,
+        names.length,
       );
     });
   },

@@ -5,16 +5,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { createAuthority, credsFor, type BusAuthority } from "@mesh/bus";
 import type { Delivery, ModuleCredential } from "@mesh/manifest";
-import {
-  InvalidDeliveryError,
-  ledgersPath,
-  moduleCredsPath,
-  moduleKeysPath,
-  ModuleKeyring,
-  parseDelivery,
-  subjectOf,
-  type ModuleKeyPairs,
-} from "../src/index.ts";
+import { ledgersPath, moduleCredsPath, moduleKeysPath } from "../src/index.ts";
+import { InvalidDeliveryError, parseDelivery } from "../src/delivery.ts";
+import { ModuleKeyring, subjectOf, type ModuleKeyPairs } from "../src/module-keys.ts";
 import { recordingLogger } from "./test-mesh.ts";
 
 const NOBODY = { pub: { allow: [] }, sub: { allow: [] } };

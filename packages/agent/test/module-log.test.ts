@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { until } from "@mesh/testkit";
-import { ModuleProcess } from "../src/index.ts";
+import { ModuleProcess } from "../src/module-process.ts";
 import { ModuleLog, rotatedLogPath } from "../src/module-log.ts";
 import { recordingLogger } from "./test-mesh.ts";
 

@@ -2,6 +2,7 @@
 // the fleet file says otherwise, whatever the agent inherited), the URL it writes once it listens,
 // and what the agent reports of it.
 import assert from "node:assert/strict";
+import { until } from "@mesh/testkit";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -9,17 +10,11 @@ import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Delivery } from "@mesh/manifest";
 import { metricsUrlPath } from "@mesh/sdk/provider";
-import {
-  decideLaunch,
-  DEFAULT_MODULE_METRICS,
-  InvalidDeliveryError,
-  ModuleProcess,
-  moduleEnv,
-  parseDelivery,
-  type ModuleStatus,
-} from "../src/index.ts";
+import { decideLaunch, DEFAULT_MODULE_METRICS, moduleEnv } from "../src/module-launch.ts";
+import { InvalidDeliveryError, parseDelivery } from "../src/delivery.ts";
+import { ModuleProcess, type ModuleStatus } from "../src/module-process.ts";
 import { readModuleMetricsUrl, withMetricsUrls } from "../src/module-metrics.ts";
-import { eventually, recordingLogger } from "./test-mesh.ts";
+import { recordingLogger } from "./test-mesh.ts";
 
 const delivery = (modules: Delivery["modules"]): Delivery => ({
   node: "n1",
@@ -165,7 +160,7 @@ void describe("the metrics URL a module wrote", () => {
       // The stale file is gone as soon as start() returns.
       assert.equal(existsSync(file), false);
       await writeFile(go, "");
-      await eventually(() => readModuleMetricsUrl(dir, "worker") !== undefined, "the new run's URL");
+      await until("the new run's URL", () => readModuleMetricsUrl(dir, "worker") !== undefined);
       assert.equal(readModuleMetricsUrl(dir, "worker"), "http://127.0.0.1:2/metrics");
       assert.ok(!seen.includes("http://127.0.0.1:1/metrics"), "the old URL was never there to read");
     } finally {

@@ -1,12 +1,15 @@
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { until } from "@mesh/testkit";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { credentialPath, receivesPath } from "@mesh/manifest";
-import { startAgent, type Agent, type AgentTimings, type ModuleStatus } from "../src/index.ts";
+import { startAgent, type Agent } from "../src/index.ts";
+import { type AgentTimings } from "../src/node-agent.ts";
+import { type ModuleStatus } from "../src/module-process.ts";
 import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
-import { eventually, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
+import { recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
 
 // Short delays so a crash loop shows within seconds; the window stays wide so a slow machine
 // cannot spread five exits beyond it.
@@ -47,10 +50,10 @@ void describe("an agent supervises its node's modules", () => {
   const recorded = async (name: string): Promise<Recorded> => {
     const path = join(stateDir, "modules", name, "home", "env.json");
     let text = "";
-    await eventually(async () => {
+    await until(`${name} to record its environment`, async () => {
       text = await readFile(path, "utf8").catch(() => "");
       return text.endsWith("}");
-    }, `${name} to record its environment`);
+    });
     return JSON.parse(text) as Recorded;
   };
   const secrets = {
@@ -93,10 +96,7 @@ void describe("an agent supervises its node's modules", () => {
       plan: planFor(fleet.plan, "n1"),
       secrets,
     });
-    await eventually(
-      () => module("store")?.state === "running" && module("app")?.state === "running",
-      "running",
-    );
+    await until("running", () => module("store")?.state === "running" && module("app")?.state === "running");
     const store = await recorded("store");
     assert.equal(store.cwd, join(fleet.dir, "store"));
     assert.deepEqual(store.env, {
@@ -137,7 +137,7 @@ void describe("an agent supervises its node's modules", () => {
   });
 
   void it("restarts a module that exits, and says it keeps crashing after five exits", async () => {
-    await eventually(() => module("flaky")?.state === "crashing", "flaky to be crashing");
+    await until("flaky to be crashing", () => module("flaky")?.state === "crashing");
     const flaky = module("flaky");
     assert.ok(flaky !== undefined && flaky.restarts >= 4);
     assert.equal(flaky.lastExit?.code, 3);
@@ -150,9 +150,8 @@ void describe("an agent supervises its node's modules", () => {
       ),
     );
     assert.ok((await readFile(log, "utf8")).split("boom: cannot go on").length > 5);
-    await eventually(
-      () => mesh.reports.some((r) => r.modules.some((m) => m.name === "flaky" && m.state === "crashing")),
-      "a report saying flaky is crashing",
+    await until("a report saying flaky is crashing", () =>
+      mesh.reports.some((r) => r.modules.some((m) => m.name === "flaky" && m.state === "crashing")),
     );
   });
 
@@ -165,7 +164,7 @@ void describe("an agent supervises its node's modules", () => {
       plan: planFor(fleet.plan, "n1"),
       secrets,
     });
-    await eventually(() => !alive(app.pid), "app to be stopped");
+    await until("app to be stopped", () => !alive(app.pid));
     assert.equal(module("app"), undefined);
     assert.ok(alive(store.pid));
     assert.equal(module("store")?.pid, store.pid);
@@ -173,16 +172,15 @@ void describe("an agent supervises its node's modules", () => {
   });
 
   void it("stops every module on stop(), killing one that ignores SIGTERM after the grace period", async () => {
-    await eventually(() => module("stubborn")?.state === "running", "stubborn running");
+    await until("stubborn running", () => module("stubborn")?.state === "running");
     const pids = [(await recorded("store")).pid, (await recorded("stubborn")).pid];
     await agent?.stop();
     for (const pid of pids) assert.equal(alive(pid), false, `pid ${pid} is gone`);
     assert.ok(logger.lines.some((l) => /stubborn did not stop within 1.5 s of SIGTERM: killing it/.test(l)));
     assert.ok(agent?.status().modules.every((m) => m.state === "stopped"));
     // The last report is on the wire when stop() returns; the stand-in controller reads it a moment later.
-    await eventually(
-      () => mesh.reports.some((r) => r.modules.length > 0 && r.modules.every((m) => m.state === "stopped")),
-      "a last report with every module stopped",
+    await until("a last report with every module stopped", () =>
+      mesh.reports.some((r) => r.modules.length > 0 && r.modules.every((m) => m.state === "stopped")),
     );
   });
 });

@@ -3,7 +3,9 @@ import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { InvalidDeliveryError, KeysFileError, parseDelivery, startAgent } from "../src/index.ts";
+import { startAgent } from "../src/index.ts";
+import { InvalidDeliveryError, parseDelivery } from "../src/delivery.ts";
+import { KeysFileError } from "../src/node-identity.ts";
 import { JoinTokenError, parseJoinToken, writeFileAtomic } from "@mesh/bus";
 import { recordingLogger } from "./test-mesh.ts";
 
@@ -74,6 +76,21 @@ void describe("a node's files and inputs", () => {
     refused({ ...delivery, node: "n2" }, /node is "n2", not n1/);
     refused({ ...delivery, secrets: { "../etc/passwd": "box" } }, /secrets\["\.\.\/etc\/passwd"\]/);
     refused({ ...delivery, modules: [{ name: "app", manifest: "module.json" }] }, /modules\[0\]\.manifest/);
+    // A delivered manifest is text of a manifest's size; its content is checked as the module starts.
+    refused(
+      {
+        ...delivery,
+        modules: [{ name: "app", manifest: "/m/app/module.json", manifestText: { name: "app" } }],
+      },
+      /modules\[0\]\.manifestText/,
+    );
+    refused(
+      {
+        ...delivery,
+        modules: [{ name: "app", manifest: "/m/app/module.json", manifestText: "x".repeat(1024 * 1024 + 1) }],
+      },
+      /modules\[0\]\.manifestText is not a manifest's text of at most/,
+    );
     refused(
       {
         ...delivery,

@@ -1,6 +1,7 @@
 // What the mesh started is found and stopped by the next start: by its record (PID and start time)
 // or, killed before its record was written, by its environment mark. A reused PID is never stopped.
 import assert from "node:assert/strict";
+import { quietLogger } from "@mesh/testkit";
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -13,8 +14,6 @@ import {
   stopLeftoverModules,
   stopLeftovers,
 } from "../src/index.ts";
-
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 describe("process records", () => {
   let dir: string;
@@ -87,7 +86,7 @@ describe("process records", () => {
       kind: "module",
       marked: () => false,
       graceMs: 5_000,
-      logger: quiet,
+      logger: quietLogger,
       where: "test",
     });
     assert.deepEqual(
@@ -107,7 +106,7 @@ describe("process records", () => {
     const notAModule = run("sleep", ["300"], { MESH_STATE_DIR: state });
     await new Promise((r) => setTimeout(r, 100));
     const warned: string[] = [];
-    await stopLeftoverModules(state, 5_000, { ...quiet, warn: (m) => warned.push(m) });
+    await stopLeftoverModules(state, 5_000, { ...quietLogger, warn: (m) => warned.push(m) });
     assert.equal(processStartTime(orphan.pid!), undefined, "the orphan is stopped");
     assert.ok(processStartTime(neighbour.pid!) !== undefined, "another node's module runs on");
     assert.ok(processStartTime(notAModule.pid!) !== undefined, "a process that is no module runs on");
@@ -122,7 +121,7 @@ describe("process records", () => {
     });
     await new Promise((r) => setTimeout(r, 200));
     const warned: string[] = [];
-    await stopLeftoverModules(state, 300, { ...quiet, warn: (m) => warned.push(m) });
+    await stopLeftoverModules(state, 300, { ...quietLogger, warn: (m) => warned.push(m) });
     assert.equal(processStartTime(stubborn.pid!), undefined);
     assert.match(warned.join("\n"), /did not stop within 0.3 s of SIGTERM: killing it/);
   });

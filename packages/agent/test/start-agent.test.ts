@@ -1,25 +1,16 @@
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { until } from "@mesh/testkit";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { newNodeKeys, seal } from "@mesh/bus";
 import { contributionsFor, credentialsFor, providerSecretPath, secretPath } from "@mesh/manifest";
-import {
-  AgentNotEnrolledError,
-  EnrollmentError,
-  startAgent,
-  type Agent,
-  type AgentTimings,
-} from "../src/index.ts";
+import { AgentNotEnrolledError, startAgent, type Agent } from "../src/index.ts";
+import { EnrollmentError } from "../src/enroll-node.ts";
+import { type AgentTimings } from "../src/node-agent.ts";
 import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
-import {
-  eventually,
-  recordingLogger,
-  startTestMesh,
-  type DeliveryDraft,
-  type TestMesh,
-} from "./test-mesh.ts";
+import { recordingLogger, startTestMesh, type DeliveryDraft, type TestMesh } from "./test-mesh.ts";
 
 const FAST: Partial<AgentTimings> = { reportEveryMs: 500, retryMs: 200, stopGraceMs: 2_000 };
 
@@ -80,7 +71,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
 
   void it("writes each secret (0600) for each reader, the provider's contributions and the consumer's credentials", async () => {
     await mesh.publish("n1", draft);
-    await eventually(() => agent?.status().generation === 1, "delivery 1 applied");
+    await until("delivery 1 applied", () => agent?.status().generation === 1);
     for (const [consumer, password] of [
       ["app", "pw-app-1"],
       ["worker", "pw-worker-1"],
@@ -107,7 +98,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     assert.equal(credential.contents.passwordFile, secretPath(stateDir, "worker", "kv-store"));
     // Six files of the plan, and the `ledgers` file (`{}`: no module has a ledger credential).
     assert.deepEqual(agent?.status().files, { written: 7, unchanged: 0 });
-    await eventually(() => mesh.reports.some((r) => r.generation === 1), "a report of delivery 1");
+    await until("a report of delivery 1", () => mesh.reports.some((r) => r.generation === 1));
     assert.equal(logger.lines.join("\n").includes("pw-"), false, "no password in the log");
   });
 
@@ -122,7 +113,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
     const keys = await readFile(join(stateDir, "keys.json"), "utf8");
     await agent?.stop();
     agent = await startAgent({ node: "n1", stateDir, logger, timings: FAST });
-    await eventually(() => agent?.status().generation === 1, "delivery 1 applied again");
+    await until("delivery 1 applied again", () => agent?.status().generation === 1);
     assert.deepEqual(agent.status().files, { written: 0, unchanged: 7 });
     assert.deepEqual(await Promise.all(paths.map(async (p) => (await stat(p)).mtimeMs)), before);
     assert.equal(await readFile(join(stateDir, "keys.json"), "utf8"), keys);
@@ -142,7 +133,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
         "remote/kv-store": "pw-remote-2",
       },
     });
-    await eventually(() => agent?.status().generation === 2, "delivery 2 applied");
+    await until("delivery 2 applied", () => agent?.status().generation === 2);
     const errors = logger.lines.filter((l) => l.startsWith("error:"));
     assert.ok(
       errors.some((l) =>
@@ -164,7 +155,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
       plan: planFor(fleet.plan, "n1", ["app", "remote"]),
       secrets: { "app/kv-store": "pw-app-3", "remote/kv-store": "pw-remote-2" },
     });
-    await eventually(() => agent?.status().generation === 3, "delivery 3 applied");
+    await until("delivery 3 applied", () => agent?.status().generation === 3);
     await assert.rejects(stat(secretPath(stateDir, "worker", "kv-store")), { code: "ENOENT" });
     await assert.rejects(stat(providerSecretPath(stateDir, "store", "worker", "kv-store")), {
       code: "ENOENT",
@@ -182,7 +173,7 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
 
   void it("reconnects after nats-server restarts and applies the next delivery", async () => {
     await mesh.server.restart();
-    await eventually(async () => {
+    await until("the bus to take delivery 4", async () => {
       try {
         await mesh.publish("n1", {
           generation: 4,
@@ -194,8 +185,8 @@ void describe("an agent enrolls, and writes its node's files from its deliveries
       } catch {
         return false; // JetStream is not back yet
       }
-    }, "the bus to take delivery 4");
-    await eventually(() => agent?.status().generation === 4, "delivery 4 applied after the restart", 60_000);
+    });
+    await until("delivery 4 applied after the restart", () => agent?.status().generation === 4, 60);
     assert.equal(
       await readFile(providerSecretPath(stateDir, "store", "app", "kv-store"), "utf8"),
       "pw-app-4",

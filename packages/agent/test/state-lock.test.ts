@@ -5,7 +5,8 @@ import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { lockStateDir, processStartTime, stateLockPath, StateLockedError } from "../src/index.ts";
+import { lockStateDir, processStartTime, StateLockedError } from "../src/index.ts";
+import { stateLockPath } from "../src/state-lock.ts";
 
 describe("the state directory's lock", () => {
   let dir: string;

@@ -25,6 +25,7 @@ const MODULES: Record<string, { node: string; manifest: object }> = {
     node: "n1",
     manifest: {
       name: "store",
+      adminUrl: false,
       provides: {
         "kv-store": {
           receives: "/run/mesh/kv-store.json",

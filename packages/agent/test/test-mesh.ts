@@ -19,7 +19,6 @@ import {
   seal,
   toolSubject,
   type BusAuthority,
-  type BusLogger,
 } from "@mesh/bus";
 import {
   DELIVERY_KEY,
@@ -32,7 +31,7 @@ import {
   type DeliveryPart,
   type Plan,
 } from "@mesh/manifest";
-import type { AgentReport } from "../src/index.ts";
+import type { AgentReport } from "../src/agent-report.ts";
 
 /** What the stand-in controller learnt from a node's enrollment. */
 export interface Enrolled {
@@ -51,6 +50,9 @@ export interface DeliveryDraft {
   readonly credentials?: Delivery["credentials"];
   /** The publishing controller's lease term (absent: a controller of before terms). */
   readonly term?: number;
+  /** The publishing controller's protocol and release (absent: a controller of 0.1.0, which said none). */
+  readonly protocol?: number;
+  readonly release?: string;
 }
 
 export interface TestMesh {
@@ -147,6 +149,8 @@ export async function startTestMesh(): Promise<TestMesh> {
       secrets: sealed,
       ...(draft.credentials === undefined ? {} : { credentials: draft.credentials }),
       ...(draft.term === undefined ? {} : { term: draft.term }),
+      ...(draft.protocol === undefined ? {} : { protocol: draft.protocol }),
+      ...(draft.release === undefined ? {} : { release: draft.release }),
     };
     return delivery;
   };
@@ -208,6 +212,8 @@ export async function startTestMesh(): Promise<TestMesh> {
         instances: delivery.plan.instances.map(({ consumers: _consumers, ...instance }) => instance),
         parts: Object.fromEntries([...parts].map(([key, part]) => [key, partFingerprint(part)])),
         issuesCredentials: delivery.credentials !== undefined,
+        ...(draft.protocol === undefined ? {} : { protocol: draft.protocol }),
+        ...(draft.release === undefined ? {} : { release: draft.release }),
       };
       await state.put(DELIVERY_KEY, head);
       return async () => {
@@ -228,26 +234,4 @@ export async function startTestMesh(): Promise<TestMesh> {
   };
 }
 
-/** A logger that remembers what it was told. */
-export function recordingLogger(): BusLogger & { lines: string[] } {
-  const lines: string[] = [];
-  return {
-    lines,
-    info: (m) => lines.push(`info: ${m}`),
-    warn: (m) => lines.push(`warn: ${m}`),
-    error: (m) => lines.push(`error: ${m}`),
-  };
-}
-
-/** Waits (generously: the machine is shared and slow) until `check` holds. */
-export async function eventually(
-  check: () => boolean | Promise<boolean>,
-  what: string,
-  withinMs = 30_000,
-): Promise<void> {
-  const deadline = Date.now() + withinMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+export { recordingLogger } from "@mesh/testkit";

@@ -27,15 +27,14 @@ import { serveControl, type ControlServer } from "@mesh/sdk/provider";
 import { startNats, until, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { LedgerBacklog } from "../src/ledger-backlog.ts";
+import { moduleControlPath, runToolCall } from "../src/index.ts";
 import {
   LEDGER_APPEND_TIMEOUT_MS,
-  moduleControlPath,
-  runToolCall,
   serveTools,
   type ToolLedger,
   type ToolRunner,
   type ToolRunReply,
-} from "../src/index.ts";
+} from "../src/tool-runner.ts";
 import { recordingLogger } from "./test-mesh.ts";
 
 const NODE = "n1";
@@ -104,11 +103,12 @@ void describe("the agent's tool runner", () => {
     name: string,
     permissions: BusPermissions,
     inbox?: string,
+    servers: string = nats.url,
   ): Promise<NatsConnection> => {
     const keys = newUserKeys();
     const jwt = await authority.issueUser({ name, publicKey: keys.publicKey, permissions });
     return connectBus({
-      servers: nats.url,
+      servers,
       creds: credsFor(jwt, keys.seed),
       name,
       ...(inbox === undefined ? {} : { inboxPrefix: inbox }),
@@ -206,7 +206,7 @@ void describe("the agent's tool runner", () => {
     const status = entries.find((e) => e["tool"] === "status");
     assert.ok(status, "the status call is in the ledger too");
     assert.ok(!JSON.stringify(records).includes(PASSWORD), "no password in the ledger");
-    assert.ok(records.every((r) => r.subject === "mesh.ledger.postgres.tool"));
+    assert.ok(records.every((r) => r.subject === "mesh.ledgers.postgres.tool"));
   });
 
   it("passes the provider's refusal back with its code, and keeps it in the ledger", async () => {
@@ -323,11 +323,19 @@ void describe("the agent's tool runner", () => {
   });
 
   it("answers at once while the module's ledger is not made yet, and appends the entry once it is", async () => {
-    // The controller issued fresh's ledger credential beside its bus one, and makes its ledger later.
+    // The controller issued fresh's ledger credential beside its bus one, and makes the ledger
+    // every module shares later: on a bus of its own here, where it is not made yet.
     await mkdir(dirname(moduleControlPath(stateDir, "fresh")), { recursive: true });
     const fresh = await serveControl(fakeTools(), moduleControlPath(stateDir, "fresh"));
+    const later = await startNats({ config: authority.serverConfig() });
+    const laterAdmin = await connectAs(
+      "controller",
+      { pub: { allow: [">"] }, sub: { allow: [">"] } },
+      undefined,
+      later.url,
+    );
     const freshLedger = new ModuleLedger(
-      await connectAs("fresh-ledger", ledgerPermissions("fresh"), ledgerInboxPrefix("fresh")),
+      await connectAs("fresh-ledger", ledgerPermissions("fresh"), ledgerInboxPrefix("fresh"), later.url),
       "fresh",
     );
     const backlog = new LedgerBacklog({
@@ -355,11 +363,11 @@ void describe("the agent's tool runner", () => {
       assert.equal(reply.ledgerWaits, true, "the controller is not to record it too");
       assert.equal(backlog.waiting("fresh"), 1);
 
-      await ensureLedger(admin, "fresh");
+      await ensureLedger(laterAdmin, "fresh");
       const records = await until(
         "the kept entry in fresh's ledger",
         async () => {
-          const found = await readLedger(admin, "fresh", { limit: 10, kind: "tool" });
+          const found = await readLedger(laterAdmin, "fresh", { limit: 10, kind: "tool" });
           return found.length > 0 ? found : undefined;
         },
         30,
@@ -375,6 +383,8 @@ void describe("the agent's tool runner", () => {
       await backlog.stop();
       await freshLedger.close();
       await fresh.close();
+      await laterAdmin.close();
+      await later.stop();
     }
   });
 

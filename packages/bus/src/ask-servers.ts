@@ -250,8 +250,15 @@ function learn(nc: NatsConnection, known: string[], reached: string): void {
   }
 }
 
-/** How long a gathering stays open after the answer came and no reply has come for this long. */
-const GATHER_QUIET_MS = 100;
+/**
+ * How long a gathering stays open after the answer came and no reply has come for this long. Every
+ * controller answers the gathering's subject at once, while the one that took the request is still
+ * composing its answer, so their replies are in by the time the answer is: a short quiet is enough
+ * (a longer one was most of `mesh status`'s time).
+ */
+const GATHER_QUIET_MS = 20;
+/** How often a gathering looks whether it has been quiet long enough. */
+const GATHER_STEP_MS = 5;
 
 // Every reply to `what.subject` on `nc` until `withinMs` after it was sent, or sooner: once
 // `answered` has settled and no reply has come for `GATHER_QUIET_MS` (replies come together).
@@ -277,7 +284,9 @@ async function gather(
     nc.publish(what.subject, what.body ?? "{}", { reply: inbox });
     await answered.catch(() => undefined);
     while (Date.now() < until && (heard.length === 0 || Date.now() - lastAt < GATHER_QUIET_MS)) {
-      await new Promise((resolve) => setTimeout(resolve, Math.min(20, Math.max(1, until - Date.now()))));
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.min(GATHER_STEP_MS, Math.max(1, until - Date.now()))),
+      );
     }
   } catch {
     // A gathering that fails leaves what it heard: the answer itself does not depend on it.

@@ -9,15 +9,12 @@ import {
   UserAuthenticationExpiredError,
   type NatsConnection,
 } from "@nats-io/transport-node";
+import type { Logger } from "@mesh/manifest";
 import { credsAuthenticator } from "./creds-auth.ts";
 import { setBusReplicas } from "./replica-count.ts";
 
-/** Where bus connections say what happens to them. Never given a secret. */
-export interface BusLogger {
-  info(message: string): void;
-  warn(message: string): void;
-  error(message: string): void;
-}
+/** Where bus connections say what happens to them: the mesh's one `Logger`, by the bus's name. */
+export type BusLogger = Logger;
 
 /** How to open a bus connection. */
 export interface ConnectBusOptions {

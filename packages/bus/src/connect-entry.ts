@@ -3,8 +3,8 @@
  * ask in parts, close it, or ask through whichever server of a cluster reaches the controller
  * (`askThroughServers`). It loads the NATS client and nothing else of the bus (no JetStream
  * manager, no key or sealing libraries), so `mesh status` starts quickly; the subjects to ask on
- * are in @mesh/bus/subjects, which loads nothing at all. Everything here is also exported by
- * `@mesh/bus`.
+ * are in @mesh/bus/subjects, which loads nothing at all. Asking (`requestInParts`,
+ * `askThroughServers`) is on this entry only; `connectBus` and `closeBus` are on `@mesh/bus` too.
  *
  * ```ts
  * import { askThroughServers, closeBus, connectBus, requestInParts } from "@mesh/bus/connect";

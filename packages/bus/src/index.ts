@@ -24,32 +24,126 @@
  * const password = await unseal(box, node);             // throws SealError if tampered or misaddressed
  * ```
  */
-export * from "./authority.ts";
-export * from "./connect-bus.ts";
-export * from "./answer-parts.ts";
-export * from "./ask-servers.ts";
-export * from "./kv-permissions.ts";
-export * from "./sealing.ts";
-export * from "./state.ts";
-export * from "./subjects.ts";
-export * from "./tool-codes.ts";
 export {
-  CLAIM_EARLIEST_MS,
-  CLAIM_LATEST_MS,
-  claimOf,
-  isOperatorClaim,
-  recordedOf,
-  viewLedger,
-  type ActionClaim,
-  type LedgerView,
-  type RecordedBy,
-} from "./ledger-view.ts";
-export * from "./write-file-atomic.ts";
-export * from "./join-token.ts";
-export * from "./nats-server-binary.ts";
-export * from "./ledger-subjects.ts";
-export * from "./account-updates.ts";
-export * from "./cluster-config.ts";
-export * from "./bus-replicas.ts";
-export * from "./replica-count.ts";
-export * from "./ledger.ts";
+  BusAuthority,
+  createAuthority,
+  credsFor,
+  InvalidUserKeyError,
+  loadAuthority,
+  newUserKeys,
+  type AuthoritySeeds,
+  type BusPermissions,
+  type UserKeys,
+  type UserLimits,
+} from "./authority.ts";
+export {
+  BusCredentialsRefusedError,
+  BusTlsError,
+  BusUnreachableError,
+  closeBus,
+  connectBus,
+  type BusLogger,
+} from "./connect-bus.ts";
+export { respondInParts, sendReceipt, sendRequest } from "./answer-parts.ts";
+export { kvReadSubjects } from "./kv-permissions.ts";
+export {
+  InvalidPublicKeyError,
+  mintPassword,
+  newNodeKeys,
+  seal,
+  SealError,
+  unseal,
+  type NodeKeys,
+} from "./sealing.ts";
+export {
+  openState,
+  StaleRevisionError,
+  StateOpenError,
+  StateValueError,
+  type BusState,
+  type StateChange,
+  type StateWatch,
+} from "./state.ts";
+export {
+  allReportsSubject,
+  assertNodeName,
+  CONTROLLERS_SUBJECT,
+  deliverySubject,
+  DESIRED_STATE_BUCKET,
+  enrollSubject,
+  FLEET_APPLY_SUBJECT,
+  FLEET_HISTORY_SUBJECT,
+  inboxPrefix,
+  inboxSubjects,
+  isValidNodeName,
+  JOIN_TOKEN_SUBJECT,
+  LEDGER_READ_SUBJECT,
+  MESH_SUBJECT_PREFIX,
+  nodeDeliveriesBucket,
+  NODES_BUCKET,
+  OPERATOR_IDENTITY,
+  reportSubject,
+  ROTATE_SUBJECT,
+  SEALED_PASSWORDS_BUCKET,
+  SERVED_FLEET_SUBJECT,
+  STATUS_SUBJECT,
+  TOOL_REQUEST_SUBJECT,
+  toolSubject,
+} from "./subjects.ts";
+export {
+  RELAY_UNANSWERED_CODES,
+  RUNNER_UNANSWERED_CODES,
+  TOOL_SURFACES,
+  type ToolRelayCode,
+  type ToolRunnerCode,
+  type ToolSurface,
+} from "./tool-codes.ts";
+export { claimOf, viewLedger, type LedgerView } from "./ledger-view.ts";
+export { readFileIfExists, writeFileAtomic, type FileOwner, type WriteOutcome } from "./write-file-atomic.ts";
+export {
+  decodeJoinToken,
+  encodeJoinToken,
+  JoinTokenError,
+  parseJoinToken,
+  type JoinToken,
+} from "./join-token.ts";
+export { findNatsServer, NatsNotFoundError } from "./nats-server-binary.ts";
+export {
+  ALL_LEDGER_SUBJECTS,
+  LEDGER_STREAM,
+  ledgerInboxPrefix,
+  ledgerPermissions,
+  ledgerSnapshotBucket,
+  ledgerStreamName,
+  ledgerSubject,
+  ledgerSubjects,
+  type LedgerKind,
+} from "./ledger-subjects.ts";
+export { ACCOUNT_UPDATER_IDENTITY, accountUpdaterPermissions, pushAccountClaims } from "./account-updates.ts";
+export {
+  clusterClientUrls,
+  clusterServerConfigs,
+  ClusterSpecError,
+  parseClusterServer,
+  type ClusterServer,
+} from "./cluster-config.ts";
+export { belowReplicas, raiseReplicas } from "./bus-replicas.ts";
+export { clusterSize, replicasFor } from "./replica-count.ts";
+export {
+  ensureLedger,
+  LedgerEntryError,
+  LedgerNotMadeError,
+  LedgerWriteError,
+  ModuleLedger,
+  readLedger,
+  sharedLedgerMade,
+  type LedgerRecord,
+} from "./ledger.ts";
+export { migrateLedgers } from "./ledger-migration.ts";
+export {
+  dumpStreams,
+  loadStream,
+  StreamExistsError,
+  type StreamHeader,
+  type StreamMessage,
+} from "./stream-backup.ts";

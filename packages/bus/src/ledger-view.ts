@@ -64,8 +64,21 @@ export const CLAIM_EARLIEST_MS = 60_000;
  */
 export const CLAIM_LATEST_MS = 10 * 60_000;
 
-/** What the provider's own loop does, unasked: only these, said of `provisioner`, need no request. */
-const LOOP_ACTIONS: ReadonlySet<string> = new Set(["created", "re-applied", "retired"]);
+/**
+ * What the provider's own loop does, unasked: only these, said of `provisioner`, need no request. A
+ * rotation's phases and the sessions a `--now` rotation ends follow a new password in the loop's
+ * input (the operator's `mesh rotate` is recorded by the mesh itself, as a `rotate` entry).
+ */
+const LOOP_ACTIONS: ReadonlySet<string> = new Set([
+  "created",
+  "re-applied",
+  "retired",
+  "rotation-add",
+  "rotation-deliver",
+  "rotation-drain",
+  "rotation-remove",
+  "sessions-ended",
+]);
 
 /** The loop's own name in a claim: its actions need no request. */
 const LOOP_WHO = "provisioner";

@@ -1,7 +1,12 @@
-// Each module's ledger: its history, an append-only JetStream stream of JSON entries, and its
-// snapshots, a KV bucket. The controller (which may do anything) creates both and reads the
-// history for `mesh ledger`; everything a module's ledger holds is written on that module's own
-// ledger connection, whose credential allows nothing else, so one module cannot write another's.
+// Each module's ledger: its history, JSON entries appended to the one JetStream stream every
+// module's history shares (each module below subjects of its own), and its snapshots, keys of the
+// one KV bucket they share (each module below a key prefix of its own). The controller (which may do
+// anything) makes both once, when it starts, and reads a module's history for `mesh ledger` by its
+// subjects; everything a module's ledger holds is written on that module's own ledger connection,
+// whose credential names only that module's subjects and keys, so one module cannot read or write
+// another's. One stream and one bucket rather than two per module: on a cluster each stream is a
+// raft group, and making one may take tens of seconds while a server is down.
+import { Kvm, type KV } from "@nats-io/kv";
 import {
   DeliverPolicy,
   DiscardPolicy,
@@ -18,28 +23,44 @@ import { isTooFewPeers } from "./bus-replicas.ts";
 import { placeableReplicas } from "./replica-count.ts";
 import { closeBus } from "./connect-bus.ts";
 import {
-  ledgerModuleOfStream,
-  ledgerSnapshotBucket,
-  ledgerStreamName,
+  ALL_LEDGER_SUBJECTS,
+  LEDGER_SNAPSHOTS_BUCKET,
+  LEDGER_STREAM,
+  ledgerSnapshotKey,
   ledgerSubject,
+  ledgerSubjectParts,
   ledgerSubjects,
-  LEDGER_SUBJECT_PREFIX,
   type LedgerKind,
 } from "./ledger-subjects.ts";
-import { openState, type BusState } from "./state.ts";
+import { InvalidStateKeyError, openState, StateValueError } from "./state.ts";
 import { kvStreamName } from "./subjects.ts";
 
 /** One entry of a module's history as it was stored. */
 export interface LedgerRecord {
-  /** Its place in the module's history (the stream's sequence), growing by one per entry. */
+  /**
+   * Its place in the shared history stream (the stream's sequence): it grows with each of the
+   * module's entries, though not by one, since every module's entries share the stream.
+   */
   readonly seq: number;
   /** The subject it was published to (`mesh.ledger.<module>.<kind>`). */
   readonly subject: string;
-  /** When the bus stored it (ISO 8601). */
+  /**
+   * When the bus stored it (ISO 8601): for an entry copied from a module's own stream of an older
+   * mesh, when that stream stored it (`LEDGER_AT_HEADER`).
+   */
   readonly at: string;
   /** The entry as appended; `kind` says which kind it is. */
   readonly entry: Readonly<Record<string, unknown>>;
 }
+
+/**
+ * The header carrying when an entry copied from an older mesh's stream was first stored (ISO
+ * 8601), so its history reads as it was.
+ */
+export const LEDGER_AT_HEADER = "Mesh-Ledger-At";
+
+/** The header naming where a copied entry came from: `<stream>:<sequence>` of the older stream. */
+export const LEDGER_FROM_HEADER = "Mesh-Ledger-From";
 
 /**
  * How long the history remembers an entry's id (see `AppendOptions.id`), so that appending the
@@ -54,31 +75,46 @@ const CREATE_TIMEOUT_MS = 20_000;
 /** How long an append waits for the bus to say it stored the entry. */
 const APPEND_TIMEOUT_MS = 10_000;
 
+// The connections that made (or found) the shared ledger: asked once per connection.
+const made = new WeakMap<NatsConnection, Promise<void>>();
+
 /**
- * Creates `module`'s ledger when it is not there: the history stream (file storage, nothing ever
- * deleted or purged) and the snapshots bucket, each with `replicasFor(nc)` copies. Safe to call again, and by several at once.
- * `options.timeoutMs` bounds each request of the stream's making (default 20 s).
- * @throws InvalidLedgerModuleError for a name that is not a module name; the bus's own error when
- * the connection may not create streams.
+ * Makes the ledger every module shares when it is not there: the history stream (`LEDGER_STREAM`,
+ * subjects `mesh.ledgers.>`, file storage, nothing ever deleted or purged) and the snapshots bucket
+ * (`LEDGER_SNAPSHOTS_BUCKET`), each with the copies the bus's servers allow. Asked of the bus once
+ * per connection once made; safe to call again, and by several at once. `options.timeoutMs` bounds
+ * each request of the stream's making (default 20 s).
+ * @throws the bus's own error when it cannot be made (the connection may not create streams, or
+ * JetStream could not place it); asked again on the next call.
  */
-export async function ensureLedger(
+export function ensureSharedLedger(
   nc: NatsConnection,
-  module: string,
   options: { readonly timeoutMs?: number } = {},
 ): Promise<void> {
-  const name = ledgerStreamName(module);
+  let making = made.get(nc);
+  if (making === undefined) {
+    making = makeSharedLedger(nc, options);
+    made.set(nc, making);
+    making.catch(() => {
+      if (made.get(nc) === making) made.delete(nc);
+    });
+  }
+  return making;
+}
+
+async function makeSharedLedger(nc: NatsConnection, options: { readonly timeoutMs?: number }): Promise<void> {
   // While a server of the cluster is down, placing a replicated stream takes JetStream several seconds.
   const jsm = await jetstreamManager(nc, { timeout: options.timeoutMs ?? CREATE_TIMEOUT_MS });
   try {
-    await jsm.streams.info(name);
+    await jsm.streams.info(LEDGER_STREAM);
   } catch (err) {
     if (!isStreamNotFound(err)) throw err;
     try {
       const add = (replicas: number) =>
         jsm.streams.add({
-          name,
+          name: LEDGER_STREAM,
           num_replicas: replicas,
-          subjects: [ledgerSubjects(module)],
+          subjects: [ALL_LEDGER_SUBJECTS],
           storage: StorageType.File,
           retention: RetentionPolicy.Limits,
           discard: DiscardPolicy.New,
@@ -94,30 +130,39 @@ export async function ensureLedger(
       });
     } catch (addErr) {
       // Someone else created it in between: that is the ledger asked for.
-      if (!(await streamExists(jsm, name))) throw addErr;
+      if (!(await streamExists(jsm, LEDGER_STREAM))) throw addErr;
     }
   }
-  await openState(nc, ledgerSnapshotBucket(module));
+  await openState(nc, LEDGER_SNAPSHOTS_BUCKET);
 }
 
 /**
- * The modules whose ledger is there (its history stream and its snapshots bucket both), in one
- * listing of the streams: a controller that takes over asks this once rather than each module's.
+ * Makes sure `module`'s ledger is there: its subjects and keys are the module's part of the shared
+ * ledger, so this makes the shared one (`ensureSharedLedger`) when it is not there yet.
+ * @throws InvalidLedgerModuleError for a name that is not a module name; what `ensureSharedLedger` throws.
+ */
+export async function ensureLedger(
+  nc: NatsConnection,
+  module: string,
+  options: { readonly timeoutMs?: number } = {},
+): Promise<void> {
+  ledgerSubjects(module);
+  await ensureSharedLedger(nc, options);
+}
+
+/**
+ * Whether the shared ledger (its history stream and snapshots bucket both) is there, in one listing
+ * of the streams.
  * @throws the bus's error when the streams cannot be listed.
  */
-export async function madeLedgers(
+export async function sharedLedgerMade(
   nc: NatsConnection,
   options: { readonly timeoutMs?: number } = {},
-): Promise<Set<string>> {
+): Promise<boolean> {
   const jsm = await jetstreamManager(nc, { timeout: options.timeoutMs ?? CREATE_TIMEOUT_MS });
   const streams = new Set<string>();
   for await (const name of jsm.streams.names()) streams.add(name);
-  const made = new Set<string>();
-  for (const stream of streams) {
-    const module = ledgerModuleOfStream(stream);
-    if (module !== undefined && streams.has(kvStreamName(ledgerSnapshotBucket(module)))) made.add(module);
-  }
-  return made;
+  return streams.has(LEDGER_STREAM) && streams.has(kvStreamName(LEDGER_SNAPSHOTS_BUCKET));
 }
 
 /** An entry or snapshot the ledger will not take: not JSON, of another kind, or holding something secret. */
@@ -149,7 +194,7 @@ export class LedgerWriteError extends Error {
     const cause = options?.cause instanceof Error ? ` (${options.cause.message})` : "";
     super(
       `${module}'s ledger could not ${what}${cause}: check that the bus is up, that the controller ` +
-        `made ${module}'s ledger (\`mesh status\` lists one still being made), and that ` +
+        `made the shared ledger (\`mesh status\` lists it while it is being made), and that ` +
         `the connection uses ${module}'s own ledger credential`,
       options,
     );
@@ -166,8 +211,8 @@ export class LedgerNotMadeError extends LedgerWriteError {
   constructor(module: string, what: string, options?: { cause?: unknown }) {
     super(module, what, options);
     this.message =
-      `${module}'s ledger is not made yet (the controller makes it beside ${module}'s credentials, ` +
-      `and \`mesh status\` lists it while it waits): could not ${what}`;
+      `${module}'s ledger is not made yet (the controller makes the ledger every module shares when ` +
+      `it starts, and \`mesh status\` lists it while it waits): could not ${what}`;
   }
 }
 
@@ -204,9 +249,8 @@ export interface AppendOptions {
 export class ModuleLedger {
   readonly #js;
   /** Worked out once: an append at 64 in flight must not check the module name again each time. */
-  readonly #stream: string;
   readonly #subjects: Readonly<Record<LedgerKind, string>>;
-  #snapshots: Promise<BusState<unknown>> | undefined;
+  #snapshots: Promise<KV> | undefined;
 
   /**
    * @param nc the module's ledger connection (inbox prefix `ledgerInboxPrefix(module)`).
@@ -216,13 +260,13 @@ export class ModuleLedger {
     readonly nc: NatsConnection,
     readonly module: string,
   ) {
-    this.#stream = ledgerStreamName(module);
     this.#subjects = {
       action: ledgerSubject(module, "action"),
       tool: ledgerSubject(module, "tool"),
       rotate: ledgerSubject(module, "rotate"),
     };
-    this.#js = jetstream(nc, { timeout: APPEND_TIMEOUT_MS });
+    // No account-wide JetStream info first: the ledger credential allows only its own subjects.
+    this.#js = jetstream(nc, { timeout: APPEND_TIMEOUT_MS, checkAPI: false });
   }
 
   /** Whether its connection has been closed (by `close()`, or for good by the bus). */
@@ -232,7 +276,8 @@ export class ModuleLedger {
 
   /**
    * Appends `entry` to the module's history under `kind` and answers its sequence. The entry is
-   * stored with `kind` first (`{kind, ...entry}`).
+   * stored with `kind` first (`{kind, ...entry}`). An id is the module's own: the stream is shared,
+   * so it is kept as `<module>.<id>`, and one module's ids never stand for another's entries.
    * @throws LedgerEntryError when the entry is not a JSON object, names another kind, or has a
    * password-like field or value; LedgerWriteError when the bus does not store it.
    */
@@ -256,8 +301,8 @@ export class ModuleLedger {
     try {
       const subject = this.#subjects[kind] ?? ledgerSubject(this.module, kind);
       const ack = await this.#js.publish(subject, data, {
-        expect: { streamName: this.#stream },
-        ...(options.id !== undefined ? { msgID: options.id } : {}),
+        expect: { streamName: LEDGER_STREAM },
+        ...(options.id !== undefined ? { msgID: ledgerEntryId(this.module, options.id) } : {}),
       });
       return ack.seq;
     } catch (err) {
@@ -273,11 +318,11 @@ export class ModuleLedger {
   async snapshot(key: string, value: unknown): Promise<number> {
     const problem = secretOrNotJson(value, "snapshot");
     if (problem !== undefined) throw new LedgerEntryError(this.module, `snapshot ${key}`, problem);
-    const state = await this.#openSnapshots();
+    const stored = this.#key(key);
+    const kv = await this.#openSnapshots();
     try {
-      return await state.put(key, value);
+      return await kv.put(stored, JSON.stringify(value));
     } catch (err) {
-      if (err instanceof Error && err.name === "InvalidStateKeyError") throw err;
       throw writeError(this.module, `store snapshot ${key}`, err);
     }
   }
@@ -287,13 +332,36 @@ export class ModuleLedger {
    * @throws StateValueError when what is stored is not JSON; LedgerWriteError when it cannot be read.
    */
   async readSnapshot<T = unknown>(key: string): Promise<T | undefined> {
-    const state = await this.#openSnapshots();
+    const stored = this.#key(key);
+    const kv = await this.#openSnapshots();
+    let entry;
     try {
-      return (await state.get(key)) as T | undefined;
+      entry = await kv.get(stored);
     } catch (err) {
-      if (err instanceof Error && /^(InvalidStateKeyError|StateValueError)$/.test(err.name)) throw err;
       throw writeError(this.module, `read snapshot ${key}`, err);
     }
+    if (entry === null || entry.operation !== "PUT") return undefined;
+    try {
+      return entry.json<T>();
+    } catch (err) {
+      throw new StateValueError(LEDGER_SNAPSHOTS_BUCKET, stored, { cause: err });
+    }
+  }
+
+  /**
+   * Whether the shared ledger is made, asked without writing anything: a publish to the module's own
+   * history that expects another stream is refused by the shared stream when it is there (it
+   * stores nothing), and answered by nobody when it is not.
+   * @throws the bus's error when it is not made (see `notMade`), or cannot be asked.
+   */
+  async #probe(): Promise<void> {
+    try {
+      await this.#js.publish(this.#subjects.action, "", { expect: { streamName: `${LEDGER_STREAM}_PROBE` } });
+    } catch (err) {
+      if (notMade(err) || !(err instanceof JetStreamApiError)) throw err;
+      return; // refused by the shared stream: it is there
+    }
+    throw new Error(`the bus stored a probe of ${this.module}'s ledger it should have refused`);
   }
 
   /** Closes the ledger connection after what it has buffered is delivered. Idempotent. */
@@ -301,11 +369,22 @@ export class ModuleLedger {
     return closeBus(this.nc);
   }
 
-  #openSnapshots(): Promise<BusState<unknown>> {
-    const opening = (this.#snapshots ??= openState<unknown>(this.nc, ledgerSnapshotBucket(this.module), {
-      create: false,
-    }));
-    // A failed open is tried again next time: the bucket may simply not have been created yet.
+  // The key in the shared bucket, checked as the bucket's own keys are.
+  #key(key: string): string {
+    if (typeof key !== "string" || !SNAPSHOT_KEY.test(key)) {
+      throw new InvalidStateKeyError(LEDGER_SNAPSHOTS_BUCKET, String(key));
+    }
+    return ledgerSnapshotKey(this.module, key);
+  }
+
+  #openSnapshots(): Promise<KV> {
+    // Bound, not opened: no stream info is asked (the credential allows none), and a key is read
+    // with a direct get whose subject names it, which the credential allows for its own keys only.
+    // A direct get of a bucket not made yet is not answered at all (it waits out its timeout), so
+    // whether the shared ledger is made is asked first, once.
+    const opening = (this.#snapshots ??= this.#probe().then(() =>
+      new Kvm(this.#js).open(LEDGER_SNAPSHOTS_BUCKET, { allow_direct: true }),
+    ));
     opening.catch(() => {
       if (this.#snapshots === opening) this.#snapshots = undefined;
     });
@@ -313,6 +392,14 @@ export class ModuleLedger {
       throw writeError(this.module, "open its snapshots", err);
     });
   }
+}
+
+/** A snapshot key as the bucket takes it (`state.ts`'s rule). */
+const SNAPSHOT_KEY = /^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$/;
+
+/** The id an entry of `module` with id `id` is kept under in the shared stream (`<module>.<id>`). */
+export function ledgerEntryId(module: string, id: string): string {
+  return `${module}.${id}`;
 }
 
 /** What `readLedger` reads. */
@@ -334,43 +421,37 @@ export async function readLedger(
   module: string,
   options: ReadLedgerOptions,
 ): Promise<LedgerRecord[]> {
-  const stream = ledgerStreamName(module);
   const limit = Math.floor(options.limit);
   if (!(limit >= 1)) throw new RangeError(`a ledger read asks for at least 1 entry, not ${options.limit}`);
   const filter = options.kind !== undefined ? ledgerSubject(module, options.kind) : ledgerSubjects(module);
   const jsm = await jetstreamManager(nc);
-  let first: number;
   let last: number;
   let matching: number;
   try {
-    const info = await jsm.streams.info(
-      stream,
-      options.kind !== undefined ? { subjects_filter: filter } : {},
-    );
-    first = info.state.first_seq;
+    const info = await jsm.streams.info(LEDGER_STREAM, { subjects_filter: filter });
     last = info.state.last_seq;
-    matching = options.kind !== undefined ? (info.state.subjects?.[filter] ?? 0) : info.state.messages;
+    matching = Object.values(info.state.subjects ?? {}).reduce((sum, n) => sum + n, 0);
   } catch (err) {
     if (isStreamNotFound(err)) return [];
     throw err;
   }
   if (matching === 0) return [];
-  // Every entry of the history is kept, so the newest `limit` of all kinds start at a known
-  // sequence; the newest of one kind are found by reading that kind through.
-  const start = options.kind === undefined ? Math.max(first, last - limit + 1) : first;
-  const consumer = await jetstream(nc).consumers.get(stream, {
+  // The module's entries are found among every module's by its subjects, read through from its
+  // first: the server skips the others' (its per-subject index), so this reads the module's only.
+  const consumer = await jetstream(nc).consumers.get(LEDGER_STREAM, {
     filter_subjects: filter,
-    deliver_policy: DeliverPolicy.StartSequence,
-    opt_start_seq: start,
+    deliver_policy: DeliverPolicy.All,
   });
   const newest: LedgerRecord[] = [];
   const messages = await consumer.consume({ max_messages: Math.min(1_000, Math.max(limit, 64)) });
+  let seen = 0;
   try {
     for await (const msg of messages) {
       if (msg.seq > last) break;
       newest.push(toRecord(msg));
       if (newest.length > limit) newest.shift();
-      if (msg.seq === last || msg.info.pending === 0) break;
+      seen += 1;
+      if (seen >= matching || msg.seq === last || msg.info.pending === 0) break;
     }
   } finally {
     await messages.close();
@@ -391,11 +472,16 @@ function toRecord(msg: JsMsg): LedgerRecord {
     // entry that is not JSON anyway is shown as such rather than hiding the rest of the history.
     entry = { kind: kindOf(msg.subject), unreadable: "this entry is not JSON" };
   }
-  return { seq: msg.seq, subject: msg.subject, at: msg.time.toISOString(), entry };
+  const copiedAt = msg.headers?.get(LEDGER_AT_HEADER);
+  const at =
+    copiedAt !== undefined && copiedAt !== "" && Number.isFinite(Date.parse(copiedAt))
+      ? new Date(copiedAt).toISOString()
+      : msg.time.toISOString();
+  return { seq: msg.seq, subject: msg.subject, at, entry };
 }
 
 function kindOf(subject: string): string {
-  return subject.slice(LEDGER_SUBJECT_PREFIX.length + 1).split(".")[1] ?? "unknown";
+  return ledgerSubjectParts(subject)?.kind ?? "unknown";
 }
 
 function isStreamNotFound(err: unknown): boolean {

@@ -4,16 +4,17 @@
  * else loaded (not even the NATS client): what a command needs to define itself, to name what it
  * asks and to show what it is answered. Everything here is also exported by `@mesh/bus`.
  */
-export * from "./subjects.ts";
-export * from "./tool-codes.ts";
 export {
-  CLAIM_EARLIEST_MS,
-  CLAIM_LATEST_MS,
-  claimOf,
-  isOperatorClaim,
-  recordedOf,
-  viewLedger,
-  type ActionClaim,
-  type LedgerView,
-  type RecordedBy,
-} from "./ledger-view.ts";
+  CONTROLLERS_SUBJECT,
+  FLEET_APPLY_SUBJECT,
+  FLEET_HISTORY_SUBJECT,
+  inboxPrefix,
+  JOIN_TOKEN_SUBJECT,
+  LEDGER_READ_SUBJECT,
+  OPERATOR_IDENTITY,
+  ROTATE_SUBJECT,
+  STATUS_SUBJECT,
+  TOOL_REQUEST_SUBJECT,
+} from "./subjects.ts";
+export { RELAY_UNANSWERED_CODES, RUNNER_UNANSWERED_CODES } from "./tool-codes.ts";
+export { viewLedger, type LedgerView } from "./ledger-view.ts";

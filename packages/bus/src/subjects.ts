@@ -140,6 +140,19 @@ export const JOIN_TOKEN_SUBJECT = "mesh.join.token";
  */
 export const CONTROLLERS_SUBJECT = "mesh.controllers";
 
+/**
+ * Where the leading controller takes `mesh apply` and `mesh fleet rollback`: `{source, expectRevision?,
+ * force?, who}` or `{rollback: REV, …}`, answered with the revision served after it (operator
+ * credentials only).
+ */
+export const FLEET_APPLY_SUBJECT = "mesh.fleet.apply";
+
+/**
+ * Where a controller answers `mesh fleet history` (`{}`) and `mesh fleet show REV` (`{revision}`)
+ * from the history kept in the bus (operator credentials only).
+ */
+export const FLEET_HISTORY_SUBJECT = "mesh.fleet.history";
+
 /** The identity (and inbox) of a person's CLI talking to the controller. */
 export const OPERATOR_IDENTITY = "operator";
 

@@ -5,8 +5,6 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import {
   ACCOUNT_UPDATER_IDENTITY,
-  AccountClaimsRefusedError,
-  AccountUpdatesUnavailableError,
   accountUpdaterPermissions,
   BusCredentialsRefusedError,
   connectBus,
@@ -19,6 +17,7 @@ import {
   type BusAuthority,
   type BusPermissions,
 } from "@mesh/bus";
+import { AccountClaimsRefusedError, AccountUpdatesUnavailableError } from "../src/account-updates.ts";
 import { EVERYTHING, recordingLogger, startBusServer, type BusServer } from "./bus-server.ts";
 
 const MODULE: BusPermissions = { pub: { allow: ["mesh.events.notes.>"] }, sub: { allow: ["mesh.events.>"] } };

@@ -6,8 +6,6 @@ import { createServer, type Server, type Socket } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { NoRespondersError, type NatsConnection } from "@nats-io/transport-node";
 import {
-  askThroughServers,
-  AskUnansweredError,
   createAuthority,
   credsFor,
   connectBus,
@@ -16,6 +14,7 @@ import {
   sendReceipt,
   type BusAuthority,
 } from "@mesh/bus";
+import { askThroughServers, AskUnansweredError } from "../src/ask-servers.ts";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import { EVERYTHING } from "./bus-server.ts";
 

@@ -1,14 +1,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { until } from "@mesh/testkit";
 import { connect, PermissionViolationError, type NatsConnection } from "@nats-io/transport-node";
 import {
   BusCredentialsRefusedError,
   connectBus,
   createAuthority,
   credsFor,
-  InvalidAuthoritySeedsError,
-  InvalidPermissionError,
-  InvalidServerOptionError,
   InvalidUserKeyError,
   inboxPrefix,
   inboxSubjects,
@@ -16,11 +14,16 @@ import {
   loadAuthority,
   newUserKeys,
   nodeDeliveriesBucket,
-  nodeSubjects,
   openState,
   type BusPermissions,
 } from "@mesh/bus";
-import { EVERYTHING, eventually, recordingLogger, startBusServer, type BusServer } from "./bus-server.ts";
+import {
+  InvalidAuthoritySeedsError,
+  InvalidPermissionError,
+  InvalidServerOptionError,
+} from "../src/authority.ts";
+import { nodeSubjects } from "../src/subjects.ts";
+import { EVERYTHING, recordingLogger, startBusServer, type BusServer } from "./bus-server.ts";
 
 /** Node n1's permissions: its own subjects, its own inbox, and reading its own deliveries bucket. */
 const N1: BusPermissions = {
@@ -103,15 +106,15 @@ void describe("decentralized authentication against a real nats-server", () => {
     n1.publish("mesh.node.n1.after", "ok");
     await n1.flush();
 
-    await eventually(() => seen.includes("mesh.node.n1.after"), "n1's own publish to arrive");
-    await eventually(() => errors.length > 0, "the server's permission error");
+    await until("n1's own publish to arrive", () => seen.includes("mesh.node.n1.after"));
+    await until("the server's permission error", () => errors.length > 0);
     watcher.unsubscribe();
     assert.deepEqual(seen, ["mesh.node.n1.report", "mesh.node.n1.after"]);
     const refusal = errors[0];
     assert.ok(refusal instanceof PermissionViolationError);
     assert.equal(refusal.operation, "publish");
     assert.equal(refusal.subject, "mesh.node.n2.x");
-    await eventually(() => log.lines.some((l) => l.includes("mesh.node.n2.x")), "the refusal in words");
+    await until("the refusal in words", () => log.lines.some((l) => l.includes("mesh.node.n2.x")));
     assert.ok(
       log.lines.includes(
         'warn: the bus refused to let n1 publish to "mesh.node.n2.x": its credentials do not allow it ' +
@@ -149,7 +152,7 @@ void describe("decentralized authentication against a real nats-server", () => {
     );
     mute.publish("anything.at.all", "x");
     await mute.flush();
-    await eventually(() => log.lines.some((l) => l.includes('publish to "anything.at.all"')), "the refusal");
+    await until("the refusal", () => log.lines.some((l) => l.includes('publish to "anything.at.all"')));
   });
 
   void it("lets a node read its own KV bucket under JWT auth and refuses another node's", async () => {
@@ -209,10 +212,9 @@ void describe("decentralized authentication against a real nats-server", () => {
     assert.ok(keys.publicKey in bus.authority.revocations);
     await bus.server.reload(bus.authority.serverConfig());
 
-    await eventually(() => doomed.isClosed(), "the revoked connection to be closed", 60_000);
-    await eventually(
-      () => log.lines.some((l) => l.startsWith("error: gone's bus connection closed")),
-      "the error",
+    await until("the revoked connection to be closed", () => doomed.isClosed(), 60);
+    await until("the error", () =>
+      log.lines.some((l) => l.startsWith("error: gone's bus connection closed")),
     );
     await assert.rejects(
       connectBus({ servers: bus.server.url, creds: credsFor(jwt, keys.seed), name: "gone" }),

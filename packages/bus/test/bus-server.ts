@@ -53,25 +53,7 @@ export async function startBusServer(): Promise<BusServer> {
   };
 }
 
-/** A logger that remembers what it was told. */
-export function recordingLogger(): BusLogger & { lines: string[] } {
-  const lines: string[] = [];
-  return {
-    lines,
-    info: (m) => lines.push(`info: ${m}`),
-    warn: (m) => lines.push(`warn: ${m}`),
-    error: (m) => lines.push(`error: ${m}`),
-  };
-}
-
-/** Waits (generously: the machine is shared and slow) until `check` holds. */
-export async function eventually(check: () => boolean, what: string, withinMs = 20_000): Promise<void> {
-  const deadline = Date.now() + withinMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+export { recordingLogger } from "@mesh/testkit";
 
 /**
  * Runs `attempt` until it succeeds: right after a restart JetStream may not answer yet, and a

@@ -8,7 +8,6 @@ import { Kvm } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { meshClusterConfigs, startNatsCluster, until, type NatsCluster } from "@mesh/testkit";
 import {
-  askThroughServers,
   connectBus,
   createAuthority,
   credsFor,
@@ -24,6 +23,7 @@ import {
   sendReceipt,
   type BusAuthority,
 } from "@mesh/bus";
+import { askThroughServers } from "../src/ask-servers.ts";
 import { EVERYTHING, recordingLogger } from "./bus-server.ts";
 
 let authority: BusAuthority;
@@ -70,14 +70,17 @@ describe("the bus on a cluster of three", () => {
     const nc = await connect();
     assert.equal(replicasFor(nc), 3, "3 servers: 3 copies by default");
     await openState(nc, "fresh-bucket");
-    await ensureLedger(nc, "fresh-module");
     assert.equal(await replicasOf(nc, "KV_fresh-bucket"), 3);
-    assert.equal(await replicasOf(nc, ledgerStreamName("fresh-module")), 3);
 
+    // The ledger every module shares, made while only one copy could be placed.
     const single = await connect({ replicas: 1 });
     await openState(single, "old-bucket");
     await ensureLedger(single, "old-module");
     assert.equal(await replicasOf(nc, "KV_old-bucket"), 1);
+    assert.equal(await replicasOf(nc, ledgerStreamName("old-module")), 1);
+    // A module asked for later makes no stream of its own: it finds the shared one.
+    await ensureLedger(nc, "fresh-module");
+    assert.equal(ledgerStreamName("fresh-module"), ledgerStreamName("old-module"));
 
     const log = recordingLogger();
     const raised = await raiseReplicas(nc, log);
@@ -91,6 +94,7 @@ describe("the bus on a cluster of three", () => {
     assert.ok(raised.every((r) => r.from === 1 && r.to === 3));
     assert.equal(await replicasOf(nc, "KV_old-bucket"), 3);
     assert.equal(await replicasOf(nc, ledgerStreamName("old-module")), 3);
+    assert.equal(await replicasOf(nc, `KV_${ledgerSnapshotBucket("fresh-module")}`), 3);
     assert.ok(
       log.lines.some((l) => /^info: raised \d+ stream\(s\) to 3 copies/.test(l)),
       log.lines.join("\n"),

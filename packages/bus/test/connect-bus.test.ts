@@ -1,25 +1,18 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { freePort } from "@mesh/testkit";
+import { freePort, until } from "@mesh/testkit";
 import {
   BusTlsError,
   BusUnreachableError,
   closeBus,
   connectBus,
-  explainBusError,
   createAuthority,
   credsFor,
   newUserKeys,
   openState,
 } from "@mesh/bus";
-import {
-  EVERYTHING,
-  eventually,
-  recordingLogger,
-  startBusServer,
-  untilItWorks,
-  type BusServer,
-} from "./bus-server.ts";
+import { explainBusError } from "../src/connect-bus.ts";
+import { EVERYTHING, recordingLogger, startBusServer, untilItWorks, type BusServer } from "./bus-server.ts";
 
 void describe("connectBus", () => {
   let bus: BusServer;
@@ -84,9 +77,8 @@ void describe("connectBus", () => {
     const nc = await connectBus({ servers: bus.server.url, creds, name: "agent", log });
     try {
       await bus.server.restart();
-      await eventually(
-        () => log.lines.some((l) => l.startsWith("info: agent is connected to the bus again")),
-        "reconnect",
+      await until("reconnect", () =>
+        log.lines.some((l) => l.startsWith("info: agent is connected to the bus again")),
       );
       assert.ok(
         log.lines.some((l) => l.startsWith("warn: agent lost the bus at")),
@@ -128,7 +120,7 @@ void describe("connectBus", () => {
     });
     const before = reads;
     await bus.server.restart();
-    await eventually(() => reads > before, "the creds to be read again");
+    await until("the creds to be read again", () => reads > before);
     await closeBus(nc);
   });
 
@@ -138,10 +130,9 @@ void describe("connectBus", () => {
     const stranger = await createAuthority();
     try {
       await bus.server.restart({ config: stranger.serverConfig() });
-      await eventually(() => nc.isClosed(), "the client to give up on refused credentials", 60_000);
-      await eventually(
-        () => log.lines.some((l) => l.startsWith("error: agent's bus connection closed")),
-        "the error",
+      await until("the client to give up on refused credentials", () => nc.isClosed(), 60);
+      await until("the error", () =>
+        log.lines.some((l) => l.startsWith("error: agent's bus connection closed")),
       );
       assert.ok(
         log.lines.some((l) => l.includes("refused agent's credentials") && l.includes("enroll again")),

@@ -2,7 +2,8 @@
 // of an operator's action stand on a request the mesh relayed. Pure rules over records, no server.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { CLAIM_LATEST_MS, viewLedger, type LedgerRecord, type LedgerView } from "@mesh/bus";
+import { viewLedger, type LedgerRecord, type LedgerView } from "@mesh/bus";
+import { CLAIM_LATEST_MS } from "../src/ledger-view.ts";
 
 const T0 = Date.parse("2026-06-01T12:00:00.000Z");
 const iso = (ms: number): string => new Date(T0 + ms).toISOString();
@@ -55,6 +56,22 @@ void describe("reading a ledger: records and claims", () => {
     assert.equal(created?.recorded, undefined);
     assert.equal(created?.flagged, undefined);
     assert.equal(created?.matches, undefined);
+  });
+
+  void it("a rotation's phases and the sessions a --now rotation ends are the loop's, unless said of an operator", () => {
+    const phases = [
+      "rotation-add",
+      "rotation-deliver",
+      "rotation-drain",
+      "rotation-remove",
+      "sessions-ended",
+    ];
+    for (const [i, action] of phases.entries()) {
+      const [own] = view([i, claim(action, "notes_postgres", "provisioner", i)]);
+      assert.equal(own?.flagged, undefined, action);
+      const [forged] = view([i, claim(action, "notes_postgres", "operator alice", i)]);
+      assert.match(forged?.flagged ?? "", /only the provider's own loop does that/, action);
+    }
   });
 
   void it("a deletion it claims stands on the cleanup delete the mesh relayed for that login and person, in either order", () => {

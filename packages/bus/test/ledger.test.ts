@@ -1,10 +1,13 @@
-// A module's ledger against a real nats-server: created by a connection that may do anything,
-// written only on the module's own confined ledger connection, read back newest last.
+// A module's ledger against a real nats-server: its part of the ledger every module shares, made by
+// a connection that may do anything, written only on the module's own confined ledger connection,
+// read back newest last, by the module's subjects.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   ensureLedger,
+  LEDGER_STREAM,
   ledgerInboxPrefix,
   ledgerPermissions,
   LedgerEntryError,
@@ -12,6 +15,7 @@ import {
   ModuleLedger,
   readLedger,
 } from "@mesh/bus";
+import { ensureSharedLedger } from "../src/ledger.ts";
 import { EVERYTHING, startBusServer, type BusServer } from "./bus-server.ts";
 
 describe("a module's ledger", () => {
@@ -39,27 +43,52 @@ describe("a module's ledger", () => {
     await bus.stop();
   });
 
-  it("is created once however many times, and at once, it is ensured", async () => {
+  it("is created once however many times, and at once, it is ensured: one stream for every module", async () => {
+    const jsm = await jetstreamManager(controller);
+    const streams = async (): Promise<string[]> => {
+      const names: string[] = [];
+      for await (const name of jsm.streams.names()) names.push(name);
+      return names.sort();
+    };
+    const before = await streams();
     await Promise.all([ensureLedger(controller, "twice"), ensureLedger(controller, "twice")]);
     await ensureLedger(controller, "twice");
+    // Another connection finds it made.
+    const other = await bus.connectAs("controller-2", EVERYTHING);
+    await Promise.all([ensureSharedLedger(other), ensureLedger(other, "third")]);
+    assert.deepEqual(await streams(), before, "no stream made for a module");
+    assert.deepEqual(before, ["KV_mesh-ledgers", LEDGER_STREAM]);
     const ledger = await ledgerOf("twice");
-    assert.equal(await ledger.append("action", { action: "created", who: "provisioner" }), 1);
+    assert.ok((await ledger.append("action", { action: "created", who: "provisioner" })) >= 1);
+    assert.deepEqual(
+      (await readLedger(controller, "twice", { limit: 10 })).map((r) => r.entry["action"]),
+      ["created"],
+    );
   });
 
   it("appends entries on the module's own connection and reads the newest back, oldest first", async () => {
     const ledger = await ledgerOf("audit");
+    // Another module's entries in between, in the same stream: not audit's.
+    const notes = await ledgerOf("notes");
     const seqs: number[] = [];
-    for (let i = 1; i <= 5; i++) seqs.push(await ledger.append("action", { action: "created", n: i }));
+    for (let i = 1; i <= 5; i++) {
+      seqs.push(await ledger.append("action", { action: "created", n: i }));
+      await notes.append("action", { action: "noted", n: -i });
+    }
     seqs.push(await ledger.append("tool", { tool: "status", args: [], ok: true }));
-    assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6]);
+    assert.deepEqual(
+      seqs,
+      [...seqs].sort((a, b) => a - b),
+      "each entry's place grows",
+    );
 
     const newest = await readLedger(controller, "audit", { limit: 3 });
     assert.deepEqual(
       newest.map((r) => [r.seq, r.subject, r.entry["kind"], r.entry["n"]]),
       [
-        [4, "mesh.ledger.audit.action", "action", 4],
-        [5, "mesh.ledger.audit.action", "action", 5],
-        [6, "mesh.ledger.audit.tool", "tool", undefined],
+        [seqs[3], "mesh.ledgers.audit.action", "action", 4],
+        [seqs[4], "mesh.ledgers.audit.action", "action", 5],
+        [seqs[5], "mesh.ledgers.audit.tool", "tool", undefined],
       ],
     );
     assert.ok(!Number.isNaN(Date.parse(newest[0]?.at ?? "")));
@@ -120,6 +149,12 @@ describe("a module's ledger", () => {
     assert.equal(again, first);
     const tail = await readLedger(controller, "notes", { limit: 2 });
     assert.equal(tail.filter((r) => r.entry["action"] === "retired").length, 1);
+    // The same id from another module is that module's own entry, not a duplicate of notes's.
+    const audit = await ledgerOf("audit");
+    const theirs = await audit.append("action", { action: "retired" }, { id: "journal.n1.7.0" });
+    assert.notEqual(theirs, first);
+    const auditTail = await readLedger(controller, "audit", { limit: 1 });
+    assert.equal(auditTail[0]?.entry["action"], "retired");
   });
 
   it("keeps snapshots, latest value only, readable on the same connection", async () => {
@@ -129,12 +164,18 @@ describe("a module's ledger", () => {
     await ledger.snapshot("journal", { offset: 42 });
     assert.deepEqual(await ledger.readSnapshot("journal"), { offset: 42 });
     await assert.rejects(ledger.snapshot("journal", { seed: "x" }), LedgerEntryError);
+    // Another module's snapshot of the same name is its own.
+    const audit = await ledgerOf("audit");
+    assert.equal(await audit.readSnapshot("journal"), undefined);
+    await audit.snapshot("journal", { offset: 1 });
+    assert.deepEqual(await ledger.readSnapshot("journal"), { offset: 42 });
   });
 
   it("cannot be written on another module's ledger connection", async () => {
     const intruder = await ledgerOf("notes", "audit");
     await assert.rejects(intruder.append("action", { action: "created" }), LedgerWriteError);
     await assert.rejects(intruder.snapshot("journal", { offset: 0 }), LedgerWriteError);
+    await assert.rejects(intruder.readSnapshot("journal"), LedgerWriteError);
     const notes = await readLedger(controller, "notes", { limit: 100 });
     assert.ok(notes.every((r) => r.entry["action"] !== "created"));
   });

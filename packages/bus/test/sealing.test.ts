@@ -1,14 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import {
-  InvalidPublicKeyError,
-  mintPassword,
-  newNodeKeys,
-  PASSWORD_BYTES,
-  seal,
-  SealError,
-  unseal,
-} from "@mesh/bus";
+import { InvalidPublicKeyError, mintPassword, newNodeKeys, seal, SealError, unseal } from "@mesh/bus";
+import { PASSWORD_BYTES } from "../src/sealing.ts";
 
 void describe("sealing", () => {
   void it("a secret sealed to a node opens with that node's keys", async () => {

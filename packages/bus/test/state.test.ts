@@ -1,18 +1,19 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { until } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   inboxPrefix,
   inboxSubjects,
-  InvalidBucketNameError,
-  InvalidStateKeyError,
   openState,
   StateOpenError,
   StateValueError,
   type StateChange,
 } from "@mesh/bus";
+import { InvalidBucketNameError } from "../src/subjects.ts";
+import { InvalidStateKeyError } from "../src/state.ts";
 import { listKeys } from "../src/state.ts";
-import { EVERYTHING, eventually, startBusServer, untilItWorks, type BusServer } from "./bus-server.ts";
+import { EVERYTHING, startBusServer, untilItWorks, type BusServer } from "./bus-server.ts";
 
 interface Sealed {
   readonly box: string;
@@ -53,7 +54,7 @@ void describe("openState", () => {
     const state = await openState<Sealed>(nc, "mesh-desired");
     await state.put("fleet", { box: "kept", nodes: ["n1"] });
     await bus.server.restart();
-    await eventually(() => !nc.isClosed() && nc.info !== undefined, "the connection to be back");
+    await until("the connection to be back", () => !nc.isClosed() && nc.info !== undefined);
     assert.deepEqual(await untilItWorks(() => state.get("fleet")), { box: "kept", nodes: ["n1"] });
     const reopened = await openState<Sealed>(nc, "mesh-desired", { create: false });
     assert.deepEqual(await reopened.get("fleet"), { box: "kept", nodes: ["n1"] });
@@ -67,11 +68,11 @@ void describe("openState", () => {
     const done = (async () => {
       for await (const change of watch) seen.push(change);
     })();
-    await eventually(() => seen.length === 1, "the current value");
+    await until("the current value", () => seen.length === 1);
     await nc.publish("$KV.mesh-node-n1.bad", "not json");
     await state.put("two", { box: "2", nodes: ["n1"] });
     await state.delete("one");
-    await eventually(() => seen.length === 4, "the changes");
+    await until("the changes", () => seen.length === 4);
     watch.stop();
     await done;
     assert.deepEqual(
@@ -160,7 +161,7 @@ void describe("listing a bucket's keys", () => {
     const waited = (asked[1] ?? 0) - (asked[0] ?? 0);
     assert.ok(waited >= 1_900 && waited < 10_000, `asked again after ${waited} ms`);
     releaseFirst(late);
-    await eventually(() => late.stopped, "the late listing stopped");
+    await until("the late listing stopped", () => late.stopped);
   });
 
   void it("says the bus's own error of a listing at once, without asking again", async () => {

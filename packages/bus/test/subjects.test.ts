@@ -7,18 +7,20 @@ import {
   enrollSubject,
   inboxPrefix,
   inboxSubjects,
-  InvalidBucketNameError,
-  InvalidIdentityError,
-  InvalidNodeNameError,
   isValidNodeName,
   kvReadSubjects,
-  kvStreamName,
-  kvWriteSubjects,
   nodeDeliveriesBucket,
-  nodeSubjects,
   reportSubject,
   toolSubject,
 } from "@mesh/bus";
+import {
+  InvalidBucketNameError,
+  InvalidIdentityError,
+  InvalidNodeNameError,
+  kvStreamName,
+  nodeSubjects,
+} from "../src/subjects.ts";
+import { kvWriteSubjects } from "../src/kv-permissions.ts";
 
 const HOSTILE = [
   "",

@@ -4,11 +4,13 @@
 import { existsSync, readFileSync } from "node:fs";
 
 // `mesh --version` alone needs none of the program: it answers before the program is loaded (the
-// same version the program's own --version prints, from the same package.json).
+// same lines the program's own --version prints: the version from the same package.json, then the
+// state format and protocol, from the one small module that names them).
 const asked = process.argv.slice(2);
 if (asked.length === 1 && (asked[0] === "--version" || asked[0] === "-V")) {
   const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
-  process.stdout.write(`${version}\n`);
+  const { formatsLine } = await import("@mesh/manifest/versions");
+  process.stdout.write(`${version}\n${formatsLine()}\n`);
   process.exit(0);
 }
 

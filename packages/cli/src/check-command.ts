@@ -1,9 +1,9 @@
 // `mesh check [DIR...]`: lints modules' manifests against their code and against each other, for
 // a person at a terminal (one line per finding) and for CI (the exit code, or --json).
-import { readdir } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { dirname, join, relative } from "node:path";
 import type { Command } from "commander";
-import type { CheckTarget, Finding } from "@mesh/manifest";
+import type { CheckTarget, Finding, Fleet } from "@mesh/manifest";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_REFUSED, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
@@ -43,15 +43,19 @@ async function fleetTargets(file: string): Promise<CheckTarget[]> {
  * controller make (two consumers asking one provider for the same database, say). A manifest that
  * cannot be read is left to `checkModules`, which reports it.
  */
-async function fleetFindings(file: string): Promise<Finding[]> {
-  const { checkFleet, loadFleet, loadFleetManifests, ManifestError } = await import("@mesh/manifest");
+async function fleetFindings(
+  file: string,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<Finding[]> {
+  const { checkFleet, endpointDisagreements, loadFleet, loadFleetManifests, ManifestError } =
+    await import("@mesh/manifest");
   const fleet = await loadFleet(file);
   const manifests = await loadFleetManifests(fleet).catch((err: unknown) => {
     if (err instanceof ManifestError) return undefined;
     throw err;
   });
   if (manifests === undefined) return [];
-  return checkFleet(fleet, manifests).map((p) => ({
+  const problems: Finding[] = checkFleet(fleet, manifests).map((p) => ({
     kind: "fleet",
     severity: "error",
     file: p.file,
@@ -59,6 +63,49 @@ async function fleetFindings(file: string): Promise<Finding[]> {
     message: p.field === "(file)" ? p.message : `${p.field} ${p.message}`,
     fix: p.fix,
   }));
+  const urls = await adminUrlsReadable(fleet, env);
+  for (const d of endpointDisagreements(fleet, manifests, (m) => urls.get(m))) {
+    const serves = d.providerServes;
+    problems.push({
+      kind: "fleet",
+      // Said, not refused: without endpoint: consumers are sent where the running provider reports
+      // it serves (its admin URL); a written one may be a public address that reaches the same server.
+      severity: "warning",
+      file: fleet.file,
+      line: d.line ?? 1,
+      message: d.endpointWritten
+        ? `modules.${d.provider} tells its ${d.interface} consumers to connect to ${d.fleetSays} (its endpoint:), ` +
+          `while its admin URL points at ${serves}, where it makes their logins`
+        : `modules.${d.provider} has no endpoint:, so its ${d.interface} consumers are sent where its admin URL points, ` +
+          `${serves}, as the running provider reports it (not its manifest's default ${d.fleetSays})`,
+      fix: d.endpointWritten
+        ? `correct endpoint: under modules.${d.provider} if ${d.fleetSays} is not how consumers reach ${serves}`
+        : `nothing to do if consumers reach ${serves}; else write \`endpoint: { host: HOST, port: PORT }\` under modules.${d.provider}`,
+    });
+  }
+  return problems;
+}
+
+/**
+ * The admin URLs of the fleet's providers that this shell can read: a variable of its own
+ * environment, or a file it may read. What it cannot read is left out (mesh check cannot know).
+ */
+export async function adminUrlsReadable(
+  fleet: Fleet,
+  env: Readonly<Record<string, string | undefined>>,
+): Promise<Map<string, string>> {
+  const urls = new Map<string, string>();
+  for (const m of fleet.modules.values()) {
+    if (m.admin === undefined) continue;
+    if ("env" in m.admin) {
+      const value = env[m.admin.env];
+      if (value !== undefined && value.trim() !== "") urls.set(m.name, value);
+      continue;
+    }
+    const text = await readFile(m.admin.file, "utf8").catch(() => undefined);
+    if (text !== undefined && text.length <= 4096 && text.trim() !== "") urls.set(m.name, text.trim());
+  }
+  return urls;
 }
 
 /** Adds `mesh check` to `program`. */
@@ -108,7 +155,7 @@ Examples:
       const plural = (n: number, word: string): string => `${n} ${word}${n === 1 ? "" : "s"}`;
       const fleet = flags.fleet;
       const findings = await withProgress(io, `checking ${plural(targets.length, "module")}`, async () => [
-        ...(fleet === undefined ? [] : await fleetFindings(fleet)),
+        ...(fleet === undefined ? [] : await fleetFindings(fleet, io.env)),
         ...(await checkModules(targets)),
       ]);
       const errors = findings.filter((f) => f.severity === "error").length;

@@ -2,6 +2,7 @@
 
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
+import { formatsLine } from "@mesh/manifest/versions";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exitCodesHelp } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
@@ -37,6 +38,7 @@ export const COMMAND_MODULES: readonly (readonly [readonly string[], () => Promi
     async () => (await import("./up-command.ts")).addUpCommands,
   ],
   [["plan"], async () => (await import("./plan-command.ts")).addPlanCommand],
+  [["apply", "fleet"], async () => (await import("./apply-command.ts")).addApplyCommands],
   [["tool"], async () => (await import("./tool-command.ts")).addToolCommand],
   [["ledger"], async () => (await import("./ledger-command.ts")).addLedgerCommand],
   [["dashboard"], async () => (await import("./dashboard-command.ts")).addDashboardCommand],
@@ -46,6 +48,7 @@ export const COMMAND_MODULES: readonly (readonly [readonly string[], () => Promi
   [["provider"], async () => (await import("./provider-command.ts")).addProviderCommand],
   [["bus-config"], async () => (await import("./bus-config-command.ts")).addBusConfigCommand],
   [["join-token"], async () => (await import("./join-token-command.ts")).addJoinTokenCommand],
+  [["backup", "restore"], async () => (await import("./backup-command.ts")).addBackupCommands],
   // Made from the whole program, so never given a program of one module alone (see programFor).
   [["completion"], async () => (await import("./completion-command.ts")).addCompletionCommand],
 ];
@@ -55,7 +58,11 @@ function programRoot(io: CliIo): Command {
   const red = paintFor(io, "err").red;
   return new Command("mesh")
     .description("Mesh: self-hosted services wired together safely")
-    .version(MESH_VERSION, "-V, --version", "print the mesh's version")
+    .version(
+      `${MESH_VERSION}\n${formatsLine()}`,
+      "-V, --version",
+      "print the mesh's version, then the state format and protocol it speaks",
+    )
     .exitOverride()
     .showSuggestionAfterError(true)
     .configureOutput({

@@ -14,6 +14,11 @@ export const EXIT_USAGE = 2;
 export const EXIT_UNREACHABLE = 3;
 /** `mesh plan --detailed-exitcode`: planned, and applying it would change something. */
 export const EXIT_PLAN_CHANGES = 4;
+/** `mesh apply`, `mesh fleet rollback`: the stored revision moved since the plan; nothing was applied. */
+export const EXIT_STALE_REVISION = 5;
+
+/** `mesh rotate`: rotated, and its provider had not applied the new password when `--wait` ran out. */
+export const EXIT_NOT_APPLIED = 6;
 
 /** What an exit code means, one entry per code a command can end with. */
 export type ExitCodeMeanings = Readonly<Partial<Record<number, string>>>;
@@ -27,6 +32,10 @@ export const EXIT_CODE_MEANINGS: ExitCodeMeanings = {
     "usage error: a missing or bad argument, flag or setting, or a deletion or approval not confirmed",
   [EXIT_UNREACHABLE]: "nothing answered: no mesh, controller, agent or provider where one was asked",
   [EXIT_PLAN_CHANGES]: "mesh plan --detailed-exitcode only: applying the plan would change something",
+  [EXIT_STALE_REVISION]:
+    "mesh apply and mesh fleet rollback only: the stored revision moved since the plan; nothing applied",
+  [EXIT_NOT_APPLIED]:
+    "mesh rotate only: rotated, but the provider had not applied the new password when --wait ran out",
 };
 
 const TOOL: ExitCodeMeanings = {
@@ -81,11 +90,14 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
   },
   rotate: {
     ...ASKS_THE_MESH(
-      "rotated: the consumer has a new password",
+      "rotated, and the provider has applied the new password (or --wait 0: rotated, not waited for)",
       "the controller refused the rotation (the message says why)",
     ),
     [EXIT_UNREACHABLE]:
       "no mesh answers, or the bus cannot store the new password now: nothing changed, try again",
+    [EXIT_NOT_APPLIED]:
+      "rotated, but the provider had not applied the new password when --wait ran out: the consumer\n" +
+      "keeps its old password until it does; mesh status and the provider's log say why",
   },
   status: ASKS_THE_MESH("answered", "the controller's answer could not be used"),
   completion: {
@@ -134,6 +146,39 @@ export const COMMAND_EXIT_CODES: Readonly<Record<string, ExitCodeMeanings>> = {
       "the controller refused: the node is not in the fleet, or the token could not be stored now",
     ),
     [EXIT_USAGE]: "usage error: an --advertise that is not HOST or HOST:PORT",
+  },
+  backup: {
+    [EXIT_OK]: "written: the file (0600) holds what mesh restore needs",
+    [EXIT_REFUSED]:
+      "the backup failed (the bus refused a read, or the stopped mesh's bus could not start): nothing was written",
+    [EXIT_USAGE]: "usage error: no --out, its directory missing, or no mesh's state in --state",
+    [EXIT_UNREACHABLE]: "the bus does not answer (the running mesh's, or the --bus servers)",
+  },
+  restore: {
+    [EXIT_OK]: "restored: mesh up on the state directory serves the backup's fleet",
+    [EXIT_REFUSED]:
+      "refused: the state directory or the bus already holds a mesh, or the restore failed (the message says where)",
+    [EXIT_USAGE]: "usage error: the file is not a whole mesh backup, is of a newer format, or a bad flag",
+    [EXIT_UNREACHABLE]: "the --bus servers do not answer",
+  },
+  apply: {
+    [EXIT_OK]: "applied (or the mesh served this fleet already): the revision served is printed",
+    [EXIT_REFUSED]: "the controller refused it (the message says why), or its answer could not be used",
+    [EXIT_USAGE]: "the fleet file is refused (its problems are printed), or a usage error",
+    [EXIT_UNREACHABLE]: "no mesh answers (give --state or --bus), or no controller leads now",
+    [EXIT_STALE_REVISION]:
+      "the stored revision moved since the plan (both revisions are named): nothing applied; plan again, or --force",
+  },
+  fleet: EXIT_CODE_MEANINGS,
+  "fleet history": ASKS_THE_MESH("the history was shown", "the controller could not read it"),
+  "fleet show": ASKS_THE_MESH("the revision was shown", "the revision is not kept"),
+  "fleet rollback": {
+    ...ASKS_THE_MESH(
+      "rolled back: that revision's fleet is applied as a new revision",
+      "refused (the message says why)",
+    ),
+    [EXIT_STALE_REVISION]:
+      "the stored revision moved since the plan (both revisions are named): nothing applied; plan again, or --force",
   },
   plan: {
     [EXIT_OK]: "planned (with --detailed-exitcode: planned, and nothing would change)",

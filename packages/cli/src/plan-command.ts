@@ -32,6 +32,8 @@ export type PlanBaseline =
       /** The fleet file the mesh serves, and when it read it. */
       readonly fleetFile: string;
       readonly readAt: string;
+      /** The revision stored in the mesh (0: none applied yet); absent from an older controller. */
+      readonly revision?: number;
     }
   | { readonly kind: "empty"; readonly why: string };
 
@@ -69,8 +71,29 @@ export function addPlanCommand(program: Command, io: CliIo): void {
     .action(async (fleet: string, flags: PlanFlags) => {
       const report = await planFleet(resolve(fleet), stateDirOf(flags.state, io), flags, io);
       io.out(flags.json === true ? formatJson(report) : formatPlan(report, paintFor(io, "out")));
+      await warnEndpointDisagreements(resolve(fleet), io);
       if (flags.detailedExitcode === true && report.changed) throw new CliExit(EXIT_PLAN_CHANGES, "");
     });
+}
+
+// Where this shell can read a provider's admin URL, a consumer told another address than it points
+// at is said on standard error, naming both (standard output stays the plan).
+async function warnEndpointDisagreements(fleetFile: string, io: CliIo): Promise<void> {
+  const { endpointDisagreements, loadFleet, loadFleetManifests } = await import("@mesh/manifest");
+  const { adminUrlsReadable } = await import("./check-command.ts");
+  const fleet = await loadFleet(fleetFile);
+  const manifests = await loadFleetManifests(fleet);
+  const urls = await adminUrlsReadable(fleet, io.env);
+  const paint = paintFor(io, "err");
+  for (const d of endpointDisagreements(fleet, manifests, (m) => urls.get(m))) {
+    io.err(
+      d.endpointWritten
+        ? `${paint.yellow("warning:")} ${fleetFile}:${d.line ?? 1}: ${d.provider}'s ${d.interface} consumers are told ` +
+            `${d.fleetSays} (its endpoint:), while its admin URL points at ${d.providerServes}\n`
+        : `note: ${fleetFile}:${d.line ?? 1}: ${d.provider} has no endpoint:, so its ${d.interface} consumers are sent ` +
+            `where its admin URL points, ${d.providerServes}, once it runs (not its manifest's default ${d.fleetSays})\n`,
+    );
+  }
 }
 
 async function planFleet(fleetFile: string, state: string, flags: PlanFlags, io: CliIo): Promise<PlanReport> {
@@ -93,7 +116,13 @@ async function planFleet(fleetFile: string, state: string, flags: PlanFlags, io:
   const served = flags.empty === true ? undefined : await askServed(state, io, flags);
   const against: PlanBaseline =
     served !== undefined
-      ? { kind: "mesh", state, fleetFile: served.fleet.fleetFile, readAt: served.fleet.readAt }
+      ? {
+          kind: "mesh",
+          state,
+          fleetFile: served.fleet.fleetFile,
+          readAt: served.fleet.readAt,
+          ...(served.revision !== undefined ? { revision: served.revision } : {}),
+        }
       : {
           kind: "empty",
           why:
@@ -107,9 +136,12 @@ async function planFleet(fleetFile: string, state: string, flags: PlanFlags, io:
   return { fleetFile, against, ...diff };
 }
 
-interface Served {
+/** What the running mesh serves, as `mesh plan` and `mesh apply` compare with it. */
+export interface Served {
   readonly fleet: ComparedFleet & { readonly fleetFile: string; readonly readAt: string };
   readonly keptPasswords: readonly string[];
+  /** The revision stored (absent from an older controller). */
+  readonly revision?: number;
 }
 
 /**
@@ -117,14 +149,18 @@ interface Served {
  * @throws CliExit (EXIT_UNREACHABLE) when one has but does not answer; (EXIT_REFUSED) when its
  * answer cannot be used.
  */
-async function askServed(state: string, io: CliIo, flags: PlanFlags): Promise<Served | undefined> {
+export async function askServed(
+  state: string,
+  io: CliIo,
+  flags: { readonly bus?: string[]; readonly busCa?: string },
+): Promise<Served | undefined> {
   const hasRun = await access(join(state, "operator.creds")).then(
     () => true,
     () => false,
   );
   if (!hasRun) return undefined;
   const { parseStoredFleet, SERVED_FLEET_SUBJECT } = await import("@mesh/controller");
-  let answer: { ok?: unknown; fleet?: unknown; keptPasswords?: unknown; error?: unknown };
+  let answer: { ok?: unknown; fleet?: unknown; keptPasswords?: unknown; error?: unknown; revision?: unknown };
   try {
     answer = await askController(state, SERVED_FLEET_SUBJECT, "{}", {
       name: "mesh plan",
@@ -151,7 +187,11 @@ async function askServed(state: string, io: CliIo, flags: PlanFlags): Promise<Se
         `${typeof answer?.error === "string" ? ` (${answer.error})` : ""}: restart \`mesh up\` with this version of mesh`,
     );
   }
-  return { fleet, keptPasswords: kept.filter((k): k is string => typeof k === "string") };
+  return {
+    fleet,
+    keptPasswords: kept.filter((k): k is string => typeof k === "string"),
+    ...(typeof answer.revision === "number" ? { revision: answer.revision } : {}),
+  };
 }
 
 const plural = (n: number, one: string, many = `${one}s`): string => `${n} ${n === 1 ? one : many}`;
@@ -286,23 +326,30 @@ export function summarizePlan(diff: FleetPlanDiff): string {
  * A plan as a person reads it: grouped by provider, then modules and nodes, then the summary.
  * `paint` colours the marks: + green, ~ yellow, - red, and what waits for approval.
  */
-export function formatPlan(report: PlanReport, paint: Paint = NO_PAINT): string {
+export function formatPlan(report: PlanReport, paint: Paint = NO_PAINT, applying = false): string {
   const lines: string[] = [];
   const against = report.against;
   lines.push(`Plan for ${report.fleetFile}`);
   if (against.kind === "mesh") {
     lines.push(
-      `compared with what the mesh in ${against.state} serves (${against.fleetFile}, read ${against.readAt})`,
+      `compared with what the mesh in ${against.state} serves (` +
+        (against.revision !== undefined ? `revision ${against.revision}, ` : "") +
+        `${against.fleetFile}, read ${against.readAt})`,
     );
   } else {
     lines.push(`compared with an empty mesh, so everything is new: ${against.why}`);
   }
-  lines.push("Nothing has been changed.", "");
+  if (!applying) lines.push("Nothing has been changed.");
+  lines.push("");
+  if (!report.changed && applying) {
+    lines.push("No changes: the mesh serves this fleet already.");
+    return `${lines.join("\n")}\n`;
+  }
   if (!report.changed) {
     const same = against.kind === "mesh" && against.fleetFile === report.fleetFile;
     lines.push(
       same
-        ? "No changes: the mesh already serves this file (it applies it as soon as it is saved: plan a copy before saving it)."
+        ? "No changes: the mesh already serves this file (a save on the machine of `mesh up FILE` applies it: plan a copy before saving it)."
         : "No changes: applying this fleet file would change nothing.",
     );
     return `${lines.join("\n")}\n`;
@@ -333,9 +380,11 @@ export function formatPlan(report: PlanReport, paint: Paint = NO_PAINT): string 
     }
     lines.push("");
   }
-  if (against.kind === "mesh" && against.fleetFile !== report.fleetFile) {
+  if (!applying && against.kind === "mesh") {
     lines.push(
-      `To apply it, move it over ${against.fleetFile}: the controller reads that file as soon as it changes.`,
+      `To apply it: mesh apply ${report.fleetFile}` +
+        (against.revision !== undefined ? ` --expect-revision ${against.revision}` : "") +
+        ` (from any machine with the operator's credential).`,
     );
   }
   lines.push(summarizePlan(report));

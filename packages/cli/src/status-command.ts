@@ -5,6 +5,9 @@ import { formatSize } from "@mesh/manifest/limit-values";
 import { NO_PAINT, type Paint } from "./colour.ts";
 import { formatTime, maskDeep, maskUrls } from "./format.ts";
 
+/** How many scheduled rotations the text status lists (the soonest first). */
+const ROTATIONS_DUE_SHOWN = 5;
+
 /** One failing consumer as the controller's answer gives it. */
 export interface FailingAnswer {
   provider: string;
@@ -33,6 +36,16 @@ export interface ProviderAnswer {
   contributionsProblem?: string | null;
   counts?: Partial<Record<"active" | "failing" | "unasked" | "awaiting-approval" | "retired", number>> | null;
   waiting?: { id: string | null; logins: string[]; count: number; held?: number; reason?: string } | null;
+  /** Where it says it serves (`host:port`, from its admin URL). */
+  serves?: string;
+  /** Where its consumers are sent, per interface, and whether the fleet's endpoint: disagrees. */
+  endpoints?: {
+    interface: string;
+    given: string;
+    from: "fleet" | "provider" | "manifest";
+    serves: string | null;
+    disagrees: boolean;
+  }[];
 }
 
 /** A module whose answer its node's agent did not use, as the controller's answer gives it. */
@@ -72,8 +85,23 @@ export interface StatusAnswer {
     }[];
     /** Users of this node's mesh whose module no longer runs there. */
     goneModuleUsers?: string[];
+    /** The node's mesh as its agent says (release null: it says none, 0.1.0), and whether the controller works with it. */
+    version?: { release: string | null; protocol: number; compatible: boolean; problem?: string };
   }[];
-  consumers?: { consumer: string; interface: string; login: string; provider: string; node?: string }[];
+  consumers?: {
+    consumer: string;
+    interface: string;
+    login: string;
+    provider: string;
+    node?: string;
+    /** Its provider has not seen it connected since its password was applied, past the bound. */
+    neverSeenConnected?: boolean;
+    unusedSince?: string;
+    /** The rotation of its password under way: its phase, since when, when the old one goes. */
+    rotation?: { phase: string; since: string; until?: string };
+    /** When the fleet's rotation schedule rotates its password next (ISO 8601). */
+    rotationDue?: string;
+  }[];
   failing?: FailingAnswer[];
   providers?: ProviderAnswer[];
   /** Every module whose answers its node's agent does not use, with what was wrong and since when. */
@@ -85,6 +113,8 @@ export interface StatusAnswer {
   controllers?: { self: string; leading: boolean; leader: string | null; term: number | null }[];
   /** What the controller accepted and the bus could not store yet (retried until stored). */
   waiting?: { what: string; since: string; attempts: number; error: string; nextAt?: string }[];
+  /** The answering controller's mesh: its release, protocol and state format. */
+  mesh?: { release: string; protocol: number; stateFormat: number };
 }
 
 /** The answer with every failing consumer's error masked (see `maskUrls`), for printing either way. */
@@ -135,6 +165,10 @@ export function formatStatus(
 ): string {
   const s = maskedAnswer(answer);
   const lines: string[] = [...controllerLines(s, paint)];
+  if (s.mesh)
+    lines.push(
+      `version  mesh ${s.mesh.release} (protocol ${s.mesh.protocol}, state format ${s.mesh.stateFormat}), the controller that answered`,
+    );
   if (s.fleet) lines.push(`fleet ${s.fleet.file}, read ${s.fleet.readAt}`);
   for (const problem of s.fleet?.refused ?? [])
     lines.push(`  ${paint.red("REFUSED")} (the last good fleet is served): ${problem}`);
@@ -145,9 +179,16 @@ export function formatStatus(
     );
   lines.push("", "NODE / MODULE            STATE       RESTARTS  METRICS");
   for (const n of s.nodes ?? []) {
+    const v = n.version;
+    const version =
+      v === undefined
+        ? ""
+        : `, mesh ${v.release ?? "0.1.0"} (protocol ${v.protocol})` +
+          (v.compatible ? "" : ` ${paint.red("INCOMPATIBLE")}`);
     lines.push(
-      `${n.name.padEnd(24)} ${n.enrolled ? "enrolled" : paint.yellow("not enrolled")}${n.lastReportAt ? `, reported ${n.lastReportAt}` : ""}`,
+      `${n.name.padEnd(24)} ${n.enrolled ? "enrolled" : paint.yellow("not enrolled")}${n.lastReportAt ? `, reported ${n.lastReportAt}` : ""}${version}`,
     );
+    if (v !== undefined && !v.compatible && v.problem !== undefined) lines.push(`  ${paint.red(v.problem)}`);
     for (const m of n.modules ?? []) {
       const restarts = String(m.restarts ?? 0);
       lines.push(
@@ -188,6 +229,47 @@ export function formatStatus(
   lines.push("", "CONSUMER         INTERFACE            LOGIN                PROVIDER");
   for (const c of s.consumers ?? []) {
     lines.push(`${c.consumer.padEnd(16)} ${c.interface.padEnd(20)} ${c.login.padEnd(20)} ${c.provider}`);
+  }
+  const rotating = (s.consumers ?? []).filter((c) => c.rotation !== undefined);
+  if (rotating.length > 0) {
+    lines.push("", `ROTATIONS UNDER WAY: ${rotating.length}`);
+    for (const c of rotating) {
+      const r = c.rotation ?? { phase: "?", since: "?" };
+      const until = r.until === undefined ? "" : `, the old password goes at ${r.until}`;
+      lines.push(
+        `  ${c.consumer} (${c.interface}, login ${c.login} at ${c.provider}): ${r.phase} since ${r.since}${until}`,
+      );
+    }
+  }
+  const due = (s.consumers ?? [])
+    .filter((c) => c.rotationDue !== undefined)
+    .sort((a, b) => (a.rotationDue ?? "").localeCompare(b.rotationDue ?? ""));
+  if (due.length > 0) {
+    const shown = due.slice(0, ROTATIONS_DUE_SHOWN);
+    const more = due.length - shown.length;
+    lines.push(
+      "",
+      `ROTATIONS DUE NEXT: ${due.length} scheduled${more > 0 ? `, the first ${shown.length}:` : ""}`,
+    );
+    for (const c of shown) {
+      lines.push(
+        `  ${c.consumer} (${c.interface}, login ${c.login} at ${c.provider}): rotation due ${c.rotationDue}`,
+      );
+    }
+    if (more > 0) lines.push(`  … and ${more} more (mesh status --json lists each consumer's rotationDue)`);
+  }
+  const unseen = (s.consumers ?? []).filter((c) => c.neverSeenConnected === true);
+  if (unseen.length > 0) {
+    lines.push(
+      "",
+      `${paint.yellow("warning:")} NEVER SEEN CONNECTED: ${unseen.length} consumer(s) whose provider has not seen ` +
+        "their login in use since their password was applied (an app pointed at another server, misconfigured, or not running)",
+    );
+    for (const c of unseen) {
+      lines.push(
+        `  ${c.consumer} (${c.interface}, login ${c.login} at ${c.provider}) since ${c.unusedSince ?? "?"}`,
+      );
+    }
   }
   if (s.providers !== undefined && s.providers.length > 0)
     lines.push("", ...providerLines(s.providers, paint));
@@ -282,6 +364,26 @@ function resourceWords(
 
 // Each provider's counts, its retirement waiting for a person and its retired consumers, with the
 // command that acts on each, as the dashboard shows them.
+// Where a provider's consumers are sent, when it is not simply the fleet's endpoint: agreed with:
+// a disagreement names both addresses, and an address learnt from the provider says so.
+function endpointLines(p: ProviderAnswer, paint: Paint): string[] {
+  const lines: string[] = [];
+  for (const e of p.endpoints ?? []) {
+    if (e.disagrees) {
+      lines.push(
+        `  ${paint.yellow("ENDPOINT DISAGREES")}: its ${e.interface} consumers are sent to ${e.given} (the fleet's endpoint:), ` +
+          `while ${p.provider} serves at ${e.serves ?? "?"} (its admin URL, where it makes their logins); ` +
+          `correct endpoint: under modules.${p.provider} unless ${e.given} reaches the same server`,
+      );
+    } else if (e.from === "provider") {
+      lines.push(
+        `  ${e.interface} consumers are sent to ${e.given}, where it serves (the fleet names no endpoint:)`,
+      );
+    }
+  }
+  return lines;
+}
+
 function providerLines(providers: readonly ProviderAnswer[], paint: Paint): string[] {
   const lines = ["PROVIDER         NODE             ACTIVE  FAILING  UNASKED  WAITING  RETIRED  LAST PASS"];
   for (const p of providers) {
@@ -301,6 +403,7 @@ function providerLines(providers: readonly ProviderAnswer[], paint: Paint): stri
     );
     if (p.contributionsProblem)
       lines.push(`  ${paint.red("nothing applied or retired")}: ${p.contributionsProblem}`);
+    lines.push(...endpointLines(p, paint));
     const w = p.waiting;
     if (w && w.count > 0) {
       const more = w.count > w.logins.length ? ` and ${w.count - w.logins.length} more` : "";

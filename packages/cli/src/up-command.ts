@@ -19,7 +19,7 @@ import {
 } from "./controller-request.ts";
 import { paintFor } from "./colour.ts";
 import { DEFAULT_GRACE, graceOf, isolationOf, STOP_MARGIN_MS } from "./daemon-flags.ts";
-import { CliExit, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
+import { CliExit, EXIT_NOT_APPLIED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
 import { withLogFlags, type LogFlags } from "./log-flags.ts";
@@ -36,12 +36,16 @@ type DaemonFlags = {
   operatorTokenFile?: string;
   bus?: string[];
   busCa?: string;
+  fleetHistory?: string;
 } & LogFlags;
 
 // The flags `mesh up` and `mesh controller` share: where the state is, the bus, how it is reached.
 function withDaemonFlags(command: Command): Command {
   return withLogFlags(command)
-    .argument("[fleet]", "the fleet file", "mesh.yaml")
+    .argument(
+      "[fleet]",
+      "the fleet file this machine applies (at start when it differs from the stored one, and at each save); without it, the fleet stored in the mesh is served",
+    )
     .option("--state <dir>", "where the mesh keeps its state (default: $MESH_STATE_DIR, else ./.mesh-state)")
     .option(
       "--bus <url,...>",
@@ -62,21 +66,32 @@ function withDaemonFlags(command: Command): Command {
       "where the controller serves the dashboard and /metrics, both asking for a credential (default: 127.0.0.1, a free port)",
     )
     .option(
+      "--fleet-history <n>",
+      "how many applied revisions of the fleet the bus keeps, for mesh fleet history and rollback (default: 100)",
+    )
+    .option(
       "--operator-token-file <path>",
       "the operator token's file (default: <state>/controller/operator.token; made there, 0600, when it does not exist): the dashboard's logins (mesh dashboard) and its API for scripts",
     );
 }
 
-async function daemonOptions(fleet: string, flags: DaemonFlags, io: CliIo) {
+async function daemonOptions(fleet: string | undefined, flags: DaemonFlags, io: CliIo) {
   if (flags.busCa !== undefined && flags.bus === undefined)
     throw new CliExit(
       EXIT_USAGE,
       "--bus-ca is for an existing cluster with TLS (--bus tls://…): the embedded nats-server uses no TLS",
     );
   const ca = await busCaOf(flags.busCa);
+  const history = flags.fleetHistory === undefined ? undefined : Number(flags.fleetHistory);
+  if (history !== undefined && (!Number.isSafeInteger(history) || history < 1))
+    throw new CliExit(
+      EXIT_USAGE,
+      `--fleet-history ${JSON.stringify(flags.fleetHistory)}: give a whole number, 1 or more`,
+    );
   const { logIo } = await import("./log-lines.ts");
   return {
-    fleetFile: resolve(fleet),
+    ...(fleet !== undefined ? { fleetFile: resolve(fleet) } : {}),
+    ...(history !== undefined ? { fleetHistory: history } : {}),
     state: stateDirOf(flags.state, io),
     io: logIo(io, flags),
     ...(flags.bus !== undefined ? { bus: busOf(flags.bus) } : {}),
@@ -125,7 +140,10 @@ Examples:
   $ mesh up mesh.yaml --node node-1 --bus nats://10.0.0.1:4222,nats://10.0.0.2:4222,nats://10.0.0.3:4222`,
     )
     .action(
-      async (fleet: string, flags: DaemonFlags & { node?: string[]; isolation: string; grace?: string }) => {
+      async (
+        fleet: string | undefined,
+        flags: DaemonFlags & { node?: string[]; isolation: string; grace?: string },
+      ) => {
         // The daemon is loaded only when it runs: building the program (for --help, or any other
         // command) must not pay for the controller and the agent.
         const { runMesh } = await import("./mesh-daemon.ts");
@@ -169,7 +187,7 @@ Examples:
       "--standby-of <state>",
       "stand by for the controller whose state directory this is (its authority, controller keys and HTTP tokens are copied from it): lead when its lease lapses",
     )
-    .action(async (fleet: string, flags: DaemonFlags & { standbyOf?: string }) => {
+    .action(async (fleet: string | undefined, flags: DaemonFlags & { standbyOf?: string }) => {
       const { runMesh } = await import("./mesh-daemon.ts");
       await runMesh({
         role: "controller",
@@ -246,34 +264,111 @@ stops the modules (SIGKILL after --grace), then the agent.`,
     .argument("<consumer>", "the consumer module")
     .argument("<interface>", "the interface it needs, e.g. postgres-database")
     .option("--json", "print the controller's answer as JSON, for scripts")
+    .option(
+      "--wait <duration>",
+      "how long to wait for the provider to apply the new password (0: do not wait)",
+      DEFAULT_ROTATE_WAIT,
+    )
+    .option(
+      "--now",
+      "for a leaked password: no overlap, the old password is refused as soon as the provider takes the new one and the login's open sessions are ended (allowed during another rotation of the consumer)",
+    )
     .addHelpText(
       "after",
       `
 Examples:
   $ mesh rotate notes postgres-database
-  $ mesh rotate notes postgres-database --json --state /var/lib/mesh`,
+  $ mesh rotate notes postgres-database --now
+  $ mesh rotate notes postgres-database --wait 5m
+  $ mesh rotate notes postgres-database --json --state /var/lib/mesh
+
+It ends with 0 only once the provider has applied the new password (its own status says so), and
+with ${EXIT_NOT_APPLIED} when it has not by the end of --wait: the consumer then keeps its old password until it does.`,
     )
-    .action(async (consumer: string, iface: string, flags: { state?: string; json?: boolean } & BusFlags) => {
-      // Who asks goes into the consumer's and the provider's ledgers with the rotation.
-      const answer = await ask<{ ok: boolean; error?: string; busCannotStore?: boolean; ledger?: string }>(
-        stateDirOf(flags.state, io),
-        JSON.stringify({ consumer, interface: iface, who: osUserName() }),
-        io,
-        busOverride(flags),
-      );
-      if (!answer.ok)
-        throw new CliExit(
-          answer.busCannotStore === true ? EXIT_UNREACHABLE : EXIT_REFUSED,
-          answer.error ?? "the controller refused the rotation",
+    .action(
+      async (
+        consumer: string,
+        iface: string,
+        flags: { state?: string; json?: boolean; wait: string; now?: boolean } & BusFlags,
+      ) => {
+        const { parseDuration, InvalidDurationError } = await import("@mesh/sdk");
+        let waitMs: number;
+        try {
+          waitMs = flags.wait.trim() === "0" ? 0 : parseDuration(flags.wait);
+        } catch (err) {
+          if (err instanceof InvalidDurationError) throw new CliExit(EXIT_USAGE, `--wait: ${err.message}`);
+          throw err;
+        }
+        const state = stateDirOf(flags.state, io);
+        // Who asks goes into the consumer's and the provider's ledgers with the rotation.
+        const answer = await ask<{
+          ok: boolean;
+          error?: string;
+          busCannotStore?: boolean;
+          ledger?: string;
+          provider?: string;
+          login?: string;
+          tag?: string;
+        }>(
+          state,
+          JSON.stringify({
+            consumer,
+            interface: iface,
+            who: osUserName(),
+            ...(flags.now === true ? { now: true } : {}),
+          }),
+          io,
+          busOverride(flags),
         );
-      if (typeof answer.ledger === "string")
-        io.err(`${paintFor(io, "err").yellow("warning:")} ${answer.ledger}\n`);
-      io.out(
-        flags.json === true
-          ? formatJson({ ...answer, consumer, interface: iface })
-          : `rotated: ${consumer}'s ${iface} has a new password; its provider applies it and ${consumer} reads it\n`,
-      );
-    });
+        if (!answer.ok)
+          throw new CliExit(
+            answer.busCannotStore === true ? EXIT_UNREACHABLE : EXIT_REFUSED,
+            answer.error ?? "the controller refused the rotation",
+          );
+        if (typeof answer.ledger === "string")
+          io.err(`${paintFor(io, "err").yellow("warning:")} ${answer.ledger}\n`);
+        const { tag, ...shown } = answer;
+        let applied: boolean | undefined;
+        if (waitMs > 0) {
+          if (answer.provider === undefined || answer.login === undefined || tag === undefined) {
+            throw new CliExit(
+              EXIT_NOT_APPLIED,
+              `rotated: ${consumer}'s ${iface} has a new password, but the controller did not say which ` +
+                "provider applies it (an older controller): see mesh status",
+            );
+          }
+          applied = await appliedWithin(
+            state,
+            { provider: answer.provider, login: answer.login, tag },
+            waitMs,
+            io,
+            busOverride(flags),
+          );
+        }
+        io.out(
+          flags.json === true
+            ? formatJson({
+                ...shown,
+                consumer,
+                interface: iface,
+                ...(applied === undefined ? {} : { applied }),
+              })
+            : applied === true
+              ? `rotated: ${consumer}'s ${iface} has a new password, applied by ${answer.provider ?? "its provider"}; ${consumer} reads it\n`
+              : applied === false
+                ? `rotated: ${consumer}'s ${iface} has a new password, which ${answer.provider ?? "its provider"} has not applied after ${flags.wait}\n`
+                : `rotated: ${consumer}'s ${iface} has a new password; its provider applies it and ${consumer} reads it\n`,
+        );
+        if (applied === false) {
+          throw new CliExit(
+            EXIT_NOT_APPLIED,
+            `${answer.provider ?? "the provider"} has not applied ${consumer}'s new ${iface} password within ` +
+              `${flags.wait}: ${consumer} keeps its old one until it does; see mesh status and ` +
+              `mesh logs ${answer.provider ?? ""}`.trimEnd(),
+          );
+        }
+      },
+    );
 
   withAskFlags(program.command("status"))
     .summary("the leader and standbys, nodes, modules, consumers, and the failing ones with why")
@@ -326,6 +421,9 @@ async function agent(
         })
       ).trim();
     }
+    // An older state is backed up beside it and migrated, a newer one refused, before the agent starts.
+    const { settleStateFormat } = await import("./state-format.ts");
+    await settleStateFormat(state, say);
     let running: Agent;
     try {
       running = await startAgent({
@@ -365,6 +463,61 @@ async function ask<T>(
     waiting: `waiting for the controller of the mesh in ${state}`,
     ...bus,
   });
+}
+
+/** How long `mesh rotate` waits for the provider to apply the new password, unless told. */
+export const DEFAULT_ROTATE_WAIT = "2m";
+
+// How often `mesh rotate --wait` asks the provider's status through the mesh.
+const APPLIED_POLL_MS = 1_000;
+
+// Whether the provider lists the login with the new password's tag applied before `waitMs` ends,
+// asking its status through the mesh (the controller relays it to the provider's node). An ask
+// that fails is only "not yet": the provider may be restarting.
+async function appliedWithin(
+  state: string,
+  rotated: { provider: string; login: string; tag: string },
+  waitMs: number,
+  io: CliIo,
+  bus: { servers?: readonly string[]; caFile?: string },
+): Promise<boolean> {
+  const { TOOL_REQUEST_SUBJECT } = await import("@mesh/bus/subjects");
+  const deadline = Date.now() + waitMs;
+  const body = JSON.stringify({ module: rotated.provider, tool: "status", args: [], who: osUserName() });
+  for (;;) {
+    const left = deadline - Date.now();
+    if (left <= 0) return false;
+    try {
+      const reply = await askController<{ ok: boolean; answer?: unknown }>(
+        state,
+        TOOL_REQUEST_SUBJECT,
+        body,
+        {
+          timeoutMs: Math.max(1_000, Math.min(left, 10_000)),
+          name: "mesh rotate",
+          io,
+          waiting: `waiting for ${rotated.provider} to apply the new password`,
+          ...bus,
+        },
+      );
+      const consumers = (reply.answer as { consumers?: unknown } | undefined)?.consumers;
+      if (
+        reply.ok &&
+        Array.isArray(consumers) &&
+        consumers.some(
+          (c) =>
+            (c as { login?: unknown }).login === rotated.login &&
+            (c as { applied?: unknown }).applied === rotated.tag,
+        )
+      )
+        return true;
+    } catch (err) {
+      if (!(err instanceof CliExit)) throw err;
+    }
+    await new Promise((resolve) =>
+      setTimeout(resolve, Math.min(APPLIED_POLL_MS, Math.max(0, deadline - Date.now()))),
+    );
+  }
 }
 
 async function status(

@@ -21,7 +21,7 @@ describe("mesh check --fleet reads run templates", () => {
     const file = join(dir, "mesh.yaml");
     await writeFile(
       file,
-      `nodes:\n  a: {}\nmodules:\n  postgres:\n    manifest: ${JSON.stringify(join(repo, "providers", "postgres", "module.json"))}\n    node: a\n  wiki: { manifest: ./wiki/module.json, node: a }\n`,
+      `nodes:\n  a: {}\nmodules:\n  postgres:\n    manifest: ${JSON.stringify(join(repo, "providers", "postgres", "module.json"))}\n    node: a\n    admin: { env: MESH_POSTGRES_URL }\n  wiki: { manifest: ./wiki/module.json, node: a }\n`,
     );
     return file;
   };

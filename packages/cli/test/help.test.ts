@@ -5,7 +5,7 @@ import { readFileSync } from "node:fs";
 import { Readable } from "node:stream";
 import { describe, it } from "node:test";
 import type { Command } from "commander";
-import { TOOL_NAMES } from "@mesh/manifest";
+import { formatsLine, PROTOCOL_VERSION, STATE_FORMAT, TOOL_NAMES } from "@mesh/manifest";
 import { allCommands, buildProgram, COMMAND_MODULES, commandPath, programFor } from "../src/cli.ts";
 import { COMMAND_EXIT_CODES, EXIT_CODE_MEANINGS } from "../src/exit-codes.ts";
 import type { CliIo } from "../src/io.ts";
@@ -18,7 +18,8 @@ const commands = allCommands(await buildProgram(quietIo));
 const shown = (command: Command): string => `mesh ${commandPath(command)}`.trim();
 
 /** The commands that run something until stopped rather than read something: no --json for them. */
-const NOT_READING = new Set(["up", "controller", "agent", "provider", "completion"]);
+// `fleet` is a group: each of its commands takes --json.
+const NOT_READING = new Set(["up", "controller", "agent", "provider", "completion", "fleet"]);
 
 describe("mesh's help", () => {
   it("walks at least every command mesh has today", () => {
@@ -117,18 +118,22 @@ describe("mesh's help", () => {
     assert.match(none.stderr, /Commands:/);
   });
 
-  it("--version prints the CLI package's version alone and exits 0", async () => {
+  it("--version prints the CLI package's version on its first line, then the state format and protocol, and exits 0", async () => {
     const run = await mesh(["--version"]);
     assert.equal(run.code, 0);
     const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
       version: string;
     };
-    assert.equal(run.stdout, `${version}\n`);
+    assert.equal(run.stdout, `${version}\n${formatsLine()}\n`);
+    assert.match(
+      run.stdout.split("\n")[1] ?? "",
+      new RegExp(`^state format ${STATE_FORMAT} .*protocol ${PROTOCOL_VERSION} `),
+    );
     // bin/mesh.js answers --version (and -V) alone before loading the program: the same line.
     for (const flag of ["--version", "-V"]) {
       const spawned = await runMesh([flag]);
       assert.equal(spawned.code, 0, spawned.stderr);
-      assert.equal(spawned.stdout, `${version}\n`, flag);
+      assert.equal(spawned.stdout, `${version}\n${formatsLine()}\n`, flag);
     }
   });
 

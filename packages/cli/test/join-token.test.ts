@@ -19,7 +19,7 @@ import {
   type UserKeys,
 } from "@mesh/bus";
 import { startController, type Controller, type EnrollReply } from "@mesh/controller";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { startNats, type NatsServer, quietLogger } from "@mesh/testkit";
 import { advertiseServers, writeJoinTokens } from "../src/join-token-command.ts";
 import { meshInProcess as mesh, writeOperatorState } from "./run-mesh.ts";
 
@@ -64,7 +64,7 @@ describe("mesh join-token", { timeout: 120_000 }, () => {
       fleetFile: FLEET,
       servers: [nats.url],
       authority,
-      logger: { info: () => {}, warn: () => {}, error: () => {} },
+      logger: quietLogger,
       watch: false,
     });
     await writeOperatorState(authority, state, nats.url);

@@ -16,7 +16,7 @@ import {
   type LedgerView,
 } from "@mesh/bus";
 import { startController, type Controller } from "@mesh/controller";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { startNats, type NatsServer, quietLogger } from "@mesh/testkit";
 import { formatLedger } from "../src/ledger-command.ts";
 import { meshInProcess, runMesh, writeOperatorState, type InProcessRun } from "./run-mesh.ts";
 
@@ -68,7 +68,7 @@ void describe("mesh ledger shows a module's ledger as a timeline", () => {
       fleetFile: join(dir, "mesh.yaml"),
       servers: [nats.url],
       authority,
-      logger: { info: () => {}, warn: () => {}, error: () => {} },
+      logger: quietLogger,
       watch: false,
     });
     await writeOperatorState(authority, state, nats.url);
@@ -197,10 +197,10 @@ void describe("mesh ledger shows a module's ledger as a timeline", () => {
     assert.deepEqual(
       answer.entries.map((r) => [r.seq, r.subject, r.entry["kind"]]),
       [
-        [4, "mesh.ledger.postgres.action", "action"],
-        [5, "mesh.ledger.postgres.tool", "tool"],
-        [6, "mesh.ledger.postgres.rotate", "rotate"],
-        [7, "mesh.ledger.postgres.action", "action"],
+        [4, "mesh.ledgers.postgres.action", "action"],
+        [5, "mesh.ledgers.postgres.tool", "tool"],
+        [6, "mesh.ledgers.postgres.rotate", "rotate"],
+        [7, "mesh.ledgers.postgres.action", "action"],
       ],
     );
     const [deleted, status, rotation, forged] = answer.entries;

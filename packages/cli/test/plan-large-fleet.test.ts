@@ -8,13 +8,12 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { createAuthority, type BusAuthority } from "@mesh/bus";
 import { startController, type Controller } from "@mesh/controller";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { startNats, type NatsServer, quietLogger } from "@mesh/testkit";
 import type { PlanReport } from "../src/plan-command.ts";
 import { POSTGRES, writeManifest } from "../../controller/test/fleet-dir.ts";
 import { meshInProcess as mesh, writeOperatorState } from "./run-mesh.ts";
 
 const CONSUMERS = Number(process.env["MESH_PLAN_TEST_CONSUMERS"] ?? 3_000);
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 // A Postgres-like provider on node-1 and CONSUMERS apps needing it, each with its own manifest.
 async function writeFleet(dir: string, consumers: number): Promise<string> {
@@ -50,7 +49,7 @@ describe(`mesh plan against a fleet of ${CONSUMERS} consumers`, { timeout: 80 * 
       fleetFile,
       servers: [nats.url],
       authority,
-      logger: quiet,
+      logger: quietLogger,
       watch: false,
       // The one controller here: its first publish of a large fleet must not make it step down on a
       // renewal acknowledged late (a loaded machine).

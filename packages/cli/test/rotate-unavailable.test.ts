@@ -17,11 +17,10 @@ import {
   type BusAuthority,
 } from "@mesh/bus";
 import { OPERATOR_IDENTITY, operatorPermissions, startController, type Controller } from "@mesh/controller";
-import { meshClusterConfigs, startNatsCluster, until, type NatsCluster } from "@mesh/testkit";
+import { meshClusterConfigs, startNatsCluster, until, type NatsCluster, quietLogger } from "@mesh/testkit";
 import { meshInProcess as mesh } from "./run-mesh.ts";
 
 const FLEET = fileURLToPath(new URL("../../../examples/fleet/mesh.yaml", import.meta.url));
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 describe("mesh rotate while the bus cannot store", { timeout: 240_000 }, () => {
   let authority: BusAuthority;
@@ -41,7 +40,7 @@ describe("mesh rotate while the bus cannot store", { timeout: 240_000 }, () => {
           fleetFile: FLEET,
           servers: cluster.urls,
           authority,
-          logger: quiet,
+          logger: quietLogger,
           watch: false,
         }),
       90,
@@ -88,7 +87,7 @@ describe("mesh rotate while the bus cannot store", { timeout: 240_000 }, () => {
     const refused = await until(
       "the controller to answer on the one server left",
       async () => {
-        const run = await mesh(["rotate", "notes", "postgres-database", "--state", state]);
+        const run = await mesh(["rotate", "notes", "postgres-database", "--wait", "0", "--state", state]);
         return /no controller answers|does not answer/.test(run.stderr) ? undefined : run;
       },
       60,
@@ -109,7 +108,7 @@ describe("mesh rotate while the bus cannot store", { timeout: 240_000 }, () => {
     const rotated = await until(
       "a rotation once the servers are back",
       async () => {
-        const run = await mesh(["rotate", "notes", "postgres-database", "--state", state]);
+        const run = await mesh(["rotate", "notes", "postgres-database", "--wait", "0", "--state", state]);
         return run.code === 0 ? run : undefined;
       },
       60,

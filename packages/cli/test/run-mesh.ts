@@ -8,6 +8,7 @@ import { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { credsFor, newUserKeys, type BusAuthority } from "@mesh/bus";
 import { OPERATOR_IDENTITY, operatorPermissions } from "@mesh/controller";
+import { until } from "@mesh/testkit";
 import { runCli } from "../src/cli.ts";
 import type { CliIo } from "../src/io.ts";
 
@@ -42,6 +43,11 @@ export interface MeshProcess {
   output(): string;
   /** Resolves once the output so far matches `pattern`; rejects if the process ends first. */
   waitFor(pattern: RegExp): Promise<void>;
+  /**
+   * The testkit's `until` (every half second, `seconds` at most, default 120), and when it gives up,
+   * the end of what this mesh said: what a test through a running mesh waits with.
+   */
+  until<T>(what: string, probe: () => Promise<T | undefined | false>, seconds?: number): Promise<T>;
   readonly done: Promise<MeshRun>;
 }
 
@@ -82,6 +88,10 @@ export function startMesh(
     child,
     output,
     done,
+    until: (what, probe, seconds = 120) =>
+      until(what, probe, { seconds, everyMs: 500 }).catch((err: unknown) => {
+        throw new Error(`${(err as Error).message}; mesh up said:\n${output().slice(-8000)}`);
+      }),
     waitFor(pattern) {
       return new Promise((resolve, reject) => {
         const check = (): void => {

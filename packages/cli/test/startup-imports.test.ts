@@ -6,12 +6,12 @@
 // operator runs it), with a loader hook that lists every file loaded.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { pathToFileURL } from "node:url";
-import { freePort } from "@mesh/testkit";
+import { freePort, startRedis, until } from "@mesh/testkit";
 import { cleanEnv, MESH_BIN } from "./run-mesh.ts";
 
 /** What no command may load before its action runs (checked against every file's URL). */
@@ -36,16 +36,24 @@ describe("what mesh loads before it answers", { timeout: 60_000 }, () => {
   let hooks: string;
 
   /** Runs the built `mesh args…` and returns its exit code and every file it loaded (ESM and CommonJS). */
-  const loaded = async (args: readonly string[]): Promise<{ code: number | null; files: string[] }> => {
+  const loaded = async (
+    args: readonly string[],
+    env: Record<string, string> = {},
+    whileRunning?: (stop: () => void) => Promise<void>,
+  ): Promise<{ code: number | null; files: string[] }> => {
     const list = join(dir, `loaded-${Math.random().toString(36).slice(2)}.txt`);
     const code = await new Promise<number | null>((resolve, reject) => {
       const child = spawn(process.execPath, ["--import", pathToFileURL(hooks).href, MESH_BIN, ...args], {
         cwd: dir,
-        env: cleanEnv({ MESH_TEST_LOADED: list }),
+        env: cleanEnv({ ...env, MESH_TEST_LOADED: list }),
         stdio: "ignore",
       });
       child.on("error", reject);
       child.on("close", resolve);
+      whileRunning?.(() => child.kill("SIGTERM")).catch((error: unknown) => {
+        child.kill("SIGKILL");
+        reject(error instanceof Error ? error : new Error(String(error)));
+      });
     });
     return { code, files: (await readFile(list, "utf8")).split("\n").filter((l) => l !== "") };
   };
@@ -147,5 +155,45 @@ process.on("exit", () => {
       "the NATS client was loaded to ask",
     );
     assertLight("mesh status", files);
+  });
+
+  it("runs a provider on the NATS client without the bus's sealing or JWT code", async () => {
+    // A provider process holds consumers' passwords: it loads what connects a module to the bus, and
+    // nothing that seals, signs or verifies (those are the controller's and the agent's).
+    const redis = await startRedis();
+    try {
+      const receives = join(dir, "redis-namespace.json");
+      await writeFile(receives, JSON.stringify({ requirement: "redis-namespace", given: [] }));
+      const control = join(dir, "redis.sock");
+      const { files } = await loaded(
+        ["provider", "redis", "--receives", receives, "--control", control, "--every", "200ms"],
+        { MESH_REDIS_URL: redis.adminUrl },
+        async (stop) => {
+          // The socket is served once the provider runs; a few passes later it is stopped.
+          await until("the provider's control socket", () => stat(control), 30);
+          await new Promise((resolve) => setTimeout(resolve, 1_000));
+          stop();
+        },
+      );
+      assert.ok(
+        files.some((f) => f.includes("/providers/redis/dist/")),
+        "the redis provider was loaded",
+      );
+      assert.ok(
+        files.some((f) => f.includes("/@nats-io/transport-node/")),
+        "the NATS client is loaded, to open the module's bus",
+      );
+      for (const [name, pattern] of [
+        ["libsodium", /\/libsodium/],
+        ["the JWT library", /\/@nats-io\/jwt\//],
+        ["all of @mesh/bus", /\/packages\/bus\/dist\/(index|sealing|authority|state)\.js$/],
+        ["the JetStream client", /\/@nats-io\/(jetstream|kv)\//],
+      ] as const) {
+        const file = files.find((f) => pattern.test(f));
+        assert.equal(file, undefined, `the provider loads ${name} (${file})`);
+      }
+    } finally {
+      await redis.stop();
+    }
   });
 });

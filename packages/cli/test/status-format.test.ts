@@ -260,6 +260,60 @@ describe("mesh status's failing consumers", () => {
   });
 });
 
+describe("mesh status's endpoints", () => {
+  it("names both addresses where the fleet's endpoint: and the provider disagree, and says an address learnt from the provider", () => {
+    const text = formatStatus(
+      {
+        ...answer([]),
+        providers: [
+          {
+            provider: "postgres",
+            node: "node-a",
+            answered: true,
+            counts: { active: 1 },
+            serves: "127.0.0.1:5433",
+            endpoints: [
+              {
+                interface: "postgres-database",
+                given: "127.0.0.1:5432",
+                from: "fleet",
+                serves: "127.0.0.1:5433",
+                disagrees: true,
+              },
+            ],
+          },
+          {
+            provider: "redis",
+            node: "node-a",
+            answered: true,
+            counts: { active: 1 },
+            serves: "127.0.0.1:6380",
+            endpoints: [
+              {
+                interface: "redis-namespace",
+                given: "127.0.0.1:6380",
+                from: "provider",
+                serves: "127.0.0.1:6380",
+                disagrees: false,
+              },
+            ],
+          },
+        ],
+      },
+      NOW,
+    );
+    assert.match(
+      text,
+      /ENDPOINT DISAGREES: its postgres-database consumers are sent to 127\.0\.0\.1:5432 \(the fleet's endpoint:\), while postgres serves at 127\.0\.0\.1:5433 \(its admin URL/,
+    );
+    assert.match(
+      text,
+      /redis-namespace consumers are sent to 127\.0\.0\.1:6380, where it serves \(the fleet names no endpoint:\)/,
+    );
+    assert.equal(text.match(/ENDPOINT DISAGREES/g)?.length, 1);
+  });
+});
+
 describe("mesh status's misbehaving modules", () => {
   it("names a misbehaving module under its node: what was asked, what was wrong and since when", () => {
     const text = formatStatus(
@@ -335,5 +389,70 @@ describe("mesh status's controllers", () => {
     const none = formatStatus({ ...answer(), controller: stand("b", null, null), controllers: [] }, NOW);
     assert.match(none, /^leader {3}none: no controller holds the lease now/);
     assert.match(formatStatus(answer(), NOW), /^fleet /, "an older controller's answer: nothing said");
+  });
+});
+
+describe("mesh status's versions", () => {
+  it("names each node's mesh and protocol, an incompatible one in words, and the answering controller's", () => {
+    const text = formatStatus({
+      ...answer(),
+      nodes: [
+        {
+          name: "node-a",
+          enrolled: true,
+          modules: [],
+          version: { release: "0.2.0", protocol: 2, compatible: true },
+        },
+        {
+          name: "node-b",
+          enrolled: true,
+          modules: [],
+          version: { release: null, protocol: 1, compatible: true },
+        },
+        {
+          name: "node-c",
+          enrolled: true,
+          modules: [],
+          version: {
+            release: "0.4.0",
+            protocol: 4,
+            compatible: false,
+            problem: "its agent is too new: upgrade the controller",
+          },
+        },
+      ],
+      mesh: { release: "0.2.0", protocol: 2, stateFormat: 2 },
+    });
+    assert.match(
+      text,
+      /^version {2}mesh 0\.2\.0 \(protocol 2, state format 2\), the controller that answered$/m,
+    );
+    assert.match(text, /^node-a +enrolled, mesh 0\.2\.0 \(protocol 2\)$/m);
+    assert.match(text, /^node-b +enrolled, mesh 0\.1\.0 \(protocol 1\)$/m);
+    assert.match(text, /^node-c +enrolled, mesh 0\.4\.0 \(protocol 4\) INCOMPATIBLE$/m);
+    assert.match(text, /^ {2}its agent is too new: upgrade the controller$/m);
+  });
+
+  it("says nothing of versions a controller of 0.1.0 does not answer", () => {
+    const text = formatStatus(answer());
+    assert.doesNotMatch(text, /^version|protocol/m);
+  });
+});
+
+describe("mesh status's scheduled rotations", () => {
+  it("lists the next few rotations due, soonest first, and says how many more there are", () => {
+    const consumers = Array.from({ length: 7 }, (_, i) => ({
+      consumer: `app-${i}`,
+      interface: "postgres-database",
+      login: `app_${i}_postgres`,
+      provider: "postgres",
+      rotationDue: `2026-03-0${9 - i}T00:00:00.000Z`,
+    }));
+    const text = formatStatus({ ...answer(), consumers: [...consumers, ...(answer().consumers ?? [])] }, NOW);
+    assert.match(text, /ROTATIONS DUE NEXT: 7 scheduled, the first 5:/);
+    const listed = [...text.matchAll(/^ {2}(app-\d) \(.*rotation due (\S+)$/gm)].map((m) => m[1]);
+    assert.deepEqual(listed, ["app-6", "app-5", "app-4", "app-3", "app-2"]);
+    assert.match(text, /… and 2 more/);
+    assert.doesNotMatch(formatStatus(answer(), NOW), /ROTATIONS DUE/);
   });
 });

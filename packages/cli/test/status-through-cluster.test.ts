@@ -19,11 +19,10 @@ import {
   startController,
   type Controller,
 } from "@mesh/controller";
-import { meshClusterConfigs, startNatsCluster, until, type NatsCluster } from "@mesh/testkit";
+import { meshClusterConfigs, startNatsCluster, until, type NatsCluster, quietLogger } from "@mesh/testkit";
 import { meshInProcess as mesh } from "./run-mesh.ts";
 
 const FLEET = fileURLToPath(new URL("../../../examples/fleet/mesh.yaml", import.meta.url));
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 describe("mesh status through a cluster with a server that does not answer", { timeout: 300_000 }, () => {
   let authority: BusAuthority;
@@ -48,7 +47,7 @@ describe("mesh status through a cluster with a server that does not answer", { t
             fleetFile: FLEET,
             servers: [second, third],
             authority,
-            logger: quiet,
+            logger: quietLogger,
             watch: false,
             controllerId: "ctl-a",
           }),
@@ -63,7 +62,7 @@ describe("mesh status through a cluster with a server that does not answer", { t
         fleetFile: FLEET,
         servers: [third, second],
         authority: await loadOrCreateAuthority(join(standbyState, "controller")),
-        logger: quiet,
+        logger: quietLogger,
         watch: false,
         controllerId: "ctl-b",
         standby: true,
@@ -96,7 +95,7 @@ describe("mesh status through a cluster with a server that does not answer", { t
       },
       60,
     );
-    assert.match(run.stdout, /^leader {3}ctl-a, term \d+\nstandby {2}ctl-b\nfleet /);
+    assert.match(run.stdout, /^leader {3}ctl-a, term \d+\nstandby {2}ctl-b\nversion {2}mesh .*\nfleet /);
     assert.equal(run.stderr, "", "every server answered: nothing to say");
     const json = await mesh(["status", "--json", "--state", state]);
     const answer = JSON.parse(json.stdout) as { controllers: { self: string; leading: boolean }[] };

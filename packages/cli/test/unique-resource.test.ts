@@ -27,7 +27,7 @@ describe("two consumers asking one provider for the same database", () => {
       `nodes:
   node-a: {}
 modules:
-  postgres: { manifest: ${JSON.stringify(join(repo, "providers", "postgres", "module.json"))}, node: node-a }
+  postgres: { manifest: ${JSON.stringify(join(repo, "providers", "postgres", "module.json"))}, node: node-a, admin: { env: MESH_POSTGRES_URL } }
   notes: { manifest: ./notes/module.json, node: node-a }
   wiki: { manifest: ./wiki/module.json, node: node-a }
 `,

@@ -13,14 +13,50 @@ import {
   type BusLogger,
   type BusState,
 } from "@mesh/bus";
-import { planEntries } from "@mesh/manifest";
+import { heldMintOf, OLDER_THAN_BACKEND, planEntries, rotateMinimumMs } from "@mesh/manifest";
+import { ApplyUploadError, ApplyUploads } from "./apply-uploads.ts";
+import { parseDuration } from "@mesh/sdk";
+import { passwordTag } from "@mesh/sdk/provider";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { BusAnswers, CONTROLLER_QUEUE } from "./bus-answers.ts";
+import {
+  dueKey,
+  nextDue,
+  parseDueRecord,
+  periodOf,
+  scheduleStep,
+  scheduleTickMs,
+  SCHEDULE_WHO,
+  type ConsumerNow,
+  type DueRecord,
+} from "./rotation-schedule.ts";
+import { readBusHealth, type BusHealth } from "./bus-health.ts";
 import type { ControllerObserver } from "./controller-metrics.ts";
-import { controllerStatus, type ControllerStatus } from "./controller-status.ts";
+import {
+  controllerStatus,
+  nodeVersion,
+  rotationOf,
+  type ControllerStatus,
+  type LeaderStatus,
+  type RotationStatus,
+} from "./controller-status.ts";
 import type { CredentialSync } from "./credential-sync.ts";
 import { answerEnrollment, type EnrolledNode } from "./enrollment.ts";
-import { FleetRefusedError, loadFleetPlan, type FleetPlan } from "./fleet-plan.ts";
+import {
+  FleetRefusedError,
+  fleetPlanOf,
+  loadFleetPlan,
+  type FleetPlan,
+  type FleetSource,
+} from "./fleet-plan.ts";
+import {
+  DEFAULT_FLEET_HISTORY,
+  readFleetHistory,
+  readFleetRevision,
+  recordFleetRevision,
+  type FleetRevision,
+} from "./fleet-history.ts";
+import { diffFleetPlans, EMPTY_FLEET } from "./plan-diff.ts";
 import type { JoinSecrets } from "./join-secrets.ts";
 import { answerJoinTokenRequest } from "./join-token-request.ts";
 import { answerLedgerRead, readLedgerFor, type LedgerReadReply } from "./ledger-reader.ts";
@@ -30,6 +66,8 @@ import type { ModuleLedgers } from "./module-ledgers.ts";
 import type { NodeDeliveries, Published } from "./node-deliveries.ts";
 import {
   CONTROLLERS_SUBJECT,
+  FLEET_APPLY_SUBJECT,
+  FLEET_HISTORY_SUBJECT,
   JOIN_TOKEN_SUBJECT,
   LEDGER_READ_SUBJECT,
   ROTATE_SUBJECT,
@@ -37,9 +75,16 @@ import {
   STATUS_SUBJECT,
 } from "./node-permissions.ts";
 import { parseReport, reportingNode, type NodeReport } from "./node-reports.ts";
+import { ServedEndpoints } from "./served-endpoints.ts";
 import { BusCannotStoreError, type PasswordStore } from "./password-store.ts";
 import { PendingWrites, WriteWaitsError, type WaitingWrite } from "./pending-writes.ts";
-import { answerRotateRequest, ROTATE_SURFACE, type RotationRecord } from "./rotate-request.ts";
+import {
+  answerRotateRequest,
+  ROTATE_SURFACE,
+  type RotateOptions,
+  type RotatedPassword,
+  type RotationRecord,
+} from "./rotate-request.ts";
 import { STANDINGS_SUBJECT, type StandingsBook } from "./standings-book.ts";
 import type { ControllerLease, LeaseTimings } from "./controller-lease.ts";
 import { LeaseDriver } from "./lease-driver.ts";
@@ -63,10 +108,51 @@ export interface ReloadOutcome {
   readonly minted: number;
 }
 
+/** What an apply did. */
+export interface ApplyOutcome extends ReloadOutcome {
+  /** The revision served now. */
+  readonly revision: number;
+  /** The revision served before. */
+  readonly previous: number;
+  /** Whether the fleet applied was the one served already (no new revision). */
+  readonly unchanged: boolean;
+}
+
+/** An apply: a fleet with its manifests, and the revision its plan was made against. */
+export interface ApplyRequest {
+  readonly source: FleetSource;
+  /** Refused when the stored revision is another (unless `force`); undefined: not checked. */
+  readonly expectRevision?: number;
+  readonly force?: boolean;
+  /** Who applies it (a Unix user, the dashboard's operator). */
+  readonly who: string;
+  /** Through what (`mesh apply`, `rollback`, `fleet file`). */
+  readonly via: string;
+}
+
+/** An apply made against a revision that is no longer the stored one. */
+export class StaleRevisionError extends Error {
+  override name = "StaleRevisionError";
+  constructor(
+    readonly expected: number,
+    readonly stored: number,
+    readonly storedBy?: FleetRevision,
+  ) {
+    super(
+      `the fleet was planned against revision ${expected}, but the mesh stores revision ${stored} since` +
+        (storedBy !== undefined
+          ? ` (applied by ${storedBy.who} via ${storedBy.via} at ${storedBy.at})`
+          : "") +
+        `: nothing was applied; see what changed with mesh fleet history, then plan and apply again ` +
+        `(mesh apply FILE), or apply over it with --force`,
+    );
+  }
+}
+
 /** A running controller. */
 export interface Controller {
-  /** Absolute path of the fleet file. */
-  readonly fleetFile: string;
+  /** Absolute path of the fleet file this machine applies from (`mesh up FILE`), if any. */
+  readonly fleetFile: string | undefined;
   /** The fleet being served: the last one that was read whole and held together. */
   current(): FleetPlan;
   /**
@@ -75,13 +161,34 @@ export interface Controller {
    */
   reload(): Promise<ReloadOutcome>;
   /**
+   * Applies a fleet (`mesh apply`): checked, stored as a new revision with who and when, and
+   * published; the fleet served already is not stored again.
+   * @throws FleetRefusedError listing every problem; StaleRevisionError when the stored revision
+   * is not the expected one; NotLeaderError on a standby.
+   */
+  apply(request: ApplyRequest): Promise<ApplyOutcome>;
+  /**
+   * The kept revisions, oldest first.
+   * @throws the bus's error when they cannot be read now.
+   */
+  history(): Promise<readonly FleetRevision[]>;
+  /** The revision served now (0: none applied yet). */
+  revision(): number;
+  /**
    * Mints a new password for `consumer`'s `iface`, asked by `who` (default `unknown`), and publishes
    * it to the nodes that need it. The rotation, or its failure, is recorded (who, when; never the
    * password) in the consumer's ledger and in its provider's; `ledger` in the answer says why a
-   * record is missing.
-   * @throws UnknownConsumerError when the fleet being served has no such consumer.
+   * record is missing. A rotation of the same consumer still under way refuses it, unless `now`
+   * (a leaked password: no overlap, the provider ends the login's sessions once it took the new one).
+   * @throws UnknownConsumerError when the fleet being served has no such consumer;
+   *   RotationUnderWayError, naming the phase, when one is under way and not `now`.
    */
-  rotate(consumer: string, iface: string, who?: string): Promise<{ readonly ledger?: string }>;
+  rotate(
+    consumer: string,
+    iface: string,
+    who?: string,
+    options?: RotateOptions,
+  ): Promise<{ readonly ledger?: string } & Partial<RotatedPassword>>;
   /**
    * `node`'s join token (the same one each time until renewed). It holds a secret: show it only
    * to the person adding the node.
@@ -93,8 +200,15 @@ export interface Controller {
    * @throws UnknownNodeError when the fleet being served has no such node.
    */
   renewJoinToken(node: string): Promise<string>;
+  /**
+   * Whether `node`'s join token has been claimed by a node key (so only that key may enroll with it).
+   * @throws UnknownNodeError when the fleet being served has no such node.
+   */
+  joinTokenClaimed(node: string): Promise<boolean>;
   /** What `mesh status` shows. */
   status(): ControllerStatus;
+  /** The bus as this controller's connection sees it: its servers and each stream's copies; never throws. */
+  bus(): Promise<BusHealth>;
   /**
    * Whether this controller leads now (holds the lease). A standby answers status, the ledger
    * and the served fleet; its writes (rotate, join tokens, reload) throw NotLeaderError.
@@ -113,6 +227,14 @@ export interface Controller {
   stop(): Promise<void>;
 }
 
+/** How long a rotation waits for the provider's own word on a rotation under way before judging by reports. */
+const ROTATION_CHECK_TIMEOUT_MS = 5_000;
+/** Who the ledger names for a rotation of a password its backend holds a newer one of. */
+const VOUCH_WHO = "mesh (its state is older than the backend)";
+
+/** How long a clean stop listens for standbys before saying whether one takes over. */
+const STANDBYS_WITHIN_MS = 500;
+
 /** A rotation asked for a consumer the fleet does not have. */
 export class UnknownConsumerError extends Error {
   override name = "UnknownConsumerError";
@@ -123,6 +245,23 @@ export class UnknownConsumerError extends Error {
     super(
       `${consumer} has no ${iface} in the fleet being served: nothing was rotated; ` +
         `mesh status lists each consumer and its interface`,
+    );
+  }
+}
+
+/** A rotation asked while another of the same consumer is under way. */
+export class RotationUnderWayError extends Error {
+  override name = "RotationUnderWayError";
+  constructor(
+    readonly consumer: string,
+    readonly iface: string,
+    readonly rotation: RotationStatus,
+  ) {
+    const until = rotation.until === undefined ? "" : `, the old password goes at ${rotation.until}`;
+    super(
+      `${consumer}'s ${iface} is being rotated (phase ${rotation.phase} since ${rotation.since}${until}): ` +
+        `nothing was rotated; ask again once it has ended (mesh status shows where it is), or ` +
+        `mesh rotate --now for a leaked password`,
     );
   }
 }
@@ -155,20 +294,6 @@ export class NotLeaderError extends Error {
   }
 }
 
-/** Which controller leads, as `mesh status` shows it. */
-export interface LeaderStatus {
-  /** This controller's id. */
-  readonly self: string;
-  /** Whether this controller leads now. */
-  readonly leading: boolean;
-  /** The id of the controller holding the lease as this one last saw it, or null when none does. */
-  readonly leader: string | null;
-  /** The lease's term as last seen, or null. */
-  readonly term: number | null;
-  /** The lease term in which the fleet being served was stored (0: before terms), or null when unknown. */
-  readonly fleetTerm: number | null;
-}
-
 /** What the leader writes through, each keeping some of what it read from the bus in memory. */
 export interface LeaderStores {
   readonly passwords: PasswordStore;
@@ -183,8 +308,20 @@ export interface LeaderStores {
 /** What a `FleetController` works with, opened by `startController`. */
 export interface FleetControllerParts {
   readonly nc: NatsConnection;
-  /** Absolute path of the fleet file. */
-  readonly fleetFile: string;
+  /** Absolute path of the fleet file this machine applies from, if any. */
+  readonly fleetFile: string | undefined;
+  /**
+   * The revision this machine last applied from its fleet file (kept in its state directory), so
+   * a save of a file that was not brought up to date with a newer revision is refused.
+   */
+  readonly applied?: {
+    read(): Promise<number | undefined>;
+    write(revision: number): Promise<void>;
+  };
+  /** Who runs this controller (its Unix user), named as who applied a save of the fleet file. */
+  readonly who?: string;
+  /** How many applied revisions are kept (default 100). */
+  readonly historyKeep?: number;
   /** The fleet to serve first, and the problems of the fleet file when it was refused (the stored fleet is served). */
   readonly first: { readonly fleet: FleetPlan; readonly refused: readonly string[] | null };
   readonly authority: BusAuthority;
@@ -223,12 +360,17 @@ export interface FleetControllerParts {
 
 /** The controller at work: it serves one fleet, and changes it one step at a time. */
 export class FleetController implements Controller {
-  readonly fleetFile: string;
+  readonly fleetFile: string | undefined;
   readonly #p: FleetControllerParts;
   readonly #log: BusLogger;
   #current: FleetPlan;
   #refused: readonly string[] | null;
   readonly #reports = new Map<string, NodeReport>();
+  // The last rotation this controller made of each consumer (`consumer interface`): when, and the
+  // tag of its password (never the password), until its provider is heard having applied it.
+  readonly #rotated = new Map<string, { readonly at: string; readonly tag: string }>();
+  // Where each provider serves, as its node reports it: given to consumers the fleet names no endpoint: for.
+  readonly #served: ServedEndpoints;
   // Nodes whose credentials wait to be synced: one sync however many reports arrive meanwhile.
   readonly #syncing = new Set<string>();
   #queue: Promise<unknown> = Promise.resolve();
@@ -248,8 +390,12 @@ export class FleetController implements Controller {
   #stale = false;
   // The restores resumed from the password store and not settled yet, by key (tried in `#pending`).
   readonly #restoring = new Set<string>();
+  /** Consumers being rotated because their backend holds a newer password (`#vouchFor`). */
+  readonly #vouching = new Set<string>();
   // What only the leader answers, while it leads.
   #leaderAnswers: BusAnswers | undefined;
+  // The parts of applies too large for one message, until their apply comes.
+  readonly #uploads = new ApplyUploads();
   // Whether the fleet file is applied when this controller first leads (see `standby`).
   #applyFileFirst: boolean;
   // A fleet this controller accepted and the bus has not stored yet (since when, on the wall
@@ -262,14 +408,22 @@ export class FleetController implements Controller {
   #ledTerm: number | undefined;
   #fleetTerm: number | null = null;
   #storedSha: string | undefined;
+  // The revision of the fleet served (as stored; 0 before any).
+  #revision = 0;
   #answeredOnce = false;
   #failedFirst: unknown;
+  // Scheduled rotation: each consumer's next due time as read from (or written to) the bus in
+  // this lead; emptied when it stands by, so a take-over reads what the other leader kept.
+  readonly #dues = new Map<string, DueRecord>();
+  #scheduleTimer: NodeJS.Timeout | undefined;
+  #scheduling = false;
 
   constructor(parts: FleetControllerParts) {
     this.#p = parts;
     this.#s = this.#use(parts.stores);
     this.#pending = this.#newPending();
     this.#log = parts.logger;
+    this.#served = new ServedEndpoints(parts.desired, parts.logger);
     this.fleetFile = parts.fleetFile;
     this.#current = parts.first.fleet;
     this.#refused = parts.first.refused;
@@ -289,6 +443,7 @@ export class FleetController implements Controller {
       logger: parts.logger,
       changed: (leading) => (leading ? this.#lead() : this.#standBy()),
       idle: () => this.#follow(),
+      standbys: () => this.#otherControllers(),
     });
   }
 
@@ -305,12 +460,85 @@ export class FleetController implements Controller {
       throw this.#failedFirst;
     }
     if (!this.#p.lease.leading()) {
+      // Another controller leads: when this one takes over it serves what was last applied, and
+      // never its own file (which may be stale).
+      this.#applyFileFirst = false;
       this.#stale = true;
       await this.#follow();
     }
     this.#answer();
     this.#driver.start();
     if (this.#p.watch) this.#watch();
+    this.#scheduleTimer = setInterval(() => void this.#scheduleTick(), scheduleTickMs(rotateMinimumMs()));
+    this.#scheduleTimer.unref();
+  }
+
+  // The leader rotates each consumer whose rotation is due (as the fleet's `rotate:` sets it), one
+  // at a time, through the same path as `mesh rotate`; its next due time is kept in the bus before
+  // the next is looked at. A standby, and a tick while the last one runs, does nothing.
+  async #scheduleTick(): Promise<void> {
+    if (this.#scheduling || this.#stopped !== undefined || !this.leading()) return;
+    this.#scheduling = true;
+    try {
+      const periods = this.#current.rotation;
+      const consumers = planEntries(this.#current.plan).filter((c) => periodOf(periods, c) !== undefined);
+      if (consumers.length === 0) return;
+      // Due times not read in this lead are read first (one key each; what another leader kept stands).
+      const unread = consumers.filter((c) => !this.#dues.has(dueKey(c)));
+      const read = await Promise.all(
+        unread.map(async (c) => [dueKey(c), parseDueRecord(await this.#p.desired.get(dueKey(c)))] as const),
+      );
+      if (!this.leading()) return;
+      for (const [key, record] of read) if (record !== undefined) this.#dues.set(key, record);
+      let status: ControllerStatus | undefined;
+      const state = (c: (typeof consumers)[number]): ConsumerNow => {
+        status ??= this.status();
+        const s = status;
+        return {
+          rotating: s.consumers.some(
+            (x) => x.consumer === c.consumer && x.interface === c.interface && x.rotation !== undefined,
+          ),
+          failing: s.failing.some((f) => f.provider === c.provider && f.login === c.login),
+        };
+      };
+      const step = scheduleStep(consumers, periods, this.#dues, Date.now(), state);
+      for (const { consumer, record } of step.set) await this.#keepDue(dueKey(consumer), record);
+      for (const { consumer: c, why } of step.held) {
+        this.#log.info(
+          `the scheduled rotation of ${c.consumer}'s ${c.interface} waits: ` +
+            (why === "rotating" ? "a rotation of it is under way" : `${c.provider} says it fails for it`),
+        );
+      }
+      for (const c of step.start) {
+        if (!this.leading() || this.#stopped !== undefined) return;
+        const every = periodOf(periods, c) ?? 0;
+        try {
+          await this.rotate(c.consumer, c.interface, SCHEDULE_WHO);
+          await this.#keepDue(dueKey(c), nextDue(every, Date.now()));
+          this.#log.info(`rotated ${c.consumer}'s ${c.interface} as scheduled (every ${every} ms)`);
+        } catch (err) {
+          if (err instanceof RotationUnderWayError || err instanceof NotLeaderError) continue;
+          // Tried again a tenth of its period later (at most 10 minutes), not at every tick.
+          const retry = Math.min(600_000, Math.max(1000, Math.floor(every / 10)));
+          this.#log.warn(
+            `the scheduled rotation of ${c.consumer}'s ${c.interface} failed (${(err as Error).message}); ` +
+              `tried again in ${Math.round(retry / 1000)} s`,
+          );
+          await this.#keepDue(dueKey(c), { due: new Date(Date.now() + retry).toISOString(), every });
+        }
+      }
+    } catch (err) {
+      this.#log.warn(`the rotation schedule could not be read or kept now: ${(err as Error).message}`);
+    } finally {
+      this.#scheduling = false;
+    }
+  }
+
+  // A due time kept in the bus first, then here: one the bus did not take is not acted on.
+  async #keepDue(key: string, record: DueRecord): Promise<void> {
+    this.#mustLead("keep the rotation schedule");
+    await this.#p.desired.put(key, record);
+    this.#dues.set(key, record);
   }
 
   leading(): boolean {
@@ -347,18 +575,52 @@ export class FleetController implements Controller {
     });
   }
 
-  // Reads the fleet file (and the manifests it names) and, when the fleet it makes differs from
-  // the one stored, serves and stores it; then publishes what changed.
-  async #applyFile(counted = true): Promise<ReloadOutcome> {
+  apply(request: ApplyRequest): Promise<ApplyOutcome> {
+    return this.#exclusive(async () => {
+      this.#mustLead("apply a fleet");
+      let next: FleetPlan;
+      try {
+        next = await fleetPlanOf(request.source);
+      } catch (err) {
+        throw new FleetRefusedError(
+          request.source.fleetFile,
+          problemsOf(err),
+          `the mesh keeps serving revision ${this.#revision}`,
+          { cause: err },
+        );
+      }
+      return this.#applyNext(next, {
+        ...(request.expectRevision !== undefined ? { expect: request.expectRevision } : {}),
+        force: request.force === true,
+        who: request.who,
+        via: request.via,
+        fromFile: false,
+      });
+    });
+  }
+
+  history(): Promise<readonly FleetRevision[]> {
+    return readFleetHistory(this.#p.desired);
+  }
+
+  revision(): number {
+    return this.#revision;
+  }
+
+  // Reads the fleet file (and the manifests it names) and applies it, expecting the revision this
+  // machine last applied from it.
+  async #applyFile(counted = true): Promise<ApplyOutcome> {
+    const file = this.fleetFile;
+    if (file === undefined) throw new Error("this controller was started without a fleet file");
     let next: FleetPlan;
     try {
-      next = await loadFleetPlan(this.fleetFile);
+      next = await loadFleetPlan(file);
     } catch (err) {
       const problems = problemsOf(err);
       this.#refused = linesOf(err, problems);
       if (counted) this.#p.observer?.reloaded("refused");
       throw new FleetRefusedError(
-        this.fleetFile,
+        file,
         problems,
         `the mesh keeps serving the last good fleet (read at ${this.#current.readAt})`,
         { cause: err },
@@ -366,53 +628,183 @@ export class FleetController implements Controller {
     }
     this.#refused = null;
     if (counted) this.#p.observer?.reloaded("applied");
+    const expect = await this.#p.applied?.read();
+    try {
+      return await this.#applyNext(next, {
+        ...(expect !== undefined ? { expect } : {}),
+        force: false,
+        who: this.#p.who ?? "unknown",
+        via: "fleet file",
+        fromFile: true,
+      });
+    } catch (err) {
+      if (err instanceof StaleRevisionError)
+        this.#refused = [`the fleet file ${file} was not applied: ${err.message}`];
+      throw err;
+    }
+  }
+
+  // When `next` differs from the fleet stored, serves and stores it as a new revision; then
+  // publishes what changed.
+  async #applyNext(
+    next: FleetPlan,
+    o: {
+      readonly expect?: number;
+      readonly force: boolean;
+      readonly who: string;
+      readonly via: string;
+      readonly fromFile: boolean;
+    },
+  ): Promise<ApplyOutcome> {
+    const previous = this.#revision;
     // The same fleet as the one stored is not stored again: the stored one (and its term) stands.
     // One accepted and not stored yet is served, not stored: it is stored now.
     if (
-      this.#storedSha === undefined ||
-      this.#unstored !== undefined ||
-      fleetText(next) !== fleetText(this.#current)
+      this.#storedSha !== undefined &&
+      this.#unstored === undefined &&
+      fleetText(next) === fleetText(this.#current)
     ) {
-      this.#current = next;
-      // Standings of consumers the fleet no longer has would name failures nobody can fix.
-      this.#p.standings.retainPlan(next.plan);
-      const stored = next;
-      this.#unstored = { readAt: next.readAt, since: this.#unstored?.since ?? Date.now() };
-      return this.#pending.attempt("fleet", `the fleet read at ${next.readAt}`, async () => {
-        await this.#store(stored);
-        return this.#publishAll();
-      });
+      // The stored fleet is this one already (a write the bus did not confirm may have landed late).
+      if (o.fromFile) await this.#p.applied?.write(previous);
+      return { ...(await this.#publishAll()), revision: previous, previous, unchanged: true };
     }
-    // The stored fleet is this one already (a write the bus did not confirm may have landed late).
-    this.#unstored = undefined;
-    return this.#publishAll();
+    if (!o.force && o.expect !== undefined && o.expect !== previous && this.#storedSha !== undefined) {
+      const by = await readFleetHistory(this.#p.desired).then(
+        (h) => h.find((e) => e.revision === previous),
+        () => undefined,
+      );
+      throw new StaleRevisionError(o.expect, previous, by);
+    }
+    const summary = summarizeChange(this.#current, next);
+    this.#current = next;
+    // Standings of consumers the fleet no longer has would name failures nobody can fix.
+    this.#p.standings.retainPlan(next.plan);
+    const stored = next;
+    this.#unstored = { readAt: next.readAt, since: this.#unstored?.since ?? Date.now() };
+    return this.#pending.attempt("fleet", `the fleet read at ${next.readAt}`, async () => {
+      const revision = await this.#store(stored, { who: o.who, via: o.via, summary });
+      if (o.fromFile) await this.#p.applied?.write(revision);
+      return { ...(await this.#publishAll()), revision, previous, unchanged: false };
+    });
   }
 
-  // Stores the fleet being served, in this leader's term.
-  async #store(fleet: FleetPlan): Promise<void> {
+  // Stores the fleet being served, in this leader's term, as the next revision, and keeps it in
+  // the history with who applied it.
+  async #store(
+    fleet: FleetPlan,
+    by: { readonly who: string; readonly via: string; readonly summary: string },
+  ): Promise<number> {
     const term = this.#mustLead("store the fleet");
-    this.#storedSha = (await storeFleet(this.#p.desired, fleet, { term })).sha256;
+    const revision = this.#revision + 1;
+    if (fleet.source !== undefined) {
+      await recordFleetRevision(
+        this.#p.desired,
+        {
+          revision,
+          who: by.who,
+          via: by.via,
+          at: new Date().toISOString(),
+          summary: by.summary,
+          fleetFile: fleet.fleetFile,
+        },
+        fleet.source,
+        this.#p.historyKeep ?? DEFAULT_FLEET_HISTORY,
+      );
+    }
+    this.#mustLead("store the fleet");
+    this.#storedSha = (await storeFleet(this.#p.desired, fleet, { term, revision })).sha256;
+    this.#revision = revision;
     if (this.#unstored?.readAt === fleet.readAt) this.#unstored = undefined;
     this.#fleetTerm = term;
+    return revision;
   }
 
-  async rotate(consumer: string, iface: string, who = "unknown"): Promise<{ readonly ledger?: string }> {
+  /**
+   * Rotates `consumer`'s password for `iface`, as `mesh rotate` asks. The mesh's own rotations say
+   * `why` (kept in the ledger) and, for one that must outdate a password a backend holds, `after`:
+   * the new one is minted later than that (ISO 8601).
+   */
+  async rotate(
+    consumer: string,
+    iface: string,
+    who = "unknown",
+    options: RotateOptions & { readonly after?: string; readonly why?: string } = {},
+  ): Promise<{ readonly ledger?: string } & Partial<RotatedPassword>> {
     const at = new Date().toISOString();
+    let rotated: RotatedPassword | undefined;
+    const why = options.why === undefined ? {} : { why: options.why };
     try {
-      await this.#rotate(consumer, iface);
+      if (options.now !== true) await this.#refuseDuringRotation(consumer, iface);
+      rotated = await this.#rotate(consumer, iface, options.now === true, options.after);
     } catch (err) {
       // A standby carried nothing: only a rotation this controller tried is its to record. Not
       // waited for: a bus that could not store the password may not take the record either, and
       // the refusal is answered at once (a record that fails is said in the log).
       if (!(err instanceof NotLeaderError)) {
-        void this.#recordRotation({ consumer, interface: iface, who, at }, (err as Error).message).catch(
-          () => undefined,
-        );
+        void this.#recordRotation(
+          {
+            consumer,
+            interface: iface,
+            who,
+            at,
+            ...(options.now === true ? { now: true as const } : {}),
+            ...why,
+          },
+          (err as Error).message,
+        ).catch(() => undefined);
       }
       throw err;
     }
-    const ledger = await this.#recordRotation({ consumer, interface: iface, who, at });
-    return ledger === undefined ? {} : { ledger };
+    const ledger = await this.#recordRotation({
+      consumer,
+      interface: iface,
+      who,
+      at,
+      ...(options.now === true ? { now: true as const } : {}),
+      ...why,
+    });
+    return { ...(rotated ?? {}), ...(ledger === undefined ? {} : { ledger }) };
+  }
+
+  // A provider that will not put back a password older than the one its backend holds (the mesh's
+  // state is older than the backend: a restore of a backup taken before a rotation) says so in its
+  // node's report. The leader rotates that consumer to a password minted after the held one, through
+  // the path `mesh rotate` takes. Once: a kept password minted after the held one is not rotated
+  // again, however many reports still name the failure, so a controller killed at any point, or a
+  // standby that leads next, rotates it at most once more.
+  #vouchFor(report: NodeReport): void {
+    for (const provider of report.providers ?? []) {
+      for (const f of provider.failing) {
+        if (f.class !== OLDER_THAN_BACKEND) continue;
+        const held = heldMintOf(f.error);
+        const entry = planEntries(this.#current.plan).find(
+          (e) => e.provider === provider.module && e.login === f.login,
+        );
+        if (held === undefined || entry === undefined) continue;
+        const key = `${entry.consumer} ${entry.interface}`;
+        if (this.#vouching.has(key)) continue;
+        this.#vouching.add(key);
+        void (async () => {
+          const kept = await this.#s.passwords.ensure(entry.consumer, entry.interface);
+          if (kept.mintedAt !== undefined && Date.parse(kept.mintedAt) > Date.parse(held)) return;
+          const why =
+            `${entry.provider}'s backend holds a password for ${entry.login} minted at ${held}, newer ` +
+            "than the mesh's (its state is older than the backend, as after a restore of an older " +
+            "backup): rotated to a newer one rather than put the older one back";
+          this.#log.warn(`${entry.consumer}'s ${entry.interface}: ${why}`);
+          // A cut-over: an overlap would make the older password valid again beside the new one
+          // for the drain, the very thing refused.
+          await this.rotate(entry.consumer, entry.interface, VOUCH_WHO, { after: held, why, now: true });
+        })()
+          .catch((err: unknown) => {
+            this.#log.warn(
+              `${entry.consumer}'s ${entry.interface} could not be rotated after its backend was found ` +
+                `newer (${(err as Error).message}); tried again at the next report`,
+            );
+          })
+          .finally(() => this.#vouching.delete(key));
+      }
+    }
   }
 
   // The rotation in the consumer's ledger and its provider's, as far as the fleet names them;
@@ -438,25 +830,78 @@ export class FleetController implements Controller {
     return missing.length === 0 ? undefined : missing.join("; ");
   }
 
-  #rotate(consumer: string, iface: string): Promise<void> {
+  // Refuses a rotation while one of the same consumer is under way: the provider's own status (asked
+  // through its node, as mesh rotate --wait does) names its phase; a provider not heard in time is
+  // judged by its node's last report and this controller's own last rotation.
+  async #refuseDuringRotation(consumer: string, iface: string): Promise<void> {
+    this.#mustLead("rotate passwords");
+    const entry = planEntries(this.#current.plan).find(
+      (e) => e.consumer === consumer && e.interface === iface,
+    );
+    if (entry === undefined) throw new UnknownConsumerError(consumer, iface);
+    const key = `${consumer} ${iface}`;
+    const last = this.#rotated.get(key);
+    const reply = await relayToolCall(
+      this.#p.nc,
+      { module: entry.provider, tool: "status", args: [], who: "controller", record: false },
+      this.#relaySources,
+      ROTATION_CHECK_TIMEOUT_MS,
+    ).catch(() => undefined);
+    let rotation: RotationStatus | undefined;
+    const consumers = reply?.ok === true ? (reply.answer as { consumers?: unknown }).consumers : undefined;
+    if (Array.isArray(consumers)) {
+      const c = (consumers as { login?: unknown; applied?: unknown; rotation?: unknown }[]).find(
+        (x) => x.login === entry.login,
+      );
+      const r = c?.rotation as { phase?: unknown; since?: unknown; until?: unknown } | undefined;
+      if ((r?.phase === "add" || r?.phase === "drain") && typeof r.since === "string") {
+        rotation = {
+          phase: r.phase,
+          since: r.since,
+          ...(typeof r.until === "string" ? { until: r.until } : {}),
+        };
+      } else if (last !== undefined && c?.applied !== last.tag) {
+        rotation = { phase: "asked", since: last.at };
+      }
+    } else {
+      const node = this.#current.plan.instances.find((i) => i.provider === entry.provider)?.node;
+      rotation =
+        node === undefined
+          ? undefined
+          : rotationOf({ reports: this.#reports, rotated: this.#rotatedAt() }, node, entry);
+    }
+    if (rotation !== undefined) throw new RotationUnderWayError(consumer, iface, rotation);
+  }
+
+  // When this controller last rotated each consumer, as the status shows it.
+  #rotatedAt(): ReadonlyMap<string, string> {
+    return new Map([...this.#rotated].map(([key, r]) => [key, r.at]));
+  }
+
+  #rotate(consumer: string, iface: string, cut: boolean, after?: string): Promise<RotatedPassword> {
     return this.#exclusive(async () => {
       this.#mustLead("rotate passwords");
-      if (!planEntries(this.#current.plan).some((e) => e.consumer === consumer && e.interface === iface)) {
-        throw new UnknownConsumerError(consumer, iface);
-      }
+      const entry = planEntries(this.#current.plan).find(
+        (e) => e.consumer === consumer && e.interface === iface,
+      );
+      if (entry === undefined) throw new UnknownConsumerError(consumer, iface);
+      let tag: string;
       try {
-        await this.#s.passwords.rotate(consumer, iface);
+        const options = after === undefined ? { cut } : { cut, after };
+        tag = passwordTag((await this.#s.passwords.rotate(consumer, iface, options)).password);
       } catch (err) {
         if (err instanceof BusCannotStoreError) this.#restoreLater(err.what, err.restore);
         throw err;
       }
       this.#p.observer?.rotated();
+      this.#rotated.set(`${consumer} ${iface}`, { at: new Date().toISOString(), tag });
       await this.#pending
         .attempt("deliveries", "the deliveries of a rotation", () => this.#publishAll())
         .catch((err: unknown) => {
           if (!(err instanceof WriteWaitsError)) throw err;
           this.#log.warn(err.message);
         });
+      return { provider: entry.provider, login: entry.login, tag };
     });
   }
 
@@ -505,6 +950,11 @@ export class FleetController implements Controller {
     return this.#exclusive(() => this.#s.joinSecrets.tokenFor(node));
   }
 
+  async joinTokenClaimed(node: string): Promise<boolean> {
+    this.#knownNode(node);
+    return this.#s.joinSecrets.claimed(node);
+  }
+
   async renewJoinToken(node: string): Promise<string> {
     this.#mustLead("make join tokens");
     this.#knownNode(node);
@@ -514,7 +964,7 @@ export class FleetController implements Controller {
   status(): ControllerStatus {
     return controllerStatus({
       plan: this.#current.plan,
-      fleetFile: this.fleetFile,
+      fleetFile: this.#current.fleetFile,
       readAt: this.#current.readAt,
       refused: this.#refused,
       fleetNodes: this.#current.nodes,
@@ -525,7 +975,38 @@ export class FleetController implements Controller {
       waiting: [...this.#pending.waiting(), ...this.#s.ledgers.waiting(), ...this.#waitsToLead()].sort(
         (a, b) => a.since.localeCompare(b.since),
       ),
+      ...(this.#neverSeenAfterMs === undefined ? {} : { neverSeenAfterMs: this.#neverSeenAfterMs }),
+      rotated: this.#rotatedAt(),
+      rotationDue: this.#rotationDue(),
     });
+  }
+
+  // When each consumer's scheduled rotation is due, as this controller keeps it (a standby knows none).
+  #rotationDue(): ReadonlyMap<string, string> {
+    const due = new Map<string, string>();
+    for (const c of planEntries(this.#current.plan)) {
+      const record = this.#dues.get(dueKey(c));
+      if (record !== undefined && periodOf(this.#current.rotation, c) !== undefined) {
+        due.set(`${c.consumer} ${c.interface}`, record.due);
+      }
+    }
+    return due;
+  }
+
+  // MESH_NEVER_SEEN_AFTER (a duration like 10m) in the controller's environment: how long a
+  // consumer may go unseen after its password was applied before the status says so.
+  readonly #neverSeenAfterMs: number | undefined = ((): number | undefined => {
+    const text = process.env["MESH_NEVER_SEEN_AFTER"];
+    if (text === undefined || text.trim() === "") return undefined;
+    try {
+      return parseDuration(text);
+    } catch {
+      return undefined;
+    }
+  })();
+
+  bus(): Promise<BusHealth> {
+    return readBusHealth(this.#p.nc);
   }
 
   // The dashboard's way in: the same relay and ledger read as the operator's requests on the bus.
@@ -544,9 +1025,29 @@ export class FleetController implements Controller {
     return readLedgerFor(this.#p.nc, { module, limit }, (m) => this.#isFleetModule(m));
   }
 
+  // The other controllers that answer now (each answers CONTROLLERS_SUBJECT, this one too).
+  async #otherControllers(): Promise<string[]> {
+    const self = this.#p.lease.self;
+    const others: string[] = [];
+    const replies = await this.#p.nc.requestMany(CONTROLLERS_SUBJECT, "{}", {
+      strategy: "timer",
+      maxWait: STANDBYS_WITHIN_MS,
+    });
+    for await (const msg of replies) {
+      try {
+        const v = JSON.parse(msg.string()) as { self?: unknown };
+        if (typeof v.self === "string" && v.self !== self) others.push(v.self);
+      } catch {
+        // Not a controller's word: nobody to name.
+      }
+    }
+    return others.sort();
+  }
+
   stop(): Promise<void> {
     this.#stopped ??= (async () => {
       this.#watcher?.close();
+      clearInterval(this.#scheduleTimer);
       this.#pending.close();
       this.#s.ledgers.close();
       await this.#driver.stop();
@@ -638,10 +1139,13 @@ export class FleetController implements Controller {
       // Read, or this serving is tried again: a fleet that cannot be read now is not "none stored".
       const stored = await readStoredFleet(this.#p.desired);
       const head = await loadStoredFleetHead(this.#p.desired);
-      if (stored !== undefined && stored.fleetFile === this.fleetFile && head !== undefined) {
+      // What was last applied is served, whichever machine applied it: never a file of its own.
+      if (stored !== undefined && head !== undefined) {
         this.#current = stored;
         this.#storedSha = head.sha256;
         this.#fleetTerm = head.term;
+        this.#revision = head.revision;
+        this.#p.standings.retainPlan(stored.plan);
       }
       // It led before, accepted a fleet the bus did not store, and its lease lapsed: when no
       // other leader stored a fleet since, the accepted one is applied again, not dropped.
@@ -659,16 +1163,29 @@ export class FleetController implements Controller {
           this.#unstored = undefined;
         }
       }
-      if (this.#applyFileFirst || stored === undefined) {
+      if (
+        this.fleetFile !== undefined &&
+        (this.#applyFileFirst || (stored === undefined && !this.#p.standby))
+      ) {
         this.#applyFileFirst = false;
-        // When the file is refused now, the fleet read at start (its last good one) is served.
+        // When the file is refused now, the fleet stored (or read at start, its last good one) is served.
         await this.#applyFile(false).catch(async (err: unknown) => {
+          if (err instanceof StaleRevisionError) {
+            this.#log.error(`the fleet file ${this.fleetFile} was not applied: ${err.message}`);
+            await this.#publishAll();
+            return;
+          }
           // Not applied (the bus failed halfway): the next try of this serving applies it again.
           if (!(err instanceof FleetRefusedError)) {
             this.#applyFileFirst = true;
             throw err;
           }
-          if (stored === undefined) await this.#store(this.#current);
+          if (stored === undefined)
+            await this.#store(this.#current, {
+              who: this.#p.who ?? "unknown",
+              via: "fleet file",
+              summary: "the first fleet",
+            });
           await this.#publishAll();
         });
       } else {
@@ -704,6 +1221,7 @@ export class FleetController implements Controller {
           : ": its lease was not renewed in time"),
     );
     this.#stale = true;
+    this.#dues.clear();
     this.#pending.close();
     this.#s.ledgers.close();
     this.#pending = this.#newPending();
@@ -722,13 +1240,14 @@ export class FleetController implements Controller {
     const head = await loadStoredFleetHead(this.#p.desired);
     if (head === undefined || head.sha256 === this.#storedSha) return;
     const stored = await loadStoredFleet(this.#p.desired);
-    if (stored === undefined || stored.fleetFile !== this.fleetFile) return;
+    if (stored === undefined) return;
     // It may have taken up the lead while it read (following runs beside the lease's readings):
     // then what it serves is what leading read or stored, never this older reading.
     if (this.leading()) return;
     this.#current = stored;
     this.#storedSha = head.sha256;
     this.#fleetTerm = head.term;
+    this.#revision = head.revision;
     this.#p.standings.retainPlan(stored.plan);
   }
 
@@ -743,9 +1262,12 @@ export class FleetController implements Controller {
   // Publishes `node`'s delivery from the fleet being served, saying so when it changed.
   async #publishNode(node: string): Promise<Published> {
     const term = this.#mustLead("publish deliveries");
+    // Consumers of a provider with no endpoint: in the fleet are sent where it reports it serves.
+    const fleet = this.#current;
+    const plan = await this.#served.plan(fleet);
     const result = await this.#s.deliveries.publish(
       node,
-      this.#current,
+      plan === fleet.plan ? fleet : { ...fleet, plan },
       this.#p.enrolled.get(node),
       this.#s.credentials.forNode(node, this.#current),
       term,
@@ -881,8 +1403,94 @@ export class FleetController implements Controller {
       ),
     );
     answers.answer(ROTATE_SUBJECT, true, (data) =>
-      answerRotateRequest(data, (c, i, who) => this.rotate(c, i, who)),
+      answerRotateRequest(data, (c, i, who, options) => this.rotate(c, i, who, options)),
     );
+    answers.answer(FLEET_APPLY_SUBJECT, true, (data) => this.#answerApply(data));
+  }
+
+  // `mesh apply` and `mesh fleet rollback`: `{source | rollback | upload, expectRevision?, force?, who}`;
+  // a larger fleet's parts first, each `{upload, part, parts, text}` (see apply-uploads).
+  async #answerApply(data: Uint8Array): Promise<unknown> {
+    let asked: Record<string, unknown>;
+    try {
+      asked = JSON.parse(new TextDecoder().decode(data)) as Record<string, unknown>;
+      if (typeof asked !== "object" || asked === null) throw new Error("not an object");
+    } catch {
+      return { ok: false, code: "bad-request", error: "an apply request must be a JSON object" };
+    }
+    const who = typeof asked["who"] === "string" ? asked["who"].slice(0, 200) : "unknown";
+    const expect = asked["expectRevision"];
+    // A part of a fleet larger than one message: kept until its apply names the upload.
+    if (asked["upload"] !== undefined && asked["part"] !== undefined) {
+      try {
+        this.#uploads.take(asked["upload"], asked["part"], asked["parts"], asked["text"]);
+        return { ok: true, upload: asked["upload"], part: asked["part"] };
+      } catch (err) {
+        if (!(err instanceof ApplyUploadError)) throw err;
+        return { ok: false, code: "bad-request", error: err.message };
+      }
+    }
+    if (asked["upload"] !== undefined) {
+      try {
+        asked = {
+          ...asked,
+          source: JSON.parse(
+            this.#uploads.finish(asked["upload"], asked["parts"], asked["sha256"]),
+          ) as unknown,
+        };
+      } catch (err) {
+        if (err instanceof ApplyUploadError) return { ok: false, code: "bad-request", error: err.message };
+        return { ok: false, code: "bad-request", error: "an apply's upload is not a fleet's source (JSON)" };
+      }
+    }
+    try {
+      let source: FleetSource;
+      let via = "mesh apply";
+      if (typeof asked["rollback"] === "number") {
+        const got = await readFleetRevision(this.#p.desired, asked["rollback"]);
+        if (got === undefined)
+          return {
+            ok: false,
+            code: "unknown-revision",
+            error: `revision ${asked["rollback"]} is not kept: mesh fleet history lists those kept`,
+          };
+        source = got.source;
+        via = `rollback to ${asked["rollback"]}`;
+      } else {
+        const s = asked["source"] as Partial<FleetSource> | undefined;
+        if (
+          typeof s?.fleetFile !== "string" ||
+          typeof s.fleetText !== "string" ||
+          typeof s.manifests !== "object" ||
+          s.manifests === null ||
+          !Object.values(s.manifests).every((t) => typeof t === "string")
+        )
+          return { ok: false, code: "bad-request", error: "an apply request must carry the fleet's source" };
+        source = { fleetFile: s.fleetFile, fleetText: s.fleetText, manifests: s.manifests };
+      }
+      const outcome = await this.apply({
+        source,
+        ...(typeof expect === "number" ? { expectRevision: expect } : {}),
+        force: asked["force"] === true,
+        who,
+        via,
+      });
+      return { ok: true, ...outcome, published: outcome.published.length };
+    } catch (err) {
+      if (err instanceof StaleRevisionError)
+        return {
+          ok: false,
+          code: "stale-revision",
+          error: err.message,
+          expected: err.expected,
+          stored: err.stored,
+        };
+      if (err instanceof FleetRefusedError)
+        return { ok: false, code: "refused", error: err.message, problems: err.problems };
+      if (err instanceof NotLeaderError) return { ok: false, code: "not-leader", error: err.message };
+      if (err instanceof WriteWaitsError) return { ok: false, code: "waits", error: err.message };
+      return { ok: false, code: "failed", error: (err as Error).message };
+    }
   }
 
   // What every controller answers on the bus, leading or standing by.
@@ -903,15 +1511,50 @@ export class FleetController implements Controller {
       this.#exclusive(async () => ({
         ok: true,
         fleet: this.#current,
+        revision: this.#revision,
         keptPasswords: await this.#s.passwords.keys(),
       })),
     );
+    // `mesh fleet history` and `mesh fleet show REV`: read from the bus, as every controller can.
+    answers.answer(FLEET_HISTORY_SUBJECT, true, async (data) => {
+      try {
+        const asked = JSON.parse(new TextDecoder().decode(data)) as { revision?: unknown };
+        if (typeof asked.revision === "number") {
+          const got = await readFleetRevision(this.#p.desired, asked.revision);
+          if (got === undefined)
+            return {
+              ok: false,
+              error: `revision ${asked.revision} is not kept (mesh fleet history lists those kept)`,
+            };
+          return { ok: true, revision: this.#revision, entry: got.entry, source: got.source };
+        }
+        return { ok: true, revision: this.#revision, history: await this.history() };
+      } catch (err) {
+        return { ok: false, error: (err as Error).message };
+      }
+    });
     answers.answer(allReportsSubject(), false, (data, subject) => {
       const node = reportingNode(subject);
       const report = node !== undefined ? parseReport(node, data, new Date()) : undefined;
       if (node !== undefined && report !== undefined) {
+        const before = this.#reports.get(node);
+        if (before?.protocol !== report.protocol || before?.release !== report.release) {
+          // Said once per change of the node's mesh (an upgrade of it), never per report.
+          const version = nodeVersion(report);
+          if (!version.compatible) this.#log.error(`node ${node}: ${version.problem ?? ""}`);
+          else if (before !== undefined)
+            this.#log.info(
+              `node ${node} now runs mesh ${report.release ?? "0.1.0"} (protocol ${report.protocol})`,
+            );
+        }
         this.#reports.set(node, report);
+        if (this.leading()) this.#vouchFor(report);
         if (this.#s.credentials.report(node, report.moduleKeys, this.#current)) this.#syncNode(node);
+        const moved = this.#served.learn(report, this.#current);
+        if (moved.length > 0 && this.leading()) {
+          void this.#served.keep(moved);
+          for (const n of ServedEndpoints.consumerNodes(this.#current, moved)) this.#syncNode(n);
+        }
       }
       return Promise.resolve(undefined);
     });
@@ -923,8 +1566,10 @@ export class FleetController implements Controller {
   }
 
   #watch(): void {
+    const file = this.fleetFile;
+    if (file === undefined) return;
     this.#watcher = watchFleetFile(
-      this.fleetFile,
+      file,
       () => {
         if (!this.leading()) {
           // Its own lease lapsed (the bus slow to renew it), and no other controller holds it:
@@ -933,22 +1578,22 @@ export class FleetController implements Controller {
           if (this.#ledTerm !== undefined && (seen === undefined || seen.holder === this.#p.lease.self)) {
             this.#fileChangedAt = this.#fileChangedAt ?? Date.now();
             this.#log.warn(
-              `the fleet file ${this.fleetFile} changed while this controller's lease waits to be renewed: ` +
+              `the fleet file ${file} changed while this controller's lease waits to be renewed: ` +
                 `it is applied when the bus renews it`,
             );
             this.#applyWhenLeading();
             return;
           }
           this.#log.warn(
-            `the fleet file ${this.fleetFile} changed, but this controller stands by: the leader's fleet is ` +
-              `served; edit the fleet on the leader's machine (mesh status names it)`,
+            `the fleet file ${file} changed, but this controller stands by: the fleet stored in the mesh is ` +
+              `served; apply the file with mesh apply ${file}`,
           );
           return;
         }
         this.reload().then(
           (outcome) =>
             this.#log.info(
-              `read the fleet file ${this.fleetFile} again: ${outcome.published.length} node(s) got a new delivery` +
+              `read the fleet file ${file} again: ${outcome.published.length} node(s) got a new delivery` +
                 (outcome.minted > 0 ? `, ${outcome.minted} password(s) minted` : ""),
             ),
           (err: unknown) => this.#log.error((err as Error).message),
@@ -962,4 +1607,28 @@ export class FleetController implements Controller {
 // A fleet as JSON, without when it was read: two readings of the same files give the same text.
 function fleetText(fleet: FleetPlan): string {
   return JSON.stringify({ ...fleet, readAt: undefined });
+}
+
+// One line saying what an apply changes, for the history.
+function summarizeChange(before: FleetPlan, next: FleetPlan): string {
+  const s = diffFleetPlans(
+    before.plan.instances.length === 0 && before.modules.length === 0 ? EMPTY_FLEET : before,
+    next,
+  ).summary;
+  const parts = [
+    s.create > 0 ? `${s.create} consumer(s) added` : "",
+    s.retire > 0 ? `${s.retire} consumer(s) no longer asked for` : "",
+    s.change > 0 ? `${s.change} consumer(s) changed` : "",
+    s.moduleStart > 0 ? `${s.moduleStart} module(s) started` : "",
+    s.moduleStop > 0 ? `${s.moduleStop} module(s) stopped` : "",
+    s.moduleMove > 0 ? `${s.moduleMove} module(s) moved` : "",
+    s.moduleRestart > 0 ? `${s.moduleRestart} module(s) restarted` : "",
+    s.moduleLimits > 0 ? `${s.moduleLimits} module(s) with new limits` : "",
+    s.nodesAdded > 0 ? `${s.nodesAdded} node(s) added` : "",
+    s.nodesRemoved > 0 ? `${s.nodesRemoved} node(s) removed` : "",
+    JSON.stringify(before.rotation ?? {}) === JSON.stringify(next.rotation ?? {})
+      ? ""
+      : "the rotation schedule changed",
+  ].filter((p) => p !== "");
+  return parts.length > 0 ? parts.join(", ") : "no change to consumers, modules or nodes";
 }

@@ -1,6 +1,7 @@
 // Reading the fleet is all-or-nothing: the fleet file, every manifest, and the check that they hold
 // together. Any problem refuses the whole reading, so a typo can never shrink the plan (and have
 // providers retire consumers nobody meant to remove).
+import type { RotationPeriods } from "./rotation-schedule.ts";
 import { resolve } from "node:path";
 import {
   compilePermissions,
@@ -9,6 +10,7 @@ import {
   parseFleet,
   readFleetText,
   readManifestText,
+  ManifestError,
   ProblemsError,
   seatHolders,
   type Manifest,
@@ -35,6 +37,23 @@ export interface FleetPlan {
    * from such a fleet until the fleet file is read again.
    */
   readonly permissions?: Readonly<Record<string, ModulePermissions>>;
+  /**
+   * What it was read from: the fleet file's text and every manifest's, inlined, so that any
+   * controller derives the same fleet from the bus without a file of its own (absent in a fleet
+   * stored before they were kept).
+   */
+  readonly source?: FleetSource;
+  /** How often the controller rotates consumers' passwords (`rotate:` in the fleet file); absent: never by itself. */
+  readonly rotation?: RotationPeriods;
+}
+
+/** A fleet as applied: the fleet file's text and the text of every manifest it names, by path. */
+export interface FleetSource {
+  /** Absolute path of the fleet file where it was read (manifest paths are resolved against it). */
+  readonly fleetFile: string;
+  readonly fleetText: string;
+  /** Each manifest's text, by the absolute path the fleet names it at. */
+  readonly manifests: Readonly<Record<string, string>>;
 }
 
 /** The fleet file (or a manifest it names) was refused; what was served before stays served. */
@@ -83,6 +102,47 @@ export async function loadFleetPlan(
   if (last !== undefined && last.fleetText === fleetText && (await sameTexts(last.manifests, readText)))
     return { ...last.read, readAt: new Date().toISOString() };
   lastReads.delete(file);
+  const read = await derive(file, fleetText, readText);
+  const source: FleetSource = {
+    fleetFile: file,
+    fleetText,
+    manifests: Object.fromEntries([...texts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
+  };
+  const withSource: FleetPlan = { ...read, source };
+  lastReads.set(file, { fleetText, manifests: texts, read: withSource });
+  return withSource;
+}
+
+/**
+ * The fleet `source` makes, derived as `loadFleetPlan` derives it from files, reading nothing: a
+ * manifest the source does not hold is a problem of the fleet, as a missing file is.
+ * @throws FleetError, ManifestError or FleetCheckError, as `loadFleetPlan`.
+ */
+export async function fleetPlanOf(source: FleetSource): Promise<FleetPlan> {
+  const readText = (path: string): Promise<string> => {
+    const text = Object.hasOwn(source.manifests, path) ? source.manifests[path] : undefined;
+    if (text !== undefined) return Promise.resolve(text);
+    return Promise.reject(
+      new ManifestError([
+        {
+          code: "unreadable",
+          file: path,
+          field: "(file)",
+          message: "is not among the manifests applied with the fleet",
+          fix: "apply the fleet with mesh apply from a machine that holds every manifest it names",
+        },
+      ]),
+    );
+  };
+  const read = await derive(source.fleetFile, source.fleetText, readText);
+  return { ...read, source };
+}
+
+async function derive(
+  file: string,
+  fleetText: string,
+  readText: (path: string) => Promise<string>,
+): Promise<FleetPlan> {
   const fleet = parseFleet(fleetText, file);
   const manifests = await loadFleetManifests(fleet, readText);
   const plan = derivePlan(fleet, manifests);
@@ -98,16 +158,22 @@ export async function loadFleetPlan(
       ...(m.limits === undefined ? {} : { limits: m.limits }),
     }))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  const read: FleetPlan = {
+  const rotateModules = Object.fromEntries(
+    [...fleet.modules.values()].flatMap((m) => (m.rotate === undefined ? [] : [[m.name, { ...m.rotate }]])),
+  );
+  const rotation: RotationPeriods = {
+    ...(fleet.rotateEvery === undefined ? {} : { every: fleet.rotateEvery }),
+    ...(Object.keys(rotateModules).length === 0 ? {} : { modules: rotateModules }),
+  };
+  return {
     fleetFile: file,
     plan,
     nodes: [...fleet.nodes.keys()].sort(),
     modules,
     readAt: new Date().toISOString(),
     permissions,
+    ...(Object.keys(rotation).length === 0 ? {} : { rotation }),
   };
-  lastReads.set(file, { fleetText, manifests: texts, read });
-  return read;
 }
 
 // The last fleet read whole from each fleet file, with the texts it was read from. Reading is pure:

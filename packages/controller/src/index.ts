@@ -17,81 +17,44 @@
  * await controller.stop();
  * ```
  */
-export * from "./authority-file.ts";
-export * from "./controller-keys.ts";
-export * from "./controller-lease.ts";
-export * from "./controller-metrics.ts";
-export * from "./controller-status.ts";
-export * from "./dashboard/dashboard-routes.ts";
-export * from "./dashboard/dashboard-state.ts";
-export * from "./enrollment.ts";
-export * from "./fleet-controller.ts";
-export * from "./fleet-plan.ts";
-export * from "./http-server.ts";
+export { loadOrCreateAuthority, saveAuthority } from "./authority-file.ts";
+export { loadOrCreateControllerKeys } from "./controller-keys.ts";
+export { ControllerMetrics } from "./controller-metrics.ts";
+export { dashboardRoutes } from "./dashboard/dashboard-routes.ts";
+export type { DashboardSources } from "./dashboard/dashboard-state.ts";
+export type { EnrollReply } from "./enrollment.ts";
+export type { Controller } from "./fleet-controller.ts";
+export { fleetPlanOf, loadFleetPlan, type FleetPlan, type FleetSource } from "./fleet-plan.ts";
+export type { FleetRevision } from "./fleet-history.ts";
+export { applyParts } from "./apply-uploads.ts";
+export { browsableUrl, metricsRoute, startControllerHttp, type ControllerHttpServer } from "./http-server.ts";
+export { HttpAuth, LOGIN_CODE_TTL_MS } from "./http-auth.ts";
+export { loadOrCreateToken, operatorTokenPath, scrapeTokenPath } from "./secret-token.ts";
+export { JoinSecrets } from "./join-secrets.ts";
+export { MODULE_BUS_LIMITS, MODULE_CREDENTIALS_BUCKET } from "./module-credentials.ts";
 export {
-  CSRF_HEADER,
-  HttpAuth,
-  LOGIN_CODE_TTL_MS,
-  OPERATOR_TOKEN_WHO,
-  SESSION_IDLE_MS,
-  SESSION_MAX_MS,
-  WeakTokenError,
-  whoOf,
-  type AuthCheck,
-  type DashboardSession,
-  type HttpAccess,
-  type HttpAuthOptions,
-  type HttpCaller,
-  type LoginCode,
-  type StartedSession,
-} from "./http-auth.ts";
-export { REFUSALS_SAID_EVERY_MS, RefusalLog, type Refused, type RefusalLogOptions } from "./refusal-log.ts";
+  LEDGER_READ_SUBJECT,
+  OPERATOR_IDENTITY,
+  operatorPermissions,
+  ROTATE_SUBJECT,
+  SERVED_FLEET_SUBJECT,
+  STATUS_SUBJECT,
+  TOOL_REQUEST_SUBJECT,
+} from "./node-permissions.ts";
+export { parseReport, type NodeReport } from "./node-reports.ts";
+export { WriteWaitsError } from "./pending-writes.ts";
 export {
-  loadOrCreateToken,
-  newToken,
-  operatorTokenPath,
-  OPERATOR_TOKEN_FILE,
-  readToken,
-  SCRAPE_TOKEN_FILE,
-  scrapeTokenPath,
-  TokenFileError,
-  type TokenKind,
-} from "./secret-token.ts";
-export * from "./join-secrets.ts";
-export * from "./join-token-request.ts";
-export * from "./lease-driver.ts";
-export { LedgerRecorder, RECORD_TIMEOUT_MS, type LedgerRecords } from "./ledger-recorder.ts";
-export * from "./module-credentials.ts";
-export * from "./module-ledgers.ts";
-export * from "./node-deliveries.ts";
-export * from "./node-permissions.ts";
-export * from "./node-reports.ts";
-export * from "./password-store.ts";
-export { RESTORES_FILE, RestoreIntents, type RestoreIntent } from "./restore-intents.ts";
-export {
-  PendingWrites,
-  WriteWaitsError,
-  type PendingWritesOptions,
-  type WaitingWrite,
-} from "./pending-writes.ts";
-export * from "./plan-diff.ts";
-export * from "./revocation-list.ts";
-export * from "./scrape-targets.ts";
-export * from "./rotate-request.ts";
-export * from "./start-controller.ts";
-export * from "./standby-state.ts";
-export * from "./standings-book.ts";
-export * from "./stored-fleet.ts";
-export * from "./tool-relay.ts";
-export * from "./watch-fleet-file.ts";
+  diffFleetPlans,
+  EMPTY_FLEET,
+  type ComparedFleet,
+  type FleetPlanDiff,
+  type ModuleChange,
+  type ProviderPlan,
+} from "./plan-diff.ts";
+export { keepScrapeTargets } from "./scrape-targets.ts";
+export { startController, type ControllerOptions } from "./start-controller.ts";
+export { copyStandbyState } from "./standby-state.ts";
+export { loadStoredFleet, parseStoredFleet } from "./stored-fleet.ts";
+export { relayToolCall, type ToolCall } from "./tool-relay.ts";
 // What the controller publishes is defined once, in @mesh/manifest, for both it and the agent.
-export {
-  DELIVERY_KEY,
-  nodePlan,
-  planEntries,
-  readDelivery,
-  secretKey,
-  type DeliveredModule,
-  type Delivery,
-  type DeliveryHead,
-} from "@mesh/manifest";
+export { DELIVERY_KEY, readDelivery, secretKey, type Delivery } from "@mesh/manifest";

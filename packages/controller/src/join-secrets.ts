@@ -168,6 +168,14 @@ export class JoinSecrets {
     return true;
   }
 
+  /**
+   * Whether a node key has claimed `node`'s current token (only that key may enroll with it).
+   * @throws the bus's error when the state cannot be read.
+   */
+  async claimed(node: string): Promise<boolean> {
+    return (await this.#kept(node))?.enrolledKey !== undefined;
+  }
+
   async #kept(node: string): Promise<KeptJoinToken | undefined> {
     let value: unknown;
     try {

@@ -30,6 +30,7 @@ export class LeaseDriver {
   readonly #log: BusLogger;
   readonly #changed: (leading: boolean) => Promise<void>;
   readonly #idle: (() => Promise<void>) | undefined;
+  readonly #standbys: (() => Promise<readonly string[]>) | undefined;
   #leading = false;
   #paused = false;
   #timer: NodeJS.Timeout | undefined;
@@ -39,7 +40,9 @@ export class LeaseDriver {
 
   /**
    * @param changed called (and awaited, before the next tick) when this controller starts or
-   * stops leading; `idle` after each tick while it does not lead, not awaited (one at a time)
+   * stops leading; `idle` after each tick while it does not lead, not awaited (one at a time);
+   * `standbys` names the other controllers that answer now, asked on a clean stop so that a
+   * take-over is said only when there is a standby to take over (never throws)
    */
   constructor(options: {
     readonly bucket: BusState<unknown>;
@@ -49,6 +52,7 @@ export class LeaseDriver {
     readonly logger: BusLogger;
     readonly changed: (leading: boolean) => Promise<void>;
     readonly idle?: () => Promise<void>;
+    readonly standbys?: () => Promise<readonly string[]>;
   }) {
     this.#bucket = options.bucket;
     this.#lease = options.lease;
@@ -57,6 +61,7 @@ export class LeaseDriver {
     this.#log = options.logger;
     this.#changed = options.changed;
     this.#idle = options.idle;
+    this.#standbys = options.standbys;
   }
 
   /** One read and, when the lease says so, one write; then tells of a change of leader. Never throws. */
@@ -152,15 +157,31 @@ export class LeaseDriver {
     });
     try {
       await Promise.race([this.#bucket.update(CONTROLLER_LEASE_KEY, release.record, release.revision), late]);
-      this.#log.info(
-        `controller ${release.record.holder} gave up its lease (term ${release.record.term}): a standby takes over at once`,
-      );
     } catch (err) {
-      this.#log.warn(
-        `the controller lease could not be given up (${(err as Error).message}); a standby takes over when it runs out`,
-      );
+      const standbys = await this.#askStandbys();
+      // With no standby there is no one to hand over to: the lease running out harms nothing.
+      if (standbys.length > 0) {
+        this.#log.warn(
+          `the controller lease could not be given up (${(err as Error).message}); ` +
+            `${standbys.join(", ")} take(s) over when it runs out`,
+        );
+      }
+      return;
     } finally {
       clearTimeout(timer);
+    }
+    const standbys = await this.#askStandbys();
+    this.#log.info(
+      `controller ${release.record.holder} gave up its lease (term ${release.record.term})` +
+        (standbys.length > 0 ? `: ${standbys.join(", ")} may take over at once` : ""),
+    );
+  }
+
+  async #askStandbys(): Promise<readonly string[]> {
+    try {
+      return (await this.#standbys?.()) ?? [];
+    } catch {
+      return [];
     }
   }
 

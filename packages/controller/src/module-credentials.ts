@@ -60,7 +60,7 @@ interface IssuedRecord {
   readonly current?: {
     readonly bus: IssuedKey;
     readonly ledger: IssuedKey;
-    /** A fingerprint of the bus permissions (and the limits) the bus JWT carries. */
+    /** A fingerprint of the bus permissions (and the limits) the bus JWT carries, and of the ledger's layout. */
     readonly permissions: string;
   };
   /** Public keys no longer issued for, to revoke; emptied once revoked. */
@@ -334,12 +334,17 @@ function withoutCurrent(record: IssuedRecord): IssuedRecord {
 }
 
 // The limits count as the permissions do: a credential issued under other limits is replaced
-// (new keys, the old revoked), as a JWT cannot be changed under its key.
+// (new keys, the old revoked), as a JWT cannot be changed under its key. So does the ledger's
+// layout, which the ledger credential's permissions name: credentials issued for a module's own
+// stream (before state format 3) are replaced by ones for its subjects of the shared stream.
 function fingerprint(permissions: ModulePermissions): string {
   return createHash("sha256")
-    .update(JSON.stringify({ ...permissions, limits: MODULE_BUS_LIMITS }))
+    .update(JSON.stringify({ ...permissions, limits: MODULE_BUS_LIMITS, ledger: LEDGER_LAYOUT }))
     .digest("hex");
 }
+
+/** The ledger's layout the ledger credentials are issued for: 2, one stream and bucket every module shares. */
+const LEDGER_LAYOUT = 2;
 
 function parseRecord(value: unknown): IssuedRecord {
   const v = value as Partial<IssuedRecord> | null;

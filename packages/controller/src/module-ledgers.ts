@@ -1,16 +1,18 @@
-// Each module's ledger (its history stream and snapshots bucket), made beside the module's
-// credentials and apart from the controller's one-change-at-a-time queue. JetStream may take tens
-// of seconds to place a stream while a server of the cluster is down (or its meta leader is being
-// elected again): neither a module's start, nor a change, a rotation or a join token waits for that.
-// A ledger is made in the background, tried again until it is made, and `mesh status` lists it
-// meanwhile; the module's node keeps what is to be written to it until it is there. So is the
-// bucket of a node not enrolled yet. What was made with fewer copies than asked is raised once the
-// servers are back.
+// The modules' ledgers: one history stream and one snapshots bucket every module shares (each module
+// below subjects and keys of its own), made once when the controller starts leading, apart from its
+// one-change-at-a-time queue. JetStream may take tens of seconds to place a stream while a server of
+// the cluster is down (or its meta leader is being elected again): neither a module's start, nor a
+// change, a rotation or a join token waits for that, and once the shared ledger is there a new
+// module's ledger is there too, with no stream to make. Until then it is tried again, `mesh status`
+// lists it, and the nodes keep what is to be written to their modules' ledgers. Once made, the
+// ledgers of an older mesh (a stream and a bucket per module) are copied into it, in the background
+// (`migrateLedgers`). A node's deliveries bucket not made yet is made here too. What was made with
+// fewer copies than asked is raised once the servers are back.
 import {
   belowReplicas,
   clusterSize,
   ensureLedger,
-  madeLedgers,
+  sharedLedgerMade,
   raiseReplicas,
   replicasFor,
   type BusLogger,
@@ -22,14 +24,22 @@ import type { WaitingWrite } from "./pending-writes.ts";
 export interface ModuleLedgersOptions {
   readonly nc: NatsConnection;
   readonly logger: BusLogger;
-  /** Makes one module's ledger (default: `ensureLedger`). */
+  /**
+   * Makes the shared ledger, asked for `module`, the first module whose ledger was asked for
+   * (default: `ensureLedger`, which makes the shared one).
+   */
   readonly ensure?: (
     nc: NatsConnection,
     module: string,
     options?: { readonly timeoutMs?: number },
   ) => Promise<void>;
-  /** The modules whose ledger is there already, asked once before the first is made (default: `madeLedgers`). */
-  readonly made?: (nc: NatsConnection) => Promise<ReadonlySet<string>>;
+  /** Whether the shared ledger is there already, asked once before it is made (default: `sharedLedgerMade`). */
+  readonly made?: (nc: NatsConnection) => Promise<boolean>;
+  /**
+   * Copies an older mesh's ledgers into the shared one once it is made (default: nothing), tried
+   * again until it has run through: it must be safe to run again (`migrateLedgers` is).
+   */
+  readonly migrate?: () => Promise<unknown>;
   /** The longest one try may take before the next is scheduled (default 60 s). */
   readonly tryBoundMs?: number;
   /** The first wait after a failed try (default 500 ms), doubled each time up to `maxDelayMs`. */
@@ -49,6 +59,8 @@ interface Making {
 }
 
 const RAISE = " raise";
+const SHARED = " shared";
+const MIGRATE = " migrate";
 
 /** How long the first try at a module's ledger waits for each answer (later ones: `ensureLedger`'s own). */
 const FIRST_TRY_MS = 8_000;
@@ -60,10 +72,12 @@ export class ModuleLedgers {
   readonly #made = new Set<string>();
   readonly #making = new Map<string, Making>();
   readonly #listeners: ((module: string) => void)[] = [];
-  /** The modules asked for while the ledgers already there are being listed. */
+  /** The modules asked for before the shared ledger was known to be made. */
   readonly #asked = new Set<string>();
   #listing: Promise<void> | undefined;
   #listed = false;
+  #shared = false;
+  #migrated = false;
   #closed = false;
 
   constructor(options: ModuleLedgersOptions) {
@@ -74,29 +88,66 @@ export class ModuleLedgers {
   /**
    * Makes `module`'s ledger in the background unless it is known to be there, and returns at once:
    * nothing waits for it (the module's credentials are issued beside it, and what its node is to
-   * write waits on the node). `whenMade` tells when one is made. At a start or a take-over, every
-   * module is asked for: one listing of the ledgers already there spares asking the bus for each.
+   * write waits on the node). Once the shared ledger is made, every module's is: it is made once,
+   * and `whenMade` tells of each module asked for before.
    */
   make(module: string): void {
-    if (this.#made.has(module) || this.#making.has(module) || this.#closed) return;
+    if (this.#made.has(module) || this.#closed) return;
+    if (this.#shared) {
+      this.#made.add(module);
+      return;
+    }
+    this.#asked.add(module);
+    this.prepare();
+  }
+
+  /**
+   * Makes the shared ledger in the background, when it is not known to be there (a controller that
+   * starts leading asks this before any module), then copies an older mesh's ledgers into it.
+   */
+  prepare(): void {
+    if (this.#shared || this.#closed) return;
     if (!this.#listed) {
-      this.#asked.add(module);
       this.#list();
       return;
     }
+    if (this.#making.has(SHARED)) return;
     this.#start(
-      module,
-      `module ${module}'s ledger (its node keeps its entries until it is made)`,
+      SHARED,
+      "the ledger every module shares (the nodes keep their modules' entries until it is made)",
       async (tries) => {
         // Asked again sooner the first time: just after a server of the cluster went down, JetStream
         // may lose the request (the next one, a few seconds later, is made in one or two).
-        await this.#ensure(this.#o.nc, module, tries === 1 ? { timeoutMs: FIRST_TRY_MS } : {});
-        this.#made.add(module);
+        const first = [...this.#asked][0] ?? "mesh";
+        await this.#ensure(this.#o.nc, first, tries === 1 ? { timeoutMs: FIRST_TRY_MS } : {});
+        this.#madeShared();
         // Made with fewer copies than asked (a server was down): raised once they are back.
         if ((await belowReplicas(this.#o.nc).catch(() => [])).length > 0) this.raiseLater();
-        for (const listener of this.#listeners) listener(module);
       },
     );
+  }
+
+  // The shared ledger is there: so is every module's asked for, and an older mesh's are copied.
+  #madeShared(): void {
+    if (this.#shared) return;
+    this.#shared = true;
+    const asked = [...this.#asked];
+    this.#asked.clear();
+    for (const module of asked) {
+      this.#made.add(module);
+      for (const listener of this.#listeners) listener(module);
+    }
+    this.#migrate();
+  }
+
+  // Copies an older mesh's ledgers into the shared one, tried again until it has run through.
+  #migrate(): void {
+    const migrate = this.#o.migrate;
+    if (migrate === undefined || this.#migrated || this.#making.has(MIGRATE) || this.#closed) return;
+    this.#start(MIGRATE, "the copy of an older mesh's ledgers into the shared one", async () => {
+      await migrate();
+      this.#migrated = true;
+    });
   }
 
   /** Whether `module`'s ledger is known to be made. */
@@ -137,19 +188,18 @@ export class ModuleLedgers {
     });
   }
 
-  // The ledgers there already, listed once (bounded as a first try is): a listing that fails
-  // leaves each module to be made (making one that is there finds it made).
+  // Whether the shared ledger is there already, asked once (bounded as a first try is): an answer
+  // that fails leaves it to be made (making one that is there finds it made).
   #list(): void {
     if (this.#listing !== undefined) return;
-    const made = this.#o.made ?? madeLedgers;
+    const made = this.#o.made ?? sharedLedgerMade;
     this.#listing = bounded(made(this.#o.nc), FIRST_TRY_MS)
-      .catch((): ReadonlySet<string> => new Set())
+      .catch(() => false)
       .then((there) => {
-        for (const module of there) this.#made.add(module);
         this.#listed = true;
-        const asked = [...this.#asked];
-        this.#asked.clear();
-        for (const module of asked) this.make(module);
+        if (this.#closed) return;
+        if (there) this.#madeShared();
+        else this.prepare();
       });
   }
 
@@ -180,6 +230,8 @@ export class ModuleLedgers {
    */
   reopen(): void {
     this.#closed = false;
+    if (this.#listed && !this.#shared) this.prepare();
+    if (this.#shared) this.#migrate();
   }
 
   #start(key: string, what: string, attempt: (tries: number) => Promise<void>): void {

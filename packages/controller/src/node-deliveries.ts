@@ -19,11 +19,13 @@ import {
   entryPartKey,
   indexFingerprint,
   isDeliveryHead,
+  MESH_RELEASE,
   modulePartKey,
   nameParts,
   nodePlan,
   partFingerprint,
   planEntries,
+  PROTOCOL_VERSION,
   secretKey,
   type DeliveryHead,
   type DeliveryPart,
@@ -115,6 +117,7 @@ export class NodeDeliveries {
           .map((m) => ({
             name: m.name,
             manifest: m.manifest,
+            ...manifestTextOf(fleet, m.manifest),
             ...(m.metrics === undefined ? {} : { metrics: m.metrics }),
             ...(m.env === undefined ? {} : { env: m.env }),
             ...(m.admin === undefined ? {} : { admin: m.admin }),
@@ -140,6 +143,8 @@ export class NodeDeliveries {
           replaceKeys: credentials.replaceKeys,
           // A new leader writes every delivery again in its term, so none of an older one stands.
           ...(term > 0 ? { term } : {}),
+          // A controller of another protocol (an upgrade) writes every head again, saying its own.
+          protocol: PROTOCOL_VERSION,
         }),
       )
       .digest("hex");
@@ -174,8 +179,11 @@ export class NodeDeliveries {
       if (p === undefined) continue;
       const said = {
         kind: "entry" as const,
-        entry,
+        // Where logins alternate, the login the delivered password is for.
+        entry: entry.alternates === true && p.slot === 1 ? { ...entry, slot: 1 as const } : entry,
         version: p.version,
+        ...(p.cut === true ? { cut: true as const } : {}),
+        ...(p.mintedAt === undefined ? {} : { minted: p.mintedAt }),
         sealPublicKey: enrolled.sealPublicKey,
       };
       const old = before?.get(key);
@@ -218,6 +226,8 @@ export class NodeDeliveries {
       instances: plan.instances.map(({ consumers: _consumers, ...instance }) => instance),
       ...listed,
       issuesCredentials: true,
+      protocol: PROTOCOL_VERSION,
+      release: MESH_RELEASE,
     };
     mustLead();
     await bucket.put(DELIVERY_KEY, head);
@@ -302,4 +312,18 @@ async function inBatches<T>(items: readonly T[], write: (item: T) => Promise<unk
     for (let next = queue.shift(); next !== undefined; next = queue.shift()) await write(next);
   };
   await Promise.all(Array.from({ length: Math.min(WRITE_CONCURRENCY, queue.length) }, worker));
+}
+
+/** The largest manifest a delivery carries (as JSON text); a larger one is read from its node. */
+export const DELIVERED_MANIFEST_MAX_BYTES = 768 * 1024;
+
+// The text of the manifest at `path` as the fleet was applied with it, to travel in the delivery;
+// nothing for a fleet stored before manifests were kept (the agent then reads the file).
+function manifestTextOf(fleet: FleetPlan, path: string): { manifestText?: string } {
+  const manifests = fleet.source?.manifests;
+  if (manifests === undefined || !Object.hasOwn(manifests, path)) return {};
+  const text = manifests[path] as string;
+  // A module's part is one message: a manifest too large for one stays on its node, read there.
+  if (Buffer.byteLength(JSON.stringify(text)) > DELIVERED_MANIFEST_MAX_BYTES) return {};
+  return { manifestText: text };
 }

@@ -4,6 +4,8 @@ import {
   allReportsSubject,
   CONTROLLERS_SUBJECT,
   enrollSubject,
+  FLEET_APPLY_SUBJECT,
+  FLEET_HISTORY_SUBJECT,
   inboxSubjects,
   JOIN_TOKEN_SUBJECT,
   kvReadSubjects,
@@ -23,6 +25,8 @@ import {
 // there without loading the controller); exported here too, as the controller's own.
 export {
   CONTROLLERS_SUBJECT,
+  FLEET_APPLY_SUBJECT,
+  FLEET_HISTORY_SUBJECT,
   JOIN_TOKEN_SUBJECT,
   LEDGER_READ_SUBJECT,
   OPERATOR_IDENTITY,
@@ -80,6 +84,8 @@ export function operatorPermissions(): BusPermissions {
         SERVED_FLEET_SUBJECT,
         JOIN_TOKEN_SUBJECT,
         CONTROLLERS_SUBJECT,
+        FLEET_APPLY_SUBJECT,
+        FLEET_HISTORY_SUBJECT,
       ],
     },
     sub: { allow: [inboxSubjects(OPERATOR_IDENTITY), allReportsSubject()] },

@@ -5,15 +5,27 @@ import { isValidNodeName, MESH_SUBJECT_PREFIX } from "@mesh/bus";
 import {
   boundedJson,
   isModuleName,
+  protocolOf,
+  releaseOf,
   reportedMisbehaviours,
+  reportedRotationSchema,
+  servedEndpointOf,
   type ReportedCounts,
   type ReportedFailure,
   type ReportedMisbehaviour,
   type ReportedProvider,
+  type ReportedRotation,
   type ReportedWaiting,
 } from "@mesh/manifest";
 
-export type { ReportedCounts, ReportedFailure, ReportedMisbehaviour, ReportedProvider, ReportedWaiting };
+export type {
+  ReportedCounts,
+  ReportedFailure,
+  ReportedMisbehaviour,
+  ReportedProvider,
+  ReportedRotation,
+  ReportedWaiting,
+};
 import { maskUrls, metricsUrlOf } from "@mesh/sdk/provider";
 import { goneModuleUsersOf, resourcesOf, type ReportedResources } from "./module-resources-report.ts";
 
@@ -71,6 +83,10 @@ function isolationOf(value: unknown): ReportedIsolation | undefined {
 export interface NodeReport {
   readonly node: string;
   readonly generation: number;
+  /** The agent's release as it says it; null when it says none (0.1.0) or not one (`parseReport` always sets it). */
+  readonly release?: string | null;
+  /** The protocol the agent speaks (1 when it says none: 0.1.0; `parseReport` always sets it). */
+  readonly protocol?: number;
   /** ISO 8601, the controller's clock: when the report arrived. */
   readonly receivedAt: string;
   readonly modules: readonly ModuleReport[];
@@ -132,6 +148,8 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
     providers?: unknown;
     misbehaving?: unknown;
     goneModuleUsers?: unknown;
+    release?: unknown;
+    protocol?: unknown;
   } | null;
   if (b === null || typeof b !== "object" || !Array.isArray(b.modules)) return undefined;
   const modules: ModuleReport[] = [];
@@ -181,6 +199,8 @@ export function parseReport(node: string, data: Uint8Array, receivedAt: Date): N
   return {
     node,
     generation: typeof b.generation === "number" ? b.generation : 0,
+    release: releaseOf(b.release) ?? null,
+    protocol: protocolOf(b.protocol),
     receivedAt: receivedAt.toISOString(),
     modules,
     ...(files !== undefined ? { files } : {}),
@@ -242,7 +262,27 @@ function parseProviders(value: unknown): ReportedProvider[] | undefined {
         reason: textOf(w["reason"]) ?? "",
       };
     }
+    const unseen = (Array.isArray(p["unseen"]) ? p["unseen"] : [])
+      .slice(0, MOST_FAILING)
+      .flatMap((u: unknown) => {
+        const e = u as Record<string, unknown> | null;
+        const login = e?.["login"];
+        const since = isoOrNull(e?.["since"]);
+        return typeof login === "string" && LOGIN.test(login) && since !== null ? [{ login, since }] : [];
+      });
+    // Parsed against the one schema of a rotation (the provider's answer's), login checked as a login.
+    const rotating = (Array.isArray(p["rotating"]) ? p["rotating"] : [])
+      .slice(0, MOST_FAILING)
+      .flatMap((r: unknown): ReportedRotation[] => {
+        const parsed = reportedRotationSchema.safeParse(r);
+        return parsed.success && LOGIN.test(parsed.data.login) ? [parsed.data] : [];
+      });
+    // Parsed against its schema at the boundary: only a host name or address and a port are kept.
+    const serves = servedEndpointOf(p["serves"]);
     out.push({
+      ...(unseen.length > 0 ? { unseen } : {}),
+      ...(rotating.length > 0 ? { rotating } : {}),
+      ...(serves === undefined ? {} : { serves }),
       module: p["module"],
       answered: p["answered"] === true,
       problem: textOf(p["problem"]),

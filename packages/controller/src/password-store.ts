@@ -54,6 +54,22 @@ export interface KeptPassword {
   readonly password: string;
   /** Random, never derived from the password: what a delivery's fingerprint is made of. */
   readonly version: string;
+  /**
+   * 1 when it is for the consumer's second login (see `SealedPassword.slot`): a rotation puts the
+   * new password on the login the old one is not on.
+   */
+  readonly slot?: 1 | undefined;
+  /**
+   * Minted by `mesh rotate --now` (a leaked password): no overlap, the provider ends the sessions
+   * of the login once it has taken it. Kept in the bus with the password, so a take-over delivers it alike.
+   */
+  readonly cut?: true;
+  /**
+   * ISO 8601: when it was minted (absent from a record without a readable one). It travels to the
+   * provider with the asked entry, which refuses to put back a password older than the one its
+   * backend holds (a restore of an older backup) rather than undo a rotation silently.
+   */
+  readonly mintedAt?: string;
 }
 
 /** A restore that waits: the old password of `consumer` for `interface` is to be put back. */
@@ -71,9 +87,29 @@ const parseSealed = (value: unknown, nested = false): SealedPassword => {
   if (v?.v !== 1 || typeof v.sealed !== "string" || typeof v.version !== "string") {
     throw new Error("not a sealed password record");
   }
-  const record = { v: 1, sealed: v.sealed, version: v.version, mintedAt: String(v.mintedAt) } as const;
+  const record = {
+    v: 1,
+    sealed: v.sealed,
+    version: v.version,
+    mintedAt: String(v.mintedAt),
+    ...(v.slot === 1 ? { slot: 1 as const } : {}),
+    ...(v.cut === true ? { cut: true as const } : {}),
+  } as const;
   return v.replaces === undefined || nested ? record : { ...record, replaces: parseSealed(v.replaces, true) };
 };
+
+/** The later of two ISO 8601 times (either may be absent). */
+function latest(a: string | undefined, b: string | undefined): string | undefined {
+  if (a === undefined || b === undefined) return a ?? b;
+  return Date.parse(a) >= Date.parse(b) ? a : b;
+}
+
+/** Now, as ISO 8601; or just after `after` when this clock is not past it yet. */
+function mintTime(after?: string): string {
+  const now = Date.now();
+  const floor = after === undefined ? Number.NaN : Date.parse(after) + 1;
+  return new Date(Number.isNaN(floor) ? now : Math.max(now, floor)).toISOString();
+}
 
 // Reading or minting a large fleet's passwords one at a time would be slow; all at once would
 // flood the bus.
@@ -189,14 +225,27 @@ export class PasswordStore {
   /**
    * Replaces the password of `consumer` for `iface` with a new one, kept sealed before it is
    * returned. The provider applies it when the nodes have it. Before the bus is asked, the old
-   * password is written down as the one to put back should the bus not confirm.
+   * password is written down as the one to put back should the bus not confirm. With `after` (ISO
+   * 8601), it is minted later than that, whatever this machine's clock says: it must be newer than
+   * the one a backend holds.
    * @throws BusCannotStoreError when the bus does not store it: the old password stays;
    * FileWriteError when the restores file cannot be written (nothing was offered to the bus).
    */
-  async rotate(consumer: string, iface: string): Promise<KeptPassword> {
+  async rotate(
+    consumer: string,
+    iface: string,
+    options: { cut?: boolean; after?: string } = {},
+  ): Promise<KeptPassword> {
     const key = secretKey(consumer, iface);
     const old = this.#kept.get(key);
-    const kept: KeptPassword = { password: mintPassword(), version: randomUUID() };
+    const kept: KeptPassword = {
+      password: mintPassword(),
+      version: randomUUID(),
+      ...(old?.slot === 1 ? {} : { slot: 1 as const }),
+      // Never before the password it replaces: a provider takes only a newer one.
+      mintedAt: mintTime(latest(options.after, old?.mintedAt)),
+      ...(options.cut === true ? { cut: true as const } : {}),
+    };
     const intent = old === undefined ? undefined : await this.#intend(key, consumer, iface, old, kept);
     try {
       const record = await this.#record(kept);
@@ -294,7 +343,9 @@ export class PasswordStore {
       v: 1,
       sealed: await seal(kept.password, this.#keys.publicKey),
       version: kept.version,
-      mintedAt: new Date().toISOString(),
+      mintedAt: kept.mintedAt ?? new Date().toISOString(),
+      ...(kept.slot === 1 ? { slot: 1 as const } : {}),
+      ...(kept.cut === true ? { cut: true as const } : {}),
     };
   }
 
@@ -347,13 +398,19 @@ export class PasswordStore {
       );
       return undefined;
     }
-    const kept = { password, version: record.version };
+    const kept: KeptPassword = {
+      password,
+      version: record.version,
+      ...(record.slot === 1 ? { slot: 1 as const } : {}),
+      ...(Number.isNaN(Date.parse(record.mintedAt)) ? {} : { mintedAt: record.mintedAt }),
+      ...(record.cut === true ? { cut: true as const } : {}),
+    };
     this.#kept.set(key, kept);
     return kept;
   }
 
   async #mint(key: string, why: string): Promise<KeptPassword> {
-    const kept: KeptPassword = { password: mintPassword(), version: randomUUID() };
+    const kept: KeptPassword = { password: mintPassword(), version: randomUUID(), mintedAt: mintTime() };
     await this.#state.put(key, await this.#record(kept));
     this.#kept.set(key, kept);
     this.#minted++;

@@ -24,6 +24,14 @@ export interface SealedPassword {
   readonly version: string;
   /** ISO 8601. */
   readonly mintedAt: string;
+  /** Minted by `mesh rotate --now`: the provider takes it without an overlap and ends the old sessions. */
+  readonly cut?: true;
+  /**
+   * 1 when the password is for the consumer's second login, where its provider alternates logins
+   * (each rotation flips it); absent for the first. Kept for every consumer: the delivery uses it
+   * only where the provider alternates.
+   */
+  readonly slot?: 1;
   /**
    * Set on a rotation not confirmed yet: the password it replaces, which stays in force until the
    * controller that asked writes this record again without it, once the bus has stored it. A record

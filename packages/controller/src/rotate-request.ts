@@ -10,6 +10,18 @@ export interface RotateRequest {
   readonly interface: string;
   /** Who asks: the CLI's Unix user. An older CLI says nothing, recorded as `unknown`. */
   readonly who?: string;
+  /**
+   * `mesh rotate --now`, for a leaked password: no overlap (the old password is refused as soon as
+   * the provider takes the new one, and the login's sessions are ended), and not refused while
+   * another rotation of the consumer is under way.
+   */
+  readonly now?: boolean;
+}
+
+/** How a rotation is asked beyond who and what. */
+export interface RotateOptions {
+  /** See `RotateRequest.now`. */
+  readonly now?: boolean;
 }
 
 /** Through which surface a rotation is asked, as the ledger says it. */
@@ -27,8 +39,12 @@ export type RotationRecord = {
   /** When it was asked (ISO 8601, the controller's clock). */
   readonly at: string;
   readonly ok: boolean;
+  /** Set for `mesh rotate --now`: no overlap, the old sessions ended. */
+  readonly now?: true;
   /** Why it failed (never a password). */
   readonly error?: string;
+  /** Why the mesh rotated it on its own (`who` is then the mesh), in words. */
+  readonly why?: string;
 };
 
 /**
@@ -36,8 +52,18 @@ export type RotationRecord = {
  * (nothing changed); `ledger` when the rotation happened but its record is missing, and why.
  */
 export type RotateReply =
-  | { readonly ok: true; readonly ledger?: string }
+  | ({ readonly ok: true; readonly ledger?: string } & Partial<RotatedPassword>)
   | { readonly ok: false; readonly error: string; readonly busCannotStore?: true };
+
+/**
+ * Which provider applies a rotated password and how to know it did: its `status` lists `login`
+ * with `applied` equal to `tag` (a one-way tag of the password, never the password).
+ */
+export interface RotatedPassword {
+  readonly provider: string;
+  readonly login: string;
+  readonly tag: string;
+}
 
 // As the control socket takes who: a printable name, bounded.
 const WHO = /^[^\p{Cc}]{1,128}$/u;
@@ -48,9 +74,14 @@ const WHO = /^[^\p{Cc}]{1,128}$/u;
  */
 export async function answerRotateRequest(
   data: Uint8Array,
-  rotate: (consumer: string, iface: string, who: string) => Promise<{ readonly ledger?: string } | void>,
+  rotate: (
+    consumer: string,
+    iface: string,
+    who: string,
+    options: RotateOptions,
+  ) => Promise<({ readonly ledger?: string } & Partial<RotatedPassword>) | void>,
 ): Promise<RotateReply> {
-  let body: { consumer?: unknown; interface?: unknown; who?: unknown };
+  let body: { consumer?: unknown; interface?: unknown; who?: unknown; now?: unknown };
   try {
     body = JSON.parse(new TextDecoder().decode(data)) as typeof body;
   } catch {
@@ -65,9 +96,14 @@ export async function answerRotateRequest(
   if (body.who !== undefined && (typeof body.who !== "string" || !WHO.test(body.who))) {
     return { ok: false, error: `"who" must be a name of 1 to 128 printable characters: nothing was rotated` };
   }
+  if (body.now !== undefined && typeof body.now !== "boolean") {
+    return { ok: false, error: `"now" must be true or false: nothing was rotated` };
+  }
   try {
-    const done = await rotate(body.consumer, body.interface, body.who ?? "unknown");
-    return done?.ledger === undefined ? { ok: true } : { ok: true, ledger: done.ledger };
+    const done = await rotate(body.consumer, body.interface, body.who ?? "unknown", {
+      ...(body.now === true ? { now: true } : {}),
+    });
+    return { ok: true, ...(done ?? {}) };
   } catch (err) {
     if (err instanceof BusCannotStoreError) return { ok: false, error: err.message, busCannotStore: true };
     return { ok: false, error: (err as Error).message };

@@ -1,9 +1,9 @@
 // Starting the controller: its keys, its bus connection (with a credential it issues itself), and
 // the buckets and stores it works with, composed into the `FleetController` that serves the fleet.
 import { setTimeout as sleep } from "node:timers/promises";
-import { mkdir } from "node:fs/promises";
-import { hostname } from "node:os";
-import { resolve } from "node:path";
+import { mkdir, readFile } from "node:fs/promises";
+import { hostname, userInfo } from "node:os";
+import { join, resolve } from "node:path";
 import { performance } from "node:perf_hooks";
 import {
   belowReplicas,
@@ -15,16 +15,19 @@ import {
   credsFor,
   DESIRED_STATE_BUCKET,
   inboxPrefix,
+  migrateLedgers,
   NODES_BUCKET,
   openState,
   raiseReplicas,
   StateValueError,
+  writeFileAtomic,
   type BusAuthority,
   type BusLogger,
   type BusState,
 } from "@mesh/bus";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { saveAuthority } from "./authority-file.ts";
+import { BusFormatError, settleBusFormat } from "./bus-format.ts";
 import { ControllerKeysError, loadOrCreateControllerKeys, type ControllerKeys } from "./controller-keys.ts";
 import { observeDeliveries, type ControllerObserver } from "./controller-metrics.ts";
 import { ControllerLease, DEFAULT_LEASE_TIMINGS, type LeaseTimings } from "./controller-lease.ts";
@@ -49,8 +52,15 @@ import { loadStoredFleet } from "./stored-fleet.ts";
 export interface ControllerOptions {
   /** The controller's state directory (`<meshState>/controller`): its key file lives here. */
   readonly stateDir: string;
-  /** The fleet file (mesh.yaml). */
-  readonly fleetFile: string;
+  /**
+   * The fleet file this machine applies (`mesh up FILE`): applied at start when it differs from
+   * the fleet stored in the bus, and at each save while this controller leads, each time expecting
+   * the revision this machine last applied. Absent: the stored fleet is served. A standby never
+   * applies it (a take-over serves what was last applied).
+   */
+  readonly fleetFile?: string;
+  /** How many applied revisions the bus keeps (default 100). */
+  readonly fleetHistory?: number;
   /** The bus's URLs. */
   readonly servers: readonly string[];
   /** The mesh's bus authority (see `loadOrCreateAuthority`): the controller issues every credential with it. */
@@ -92,8 +102,8 @@ export interface ControllerOptions {
    */
   readonly waitForBus?: { readonly signal?: AbortSignal; readonly retryMs?: number };
   /**
-   * Makes one module's ledger (default `ensureLedger`), in the background beside its credentials;
-   * tests hold it back to show that nothing waits for it.
+   * Makes the ledger every module shares (default `ensureLedger`), in the background as the
+   * controller starts leading; tests hold it back to show that nothing waits for it.
    */
   readonly makeLedger?: ModuleLedgersOptions["ensure"];
 }
@@ -112,7 +122,8 @@ export function busNotReady(err: unknown): boolean {
     err instanceof BusCredentialsRefusedError ||
     err instanceof BusTlsError ||
     err instanceof FleetRefusedError ||
-    err instanceof ControllerKeysError
+    err instanceof ControllerKeysError ||
+    err instanceof BusFormatError
   )
     return false;
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 4; e = e.cause, depth++) {
@@ -165,7 +176,7 @@ const LEASE_REQUEST_MIN_MS = 2_000;
 
 async function startOnce(options: ControllerOptions): Promise<Controller> {
   const log = options.logger;
-  const fleetFile = resolve(options.fleetFile);
+  const fleetFile = options.fleetFile === undefined ? undefined : resolve(options.fleetFile);
   await mkdir(options.stateDir, { recursive: true, mode: 0o700 });
   const keys = await loadOrCreateControllerKeys(options.stateDir);
   const jwt = await options.authority.issueUser({
@@ -194,7 +205,7 @@ async function startOnce(options: ControllerOptions): Promise<Controller> {
 // and handed to the `FleetController` that serves the fleet.
 async function run(
   nc: NatsConnection,
-  fleetFile: string,
+  fleetFile: string | undefined,
   sealKeys: ControllerKeys["seal"],
   options: ControllerOptions,
   controllerKey: string,
@@ -202,6 +213,8 @@ async function run(
   const log = options.logger;
   await raiseReplicas(nc, log);
   const desired = await openState<unknown>(nc, DESIRED_STATE_BUCKET);
+  // Before anything is read or written there: a bus of a newer mesh is refused, an older one migrated.
+  await settleBusFormat(desired, log);
   const nodesState: BusState<EnrolledNode> = await openState(nc, NODES_BUCKET, { parse: parseEnrolledNode });
   const enrolled = await readEnrolled(nodesState, log);
   const leaseTimings = { ...DEFAULT_LEASE_TIMINGS, ...options.leaseTimings };
@@ -234,7 +247,12 @@ async function run(
       nc,
       logger: log,
       ...(options.makeLedger !== undefined ? { ensure: options.makeLedger } : {}),
+      // An older mesh's ledgers (a stream and a bucket per module), copied into the shared ones,
+      // with what was copied written down in the controller's bucket.
+      migrate: () => migrateLedgers(nc, desired, log),
     });
+    // The ledger every module shares, made (or found) once as this controller starts leading.
+    ledgers.prepare();
     const credentials = await ModuleCredentials.open({
       nc,
       ledgers,
@@ -280,10 +298,23 @@ async function run(
     const stores = await openStores();
     // What the start could not raise (a server down) is raised once the servers are back.
     if ((await belowReplicas(nc).catch(() => [])).length > 0) stores.ledgers.raiseLater();
-    const first = await readFirstFleet(fleetFile, desired, log);
+    // A standby never reads a file of its own: it serves what the bus stores.
+    const first =
+      fleetFile === undefined || options.standby === true
+        ? { fleet: (await loadStoredFleet(desired)) ?? emptyFleet(), refused: null }
+        : await readFirstFleet(fleetFile, desired, log);
+    const appliedFile = join(options.stateDir, APPLIED_FILE);
     const controller = new FleetController({
       nc,
       fleetFile,
+      applied: {
+        read: () => readApplied(appliedFile),
+        write: async (revision) => {
+          await writeFileAtomic(appliedFile, `${JSON.stringify({ revision })}\n`, 0o600);
+        },
+      },
+      who: whoRuns(),
+      ...(options.fleetHistory !== undefined ? { historyKeep: options.fleetHistory } : {}),
       first,
       authority: options.authority,
       desired,
@@ -299,7 +330,7 @@ async function run(
       standings: new StandingsBook({ logger: log }),
       logger: log,
       ...(options.observer !== undefined ? { observer: options.observer } : {}),
-      watch: options.watch !== false,
+      watch: options.watch !== false && options.standby !== true && fleetFile !== undefined,
       lease,
       leaseBucket,
       leaseTimings,
@@ -348,7 +379,7 @@ async function readFirstFleet(
   } catch (err) {
     const problems = problemsOf(err);
     const stored = await loadStoredFleet(desired);
-    if (stored === undefined || stored.fleetFile !== fleetFile) {
+    if (stored === undefined) {
       throw new FleetRefusedError(
         fleetFile,
         problems,
@@ -366,4 +397,29 @@ async function readFirstFleet(
     );
     return { fleet: stored, refused: linesOf(err, problems) };
   }
+}
+
+/** The file in the controller's state directory naming the revision this machine last applied from its fleet file. */
+export const APPLIED_FILE = "fleet-applied.json";
+
+async function readApplied(file: string): Promise<number | undefined> {
+  try {
+    const v = JSON.parse(await readFile(file, "utf8")) as { revision?: unknown };
+    return typeof v.revision === "number" ? v.revision : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function whoRuns(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return process.env["USER"] ?? `uid ${process.getuid?.() ?? "unknown"}`;
+  }
+}
+
+/** The fleet served before any is applied: no node, no module. */
+function emptyFleet(): FleetPlan {
+  return { fleetFile: "", plan: { instances: [] }, nodes: [], modules: [], readAt: new Date().toISOString() };
 }

@@ -37,6 +37,8 @@ interface StoredHead {
   readonly sha256: string;
   /** The term of the controller lease in which it was stored. */
   readonly term?: number;
+  /** The fleet's revision: 1 for the first applied, one more for each apply that changed it. */
+  readonly revision?: number;
 }
 
 /** Who stored the fleet, and from what: the head of the stored fleet without its parts. */
@@ -45,6 +47,8 @@ export interface StoredFleetHead {
   readonly sha256: string;
   /** The lease term of the controller that stored it (0: stored before terms). */
   readonly term: number;
+  /** The fleet's revision (0: stored before revisions). */
+  readonly revision: number;
 }
 
 /**
@@ -58,6 +62,7 @@ export async function loadStoredFleetHead(state: FleetStateBucket): Promise<Stor
     return {
       sha256: head.sha256,
       term: typeof head.term === "number" ? head.term : 0,
+      revision: typeof head.revision === "number" ? head.revision : 0,
     };
   } catch {
     return undefined;
@@ -127,7 +132,7 @@ async function removeParts(state: FleetStateBucket, parts: Parts): Promise<void>
 export async function storeFleet(
   state: FleetStateBucket,
   fleet: FleetPlan,
-  from: { readonly term?: number } = {},
+  from: { readonly term?: number; readonly revision?: number } = {},
 ): Promise<StoredFleetHead> {
   const text = JSON.stringify(fleet);
   const generation = `${Date.now().toString(36)}${randomBytes(4).toString("hex")}`;
@@ -158,10 +163,11 @@ export async function storeFleet(
     parts: parts.length,
     sha256: createHash("sha256").update(text).digest("hex"),
     ...(from.term !== undefined ? { term: from.term } : {}),
+    ...(from.revision !== undefined ? { revision: from.revision } : {}),
   };
   await state.put(STORED_FLEET_KEY, head);
   if (stored !== undefined) await removeParts(state, stored);
-  return { sha256: head.sha256, term: head.term ?? 0 };
+  return { sha256: head.sha256, term: head.term ?? 0, revision: head.revision ?? 0 };
 }
 
 /**

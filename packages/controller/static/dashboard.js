@@ -3,12 +3,15 @@
 // It logs in with the one-time code of `mesh dashboard`'s link (?code=…): the controller sets an
 // HttpOnly session cookie and gives a CSRF token, which this page keeps in its origin's storage and
 // sends with every request (the cookie alone opens nothing).
+// @ts-check
 "use strict";
 
 (() => {
   const POLL_MS = 2000;
   const SESSION_KEY = "mesh-dashboard-session";
   const CSRF_HEADER = "x-mesh-csrf";
+  // A consumer's states on the page and their words: the keys are ConsumerViewState
+  // (src/dashboard/dashboard-state.ts), which test/dashboard-states.test.ts holds them to.
   const STATES = {
     active: "active",
     failing: "failing",
@@ -21,11 +24,20 @@
 
   let state = null;
   let ledger = { module: null, reply: null };
+  let fleetHistory = null;
   let showReads = false;
   let deleting = null;
   let timer = null;
 
   const $ = (id) => document.getElementById(id);
+  const $input = (id) => /** @type {HTMLInputElement} */ ($(id));
+  const $button = (id) => /** @type {HTMLButtonElement} */ ($(id));
+  const $dialog = (id) => /** @type {HTMLDialogElement} */ ($(id));
+  /** What a failure says, whatever was thrown. */
+  const messageOf = (err) => (err instanceof Error ? err.message : String(err));
+  /** Whether a failure is the session having ended (the login form is already shown). */
+  const isLoggedOut = (err) =>
+    err instanceof Error && /** @type {{ loggedOut?: boolean }} */ (err).loggedOut === true;
 
   /** An element with attributes and children; strings become text nodes, never markup. */
   function el(tag, attrs, ...children) {
@@ -143,8 +155,7 @@
     if (res.status === 401 || (res.status === 403 && answer.code === "csrf")) {
       forgetSession();
       askToLogIn(held !== null ? "the session has ended (it expired, or the controller restarted)" : "");
-      const err = new Error("not logged in");
-      err.loggedOut = true;
+      const err = Object.assign(new Error("not logged in"), { loggedOut: true });
       throw err;
     }
     return answer;
@@ -174,7 +185,7 @@
         cache: "no-store",
       });
     } catch (err) {
-      askToLogIn(`the controller does not answer: ${err.message}`);
+      askToLogIn(`the controller does not answer: ${messageOf(err)}`);
       return false;
     }
     const answer = await res.json().catch(() => ({}));
@@ -216,6 +227,7 @@
     try {
       state = await api("/api/state");
       const view = currentView();
+      if (view.name === "overview") fleetHistory = await api("/api/fleet-history").catch(() => null);
       if (view.name === "ledger") {
         const module = view.arg ?? ledger.module ?? state.modules[0]?.name ?? null;
         if (module)
@@ -223,8 +235,8 @@
       }
       render();
     } catch (err) {
-      if (err.loggedOut) return;
-      $("summary").textContent = `the controller does not answer: ${err.message}`;
+      if (isLoggedOut(err)) return;
+      $("summary").textContent = `the controller does not answer: ${messageOf(err)}`;
       $("summary").className = "error";
     }
   }
@@ -270,7 +282,7 @@
       `${state.failing} failing · ${state.waiting} waiting for approval · ` +
       `updated ${new Date(state.at).toLocaleTimeString()}`;
     $("approvals-count").textContent = state.waiting > 0 ? `(${state.waiting})` : "";
-    for (const a of document.querySelectorAll("nav a")) {
+    for (const a of /** @type {NodeListOf<HTMLAnchorElement>} */ (document.querySelectorAll("nav a"))) {
       const active =
         a.dataset.view === view.name || (a.dataset.view === "providers" && view.name === "provider");
       if (active) a.setAttribute("aria-current", "page");
@@ -286,14 +298,130 @@
             ? approvalsView()
             : view.name === "ledger"
               ? ledgerView()
-              : overview();
+              : [...overview(), historySection()];
     main.replaceChildren(...content.filter((node) => node !== null && node !== undefined));
     main.dataset.view = view.name;
+  }
+
+  // The fleet's newest kept revisions: who applied each, when, through what, and what it changed.
+  function historySection() {
+    if (fleetHistory === null || !Array.isArray(fleetHistory.history)) return null;
+    return el(
+      "section",
+      { id: "fleet-history" },
+      el("h2", {}, `Fleet revisions (serving ${fleetHistory.revision})`),
+      table(
+        ["Revision", "Applied", "By", "Via", "What changed"],
+        fleetHistory.history
+          .slice(0, 10)
+          .map((h) => [
+            String(h.revision),
+            when(h.at),
+            h.who,
+            h.via,
+            el("span", { class: "wrap" }, h.summary),
+          ]),
+        "No revision applied yet: mesh apply FILE stores the first.",
+      ),
+    );
+  }
+
+  /** Every consumer of every provider, with its provider's name. */
+  function allConsumers() {
+    return state.providers.flatMap((p) => p.consumers.map((c) => ({ ...c, provider: p.module })));
+  }
+
+  /**
+   * The first page's story: which consumers fail and why, which were never seen connected, the
+   * retirements waiting for a person, and what people asked lately, with who. A section of its own
+   * per part, so another part adds as one more entry of the list.
+   */
+  function story() {
+    const consumers = allConsumers();
+    const failing = consumers.filter((c) => c.state === "failing");
+    const never = consumers.filter((c) => c.neverSeenConnected === true && c.state !== "failing");
+    const waiting = state.providers.filter((p) => p.waiting !== null);
+    const actions = state.actions ?? [];
+    const name = (c) => (c.consumer ? `${c.consumer} (${c.login})` : c.login);
+    return [
+      el(
+        "section",
+        { id: "story-failing", class: failing.length > 0 ? "warning" : "" },
+        el("h2", {}, failing.length > 0 ? `Failing: ${failing.length}` : "Failing: none"),
+        failing.length > 0
+          ? table(
+              ["Consumer", "Provider", "Why", "Since"],
+              failing.map((c) => [
+                name(c),
+                el("a", { href: `#provider/${encodeURIComponent(c.provider)}` }, c.provider),
+                el("span", { class: "wrap" }, c.why),
+                when(c.since),
+              ]),
+              "",
+            )
+          : el("p", {}, "Every provider serves its consumers (as each provider's own status says)."),
+      ),
+      never.length > 0
+        ? el(
+            "section",
+            { id: "story-never-connected", class: "warning" },
+            el("h2", {}, `Never seen connected: ${never.length}`),
+            el(
+              "p",
+              {},
+              "Their provider has not seen them log in since their login was made or rotated: an app pointed elsewhere, misconfigured, or not started.",
+            ),
+            table(
+              ["Consumer", "Provider", "Since"],
+              never.map((c) => [name(c), c.provider, when(c.unusedSince ?? c.since)]),
+              "",
+            ),
+          )
+        : null,
+      waiting.length > 0
+        ? el(
+            "section",
+            { id: "story-waiting", class: "warning" },
+            el("h2", {}, `Retirements waiting for a person: ${waiting.length}`),
+            table(
+              ["Provider", "Logins", "Why"],
+              waiting.map((p) => [
+                el("a", { href: "#approvals" }, p.module),
+                el("span", { class: "wrap" }, p.waiting.logins.join(", ")),
+                el("span", { class: "wrap" }, p.waiting.reason),
+              ]),
+              "",
+            ),
+          )
+        : null,
+      el(
+        "section",
+        { id: "story-actions" },
+        el("h2", {}, "Recent operator actions"),
+        table(
+          ["When", "Who", "Through", "Module", "What"],
+          actions.map((a) => [
+            when(a.at),
+            a.who,
+            a.via,
+            a.module,
+            el(
+              "span",
+              { class: "wrap" },
+              a.what,
+              a.ok === false ? el("span", {}, " ", badge("failing", "failed")) : null,
+            ),
+          ]),
+          "Nobody has asked anything of a provider through the mesh yet.",
+        ),
+      ),
+    ];
   }
 
   function overview() {
     const refused = state.fleet.refused;
     return [
+      ...story(),
       refused
         ? el(
             "section",
@@ -338,7 +466,7 @@
               ? el("a", { href: `#provider/${encodeURIComponent(m.name)}` }, m.name)
               : m.name,
             m.node,
-            moduleState(m),
+            moduleState(m, credentialsFailing(m.name)),
             String(m.restarts),
             m.provides.join(", ") || "—",
           ]),
@@ -349,12 +477,22 @@
     ];
   }
 
-  /** A module's state, and each way it misbehaves (what it was asked, what was wrong, since when). */
-  function moduleState(m) {
-    const state = badge(
-      m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown",
-      m.state,
-    );
+  /** The interfaces of consumer `module` whose credential its provider fails to serve. */
+  function credentialsFailing(module) {
+    return allConsumers()
+      .filter((c) => c.consumer === module && c.state === "failing")
+      .map((c) => c.interface);
+  }
+
+  /**
+   * A module's state, and each way it misbehaves (what it was asked, what was wrong, since when). A
+   * running app whose credential fails is not green: it runs, and cannot use what it needs.
+   */
+  function moduleState(m, failingCredentials = []) {
+    const state =
+      m.state === "running" && failingCredentials.length > 0
+        ? badge("failing", `running, ${failingCredentials.join(", ")} failing`)
+        : badge(m.state === "running" ? "active" : m.state === "crashing" ? "failing" : "unknown", m.state);
     const bad = m.misbehaving ?? [];
     if (bad.length === 0) return state;
     return el(
@@ -455,6 +593,16 @@
           ? el("p", { class: "muted provider-metrics" }, "Prometheus metrics: ", metricsLink(p.metrics))
           : null,
         p.contributionsProblem ? el("p", { class: "warning" }, p.contributionsProblem) : null,
+        ...(p.endpoints ?? [])
+          .filter((e) => e.disagrees)
+          .map((e) =>
+            el(
+              "p",
+              { class: "warning endpoint-disagrees" },
+              `Its ${e.interface} consumers are sent to ${e.given} (the fleet's endpoint:), while it serves at ` +
+                `${e.serves ?? "?"} (its admin URL, where it makes their logins).`,
+            ),
+          ),
         p.waiting ? waitingBlock(p) : null,
         el("h3", {}, "Consumers"),
         table(
@@ -674,7 +822,7 @@
         );
       else notice(`${module} did not retire them: ${reply.error}`, "error");
     } catch (err) {
-      notice(`the approval was not sent: ${err.message}`, "error");
+      notice(`the approval was not sent: ${messageOf(err)}`, "error");
     }
     await refresh();
   }
@@ -682,10 +830,10 @@
   function openDelete(module, login) {
     deleting = { module, login };
     $("delete-what").textContent = `${login}, a retired consumer of ${module}.`;
-    $("delete-typed").value = "";
+    $input("delete-typed").value = "";
     $("delete-error").hidden = true;
-    $("delete-confirm").disabled = false;
-    $("delete-dialog").showModal();
+    $button("delete-confirm").disabled = false;
+    $dialog("delete-dialog").showModal();
     $("delete-typed").focus();
   }
 
@@ -699,25 +847,25 @@
     event.preventDefault();
     if (!deleting) return;
     const { module, login } = deleting;
-    const typed = $("delete-typed").value;
+    const typed = $input("delete-typed").value;
     if (typed !== login) {
       deleteRefused(`“${typed}” is not ${login}: nothing was deleted. Type the login exactly.`);
       return;
     }
-    $("delete-confirm").disabled = true;
+    $button("delete-confirm").disabled = true;
     try {
       const reply = await api("/api/delete", { module, login, typed });
       if (!reply.ok) {
         deleteRefused(`${module} did not delete ${login}: ${reply.error}`);
-        $("delete-confirm").disabled = false;
+        $button("delete-confirm").disabled = false;
         return;
       }
-      $("delete-dialog").close();
+      $dialog("delete-dialog").close();
       deleting = null;
       notice(`${module} deleted ${login}; the deletion is in its ledger.`, "ok");
     } catch (err) {
-      deleteRefused(`the deletion was not sent: ${err.message}`);
-      $("delete-confirm").disabled = false;
+      deleteRefused(`the deletion was not sent: ${messageOf(err)}`);
+      $button("delete-confirm").disabled = false;
     }
     await refresh();
   }
@@ -726,12 +874,12 @@
     $("delete-form").addEventListener("submit", (e) => void confirmDelete(e));
     $("delete-cancel").addEventListener("click", () => {
       deleting = null;
-      $("delete-dialog").close();
+      $dialog("delete-dialog").close();
     });
     $("login-form").addEventListener("submit", (e) => {
       e.preventDefault();
-      const code = $("code-input").value.trim();
-      $("code-input").value = "";
+      const code = $input("code-input").value.trim();
+      $input("code-input").value = "";
       void logIn(code).then((ok) => ok && start());
     });
     $("logout").addEventListener("click", () => void logOut());

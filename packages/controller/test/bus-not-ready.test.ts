@@ -3,7 +3,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { BusCredentialsRefusedError, BusUnreachableError, StateOpenError } from "@mesh/bus";
-import { busNotReady, ControllerKeysError, FleetRefusedError } from "../src/index.ts";
+import { busNotReady } from "../src/start-controller.ts";
+import { ControllerKeysError } from "../src/controller-keys.ts";
+import { FleetRefusedError } from "../src/fleet-plan.ts";
 
 describe("busNotReady", () => {
   it("takes an unreachable bus, a JetStream timeout and JetStream without a quorum for not ready", () => {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { ControllerLease, DEFAULT_LEASE_TIMINGS, type LeaseStep } from "@mesh/controller";
+import { ControllerLease, DEFAULT_LEASE_TIMINGS, type LeaseStep } from "../src/controller-lease.ts";
 
 /** A clock the test moves by hand. */
 function fakeClock(): { now: () => number; advance: (ms: number) => void } {

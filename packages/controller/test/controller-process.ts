@@ -3,19 +3,19 @@
 // each time it reads `rotate CONSUMER INTERFACE` on stdin, answering with what happened (`rotated`,
 // or the error's name). Run: node --conditions=source --import tsx controller-process.ts STATE FLEET URL
 import { createInterface } from "node:readline";
+import { quietLogger } from "@mesh/testkit";
 import { loadOrCreateAuthority, startController } from "@mesh/controller";
 
 const [stateDir, fleetFile, server] = process.argv.slice(2);
 if (stateDir === undefined || fleetFile === undefined || server === undefined) {
   throw new Error("usage: controller-process.ts STATE_DIR FLEET_FILE NATS_URL");
 }
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 const controller = await startController({
   stateDir,
   fleetFile,
   servers: [server],
   authority: await loadOrCreateAuthority(stateDir),
-  logger: quiet,
+  logger: quietLogger,
   watch: false,
 });
 process.stdout.write("started\n");

@@ -5,14 +5,14 @@ import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import {
-  controllerStatus,
   loadFleetPlan,
   parseReport,
   type DashboardSources,
   type FleetPlan,
   type ToolCall,
-  type ToolReply,
 } from "@mesh/controller";
+import { controllerStatus } from "../src/controller-status.ts";
+import { type ToolReply } from "../src/tool-relay.ts";
 import { DashboardView } from "../src/dashboard/dashboard-state.ts";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 

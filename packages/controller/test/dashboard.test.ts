@@ -8,8 +8,6 @@ import { rm } from "node:fs/promises";
 import { after, before, beforeEach, describe, it } from "node:test";
 import { FakeClock } from "@mesh/sdk";
 import {
-  controllerStatus,
-  CSRF_HEADER,
   dashboardRoutes,
   HttpAuth,
   LOGIN_CODE_TTL_MS,
@@ -17,12 +15,14 @@ import {
   startControllerHttp,
   type ControllerHttpServer,
   type DashboardSources,
-  type DashboardState,
   type FleetPlan,
   type NodeReport,
   type ToolCall,
-  type ToolReply,
 } from "@mesh/controller";
+import { controllerStatus } from "../src/controller-status.ts";
+import { CSRF_HEADER } from "../src/http-auth.ts";
+import { type DashboardState } from "../src/dashboard/dashboard-state.ts";
+import { type ToolReply } from "../src/tool-relay.ts";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 import { recordingLogger } from "./test-mesh.ts";
 

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { nodeDeliveriesBucket, openState, SealError, unseal, type BusState } from "@mesh/bus";
-import { DELIVERY_KEY, type Controller, type DeliveryHead } from "@mesh/controller";
+import { DELIVERY_KEY, type Controller } from "@mesh/controller";
+import { type DeliveryHead } from "@mesh/manifest";
 import { FLEET_YAML, type FleetDir } from "./fleet-dir.ts";
 import { startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
 

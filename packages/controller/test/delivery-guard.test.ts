@@ -5,15 +5,12 @@ import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { closeBus, DESIRED_STATE_BUCKET, newNodeKeys, newUserKeys, openState } from "@mesh/bus";
-import {
-  DELIVERY_KEY,
-  loadFleetPlan,
-  NodeDeliveries,
-  NotLeaderError,
-  PasswordStore,
-  type DeliveryHead,
-  type EnrolledNode,
-} from "@mesh/controller";
+import { DELIVERY_KEY, loadFleetPlan } from "@mesh/controller";
+import { NodeDeliveries } from "../src/node-deliveries.ts";
+import { NotLeaderError } from "../src/fleet-controller.ts";
+import { PasswordStore } from "../src/password-store.ts";
+import { type DeliveryHead } from "@mesh/manifest";
+import { type EnrolledNode } from "../src/enrollment.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 import { connectAsController, recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";

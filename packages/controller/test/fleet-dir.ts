@@ -7,6 +7,7 @@ import { join } from "node:path";
 /** A Postgres-like provider's manifest. */
 export const POSTGRES = {
   name: "postgres",
+  adminUrl: false,
   provides: {
     "postgres-database": {
       receives: "/run/mesh/postgres-database.json",
@@ -19,6 +20,7 @@ export const POSTGRES = {
 /** A Redis-like provider's manifest. */
 export const REDIS = {
   name: "redis",
+  adminUrl: false,
   provides: {
     "redis-namespace": {
       receives: "/run/mesh/redis-namespace.json",

@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { readFile, rm, unlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { FleetRefusedError, loadFleetPlan } from "@mesh/controller";
+import { loadFleetPlan } from "@mesh/controller";
+import { FleetRefusedError } from "../src/fleet-plan.ts";
 import { ManifestError } from "@mesh/manifest";
 import { FLEET_YAML, makeFleetDir, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
 

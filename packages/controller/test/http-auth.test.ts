@@ -6,19 +6,18 @@ import assert from "node:assert/strict";
 import type { IncomingMessage } from "node:http";
 import { describe, it } from "node:test";
 import { FakeClock } from "@mesh/sdk";
+import { HttpAuth, LOGIN_CODE_TTL_MS } from "@mesh/controller";
 import {
   CSRF_HEADER,
-  HttpAuth,
-  LOGIN_CODE_TTL_MS,
   OPERATOR_TOKEN_WHO,
-  RefusalLog,
   SESSION_IDLE_MS,
   SESSION_MAX_MS,
   WeakTokenError,
   whoOf,
   type AuthCheck,
   type StartedSession,
-} from "@mesh/controller";
+} from "../src/http-auth.ts";
+import { RefusalLog } from "../src/refusal-log.ts";
 import { recordingLogger } from "./test-mesh.ts";
 
 const OPERATOR = "operator-token-for-the-rules";

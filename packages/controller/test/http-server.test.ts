@@ -15,9 +15,9 @@ import {
   startControllerHttp,
   startController,
   type ControllerHttpServer,
-  type ControllerStatus,
-  type HttpRoute,
 } from "@mesh/controller";
+import { type ControllerStatus } from "../src/controller-status.ts";
+import { type HttpRoute } from "../src/http-server.ts";
 import { ListenAddressError, ListenError } from "@mesh/sdk/provider";
 import { scrapeProm, until } from "@mesh/testkit";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";

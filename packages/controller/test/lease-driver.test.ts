@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { closeBus, createAuthority, openState, type BusState } from "@mesh/bus";
-import { CONTROLLER_LEASE_KEY, ControllerLease, LeaseDriver, type LeaseTimings } from "@mesh/controller";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { CONTROLLER_LEASE_KEY, LeaseDriver } from "../src/lease-driver.ts";
+import { ControllerLease, type LeaseTimings } from "../src/controller-lease.ts";
+import { startNats, type NatsServer, quietLogger } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { connectAsController } from "./test-mesh.ts";
 
@@ -35,7 +36,7 @@ void describe("the controller lease on a real bucket", () => {
         lease,
         timings: TIMINGS,
         now,
-        logger: { info: () => undefined, warn: () => undefined, error: () => undefined },
+        logger: quietLogger,
         changed: async (leading) => void said.push(`${id} ${leading ? "leads" : "stands by"}`),
       });
       return { lease, driver };
@@ -60,7 +61,6 @@ void describe("the controller lease on a real bucket", () => {
     const released = await openState<unknown>(nc, "mesh-lease-release-test");
     // The standby's clock never moves: it could not take over by waiting the lease out.
     const now = (): number => 0;
-    const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
     const make = (id: string, patient: boolean) => {
       const lease = new ControllerLease(id, TIMINGS, now, patient);
       return {
@@ -70,7 +70,7 @@ void describe("the controller lease on a real bucket", () => {
           lease,
           timings: TIMINGS,
           now,
-          logger: quiet,
+          logger: quietLogger,
           changed: async () => undefined,
         }),
       };
@@ -106,7 +106,6 @@ void describe("the controller lease on a real bucket", () => {
   });
   void it("keeps the lease while taking up the lead lasts longer than the lease itself", async () => {
     const slow = await openState<unknown>(nc, "mesh-lease-slow-test");
-    const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
     const lease = new ControllerLease("slow", TIMINGS, Date.now);
     let revisionsWhileServing = 0;
     const driver = new LeaseDriver({
@@ -114,7 +113,7 @@ void describe("the controller lease on a real bucket", () => {
       lease,
       timings: TIMINGS,
       now: Date.now,
-      logger: quiet,
+      logger: quietLogger,
       // A first delivery of a large fleet: three times as long as the lease lasts unrenewed.
       changed: async (leading) => {
         if (!leading) return;
@@ -142,7 +141,7 @@ void describe("the controller lease on a real bucket", () => {
       lease,
       timings: TIMINGS,
       now,
-      logger: { info: () => undefined, warn: () => undefined, error: () => undefined },
+      logger: quietLogger,
       changed: async () => undefined,
       // A read of the leader's fleet the bus does not answer (its server cut off).
       idle: () => {

@@ -8,7 +8,8 @@ import { rm } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { until } from "@mesh/testkit";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { startController, type FleetController } from "@mesh/controller";
+import { startController } from "@mesh/controller";
+import { type FleetController } from "../src/fleet-controller.ts";
 import { makeFleetDir, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
 import {
   connectAsAdmin,

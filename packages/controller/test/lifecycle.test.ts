@@ -4,17 +4,12 @@ import { join } from "node:path";
 import { closeBus, ensureLedger, readLedger } from "@mesh/bus";
 import { until } from "@mesh/testkit";
 import { after, before, describe, it } from "node:test";
-import {
-  CONTROLLER_KEYS_FILE,
-  FleetRefusedError,
-  UnknownConsumerError,
-  type Controller,
-} from "@mesh/controller";
+import { type Controller } from "@mesh/controller";
+import { CONTROLLER_KEYS_FILE } from "../src/controller-keys.ts";
+import { FleetRefusedError } from "../src/fleet-plan.ts";
+import { UnknownConsumerError } from "../src/fleet-controller.ts";
 import { FLEET_YAML, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
 import { connectAsAdmin, startFleetMesh, type FleetMesh, type TestMesh, type TestNode } from "./test-mesh.ts";
-
-/** Waits (generously: the machine is shared) until `check` holds; the testkit's `until` polls. */
-const eventually = (check: () => Promise<boolean>, what: string): Promise<unknown> => until(what, check, 30);
 
 void describe("the controller across restarts, rotations and bad fleet files", () => {
   let mesh: TestMesh;
@@ -72,7 +67,12 @@ void describe("the controller across restarts, rotations and bad fleet files", (
       for (const module of ["app1", "postgres"]) await ensureLedger(admin, module);
       const asked = Date.now();
       const done = await controller.rotate("app1", "postgres-database", "alice");
-      assert.deepEqual(done, {}, "both records written");
+      assert.deepEqual(
+        done,
+        { login: "app1_postgres", provider: "postgres", tag: done.tag },
+        "both records written: what was rotated, with the new password's tag and no wait",
+      );
+      assert.equal(typeof done.tag, "string");
       const password = (await a.passwords())["app1/postgres-database"];
       assert.ok(password !== undefined && password.length > 10);
       for (const module of ["app1", "postgres"]) {
@@ -149,15 +149,17 @@ void describe("the controller across restarts, rotations and bad fleet files", (
     controller = await mesh.startController(fleet.fleetFile, { watch: true });
     const generation = (await a.delivery())?.generation ?? 0;
     await fleet.writeFleet("nodes: [\n");
-    await eventually(
-      () => Promise.resolve(controller.status().fleet.refused !== null),
+    await until(
       "the broken fleet file to be refused",
+      () => Promise.resolve(controller.status().fleet.refused !== null),
+      30,
     );
     assert.equal((await a.delivery())?.generation, generation);
     await fleet.writeFleet(WITH_APP4);
-    await eventually(
-      async () => Object.hasOwn((await a.delivery())?.secrets ?? {}, "app4/postgres-database"),
+    await until(
       "app4 to reach node-a",
+      async () => Object.hasOwn((await a.delivery())?.secrets ?? {}, "app4/postgres-database"),
+      30,
     );
     assert.equal(controller.status().fleet.refused, null);
     // node-b neither runs app4 nor provides for it.

@@ -7,6 +7,7 @@ import {
   closeBus,
   connectBus,
   credsFor,
+  ALL_LEDGER_SUBJECTS,
   ledgerStreamName,
   ledgerSubjects,
   newUserKeys,
@@ -73,8 +74,10 @@ void describe("the controller issues module credentials for the keys a node repo
     const nc = await connectBus({ servers: mesh.nats.url, creds: credsFor(jwt, admin.seed), name: "admin" });
     try {
       const jsm = await jetstreamManager(nc);
+      // The ledger every module shares: app1's entries are those of its subjects.
       const info = await until("app1's ledger", () => jsm.streams.info(ledgerStreamName("app1")), 30);
-      assert.deepEqual(info.config.subjects, [ledgerSubjects("app1")]);
+      assert.deepEqual(info.config.subjects, [ALL_LEDGER_SUBJECTS]);
+      assert.ok(ledgerSubjects("app1").startsWith(ALL_LEDGER_SUBJECTS.slice(0, -1)));
     } finally {
       await closeBus(nc);
     }

@@ -52,4 +52,45 @@ describe("a node's report", () => {
     assert.equal(parsed?.modules.length, bad.length);
     for (const m of parsed?.modules ?? []) assert.equal("metrics" in m, false, m.name);
   });
+
+  it("keeps where a provider says it serves only when it is a host and a port", () => {
+    const provider = (module: string, serves: unknown) => ({
+      module,
+      answered: true,
+      problem: null,
+      askedAt: AT.toISOString(),
+      lastPassAt: null,
+      contributionsProblem: null,
+      counts: {},
+      failing: [],
+      waiting: null,
+      serves,
+    });
+    const parsed = parseReport(
+      "node-a",
+      new TextEncoder().encode(
+        JSON.stringify({
+          node: "node-a",
+          generation: 2,
+          modules: [],
+          providers: [
+            provider("postgres", { host: "127.0.0.1", port: 5433 }),
+            provider("redis", { host: "evil.example/path?x", port: 6379 }),
+            provider("mariadb", { host: "127.0.0.1", port: 99_999 }),
+            provider("s3", "127.0.0.1:7480"),
+          ],
+        }),
+      ),
+      AT,
+    );
+    assert.deepEqual(
+      parsed?.providers?.map((p) => [p.module, p.serves]),
+      [
+        ["postgres", { host: "127.0.0.1", port: 5433 }],
+        ["redis", undefined],
+        ["mariadb", undefined],
+        ["s3", undefined],
+      ],
+    );
+  });
 });

@@ -8,19 +8,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { closeBus, createAuthority, newNodeKeys, openState, unseal, type BusState } from "@mesh/bus";
-import {
-  BusCannotStoreError,
-  PasswordStore,
-  RESTORES_FILE,
-  RestoreIntents,
-  type RestoreIntent,
-  type SealedPassword,
-} from "@mesh/controller";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { BusCannotStoreError, PasswordStore, type SealedPassword } from "../src/password-store.ts";
+import { RESTORES_FILE, RestoreIntents, type RestoreIntent } from "../src/restore-intents.ts";
+import { startNats, type NatsServer, quietLogger } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { connectAsController } from "./test-mesh.ts";
-
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 // A bucket in memory whose next put stores the value and then fails, as a write does that a
 // server without quorum kept in its log and committed once its peers came back.
@@ -56,7 +48,7 @@ void describe("PasswordStore.rotate when the bus does not confirm", () => {
   void it("keeps the old password, and its restore puts the old one back over the late one", async () => {
     const keys = await newNodeKeys();
     const bucket = lateLandingBucket();
-    const store = PasswordStore.over(bucket.state, keys, quiet);
+    const store = PasswordStore.over(bucket.state, keys, quietLogger);
     const first = await store.ensure("notes", "postgres-database");
 
     bucket.failNextPut();
@@ -72,14 +64,14 @@ void describe("PasswordStore.rotate when the bus does not confirm", () => {
     assert.equal(restored?.version, first.version);
     assert.equal(await unseal(restored?.sealed ?? "", keys), first.password);
     // Read again by a controller that starts now, it is the old password.
-    const fresh = PasswordStore.over(bucket.state, keys, quiet);
+    const fresh = PasswordStore.over(bucket.state, keys, quietLogger);
     assert.deepEqual(await fresh.ensure("notes", "postgres-database"), first);
   });
 
   void it("a restore run after a later rotation was stored leaves that rotation standing", async () => {
     const keys = await newNodeKeys();
     const bucket = lateLandingBucket();
-    const store = PasswordStore.over(bucket.state, keys, quiet);
+    const store = PasswordStore.over(bucket.state, keys, quietLogger);
     await store.ensure("notes", "postgres-database");
     bucket.failNextPut();
     const refused = (await store
@@ -139,7 +131,12 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     const keys = await newNodeKeys();
     const kv = await lateLandingKv();
     const dir = await stateDir();
-    const killed = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    const killed = PasswordStore.over(
+      kv.state,
+      keys,
+      quietLogger,
+      await RestoreIntents.load(dir, quietLogger),
+    );
     const first = await killed.ensure("notes", "postgres-database");
     kv.failNextPut();
     const refused = await killed.rotate("notes", "postgres-database").catch((err: unknown) => err);
@@ -162,7 +159,7 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     assert.ok(written?.refused.includes(late?.version ?? ""));
 
     // Killed here (nothing settled); another starts over the same state directory.
-    const next = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    const next = PasswordStore.over(kv.state, keys, quietLogger, await RestoreIntents.load(dir, quietLogger));
     assert.deepEqual(
       next.pendingRestores().map((r) => [r.key, r.consumer, r.interface, r.since]),
       [[KEY, "notes", "postgres-database", written?.since]],
@@ -177,8 +174,13 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     assert.equal(restored?.version, first.version);
     assert.equal(await unseal(restored?.sealed ?? "", keys), first.password);
     assert.deepEqual(next.pendingRestores(), []);
-    assert.deepEqual((await RestoreIntents.load(dir, quiet)).all(), [], "settled on disk too");
-    const fresh = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    assert.deepEqual((await RestoreIntents.load(dir, quietLogger)).all(), [], "settled on disk too");
+    const fresh = PasswordStore.over(
+      kv.state,
+      keys,
+      quietLogger,
+      await RestoreIntents.load(dir, quietLogger),
+    );
     assert.deepEqual(await fresh.ensure("notes", "postgres-database"), first);
   });
 
@@ -186,22 +188,32 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     const keys = await newNodeKeys();
     const kv = await lateLandingKv();
     const dir = await stateDir();
-    const killed = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    const killed = PasswordStore.over(
+      kv.state,
+      keys,
+      quietLogger,
+      await RestoreIntents.load(dir, quietLogger),
+    );
     await killed.ensure("notes", "postgres-database");
     kv.failNextPut();
     await assert.rejects(killed.rotate("notes", "postgres-database"), BusCannotStoreError);
 
     // A standby on another machine (no restores file of its own) leads and rotates; the bus stores it.
-    const standby = PasswordStore.over(kv.state, keys, quiet);
+    const standby = PasswordStore.over(kv.state, keys, quietLogger);
     await standby.ensure("notes", "postgres-database");
     const later = await standby.rotate("notes", "postgres-database");
 
-    const restarted = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    const restarted = PasswordStore.over(
+      kv.state,
+      keys,
+      quietLogger,
+      await RestoreIntents.load(dir, quietLogger),
+    );
     assert.equal(restarted.pendingRestores().length, 1);
     assert.deepEqual(await restarted.ensure("notes", "postgres-database"), later);
     await restarted.restore(KEY);
     assert.equal((await kv.state.get(KEY))?.version, later.version);
-    assert.deepEqual((await RestoreIntents.load(dir, quiet)).all(), []);
+    assert.deepEqual((await RestoreIntents.load(dir, quietLogger)).all(), []);
   });
 
   void it("a standby on another machine, without the restores file, knows the late one from the bus", async () => {
@@ -210,8 +222,8 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     const killed = PasswordStore.over(
       kv.state,
       keys,
-      quiet,
-      await RestoreIntents.load(await stateDir(), quiet),
+      quietLogger,
+      await RestoreIntents.load(await stateDir(), quietLogger),
     );
     const first = await killed.ensure("notes", "postgres-database");
     kv.failNextPut();
@@ -222,8 +234,8 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     const standby = PasswordStore.over(
       kv.state,
       keys,
-      quiet,
-      await RestoreIntents.load(await stateDir(), quiet),
+      quietLogger,
+      await RestoreIntents.load(await stateDir(), quietLogger),
     );
     assert.deepEqual(
       await standby.ensure("notes", "postgres-database"),
@@ -245,15 +257,46 @@ void describe("a rotation the bus did not confirm, after the controller that ask
     const keys = await newNodeKeys();
     const kv = await lateLandingKv();
     const dir = await stateDir();
-    const store = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    const store = PasswordStore.over(
+      kv.state,
+      keys,
+      quietLogger,
+      await RestoreIntents.load(dir, quietLogger),
+    );
     await store.ensure("notes", "postgres-database");
     kv.failNextPut();
     await assert.rejects(store.rotate("notes", "postgres-database"), BusCannotStoreError);
     const stored = await store.rotate("notes", "postgres-database");
     assert.deepEqual(store.pendingRestores(), []);
     assert.equal((await kv.state.get(KEY))?.replaces, undefined, "a stored rotation is confirmed");
-    const restarted = PasswordStore.over(kv.state, keys, quiet, await RestoreIntents.load(dir, quiet));
+    const restarted = PasswordStore.over(
+      kv.state,
+      keys,
+      quietLogger,
+      await RestoreIntents.load(dir, quietLogger),
+    );
     assert.deepEqual(restarted.pendingRestores(), []);
     assert.deepEqual(await restarted.ensure("notes", "postgres-database"), stored);
+  });
+});
+
+void describe("PasswordStore mint times", () => {
+  void it("keeps each password's mint time with it, read back unchanged, and a rotation after a time mints later than it", async () => {
+    const keys = await newNodeKeys();
+    const bucket = lateLandingBucket();
+    const store = PasswordStore.over(bucket.state, keys, quietLogger);
+    const first = await store.ensure("notes", "postgres-database");
+    assert.ok(first.mintedAt !== undefined && !Number.isNaN(Date.parse(first.mintedAt)));
+    const fresh = PasswordStore.over(bucket.state, keys, quietLogger);
+    assert.equal((await fresh.ensure("notes", "postgres-database")).mintedAt, first.mintedAt);
+
+    // A backend holding a password minted ahead of this clock: the rotation is minted after it.
+    const ahead = new Date(Date.now() + 3_600_000).toISOString();
+    const rotated = await store.rotate("notes", "postgres-database", { after: ahead });
+    assert.ok(Date.parse(rotated.mintedAt ?? "") > Date.parse(ahead), rotated.mintedAt);
+    // The next one is minted after it too, whatever the clock says: a provider takes only a newer one.
+    const plain = await store.rotate("notes", "postgres-database");
+    assert.ok(Date.parse(plain.mintedAt ?? "") > Date.parse(rotated.mintedAt ?? ""), plain.mintedAt);
+    assert.equal((await bucket.state.get("notes/postgres-database"))?.mintedAt, plain.mintedAt);
   });
 });

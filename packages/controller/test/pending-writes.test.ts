@@ -1,17 +1,17 @@
 // The rule that nothing accepted is dropped, under a fake clock: a refused write waits, is tried
 // again with a growing, bounded backoff, and leaves the list once stored.
 import assert from "node:assert/strict";
+import { quietLogger } from "@mesh/testkit";
 import { describe, it } from "node:test";
 import { FakeClock } from "@mesh/sdk";
 import { PendingWrites, WriteWaitsError } from "../src/pending-writes.ts";
 
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 const settle = () => new Promise((r) => setImmediate(r));
 
 describe("pending writes", () => {
   it("a write the bus refuses waits, is tried again, and leaves the list once stored", async () => {
     const clock = new FakeClock();
-    const pending = new PendingWrites({ logger: quiet, clock });
+    const pending = new PendingWrites({ logger: quietLogger, clock });
     let refusals = 2;
     let stored = 0;
     const write = async () => {
@@ -39,7 +39,7 @@ describe("pending writes", () => {
 
   it("the wait between tries stops growing at its bound", async () => {
     const clock = new FakeClock();
-    const pending = new PendingWrites({ logger: quiet, clock, firstDelayMs: 1000, maxDelayMs: 4000 });
+    const pending = new PendingWrites({ logger: quietLogger, clock, firstDelayMs: 1000, maxDelayMs: 4000 });
     await assert.rejects(pending.attempt("fleet", "the fleet", () => Promise.reject(new Error("down"))));
     for (const wait of [1000, 2000, 4000, 4000, 4000]) {
       const before = pending.waiting()[0]?.attempts ?? 0;
@@ -52,7 +52,7 @@ describe("pending writes", () => {
 
   it("a newer write of the same key replaces the one that waits, keeping since when", async () => {
     const clock = new FakeClock();
-    const pending = new PendingWrites({ logger: quiet, clock });
+    const pending = new PendingWrites({ logger: quietLogger, clock });
     const seen: string[] = [];
     let down = true;
     const write = (name: string) => async () => {
@@ -78,7 +78,7 @@ describe("pending writes", () => {
     const clock = new FakeClock();
     let queued = 0;
     const pending = new PendingWrites({
-      logger: quiet,
+      logger: quietLogger,
       clock,
       run: (fn) => {
         queued += 1;

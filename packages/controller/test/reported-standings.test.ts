@@ -2,7 +2,9 @@
 // own status, from the first failure) merged with the 5-minute announcements on the bus.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { controllerStatus, parseReport, type FailingStanding, type NodeReport } from "@mesh/controller";
+import { parseReport, type NodeReport } from "@mesh/controller";
+import { controllerStatus } from "../src/controller-status.ts";
+import { type FailingStanding } from "../src/standings-book.ts";
 import type { Plan } from "@mesh/manifest";
 
 const HEARD = new Date("2026-11-30T12:00:10.000Z");

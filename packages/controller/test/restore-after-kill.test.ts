@@ -22,14 +22,13 @@ import {
   copyStandbyState,
   loadOrCreateAuthority,
   loadOrCreateControllerKeys,
-  RESTORES_FILE,
   saveAuthority,
   startController,
   type Controller,
-  type RestoreIntent,
-  type SealedPassword,
 } from "@mesh/controller";
-import { until } from "@mesh/testkit";
+import { RESTORES_FILE, type RestoreIntent } from "../src/restore-intents.ts";
+import { type SealedPassword } from "../src/password-store.ts";
+import { until, quietLogger } from "@mesh/testkit";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 import { connectAsAdmin, startTestMesh, type TestMesh } from "./test-mesh.ts";
 
@@ -37,7 +36,6 @@ const root = fileURLToPath(new URL("../../..", import.meta.url));
 const CHILD = fileURLToPath(new URL("./controller-process.ts", import.meta.url));
 const STREAM = `KV_${SEALED_PASSWORDS_BUCKET}`;
 const KEY = "app1/postgres-database";
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 void describe("a controller killed -9 after the bus refused a rotation", { timeout: 240_000 }, () => {
   let mesh: TestMesh;
@@ -164,7 +162,7 @@ void describe("a controller killed -9 after the bus refused a rotation", { timeo
       fleetFile: fleet.fleetFile,
       servers: [mesh.nats.url],
       authority: mesh.authority,
-      logger: quiet,
+      logger: quietLogger,
       watch: false,
     });
     controllers.push(controller);
@@ -188,7 +186,7 @@ void describe("a controller killed -9 after the bus refused a rotation", { timeo
       fleetFile: fleet.fleetFile,
       servers: [mesh.nats.url],
       authority: await loadOrCreateAuthority(other),
-      logger: quiet,
+      logger: quietLogger,
       watch: false,
       standby: true,
       leaseTimings: { renewEveryMs: 500, takeOverAfterMs: 2_000, stepDownAfterMs: 1_500 },

@@ -9,7 +9,7 @@ import {
   type BusAuthority,
   type BusState,
 } from "@mesh/bus";
-import { REVOCATIONS_KEY, syncRevocations } from "@mesh/controller";
+import { REVOCATIONS_KEY, syncRevocations } from "../src/revocation-list.ts";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { connectAsController } from "./test-mesh.ts";

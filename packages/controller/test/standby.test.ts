@@ -7,12 +7,11 @@ import { until } from "@mesh/testkit";
 import {
   copyStandbyState,
   loadOrCreateAuthority,
-  NotLeaderError,
   saveAuthority,
   startController,
   type Controller,
-  type FleetController,
 } from "@mesh/controller";
+import { NotLeaderError, type FleetController } from "../src/fleet-controller.ts";
 import { makeFleetDir, WITH_APP4, type FleetDir } from "./fleet-dir.ts";
 import {
   enrollNode,
@@ -22,10 +21,6 @@ import {
   type TestMesh,
   type TestNode,
 } from "./test-mesh.ts";
-
-/** Generous liveness bounds (the machine is shared): the goals are a second or two. */
-const eventually = <T>(what: string, probe: () => Promise<T | undefined | false>): Promise<T> =>
-  until(what, probe, 30);
 
 void describe("a standby controller beside the leader, on one bus", () => {
   let mesh: TestMesh;
@@ -55,10 +50,7 @@ void describe("a standby controller beside the leader, on one bus", () => {
     started.push(leader);
     a = await enrollNode(await leader.joinToken("node-a"));
     b = await enrollNode(await leader.joinToken("node-b"));
-    await eventually(
-      "both nodes' first deliveries",
-      async () => (await a.delivery()) && (await b.delivery()),
-    );
+    await until("both nodes' first deliveries", async () => (await a.delivery()) && (await b.delivery()), 30);
     // The standby has the leader's authority and controller keys, copied, and nothing else.
     await saveAuthority(mesh.stateDir, mesh.authority);
     await copyStandbyState(mesh.stateDir, standbyDir);
@@ -114,9 +106,9 @@ void describe("a standby controller beside the leader, on one bus", () => {
     const passwords = await a.passwords();
     const pausedAt = performance.now();
     resumeLeader = leader.pause();
-    await eventually("the leader to stop leading", () => Promise.resolve(!leader.leading()));
+    await until("the leader to stop leading", () => Promise.resolve(!leader.leading()), 30);
     const stoppedAfter = performance.now() - pausedAt;
-    await eventually("the standby to lead", () => Promise.resolve(standby.leading()));
+    await until("the standby to lead", () => Promise.resolve(standby.leading()), 30);
     const tookOverAfter = performance.now() - pausedAt;
     // Liveness limits, generous: the leader gives up after 1.5 s, the standby takes over after 2.5 s.
     assert.ok(stoppedAfter < 10_000, `the leader stopped leading after ${Math.round(stoppedAfter)} ms`);
@@ -127,10 +119,14 @@ void describe("a standby controller beside the leader, on one bus", () => {
       `not before the lease had gone unrenewed for 2.5 s (${Math.round(tookOverAfter)} ms)`,
     );
     assert.equal(standby.status().controller?.term, 2);
-    const delivery = await eventually("node-a's delivery in term 2", async () => {
-      const d = await a.delivery();
-      return d?.term === 2 ? d : undefined;
-    });
+    const delivery = await until(
+      "node-a's delivery in term 2",
+      async () => {
+        const d = await a.delivery();
+        return d?.term === 2 ? d : undefined;
+      },
+      30,
+    );
     assert.deepEqual(delivery.plan, (await b.delivery()) && delivery.plan);
     assert.deepEqual(await a.passwords(), passwords, "the same passwords, opened with the copied keys");
     assert.equal((await b.delivery())?.term, 2);
@@ -140,8 +136,10 @@ void describe("a standby controller beside the leader, on one bus", () => {
     const before = { a: await a.delivery(), b: await b.delivery() };
     resumeLeader?.();
     resumeLeader = undefined;
-    await eventually("the old leader to see the new one", () =>
-      Promise.resolve(leader.status().controller?.leader === "second"),
+    await until(
+      "the old leader to see the new one",
+      () => Promise.resolve(leader.status().controller?.leader === "second"),
+      30,
     );
     // A few of its renewal periods: it must not take the lease back nor write a delivery.
     await new Promise((r) => setTimeout(r, 5 * FAST_LEASE.renewEveryMs));
@@ -157,13 +155,19 @@ void describe("a standby controller beside the leader, on one bus", () => {
     await assert.rejects(leader.reload(), NotLeaderError, "the standby does not apply the fleet file");
     const outcome = await standby.reload();
     assert.equal(outcome.minted, 1);
-    const delivery = await eventually("app4 to reach node-a", async () => {
-      const d = await a.delivery();
-      return Object.hasOwn(d?.secrets ?? {}, "app4/postgres-database") ? d : undefined;
-    });
+    const delivery = await until(
+      "app4 to reach node-a",
+      async () => {
+        const d = await a.delivery();
+        return Object.hasOwn(d?.secrets ?? {}, "app4/postgres-database") ? d : undefined;
+      },
+      30,
+    );
     assert.equal(delivery.term, 2);
-    await eventually("the old leader to show the new fleet", () =>
-      Promise.resolve(leader.current().modules.some((m) => m.name === "app4")),
+    await until(
+      "the old leader to show the new fleet",
+      () => Promise.resolve(leader.current().modules.some((m) => m.name === "app4")),
+      30,
     );
     assert.equal(leader.status().controller?.fleetTerm, 2);
   });

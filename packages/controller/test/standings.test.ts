@@ -4,13 +4,9 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { closeBus, connectBus, credsFor, newUserKeys } from "@mesh/bus";
-import {
-  StandingsBook,
-  STANDINGS_SUBJECT,
-  standingsSender,
-  type Controller,
-  type FailingStatus,
-} from "@mesh/controller";
+import { type Controller } from "@mesh/controller";
+import { StandingsBook, STANDINGS_SUBJECT, standingsSender } from "../src/standings-book.ts";
+import { type FailingStatus } from "../src/controller-status.ts";
 import { compilePermissions, eventSubject, loadManifest } from "@mesh/manifest";
 import { until } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
@@ -270,9 +266,6 @@ describe("the standings book", () => {
   });
 });
 
-/** Waits (generously: the machine is shared) until `check` holds; the testkit's `until` polls. */
-const eventually = (check: () => boolean, what: string): Promise<unknown> => until(what, check, 30);
-
 describe("standings through a real nats-server", () => {
   let mesh: TestMesh;
   let fleet: FleetDir;
@@ -326,7 +319,7 @@ describe("standings through a real nats-server", () => {
       encode(failing(login, new Date().toISOString())),
     );
     await postgres.flush();
-    await eventually(() => failingOf("postgres").length === 1, "the controller to hear the standing");
+    await until("the controller to hear the standing", () => failingOf("postgres").length === 1, 30);
     const [f] = failingOf("postgres");
     assert.equal(f?.consumer, "app2", "the consumer module, looked up from the login");
     assert.equal(f?.login, login);
@@ -350,13 +343,14 @@ describe("standings through a real nats-server", () => {
       encode(recovered(loginOf("app2", "postgres"), new Date().toISOString())),
     );
     await postgres.flush();
-    await eventually(() => failingOf("postgres").length === 0, "the recovery to reach the controller");
-    await eventually(
+    await until("the recovery to reach the controller", () => failingOf("postgres").length === 0, 30);
+    await until(
+      "the server to refuse the forged standing",
       () =>
         postgresLog.lines.some((l) =>
           /refused to let postgres publish to "mesh\.events\.redis\.provisioner\.failing"/.test(l),
         ),
-      "the server to refuse the forged standing",
+      30,
     );
     assert.deepEqual(controller.status().failing, []);
     assert.ok(
@@ -368,9 +362,10 @@ describe("standings through a real nats-server", () => {
   it("the module's credential cannot listen to other modules' standings", async () => {
     postgres.subscribe(STANDINGS_SUBJECT);
     await postgres.flush();
-    await eventually(
-      () => postgresLog.lines.some((l) => /refused to let postgres subscribe to/.test(l)),
+    await until(
       "the server to refuse the subscription",
+      () => postgresLog.lines.some((l) => /refused to let postgres subscribe to/.test(l)),
+      30,
     );
   });
 });

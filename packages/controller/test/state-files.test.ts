@@ -4,20 +4,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import {
-  AUTHORITY_FILE,
-  AuthorityFileError,
-  CONTROLLER_KEYS_FILE,
-  ControllerKeysError,
   copyStandbyState,
   loadOrCreateAuthority,
   loadOrCreateControllerKeys,
   loadOrCreateToken,
-  nodePlan,
   operatorTokenPath,
   scrapeTokenPath,
-  StandbyStateError,
-  TokenFileError,
 } from "@mesh/controller";
+import { AUTHORITY_FILE, AuthorityFileError } from "../src/authority-file.ts";
+import { CONTROLLER_KEYS_FILE, ControllerKeysError } from "../src/controller-keys.ts";
+import { nodePlan } from "@mesh/manifest";
+import { StandbyStateError } from "../src/standby-state.ts";
+import { TokenFileError } from "../src/secret-token.ts";
 import type { Plan } from "@mesh/manifest";
 import { encodeJoinToken, JoinTokenError, parseJoinToken } from "@mesh/bus";
 

@@ -5,13 +5,8 @@ import { after, before, describe, it } from "node:test";
 import { connectBus, createAuthority, credsFor, newUserKeys, openState, type BusState } from "@mesh/bus";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
-import {
-  loadStoredFleet,
-  loadStoredFleetHead,
-  storeFleet,
-  STORED_FLEET_KEY,
-  type FleetPlan,
-} from "@mesh/controller";
+import { loadStoredFleet, type FleetPlan } from "@mesh/controller";
+import { loadStoredFleetHead, storeFleet, STORED_FLEET_KEY } from "../src/stored-fleet.ts";
 
 /** A fleet plan of `n` consumers of one provider: its JSON grows with `n` as a real one does. */
 function bigFleet(n: number, readAt: string): FleetPlan {

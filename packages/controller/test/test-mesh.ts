@@ -16,40 +16,25 @@ import {
   openState,
   unseal,
   type BusAuthority,
-  type BusLogger,
   type NodeKeys,
   type UserKeys,
   decodeJoinToken,
 } from "@mesh/bus";
 import {
-  controllerPermissions,
   DELIVERY_KEY,
   readDelivery,
   startController,
   type Controller,
   type Delivery,
   type EnrollReply,
-  type LeaseTimings,
 } from "@mesh/controller";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { controllerPermissions } from "../src/node-permissions.ts";
+import { type LeaseTimings } from "../src/controller-lease.ts";
+import { recordingLogger, startNats, type NatsServer, type RecordingLogger } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";
 
-/** A logger that keeps every line, to check what was (and was not) said. */
-export interface RecordingLogger extends BusLogger {
-  readonly lines: string[];
-}
-
-/** A logger that keeps every line. */
-export function recordingLogger(): RecordingLogger {
-  const lines: string[] = [];
-  return {
-    lines,
-    info: (m) => lines.push(`info: ${m}`),
-    warn: (m) => lines.push(`warn: ${m}`),
-    error: (m) => lines.push(`error: ${m}`),
-  };
-}
+export { recordingLogger, type RecordingLogger } from "@mesh/testkit";
 
 /**
  * The lease's timings for tests with two controllers, a quarter of the real ones: renewed every

@@ -26,8 +26,8 @@ import {
   relayToolCall,
   TOOL_REQUEST_SUBJECT,
   type Controller,
-  type ToolReply,
 } from "@mesh/controller";
+import { type ToolReply } from "../src/tool-relay.ts";
 import { compilePermissions, loadManifest } from "@mesh/manifest";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { makeFleetDir, type FleetDir } from "./fleet-dir.ts";

@@ -71,6 +71,19 @@ export function analyzeFleet(fleet: Fleet, manifests: ReadonlyMap<string, Manife
       continue;
     }
     known.set(m.name, { module: m, manifest });
+    // Without its admin URL a provider cannot start: said here, where the fleet is written, rather
+    // than by a provider restarted with back-off for ever on its node.
+    if (manifest.provides.size > 0 && manifest.takesAdminUrl && m.admin === undefined) {
+      const variable = `MESH_${m.name.toUpperCase().replace(/[^A-Z0-9]/g, "_")}_URL`;
+      inFleet(
+        ["modules", m.name],
+        "admin-missing",
+        `provides ${[...manifest.provides.keys()].join(", ")} and has no admin: its provider cannot reach its backend without an admin URL`,
+        `add \`admin: { env: ${variable} }\` (a variable of the environment mesh up or mesh agent runs in) ` +
+          `or \`admin: { file: /etc/mesh/${m.name}.url }\` (a 0600 file holding the URL) under modules.${m.name}; ` +
+          `a provider that takes no admin URL says "adminUrl": false in its manifest`,
+      );
+    }
     if (!fleet.nodes.has(m.node)) {
       const nodes = [...fleet.nodes.keys()];
       inFleet(
@@ -88,6 +101,17 @@ export function analyzeFleet(fleet: Fleet, manifests: ReadonlyMap<string, Manife
           "unknown-interface",
           `is not an interface ${m.name} needs (its manifest ${manifest.file} needs ${needed.length > 0 ? needed.join(", ") : "nothing"})`,
           "remove it, correct its spelling, or add the need to the module's manifest",
+        );
+      }
+    }
+    for (const iface of Object.keys(m.rotate ?? {})) {
+      if (!manifest.needs.has(iface)) {
+        const needed = [...manifest.needs.keys()];
+        inFleet(
+          ["modules", m.name, "rotate", iface],
+          "unknown-interface",
+          `is not an interface ${m.name} needs, so it has no password to rotate (its manifest ${manifest.file} needs ${needed.length > 0 ? needed.join(", ") : "nothing"})`,
+          "remove it or correct its spelling",
         );
       }
     }

@@ -1,10 +1,13 @@
 import type { Plan } from "./plan.ts";
+import { secondLogin } from "./login.ts";
 import { providerSecretPath, receivesPath } from "./state-paths.ts";
 
 /** One consumer in a contributions file: a credential grant the provider's harness applies. */
 export interface ContributionEntry {
   /** The derived login. */
   readonly as: string;
+  /** Where logins alternate: the login that takes the password now, when it is not `as`. */
+  readonly login?: string;
   /** The provider's copy of the consumer's password, on the provider's node (`providerSecretPath`). */
   readonly secret: string;
   /** The consumer's node. */
@@ -45,6 +48,8 @@ export function contributionsFor(plan: Plan, provider: string, stateDir: string)
         requirement: instance.interface,
         given: instance.consumers.map((c) => ({
           as: c.login,
+          // Where logins alternate and the password is on the second login, the provider is told so.
+          ...(c.alternates === true && c.slot === 1 ? { login: secondLogin(c.login) } : {}),
           secret: providerSecretPath(stateDir, provider, c.consumer, c.interface),
           node: c.consumerNode,
           ...(c.consumerAt === undefined ? {} : { at: c.consumerAt }),

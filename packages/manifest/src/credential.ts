@@ -1,5 +1,6 @@
-import type { Endpoint, Plan, PlanEntry } from "./plan.ts";
-import { credentialPath, secretPath } from "./state-paths.ts";
+import type { Endpoint, Plan, PlanEntry } from "./plan-types.ts";
+import { secondLogin } from "./login.ts";
+import { credentialPath, slotSecretPath } from "./state-paths.ts";
 import { fillTemplate } from "./template.ts";
 
 /**
@@ -53,20 +54,24 @@ export function credentialFor(
   stateDir: string,
 ): Credential {
   const values = { ...entry.values, ...entry.derived };
+  // Where logins alternate, the one in use and its own password file change together.
+  const slot = entry.alternates === true ? entry.slot : undefined;
+  const login = slot === 1 ? secondLogin(entry.login) : entry.login;
   const base = {
     interface: entry.interface,
     provider: entry.provider,
-    login: entry.login,
-    passwordFile: secretPath(stateDir, entry.consumer, entry.interface),
+    login,
+    passwordFile: slotSecretPath(stateDir, entry.consumer, entry.interface, slot),
   };
   if (!endpoint) return { ...base, values };
-  const vars = { ...values, login: entry.login };
+  // The database, bucket and other names derived from the login stay those of the first login.
+  const vars = { ...values, login };
   const path = fillTemplate(endpoint.path, vars, encodeURIComponent);
   const query = Object.entries(endpoint.query)
     .map(([k, t]) => `${encodeURIComponent(k)}=${fillTemplate(t, vars, encodeURIComponent)}`)
     .join("&");
   const port = endpoint.port === undefined ? "" : `:${endpoint.port}`;
-  const url = `${endpoint.scheme}://${encodeURIComponent(entry.login)}@${urlHost(endpoint.host)}${port}${path}${query ? `?${query}` : ""}`;
+  const url = `${endpoint.scheme}://${encodeURIComponent(login)}@${urlHost(endpoint.host)}${port}${path}${query ? `?${query}` : ""}`;
   const links = Object.entries(endpoint.links ?? {}).map(
     ([name, template]) =>
       [

@@ -30,6 +30,13 @@ export interface DeliveryHead {
   readonly index?: Readonly<Record<string, string>>;
   /** Whether the controller issues module credentials (`Delivery.credentials` is then present). */
   readonly issuesCredentials: boolean;
+  /**
+   * The protocol of the controller that wrote it (`PROTOCOL_VERSION`); absent from a controller of
+   * 0.1.0 (protocol 1). An agent applies only a delivery of a protocol it works with.
+   */
+  readonly protocol?: number;
+  /** The release of the controller that wrote it (`MESH_RELEASE`); absent from 0.1.0. */
+  readonly release?: string;
 }
 
 /** One module the node runs, with the credentials issued for it. */
@@ -46,6 +53,10 @@ export interface EntryPart {
   readonly entry: PlanEntry;
   /** The password's version (random, a new one at each rotation). */
   readonly version: string;
+  /** Minted by `mesh rotate --now`: taken without an overlap, the old sessions ended. */
+  readonly cut?: true;
+  /** ISO 8601: when the password was minted (absent from a controller of before mint times). */
+  readonly minted?: string;
   /** The node key it is sealed to. */
   readonly sealPublicKey: string;
   /** The password sealed (bus `seal`) to `sealPublicKey`; not part of the fingerprint. */
@@ -159,6 +170,8 @@ export function joinDelivery(head: unknown, parts: ReadonlyMap<string, unknown>)
   const credentials: Record<string, ModuleCredential> = {};
   const replaceKeys: Record<string, string> = {};
   const secrets: Record<string, string> = {};
+  const cuts: string[] = [];
+  const minted: Record<string, string> = {};
   for (const [key, fingerprint] of Object.entries(named)) {
     const part = parts.get(key);
     if (!isObject(part)) throw new DeliveryPartsError(`part ${key}`, "is not there");
@@ -178,6 +191,8 @@ export function joinDelivery(head: unknown, parts: ReadonlyMap<string, unknown>)
         throw new DeliveryPartsError(`part ${key}`, "is for an instance the head does not list");
       list.push(p.entry);
       secrets[`${p.entry.consumer}/${p.entry.interface}`] = p.box;
+      if (p.cut === true) cuts.push(`${p.entry.consumer}/${p.entry.interface}`);
+      if (typeof p.minted === "string") minted[`${p.entry.consumer}/${p.entry.interface}`] = p.minted;
     } else {
       throw new DeliveryPartsError(`part ${key}`, "is neither a module nor an entry");
     }
@@ -196,6 +211,8 @@ export function joinDelivery(head: unknown, parts: ReadonlyMap<string, unknown>)
     modules,
     plan,
     secrets,
+    ...(cuts.length > 0 ? { cuts } : {}),
+    ...(Object.keys(minted).length > 0 ? { minted } : {}),
     ...(head["issuesCredentials"] === true ? { credentials, replaceKeys } : {}),
   };
 }

@@ -11,8 +11,17 @@ export const DELIVERY_KEY = "delivery";
 /** A module a node runs, and where its manifest is. */
 export interface DeliveredModule {
   readonly name: string;
-  /** Absolute path of its module.json (the same checkout on every node). */
+  /**
+   * Absolute path of its module.json where the fleet names it: the module's directory (its code,
+   * the directory it runs in) is the one holding it, at this path on the node.
+   */
   readonly manifest: string;
+  /**
+   * The manifest's text as it was applied (the fleet carries every manifest it names): the node
+   * needs only the module's code, not this file. Absent from a controller of before: the agent
+   * reads the file at `manifest`.
+   */
+  readonly manifestText?: string;
   /** HOST:PORT for its Prometheus metrics when the fleet file sets one; absent: loopback, a free port. */
   readonly metrics?: string;
   /** Variables the fleet file adds to its environment. */
@@ -42,6 +51,18 @@ export interface Delivery {
   readonly plan: Plan;
   /** `secretKey(consumer, interface)` -> the password sealed (bus `seal`) to this node's key. */
   readonly secrets: Readonly<Record<string, string>>;
+  /**
+   * The `secrets` keys whose password was minted by `mesh rotate --now` (a leaked password): the
+   * provider takes it without an overlap (no password being retired beside it) and ends the old
+   * sessions. Absent when none is.
+   */
+  readonly cuts?: readonly string[];
+  /**
+   * `secrets` key -> when its password was minted (ISO 8601), said to its provider in the
+   * contributions entry (`minted`), which never puts back a password older than its backend holds.
+   * Absent from a controller of before mint times.
+   */
+  readonly minted?: Readonly<Record<string, string>>;
   /**
    * Module name -> its bus and ledger user JWTs, issued by the controller for the public keys the
    * node's agent reported for that module. Only JWTs: the seeds never leave the node. A module the

@@ -15,6 +15,7 @@ import { fieldPath, ownObject, ProblemsError, readBounded, type Problem } from "
 import { SourcePositions } from "./source-positions.ts";
 import { keyed, mustBe, strict, text, zodProblems } from "./zod-problems.ts";
 import { limitsSchema, type ModuleLimits } from "./module-limits.ts";
+import { formatRotationPeriod, parseRotationPeriod, rotateMinimumMs } from "./rotation-period.ts";
 
 /** A machine of the fleet. */
 export interface FleetNode {
@@ -55,6 +56,11 @@ export interface FleetModule {
   readonly admin?: AdminUrlSource | undefined;
   /** What it may use of its node, as written (`effectiveLimits` fills in the defaults). */
   readonly limits?: ModuleLimits | undefined;
+  /**
+   * How often the controller rotates this module's password for an interface it needs (ms), by
+   * interface, over the fleet's `rotate.every`.
+   */
+  readonly rotate?: Readonly<Record<string, number>> | undefined;
   readonly line?: number | undefined;
 }
 
@@ -83,6 +89,8 @@ export interface Fleet {
   readonly modules: ReadonlyMap<string, FleetModule>;
   /** Line of every field by dotted path (`modules.notes.node`). */
   readonly lines: ReadonlyMap<string, number>;
+  /** How often the controller rotates every consumer's password (ms), unless a module says otherwise; absent: never by itself. */
+  readonly rotateEvery?: number | undefined;
 }
 
 /** A fleet file that cannot be used; each problem names the file, the line, the field and the fix. */
@@ -101,6 +109,32 @@ const METRICS_WHAT =
 // A host as it goes into a consumer's URL: letters, digits, dots, dashes, and an IPv6 address's
 // colons and brackets; nothing that could end the host (`@`, `/`, `?`) or the URL.
 const HOST_PATTERN = /^[A-Za-z0-9.:[\]-]+$/;
+
+const PERIOD_WHAT = "a period like 30d, 7d or 12h (units: d, h, m, s)";
+
+// A rotation period: read as one, and no shorter than the minimum (1h, unless MESH_ROTATE_MIN says
+// less), so a typo cannot rotate every password every few seconds.
+const periodSchema = text(PERIOD_WHAT).superRefine((value, ctx) => {
+  const ms = parseRotationPeriod(value);
+  if (ms === undefined) {
+    ctx.addIssue({
+      code: "custom",
+      input: value,
+      message: `must be ${PERIOD_WHAT}, not ${JSON.stringify(value)}`,
+    });
+    return;
+  }
+  const min = rotateMinimumMs();
+  if (ms < min) {
+    ctx.addIssue({
+      code: "custom",
+      input: value,
+      message: `is shorter than ${formatRotationPeriod(min)}, the shortest rotation period: write ${formatRotationPeriod(min)} or more`,
+    });
+  }
+});
+
+const everySchema = strict({ every: periodSchema }, "an object like { every: 30d }");
 
 const nodeSchema = strict(
   { address: text("a host name or IP address", HOST_PATTERN).optional() },
@@ -178,6 +212,12 @@ const moduleSchema = strict(
       })
       .optional(),
     limits: limitsSchema.optional(),
+    rotate: keyed(
+      INTERFACE_PATTERN,
+      `an interface the module needs: ${INTERFACE_RULE}`,
+      everySchema,
+      "an object of interfaces like { postgres-database: { every: 7d } }",
+    ).optional(),
   },
   "an object like { manifest: ./notes/module.json, node: node-1 }",
 );
@@ -196,6 +236,7 @@ const fleetSchema = strict(
       moduleSchema,
       "an object of modules like { notes: { manifest: ./notes/module.json, node: node-1 } }",
     ),
+    rotate: everySchema.optional(),
   },
   "a YAML mapping with nodes: and modules:",
 );
@@ -304,6 +345,13 @@ export function parseFleet(text: string, file: string): Fleet {
       endpoint: m.endpoint,
       ...(m.metrics === undefined ? {} : { metrics: m.metrics.trim() }),
       ...(m.limits === undefined ? {} : { limits: m.limits }),
+      ...(m.rotate === undefined
+        ? {}
+        : {
+            rotate: Object.fromEntries(
+              Object.entries(m.rotate).map(([iface, r]) => [iface, parseRotationPeriod(r.every) ?? 0]),
+            ),
+          }),
       ...(m.env === undefined
         ? {}
         : { env: Object.fromEntries(Object.entries(m.env).map(([k, v]) => [k, String(v)])) }),
@@ -320,7 +368,15 @@ export function parseFleet(text: string, file: string): Fleet {
   }
   problems.push(...metricsPortClashes(modules, file, positions));
   if (problems.length > 0) throw new FleetError(problems);
-  return { file, nodes, modules, lines: positions.lines };
+  const rotateEvery =
+    parsed.data.rotate === undefined ? undefined : parseRotationPeriod(parsed.data.rotate.every);
+  return {
+    file,
+    nodes,
+    modules,
+    lines: positions.lines,
+    ...(rotateEvery === undefined ? {} : { rotateEvery }),
+  };
 }
 
 // Two modules of one node told to serve their metrics on one fixed port: the second could not start.

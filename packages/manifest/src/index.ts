@@ -16,70 +16,148 @@
  * for (const file of credentialsFor(plan, "notes", "/var/lib/mesh")) console.log(file.path, file.contents.url);
  * ```
  */
-export * from "./problem.ts";
-export * from "./names.ts";
-export * from "./manifest.ts";
-export * from "./spec.ts";
-export * from "./template.ts";
-export * from "./run-template.ts";
-export * from "./fleet.ts";
+export type { Logger } from "./logger.ts";
+export { formatProblem, ProblemsError, type Problem } from "./problem.ts";
+export { eventNameProblem, isInterfaceName, isModuleName, MODULE_NAME_RULE } from "./names.ts";
+export {
+  loadManifest,
+  MANIFEST_MAX_BYTES,
+  ManifestError,
+  parseManifest,
+  readManifestText,
+  type Manifest,
+  type OnNewPassword,
+  type RunCommand,
+} from "./manifest.ts";
+export { deriveValues } from "./spec.ts";
+export { s3BucketName } from "./template.ts";
+export { namesMeshTargets, namesModuleMetrics, renderRunTemplate, secretInterfaces } from "./run-template.ts";
+export {
+  ADMIN_URL_VARIABLE,
+  FleetError,
+  loadFleet,
+  loadFleetManifests,
+  parseFleet,
+  readFleetText,
+  type AdminUrlSource,
+  type Fleet,
+} from "./fleet.ts";
+export { rotateMinimumMs } from "./rotation-period.ts";
 export {
   DEFAULT_MODULE_LIMITS,
   effectiveLimits,
   formatLimit,
-  formatLimits,
   formatSize,
   isModuleLimits,
   LIMIT_NAMES,
-  MAX_PIDS_LIMIT,
-  MIN_SIZE_LIMIT,
-  parseSize,
   type EffectiveLimits,
-  type ModuleLimits,
 } from "./module-limits.ts";
-export * from "./check-fleet.ts";
-export * from "./login.ts";
-export * from "./plan.ts";
-export * from "./state-paths.ts";
-export * from "./contributions.ts";
-export * from "./credential.ts";
-export * from "./delivery.ts";
-export * from "./delivery-parts.ts";
+export { checkFleet } from "./check-fleet.ts";
+export { deriveLogin, isSecondLogin, LOGIN_PATTERN, secondLogin } from "./login.ts";
+export { derivePlan, type Endpoint, type Plan, type PlanEntry, type PlanInstance } from "./plan.ts";
 export {
-  MAX_MISBEHAVIOUR_TEXT,
-  MAX_REPORTED_MISBEHAVIOURS,
+  disagrees,
+  endpointAtServed,
+  endpointDisagreements,
+  formatHostPort,
+  servedEndpointOf,
+  withServedEndpoints,
+  type HostPort,
+} from "./served-endpoint.ts";
+export {
+  credentialPath,
+  moduleDir,
+  moduleHomePath,
+  providerSecretPath,
+  receivesPath,
+  renderedFilePath,
+  secretPath,
+  secretsDirPath,
+  StateDirError,
+  secondSecretPath,
+  slotSecretPath,
+} from "./state-paths.ts";
+export { contributionsFor } from "./contributions.ts";
+export { credentialFor, credentialsFor, type Credential } from "./credential.ts";
+export {
+  DELIVERY_KEY,
+  nodePlan,
+  planEntries,
+  secretKey,
+  type DeliveredModule,
+  type Delivery,
+  type ModuleCredential,
+} from "./delivery.ts";
+export {
+  DeliveryPartsError,
+  entryPartKey,
+  indexFingerprint,
+  isDeliveryHead,
+  modulePartKey,
+  nameParts,
+  partFingerprint,
+  readDelivery,
+  type DeliveryHead,
+  type DeliveryPart,
+  type IndexPart,
+  type ModulePart,
+  type PartCache,
+} from "./delivery-parts.ts";
+export {
   reportedMisbehaviours,
   reportedMisbehaviourSchema,
   type ReportedCounts,
   type ReportedFailure,
   type ReportedMisbehaviour,
   type ReportedProvider,
+  type ReportedRotation,
   type ReportedWaiting,
 } from "./provider-report.ts";
-export * from "./listen-address.ts";
-export * from "./events.ts";
-export * from "./check-code.ts";
-export * from "./tools.ts";
+export { heldMintOf, OLDER_THAN_BACKEND, olderThanHeld } from "./mint-order.ts";
+export {
+  isLoopbackHost,
+  ListenAddressError,
+  parseListenAddress,
+  type ListenAddress,
+} from "./listen-address.ts";
+export {
+  compilePermissions,
+  EVENTS_PREFIX,
+  eventSubject,
+  explain,
+  InvalidEventNameError,
+  permissionGrants,
+  SeatConflictError,
+  seatHolders,
+  SEATS_PREFIX,
+  seatSubject,
+  STANDINGS_EVENTS,
+  subjectCovers,
+  subscriptionSubjects,
+  type ModulePermissions,
+} from "./events.ts";
+export { checkModules, formatFinding, type CheckTarget, type Finding } from "./check-code.ts";
+export { READ_ONLY_TOOL_NAMES, TOOL_NAMES, toolAnswerBytes, toolDefinition } from "./tools.ts";
 export {
   boundedJson,
-  cleanupDeletedSchema,
-  cleanupEntrySchema,
-  cleanupListSchema,
-  consumerStateSchema,
-  consumerStatusSchema,
-  describeIssues,
-  MAX_ANSWER_DEPTH,
-  MAX_REPLY_TEXT,
   parseAnswer,
   parseToolAnswer,
-  retireApprovedSchema,
-  retireListSchema,
+  reportedRotationSchema,
   statusReportSchema,
-  TOOL_ANSWER_SCHEMAS,
   toolCallReplySchema,
   type AnswerFault,
-  type Frozen,
-  type ParsedAnswer,
-  type ToolAnswerInputs,
   type ToolAnswers,
 } from "./tool-answers.ts";
+export {
+  formatsLine,
+  MESH_RELEASE,
+  PROTOCOL_VERSION,
+  protocolOf,
+  releaseOf,
+  releaseOfFormat,
+  releaseOfProtocol,
+  STATE_FORMAT,
+  UNVERSIONED_FORMAT,
+  UNVERSIONED_PROTOCOL,
+  worksWithProtocol,
+} from "./versions.ts";

@@ -45,3 +45,32 @@ export function deriveLogin(consumer: string, iface: string): string {
   const hash = createHash("sha256").update(`${consumer}\n${iface}`).digest();
   return `${full.slice(0, 32 - 1 - HASH_CHARS)}_${base32(hash, HASH_CHARS)}`;
 }
+
+/** What ends every second login: a last segment that starts with a digit, as no derived login's does. */
+const SECOND_SUFFIX = "_2";
+/** Longest login that takes the suffix as it is (30 + 2 = 32). */
+const SECOND_FULL_MAX = 32 - SECOND_SUFFIX.length;
+
+/**
+ * The second login of a consumer whose backend alternates logins at each rotation (Postgres, which
+ * holds one password per role): `notes_postgres` → `notes_postgres_2`. Deterministic, like
+ * `deriveLogin`, so every part of the mesh recomputes it.
+ *
+ * It can never be another consumer's derived login: a written-out login ends in `_` and the
+ * interface's first word, which starts with a letter; a shortened one ends in `_` and 8 hash
+ * characters. A second login ends in `_2`. A login longer than 30 characters keeps its first 21,
+ * then `_2`, 7 characters of a hash of the whole login and `_2` (exactly 32); that middle segment
+ * starts with a digit, so it is never a written-out login with `_2` added either.
+ * @throws Error when `login` is not a valid login.
+ */
+export function secondLogin(login: string): string {
+  if (!LOGIN_PATTERN.test(login)) throw new Error(`login ${JSON.stringify(login)} is not valid`);
+  if (login.length <= SECOND_FULL_MAX) return `${login}${SECOND_SUFFIX}`;
+  const hash = createHash("sha256").update(`second\n${login}`).digest();
+  return `${login.slice(0, 21)}_2${base32(hash, 7)}${SECOND_SUFFIX}`;
+}
+
+/** Whether `login` has the shape only `secondLogin` gives (it ends in `_2`). */
+export function isSecondLogin(login: string): boolean {
+  return LOGIN_PATTERN.test(login) && login.endsWith(SECOND_SUFFIX);
+}

@@ -53,6 +53,11 @@ export interface Provided {
   readonly derives: ReadonlyMap<string, string>;
   readonly endpoint?: EndpointTemplate | undefined;
   readonly description?: string | undefined;
+  /**
+   * The backend holds one password per login, so each rotation moves the consumer to its other
+   * login (`secondLogin`) and back: its credential file names the login and password file in use.
+   */
+  readonly alternatesLogins?: boolean | undefined;
 }
 
 /** One interface a module needs, with the values it asks for (the fleet file may add to them). */
@@ -110,6 +115,11 @@ export interface Manifest {
   readonly tools: readonly string[];
   /** How to start the module; undefined for a module some other way starts (or nothing runs). */
   readonly run?: RunCommand | undefined;
+  /**
+   * Whether the module, when it provides an interface, is handed an admin URL (`admin:` in the fleet
+   * file): true unless the manifest says `"adminUrl": false` (a provider whose backend needs no admin).
+   */
+  readonly takesAdminUrl: boolean;
   /** Line of every field by dotted path, so a later check can point into this file. */
   readonly lines: ReadonlyMap<string, number>;
 }
@@ -195,6 +205,7 @@ const providedSchema = strict(
     ).optional(),
     endpoint: endpointSchema.optional(),
     description: text("a sentence").optional(),
+    alternatesLogins: z.boolean({ error: mustBe("true or false") }).optional(),
   },
   'an object like { "receives": "/run/mesh/postgres-database.json", "spec": {} }',
 );
@@ -310,6 +321,11 @@ const manifestSchema = strict(
     seats: listOf(text(`a seat name: ${MODULE_NAME_RULE}`, MODULE_NAME_PATTERN), "a list of seat names"),
     tools: listOf(text('a tool like "status" or "retire list"', TOOL_PATTERN), "a list of tools"),
     run: runSchema.optional(),
+    adminUrl: z
+      .literal(false, {
+        error: mustBe("false (this provider takes no admin URL), or left out"),
+      })
+      .optional(),
   },
   'a JSON object like { "name": "notes", "needs": {} }',
 );
@@ -502,6 +518,7 @@ function normalize(
       derives,
       endpoint,
       description: p.description,
+      ...(p.alternatesLogins === true ? { alternatesLogins: true } : {}),
     });
   }
   const receivers = new Map<string, string>();
@@ -536,6 +553,7 @@ function normalize(
     seats: raw.seats ?? [],
     tools: raw.tools ?? [],
     run: raw.run ? normalizeRun(raw.run, Object.keys(raw.needs ?? {}), report) : undefined,
+    takesAdminUrl: raw.adminUrl !== false,
     lines: positions.lines,
   };
 }

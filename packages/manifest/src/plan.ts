@@ -1,51 +1,9 @@
 import { analyzeFleet, FleetCheckError, type Binding } from "./check-fleet.ts";
 import type { Fleet } from "./fleet.ts";
 import type { Manifest } from "./manifest.ts";
+import type { Endpoint, Plan, PlanEntry, PlanInstance } from "./plan-types.ts";
 
-/** Where a consumer reaches a provider: the manifest's endpoint with its host settled. */
-export interface Endpoint {
-  readonly scheme: string;
-  readonly host: string;
-  readonly port?: number | undefined;
-  /** A template (`"/{name}"`), filled per consumer. */
-  readonly path: string;
-  /** Query parameters, each value a template. */
-  readonly query: Readonly<Record<string, string>>;
-  /** Named path templates on the same host and port (see `EndpointTemplate.links`); absent when none. */
-  readonly links?: Readonly<Record<string, string>> | undefined;
-}
-
-/** One consumer of one provided interface, with everything the mesh derived for it. */
-export interface PlanEntry {
-  readonly consumer: string;
-  readonly consumerNode: string;
-  /** The consumer node's address, when the fleet gives one. */
-  readonly consumerAt?: string | undefined;
-  readonly interface: string;
-  readonly login: string;
-  /** What the consumer asks for: its manifest's values, overridden by the fleet file's. */
-  readonly values: Readonly<Record<string, unknown>>;
-  /** What the mesh derived for it: spec defaults it did not override, and the provider's `derives`. */
-  readonly derived: Readonly<Record<string, unknown>>;
-  readonly provider: string;
-  readonly providerNode: string;
-}
-
-/** One interface one provider module provides, and every consumer it serves (maybe none). */
-export interface PlanInstance {
-  readonly provider: string;
-  readonly node: string;
-  readonly interface: string;
-  /** Undefined when the provider's manifest declares no endpoint. */
-  readonly endpoint?: Endpoint | undefined;
-  readonly consumers: readonly PlanEntry[];
-}
-
-/** What the controller delivers: every provided interface instance with its consumers. */
-export interface Plan {
-  /** Sorted by provider, then interface; consumers by name. */
-  readonly instances: readonly PlanInstance[];
-}
+export type { Endpoint, Plan, PlanEntry, PlanInstance } from "./plan-types.ts";
 
 /** Where a provider's endpoint host falls back to when neither manifest nor node gives one. */
 export const DEFAULT_ENDPOINT_HOST = "127.0.0.1";
@@ -86,6 +44,7 @@ export function derivePlan(fleet: Fleet, manifests: ReadonlyMap<string, Manifest
         path: template.path,
         query: Object.fromEntries(template.query),
         ...(template.links.size === 0 ? {} : { links: Object.fromEntries(template.links) }),
+        ...(module.endpoint === undefined ? { defaulted: true as const } : {}),
       };
       const consumers: PlanEntry[] = (served.get(`${module.name} ${provided.interface}`) ?? [])
         .map((b) => ({
@@ -98,6 +57,7 @@ export function derivePlan(fleet: Fleet, manifests: ReadonlyMap<string, Manifest
           derived: b.derived,
           provider: module.name,
           providerNode: module.node,
+          ...(provided.alternatesLogins === true ? { alternates: true as const } : {}),
         }))
         .sort((a, b) => byName(a.consumer, b.consumer));
       instances.push({

@@ -18,7 +18,8 @@ export type ProblemCode =
   | "bad-value"
   | "login-collision"
   | "resource-collision"
-  | "endpoint-unresolved";
+  | "endpoint-unresolved"
+  | "admin-missing";
 
 /**
  * One thing wrong with a file, said so that an operator can fix it without reading code: the

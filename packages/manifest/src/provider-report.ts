@@ -55,6 +55,39 @@ export interface ReportedProvider {
   /** At most a hundred, by login. */
   readonly failing: readonly ReportedFailure[];
   readonly waiting: ReportedWaiting | null;
+  /**
+   * Consumers whose current password its backend has never shown in use (no session seen since it
+   * was applied), with since when that password stands; absent when the provider cannot tell.
+   */
+  readonly unseen?: readonly ReportedUnseen[];
+  /**
+   * Where the provider says it serves its consumers (from its admin URL), checked against
+   * `servedEndpointSchema`; absent when it did not say.
+   */
+  readonly serves?: { readonly host: string; readonly port: number };
+  /**
+   * Consumers whose password is being rotated with an overlap (both valid), with the phase the
+   * provider says; absent when none is (or the provider is older than rotations with phases).
+   */
+  readonly rotating?: readonly ReportedRotation[];
+}
+
+/** A rotation under way on a provider, as its node reports it (no secret: phase and times only). */
+export interface ReportedRotation {
+  readonly login: string;
+  /** `add`: the new password is being made valid beside the old; `drain`: both valid, the apps move. */
+  readonly phase: "add" | "drain";
+  /** ISO 8601: when the rotation began on the provider. */
+  readonly since: string;
+  /** ISO 8601: when the old password goes (the grace bound). */
+  readonly until: string;
+}
+
+/** A consumer its provider has not seen connected since its password was applied. */
+export interface ReportedUnseen {
+  readonly login: string;
+  /** ISO 8601: since when its current password stands. */
+  readonly since: string;
 }
 
 /**

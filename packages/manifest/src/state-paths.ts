@@ -93,6 +93,26 @@ export function secretPath(stateDir: string, consumer: string, iface: string): s
 }
 
 /**
+ * Where logins alternate, the password file of the consumer's second login:
+ * `<state>/modules/<consumer>/passwords/<iface>.2` (its first login's is `secretPath`). Each login
+ * has its own, so a credential file and the password file it names always match.
+ * @throws InvalidNameError; StateDirError.
+ */
+export function secondSecretPath(stateDir: string, consumer: string, iface: string): string {
+  return `${secretPath(stateDir, consumer, iface)}.2`;
+}
+
+/** The password file a consumer's credential names now: its second login's when `slot` is 1. */
+export function slotSecretPath(
+  stateDir: string,
+  consumer: string,
+  iface: string,
+  slot: 1 | undefined,
+): string {
+  return slot === 1 ? secondSecretPath(stateDir, consumer, iface) : secretPath(stateDir, consumer, iface);
+}
+
+/**
  * The credential file the agent writes for `consumer`'s need `iface`:
  * `<state>/modules/<consumer>/credentials/<iface>.json`.
  * @throws InvalidNameError for a name that is not a module or interface name; StateDirError.

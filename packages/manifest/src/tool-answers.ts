@@ -5,6 +5,7 @@
 // dashboard, and `mesh tool`. A module is untrusted: its answer is a value to check, never a shape
 // to assume. Unknown fields are dropped, not refused, so a provider one release newer still speaks.
 import { z } from "zod";
+import { servedEndpointSchema } from "./served-address.ts";
 import type { ToolName } from "./tools.ts";
 
 /** The most a list or object in a free-form value (a consumer's `derived`) may nest. */
@@ -40,6 +41,16 @@ function depthWithin(value: unknown, most: number): boolean {
 /** A consumer's place in its lifecycle, as `status` says it. */
 export const consumerStateSchema = z.enum(["active", "failing", "unasked", "awaiting-approval", "retired"]);
 
+/** A rotation under way on a consumer, as its provider says (no secret: its phase and times). */
+export const rotationPhaseSchema = z.object({
+  phase: z.enum(["add", "drain"]),
+  since: isoDate,
+  until: isoDate,
+});
+
+/** A rotation under way as a node reports it: the consumer's login beside its phase and times. */
+export const reportedRotationSchema = rotationPhaseSchema.extend({ login });
+
 /** One consumer in a `status` answer. */
 export const consumerStatusSchema = z.object({
   login,
@@ -50,6 +61,9 @@ export const consumerStatusSchema = z.object({
   node: z.string().max(MOST_NAME).optional(),
   attempts: count.optional(),
   applied: z.string().max(MOST_NAME).optional(),
+  seen: z.boolean().optional(),
+  appliedAt: isoDate.optional(),
+  rotation: rotationPhaseSchema.optional(),
 });
 
 /** What `status` answers. */
@@ -59,6 +73,9 @@ export const statusReportSchema = z.object({
   receives: z.string(),
   lastPassAt: isoDate.nullable(),
   contributionsProblem: z.string().nullable(),
+  overlaps: z.boolean().optional(),
+  /** Where the provider serves its consumers (its admin URL's host and port); absent when it cannot say. */
+  serves: servedEndpointSchema.optional(),
   consumers: z.array(consumerStatusSchema),
 });
 

@@ -4,13 +4,13 @@ import { fileURLToPath } from "node:url";
 import {
   checkFleet,
   derivePlan,
-  FleetCheckError,
   formatProblem,
   loadFleet,
   loadFleetManifests,
   type Problem,
-  type ProblemCode,
 } from "@mesh/manifest";
+import { FleetCheckError } from "../src/check-fleet.ts";
+import { type ProblemCode } from "../src/problem.ts";
 import { consumer, FLEET_FILE, fleetOf, POSTGRES, REDIS } from "./fixtures.ts";
 
 const root = fileURLToPath(new URL("../../../", import.meta.url));
@@ -42,6 +42,28 @@ function only(problems: Problem[], code: ProblemCode): Problem {
 }
 
 describe("checkFleet", () => {
+  it("refuses a provider with no admin:, naming its line and both ways to give one", () => {
+    const p = only(
+      problemsOf("nodes: { a: {} }\nmodules:\n  postgres:\n    manifest: ./p.json\n    node: a\n", {
+        postgres: POSTGRES,
+      }),
+      "admin-missing",
+    );
+    assert.equal(p.line, 3);
+    assert.equal(p.field, "modules.postgres");
+    assert.match(p.message, /provides postgres-database and has no admin/);
+    assert.match(p.fix, /admin: \{ env: MESH_POSTGRES_URL \}/);
+    assert.match(p.fix, /admin: \{ file: /);
+    assert.match(p.fix, /"adminUrl": false/);
+  });
+
+  it("takes a provider with no admin: when its manifest says it takes no admin URL", () => {
+    const problems = problemsOf("nodes: { a: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a }\n", {
+      postgres: { ...POSTGRES, adminUrl: false },
+    });
+    assert.deepEqual(problems.map(formatProblem), []);
+  });
+
   it("finds nothing wrong with the example fleet", async () => {
     const fleet = await loadFleet(`${root}examples/fleet/mesh.yaml`);
     const manifests = await loadFleetManifests(fleet);
@@ -76,7 +98,7 @@ describe("checkFleet", () => {
   it("says the fleet gives values for an interface the module does not need", () => {
     const yaml = `nodes: { n: {} }
 modules:
-  postgres: { manifest: ./p.json, node: n }
+  postgres: { manifest: ./p.json, node: n, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: n
@@ -91,6 +113,25 @@ modules:
     assert.equal(p.field, "modules.notes.needs.postgres-databse");
     assert.equal(p.line, 9);
     assert.match(p.message, /needs postgres-database/);
+  });
+
+  it("says a rotation period for an interface the module does not need, with its line", () => {
+    const yaml = `nodes: { n: {} }
+modules:
+  postgres: { manifest: ./p.json, node: n, admin: { env: MESH_ADMIN } }
+  notes:
+    manifest: ./n.json
+    node: n
+    rotate:
+      postgres-databse: { every: 7d }
+`;
+    const p = only(
+      problemsOf(yaml, { postgres: POSTGRES, notes: consumer("notes", { "postgres-database": {} }) }),
+      "unknown-interface",
+    );
+    assert.equal(p.field, "modules.notes.rotate.postgres-databse");
+    assert.equal(p.line, 8);
+    assert.match(p.message, /no password to rotate.*needs postgres-database/);
   });
 
   it("says a need nobody in the fleet provides, naming the module and the interface", () => {
@@ -108,7 +149,7 @@ modules:
 
   it("refuses two providers of one interface on one node", () => {
     const yaml =
-      "nodes: { n: {} }\nmodules:\n  pg-a: { manifest: ./p.json, node: n }\n  pg-b: { manifest: ./p.json, node: n }\n";
+      "nodes: { n: {} }\nmodules:\n  pg-a: { manifest: ./p.json, node: n, admin: { env: MESH_ADMIN } }\n  pg-b: { manifest: ./p.json, node: n, admin: { env: MESH_ADMIN } }\n";
     const p = only(problemsOf(yaml, { "pg-a": POSTGRES, "pg-b": POSTGRES }), "two-providers-on-node");
     assert.equal(p.field, "modules.pg-b.node");
     assert.equal(p.line, 4);
@@ -118,8 +159,8 @@ modules:
   it("serves a consumer from the provider on its own node before any other", () => {
     const yaml = `nodes: { a: {}, b: {} }
 modules:
-  pg-a: { manifest: ./p.json, node: a }
-  pg-b: { manifest: ./p.json, node: b }
+  pg-a: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
+  pg-b: { manifest: ./p.json, node: b, admin: { env: MESH_ADMIN } }
   notes: { manifest: ./n.json, node: b }
 `;
     const { fleet, manifests } = fleetOf(yaml, {
@@ -134,7 +175,7 @@ modules:
 
   it("serves a consumer from the only provider in the fleet, on another node", () => {
     const yaml =
-      "nodes: { a: {}, b: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a }\n  notes: { manifest: ./n.json, node: b }\n";
+      "nodes: { a: {}, b: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }\n  notes: { manifest: ./n.json, node: b }\n";
     const { fleet, manifests } = fleetOf(yaml, {
       postgres: POSTGRES,
       notes: consumer("notes", { "postgres-database": {} }),
@@ -147,8 +188,8 @@ modules:
   it("asks the operator to choose when several nodes provide a need and none is the consumer's", () => {
     const yaml = `nodes: { a: {}, b: {}, c: {} }
 modules:
-  pg-a: { manifest: ./p.json, node: a }
-  pg-b: { manifest: ./p.json, node: b }
+  pg-a: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
+  pg-b: { manifest: ./p.json, node: b, admin: { env: MESH_ADMIN } }
   notes: { manifest: ./n.json, node: c }
 `;
     const p = only(
@@ -167,8 +208,8 @@ modules:
   it("serves a consumer from the provider the fleet names", () => {
     const yaml = `nodes: { a: {}, b: {}, c: {} }
 modules:
-  pg-a: { manifest: ./p.json, node: a }
-  pg-b: { manifest: ./p.json, node: b }
+  pg-a: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
+  pg-b: { manifest: ./p.json, node: b, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: a
@@ -186,8 +227,8 @@ modules:
   it("refuses a named provider that is not in the fleet or does not provide the interface", () => {
     const yaml = (provider: string) => `nodes: { a: {} }
 modules:
-  postgres: { manifest: ./p.json, node: a }
-  redis: { manifest: ./r.json, node: a }
+  postgres: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
+  redis: { manifest: ./r.json, node: a, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: a
@@ -208,7 +249,7 @@ modules:
   it("says a value from the fleet file does not fit the provider's spec, at its line", () => {
     const yaml = `nodes: { a: {} }
 modules:
-  postgres: { manifest: ./p.json, node: a }
+  postgres: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: a
@@ -232,7 +273,7 @@ modules:
 
   it("says a value from the manifest does not fit, naming the manifest file and its line", () => {
     const yaml =
-      "nodes: { a: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a }\n  notes: { manifest: ./n.json, node: a }\n";
+      "nodes: { a: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }\n  notes: { manifest: ./n.json, node: a }\n";
     const p = only(
       problemsOf(yaml, {
         postgres: POSTGRES,
@@ -250,7 +291,7 @@ modules:
   it("lets the fleet file override a manifest's value, and checks the result", () => {
     const yaml = `nodes: { a: {} }
 modules:
-  postgres: { manifest: ./p.json, node: a }
+  postgres: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: a
@@ -277,7 +318,7 @@ modules:
     };
     const yaml = `nodes: { a: {} }
 modules:
-  store: { manifest: ./s.json, node: a }
+  store: { manifest: ./s.json, node: a, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: a
@@ -303,7 +344,7 @@ modules:
   it("reports a value named __proto__ as a value the interface does not take, never as a prototype", () => {
     const yaml = `nodes: { a: {} }
 modules:
-  postgres: { manifest: ./p.json, node: a }
+  postgres: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: a
@@ -321,7 +362,7 @@ modules:
     const noDefault = structuredClone(POSTGRES);
     delete (noDefault.provides["postgres-database"].spec.name as { default?: string }).default;
     const yaml =
-      "nodes: { a: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a }\n  notes: { manifest: ./n.json, node: a }\n";
+      "nodes: { a: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }\n  notes: { manifest: ./n.json, node: a }\n";
     const p = only(
       problemsOf(yaml, { postgres: noDefault, notes: consumer("notes", { "postgres-database": {} }) }),
       "endpoint-unresolved",
@@ -338,7 +379,7 @@ modules:
       },
     };
     const yaml =
-      "nodes: { a: {} }\nmodules:\n  pg: { manifest: ./p.json, node: a }\n  notes: { manifest: ./n.json, node: a }\n";
+      "nodes: { a: {} }\nmodules:\n  pg: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }\n  notes: { manifest: ./n.json, node: a }\n";
     const p = only(
       problemsOf(yaml, {
         pg: twoPostgres,
@@ -360,8 +401,8 @@ modules:
   it("reports every problem of a fleet at once, not only the first", () => {
     const yaml = `nodes: { a: {} }
 modules:
-  pg-a: { manifest: ./p.json, node: a }
-  pg-b: { manifest: ./p.json, node: a }
+  pg-a: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
+  pg-b: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: z

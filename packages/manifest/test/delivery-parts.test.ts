@@ -3,9 +3,7 @@ import { describe, it } from "node:test";
 import {
   DeliveryPartsError,
   entryPartKey,
-  INDEX_CHUNK,
   nameParts,
-  joinDelivery,
   modulePartKey,
   partFingerprint,
   readDelivery,
@@ -14,6 +12,7 @@ import {
   type PartCache,
   type PlanEntry,
 } from "@mesh/manifest";
+import { INDEX_CHUNK, joinDelivery } from "../src/delivery-parts.ts";
 
 const entry = (consumer: string): PlanEntry => ({
   consumer,
@@ -69,6 +68,19 @@ describe("a delivery stored as a head and parts", () => {
       "app1/postgres-database": "box-v1",
       "app2/postgres-database": "box-app2",
     });
+  });
+
+  it("says when each password was minted, for the entries whose part says it (none for a part of before)", async () => {
+    const stored = parts("v1");
+    const key = entryPartKey("app1", "postgres-database");
+    stored.set(key, {
+      ...(stored.get(key) as DeliveryPart & { kind: "entry" }),
+      minted: "2026-12-02T10:04:31.118Z",
+    });
+    const read = await readDelivery(headOf(stored), async (k) => stored.get(k));
+    assert.deepEqual(read.delivery?.minted, { "app1/postgres-database": "2026-12-02T10:04:31.118Z" });
+    const none = await readDelivery(headOf(parts("v1")), async (k) => parts("v1").get(k));
+    assert.equal(none.delivery?.minted, undefined);
   });
 
   it("waits, assembling nothing, while a part the head names is not there", async () => {

@@ -6,18 +6,18 @@ import {
   eventSubject,
   explain,
   InvalidEventNameError,
-  InvalidNameError,
   loadFleet,
   loadFleetManifests,
   parseManifest,
   SeatConflictError,
   seatHolders,
-  SeatNotDeclaredError,
   seatSubject,
   subjectCovers,
   subscriptionSubjects,
   type Manifest,
 } from "@mesh/manifest";
+import { InvalidNameError } from "../src/names.ts";
+import { SeatNotDeclaredError } from "../src/events.ts";
 
 const root = fileURLToPath(new URL("../../../", import.meta.url));
 

@@ -380,6 +380,48 @@ describe("loadFleet and loadFleetManifests", () => {
     });
   });
 
+  it("reads the rotation schedule: a default at the top and a period per module and interface", () => {
+    const fleet = parseFleet(
+      `rotate: { every: 30d }
+nodes: { n: {} }
+modules:
+  notes:
+    manifest: ./n.json
+    node: n
+    rotate: { postgres-database: { every: 1d12h } }
+`,
+      FILE,
+    );
+    assert.equal(fleet.rotateEvery, 30 * 86_400_000);
+    assert.deepEqual(fleet.modules.get("notes")?.rotate, { "postgres-database": 36 * 3_600_000 });
+    assert.equal(parseFleet(GOOD, FILE).rotateEvery, undefined);
+  });
+
+  it("refuses a rotation period it cannot read, or shorter than the minimum, naming the line", () => {
+    const saved = process.env["MESH_ROTATE_MIN"];
+    delete process.env["MESH_ROTATE_MIN"];
+    try {
+      const bad = problemOf("rotate: { every: 30 }\nnodes: { n: {} }\nmodules: {}\n", "rotate.every");
+      assert.equal(bad.line, 1);
+      assert.match(bad.message, /must be a period like 30d/);
+      const unit = problemOf("rotate: { every: 3w }\nnodes: { n: {} }\nmodules: {}\n", "rotate.every");
+      assert.match(unit.message, /not "3w"/);
+      const yaml =
+        "nodes: { n: {} }\nmodules:\n  a:\n    manifest: ./a.json\n    node: n\n    rotate:\n      s3-bucket: { every: 5s }\n";
+      const short = problemOf(yaml, "modules.a.rotate.s3-bucket.every");
+      assert.equal(short.line, 7);
+      assert.match(short.message, /shorter than 1h, the shortest rotation period/);
+      const misspelt = problemOf("rotate: { evry: 30d }\nnodes: { n: {} }\nmodules: {}\n", "rotate.evry");
+      assert.equal(misspelt.line, 1);
+      // The test knob lowers the minimum, as a short run through a mesh needs.
+      process.env["MESH_ROTATE_MIN"] = "1s";
+      assert.equal(parseFleet(yaml, FILE).modules.get("a")?.rotate?.["s3-bucket"], 5000);
+    } finally {
+      if (saved === undefined) delete process.env["MESH_ROTATE_MIN"];
+      else process.env["MESH_ROTATE_MIN"] = saved;
+    }
+  });
+
   it("names a fleet file that does not exist", async () => {
     const path = join(tmpdir(), "mesh-no-such-fleet", "mesh.yaml");
     await assert.rejects(

@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { deriveLogin, InvalidNameError, LOGIN_PATTERN, MODULE_NAME_PATTERN } from "@mesh/manifest";
+import { deriveLogin, LOGIN_PATTERN } from "@mesh/manifest";
+import { InvalidNameError, MODULE_NAME_PATTERN } from "../src/names.ts";
+import { isSecondLogin, secondLogin } from "../src/login.ts";
 
 const moduleName = fc.stringMatching(MODULE_NAME_PATTERN);
 const longModuleName = fc.stringMatching(/^[a-z][a-z0-9-]{29,40}$/);
@@ -103,6 +105,45 @@ describe("deriveLogin", () => {
         assert.equal(new Set(logins).size, 4);
       }),
       { numRuns: 1000 },
+    );
+  });
+});
+
+describe("secondLogin", () => {
+  it("adds _2 to a login of up to 30 characters", () => {
+    assert.equal(secondLogin("notes_postgres"), "notes_postgres_2");
+    assert.equal(secondLogin("a".repeat(30)), `${"a".repeat(30)}_2`);
+    assert.equal(isSecondLogin("notes_postgres_2"), true);
+    assert.equal(isSecondLogin("notes_postgres"), false);
+  });
+
+  it("is a valid login of at most 32 characters, never a derived login, one per login", () => {
+    const interfaceWord = fc.stringMatching(/^[a-z][a-z0-9]{0,8}(-[a-z0-9]{1,5})?$/);
+    fc.assert(
+      fc.property(moduleName, moduleName, interfaceWord, interfaceWord, (m1, m2, i1, i2) => {
+        const first = deriveLogin(m1, i1);
+        const second = secondLogin(first);
+        assert.match(second, LOGIN_PATTERN);
+        assert.ok(second.length <= 32);
+        assert.equal(isSecondLogin(second), true);
+        assert.equal(isSecondLogin(first), false, "a derived login never has a second login's shape");
+        assert.notEqual(second, deriveLogin(m2, i2), "never another consumer's derived login");
+        const other = deriveLogin(m2, i2);
+        if (other !== first) assert.notEqual(secondLogin(other), second, "two logins, two second logins");
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it("shortens a login longer than 30 characters to exactly 32, still ending in _2", () => {
+    fc.assert(
+      fc.property(longModuleName, iface, (m, i) => {
+        const first = deriveLogin(m, i);
+        const second = secondLogin(first);
+        assert.equal(second.length, 32);
+        assert.ok(second.startsWith(first.slice(0, 21)));
+        assert.ok(second.endsWith("_2"));
+      }),
     );
   });
 });

@@ -6,15 +6,15 @@ import {
   credentialPath,
   credentialsFor,
   derivePlan,
-  InvalidNameError,
   receivesPath,
   secretPath,
   providerSecretPath,
   moduleHomePath,
   StateDirError,
-  TemplateError,
   type PlanEntry,
 } from "@mesh/manifest";
+import { InvalidNameError } from "../src/names.ts";
+import { TemplateError } from "../src/template.ts";
 import { consumer, fleetOf, POSTGRES, REDIS } from "./fixtures.ts";
 
 const STATE = "/var/lib/mesh";
@@ -23,8 +23,8 @@ const FLEET = `nodes:
   db: { address: db.internal }
   app: {}
 modules:
-  postgres: { manifest: ./p.json, node: db }
-  redis: { manifest: ./r.json, node: app }
+  postgres: { manifest: ./p.json, node: db, admin: { env: MESH_ADMIN } }
+  redis: { manifest: ./r.json, node: app, admin: { env: MESH_ADMIN } }
   notes:
     manifest: ./n.json
     node: app
@@ -88,7 +88,14 @@ describe("derivePlan", () => {
           provider: "postgres",
           node: "db",
           interface: "postgres-database",
-          endpoint: { scheme: "postgresql", host: "db.internal", port: 5432, path: "/{name}", query: {} },
+          endpoint: {
+            scheme: "postgresql",
+            host: "db.internal",
+            port: 5432,
+            path: "/{name}",
+            query: {},
+            defaulted: true,
+          },
           consumers: [
             {
               consumer: "blog",
@@ -118,7 +125,7 @@ describe("derivePlan", () => {
           provider: "redis",
           node: "app",
           interface: "redis-namespace",
-          endpoint: { scheme: "redis", host: "127.0.0.1", port: 6379, path: "", query: {} },
+          endpoint: { scheme: "redis", host: "127.0.0.1", port: 6379, path: "", query: {}, defaulted: true },
           consumers: [
             {
               consumer: "notes",
@@ -159,7 +166,7 @@ describe("derivePlan", () => {
 
   it("keeps a provider nobody uses in the plan with no consumers, so its file lists nobody", () => {
     const { fleet, manifests } = fleetOf(
-      "nodes: { a: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a }\n",
+      "nodes: { a: {} }\nmodules:\n  postgres: { manifest: ./p.json, node: a, admin: { env: MESH_ADMIN } }\n",
       {
         postgres: POSTGRES,
       },
@@ -289,7 +296,7 @@ describe("a provider's endpoint in the fleet file", () => {
       `nodes:
   db: {}
 modules:
-  postgres: { manifest: ./p.json, node: db, endpoint: { host: 10.0.0.7, port: 5433 } }
+  postgres: { manifest: ./p.json, node: db, admin: { env: MESH_ADMIN }, endpoint: { host: 10.0.0.7, port: 5433 } }
   notes: { manifest: ./n.json, node: db, needs: { postgres-database: { values: { name: notes } } } }
 `,
       { postgres: POSTGRES, notes: consumer("notes", { "postgres-database": {} }) },
@@ -303,7 +310,7 @@ modules:
     assert.throws(
       () =>
         fleetOf(
-          `nodes:\n  db: {}\nmodules:\n  postgres: { manifest: ./p.json, node: db, endpoint: { port: 70000 } }\n`,
+          `nodes:\n  db: {}\nmodules:\n  postgres: { manifest: ./p.json, node: db, admin: { env: MESH_ADMIN }, endpoint: { port: 70000 } }\n`,
           { postgres: POSTGRES },
         ),
       /endpoint/,
@@ -315,7 +322,7 @@ modules:
       assert.throws(
         () =>
           fleetOf(
-            `nodes:\n  db: {}\nmodules:\n  postgres: { manifest: ./p.json, node: db, endpoint: { host: ${host} } }\n`,
+            `nodes:\n  db: {}\nmodules:\n  postgres: { manifest: ./p.json, node: db, admin: { env: MESH_ADMIN }, endpoint: { host: ${host} } }\n`,
             { postgres: POSTGRES },
           ),
         /endpoint\.host/,
@@ -347,8 +354,8 @@ describe("an endpoint's named links", () => {
       `nodes:
   idp: { address: idp.internal }
 modules:
-  oidc: { manifest: ./o.json, node: idp }
-  shop: { manifest: ./s.json, node: idp }
+  oidc: { manifest: ./o.json, node: idp, admin: { env: MESH_ADMIN } }
+  shop: { manifest: ./s.json, node: idp, admin: { env: MESH_ADMIN } }
 `,
       { oidc: OIDC, shop: consumer("shop", { "oidc-client": {} }) },
     );
@@ -365,7 +372,11 @@ modules:
     const bad = structuredClone(OIDC);
     (bad.provides["oidc-client"].endpoint.links as Record<string, string>)["issuer"] = "http://elsewhere";
     assert.throws(
-      () => fleetOf("nodes:\n  a: {}\nmodules:\n  oidc: { manifest: ./o.json, node: a }\n", { oidc: bad }),
+      () =>
+        fleetOf(
+          "nodes:\n  a: {}\nmodules:\n  oidc: { manifest: ./o.json, node: a, admin: { env: MESH_ADMIN } }\n",
+          { oidc: bad },
+        ),
       /links\.issuer/,
     );
   });

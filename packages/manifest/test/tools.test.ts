@@ -1,17 +1,9 @@
 // The tool table: what the control socket, the CLI and the dashboard read about each tool.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import {
-  isChangingTool,
-  isToolName,
-  READ_ONLY_TOOL_NAMES,
-  TOOL_GROUPS,
-  TOOL_NAMES,
-  TOOL_PATTERN,
-  TOOL_TABLE,
-  toolArity,
-  toolUsage,
-} from "../src/index.ts";
+import { READ_ONLY_TOOL_NAMES, TOOL_NAMES } from "../src/index.ts";
+import { isChangingTool, isToolName, TOOL_GROUPS, TOOL_TABLE, toolArity, toolUsage } from "../src/tools.ts";
+import { TOOL_PATTERN } from "../src/names.ts";
 
 describe("the tool table", () => {
   it("says how each tool is called and how many arguments it takes", () => {

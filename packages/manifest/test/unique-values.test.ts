@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { checkFleet, derivePlan, FleetCheckError, formatProblem, type Problem } from "@mesh/manifest";
+import { checkFleet, derivePlan, formatProblem, type Problem } from "@mesh/manifest";
+import { FleetCheckError } from "../src/check-fleet.ts";
 import { consumer, fleetOf, POSTGRES } from "./fixtures.ts";
 
 const root = fileURLToPath(new URL("../../../", import.meta.url));

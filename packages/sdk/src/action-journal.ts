@@ -16,6 +16,11 @@ export const ACTION_KINDS: readonly ActionKind[] = [
   "retired",
   "approved",
   "deleted",
+  "rotation-add",
+  "rotation-deliver",
+  "rotation-drain",
+  "rotation-remove",
+  "sessions-ended",
 ];
 
 /** The longest journal line read as an action (64 KiB): the harness writes a few hundred bytes. */

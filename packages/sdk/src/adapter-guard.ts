@@ -14,11 +14,13 @@ import type {
   Provision,
   ProviderAdapter,
   Retired,
+  RotationMark,
 } from "./adapter.ts";
 import { assertInstance } from "./admin-settings.ts";
 import type { Logger } from "./collaborators.ts";
 import { forEachLimited } from "./concurrency.ts";
-import { assertLogin, InvalidLoginError, isValidLogin } from "./login.ts";
+import { readMinted, readRotation } from "./consumer-mark.ts";
+import { assertLogin, InvalidLoginError, isValidLogin, secondLogin } from "./login.ts";
 import { classifyBackendFailure } from "./backend-failures.ts";
 import { isRefusal, NotMadeHereError, NotRetiredError } from "./refusals.ts";
 
@@ -74,6 +76,22 @@ export class GuardedAdapter implements Adapter {
     return typeof size === "number" && size >= 1 ? size : undefined;
   }
 
+  /** Whether the guarded adapter can tell which logins are connected (`seenConnected`). */
+  get seesSessions(): boolean {
+    return this.#adapter.seenConnected !== undefined;
+  }
+
+  /**
+   * The guarded adapter's `seenConnected`, keeping only logins it was asked about; an empty set
+   * when it has none.
+   */
+  async seenConnected(logins: readonly string[], signal: AbortSignal): Promise<ReadonlySet<string>> {
+    if (this.#adapter.seenConnected === undefined || logins.length === 0) return new Set();
+    const asked = new Set(logins);
+    const said = await this.#adapter.seenConnected(logins, signal);
+    return new Set([...said].filter((l) => asked.has(l)));
+  }
+
   /** The guarded adapter's `afterChanges`; nothing to do when it has none. */
   async afterChanges(): Promise<void> {
     await this.#adapter.afterChanges?.();
@@ -85,9 +103,80 @@ export class GuardedAdapter implements Adapter {
     return exists === undefined ? undefined : async (as) => exists(assertLogin(as));
   }
 
+  /** Whether the guarded adapter can end a login's sessions (it has `endSessions`). */
+  get endsSessions(): boolean {
+    return this.#adapter.endSessions !== undefined;
+  }
+
+  /**
+   * The adapter's `endSessions`, login checked first; undefined when it has none.
+   * @throws InvalidLoginError before the adapter is asked; then whatever its `endSessions` throws.
+   */
+  async endSessions(as: string, signal: AbortSignal): Promise<number | undefined> {
+    assertLogin(as);
+    signal.throwIfAborted();
+    if (this.#adapter.endSessions === undefined) return undefined;
+    return this.#adapter.endSessions(as, signal);
+  }
+
+  /** Whether the guarded adapter can hold two passwords on one login (it has `overlap`). */
+  get overlaps(): boolean {
+    return this.#adapter.overlap !== undefined;
+  }
+
+  /** Whether the guarded adapter alternates two logins per consumer at each rotation (`alternates`). */
+  get alternates(): boolean {
+    return this.#adapter.overlap !== undefined && this.#adapter.alternates === true;
+  }
+
+  /** Whether the guarded adapter can tell when no session is left on a retiring password (`drained`). */
+  get tellsDrained(): boolean {
+    return this.#adapter.drained !== undefined;
+  }
+
+  /**
+   * The adapter's `drained`, login checked first; false (the drain lasts its grace bound) when it
+   * has none.
+   * @throws InvalidLoginError before the adapter is asked; then whatever its `drained` throws.
+   */
+  async drained(p: Provision & { readonly retiring: string }, signal: AbortSignal): Promise<boolean> {
+    this.#assertLogins(p);
+    signal.throwIfAborted();
+    if (this.#adapter.drained === undefined) return false;
+    return this.#adapter.drained(p, signal);
+  }
+
+  // The consumer's login, and the login that takes its password: `as`, or (for an adapter that
+  // alternates) its second login; anything else is refused before the adapter is asked.
+  #assertLogins(p: Provision): void {
+    assertLogin(p.as);
+    if (p.login === undefined || p.login === p.as) return;
+    if (this.alternates && p.login === secondLogin(p.as)) return;
+    throw new InvalidLoginError(p.login);
+  }
+
+  /**
+   * The adapter's `overlap`, login checked first.
+   * @throws InvalidLoginError before the adapter is asked; Error when the adapter has no `overlap`
+   *   or the two passwords are the same; then whatever its `overlap` throws.
+   */
+  async overlap(
+    p: Provision & { readonly retiring: string },
+    rotation: RotationMark,
+    signal: AbortSignal,
+  ): Promise<void> {
+    this.#assertLogins(p);
+    signal.throwIfAborted();
+    if (this.#adapter.overlap === undefined)
+      throw new Error("this provider's adapter holds one password per login: it has no overlap");
+    if (p.retiring === p.password)
+      throw new Error(`the password being retired for ${p.as} is the new one: nothing to overlap`);
+    await this.#adapter.overlap(p, rotation, signal);
+  }
+
   /** @throws InvalidLoginError before the adapter is asked; then whatever its `create` throws. */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
-    assertLogin(p.as);
+    this.#assertLogins(p);
     signal.throwIfAborted();
     await this.#adapter.create(p, signal);
   }
@@ -97,7 +186,7 @@ export class GuardedAdapter implements Adapter {
    * @throws InvalidLoginError before the adapter is asked; the adapter's error when it cannot tell.
    */
   async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
-    assertLogin(p.as);
+    this.#assertLogins(p);
     signal.throwIfAborted();
     if (this.#adapter.holds !== undefined) return this.#adapter.holds(p, signal);
     const answer = (await this.#adapter.holdsMany!([p], signal)).get(p.as);
@@ -119,8 +208,12 @@ export class GuardedAdapter implements Adapter {
     const answers = new Map<string, boolean | Error>();
     const valid: Provision[] = [];
     for (const p of ps) {
-      if (isValidLogin(p.as)) valid.push(p);
-      else answers.set(String(p.as), new InvalidLoginError(String(p.as)));
+      try {
+        this.#assertLogins(p);
+        valid.push(p);
+      } catch (err) {
+        answers.set(String(p.as), err instanceof Error ? err : new InvalidLoginError(String(p.as)));
+      }
     }
     if (valid.length === 0) return answers;
     const many = this.#adapter.holdsMany?.bind(this.#adapter);
@@ -165,7 +258,15 @@ export class GuardedAdapter implements Adapter {
             "a login the mesh makes; it is left out of the inventory and never touched",
         );
       } else if (e.state === "active") {
-        entries.push({ as: e.as, state: "active", derived: e.derived });
+        const rotation = readRotation(e.rotation);
+        const minted = readMinted(e.minted);
+        entries.push({
+          as: e.as,
+          state: "active",
+          derived: e.derived,
+          ...(rotation === undefined ? {} : { rotation }),
+          ...(minted === undefined ? {} : { minted }),
+        });
       } else {
         const at =
           e.retiredAt instanceof Date && !Number.isNaN(e.retiredAt.getTime()) ? e.retiredAt : undefined;

@@ -2,7 +2,7 @@
  * @mesh/sdk/client: what a short-lived client of the mesh (the `mesh` command, a script) uses to ask
  * a provider's control socket and to show the answers, loading nothing else of the sdk: not the
  * harness, the provider process, the bus or the manifest parsers, so a command that only asks
- * starts quickly. Each of these is also exported by `@mesh/sdk` or `@mesh/sdk/provider`.
+ * starts quickly. Some are also on `@mesh/sdk` (an author's face) or `@mesh/sdk/provider`.
  *
  * ```ts
  * import { callControl, formatDuration, maskDeep } from "@mesh/sdk/client";

@@ -1,6 +1,8 @@
 // What the harness is handed rather than reaching for: a clock, a logger, an announcer and an action
 // log. Tests pass fakes; the bus and the ledger plug in here later.
 
+import type { Logger } from "@mesh/manifest";
+
 /** Time as the harness sees it. `FakeClock` (clock.ts) drives it in tests. */
 export interface Clock {
   now(): number;
@@ -8,12 +10,8 @@ export interface Clock {
   clearTimeout(handle: unknown): void;
 }
 
-/** Where the harness says what it does, in sentences for an operator. Never given a password. */
-export interface Logger {
-  info(message: string): void;
-  warn(message: string): void;
-  error(message: string): void;
-}
+/** Where the harness says what it does, in sentences for an operator: the mesh's one logger. */
+export type { Logger } from "@mesh/manifest";
 
 /** The standings events a provider announces (DESIGN §2). */
 export type StandingEvent = "provisioner.failing" | "provisioner.recovered";
@@ -24,7 +22,17 @@ export interface Announcer {
 }
 
 /** The actions the action log records. */
-export type ActionKind = "created" | "re-applied" | "retired" | "approved" | "deleted";
+export type ActionKind =
+  | "created"
+  | "re-applied"
+  | "retired"
+  | "approved"
+  | "deleted"
+  | "rotation-add"
+  | "rotation-deliver"
+  | "rotation-drain"
+  | "rotation-remove"
+  | "sessions-ended";
 
 /** One line of the action log: what was done to which consumer, by whom, when and why. */
 export interface ActionEntry {

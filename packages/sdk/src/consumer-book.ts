@@ -26,6 +26,13 @@ export interface ConsumerRecord {
   readonly applied: string | undefined;
   /** `passwordTag` of the password last applied in this process: what `status` names. */
   readonly appliedTag: string | undefined;
+  /** When `appliedTag` was first applied in this process (ms since the epoch). */
+  readonly taggedAt: number | undefined;
+  /**
+   * Whether the backend has shown the consumer's login connected since `appliedTag` was applied:
+   * true, false, or undefined when the adapter cannot tell (or has not looked yet).
+   */
+  readonly seen: boolean | undefined;
   /** The password last read for it: what no message may carry. */
   readonly password: string | undefined;
   /** What was last applied (or found held), kept so a check of it makes nothing new. */
@@ -40,6 +47,13 @@ export interface ConsumerRecord {
   readonly inFlight: boolean;
   /** In the set that waits for a person to approve its retirement. */
   readonly awaiting: boolean;
+  /** The rotation of its password under way, if any. */
+  readonly rotation: Rotation | undefined;
+  /**
+   * ISO 8601: when the password the backend holds was minted, as its mark said at start or as this
+   * process last applied it; undefined when not known (a mark of before mint times).
+   */
+  readonly heldMinted: string | undefined;
   /** Its lifecycle state; undefined when nothing is said of it (the record then goes). */
   readonly state: ConsumerState | undefined;
   /** When it entered that state. */
@@ -49,6 +63,20 @@ export interface ConsumerRecord {
    * deleted, asked differently): a check started before a change is discarded when it returns.
    */
   readonly generation: number;
+}
+
+/**
+ * A rotation of a consumer's password on a backend that holds two at once: `add` until the new one
+ * is valid beside the old, then `drain` until `until`, when the old one goes (`remove`).
+ */
+export interface Rotation {
+  readonly phase: "add" | "drain";
+  /** When it began (ms). */
+  readonly since: number;
+  /** When the old password goes: the grace bound (ms). */
+  readonly until: number;
+  /** The new password it is for; undefined when read back from a mark after a restart. */
+  readonly password: string | undefined;
 }
 
 /** What saying a secret miss calls for: nothing new, a plain line, or a loud one. */
@@ -63,6 +91,8 @@ interface Row {
   retiredWhy: string | undefined;
   applied: string | undefined;
   appliedTag: string | undefined;
+  taggedAt: number | undefined;
+  seen: boolean | undefined;
   password: string | undefined;
   provision: Provision | undefined;
   brake: { times: number; nextAt: number } | undefined;
@@ -70,6 +100,8 @@ interface Row {
   secretMiss: { since: number; loudAt: number | undefined } | undefined;
   inFlight: boolean;
   awaiting: boolean;
+  rotation: Rotation | undefined;
+  heldMinted: string | undefined;
   state: ConsumerState | undefined;
   since: number;
   generation: number;
@@ -87,6 +119,7 @@ const NOTHING: Readonly<Record<string, unknown>> = Object.freeze({});
 export class ConsumerBook {
   readonly #rows = new Map<string, Row>();
   readonly #unsettled = new Set<string>();
+  readonly #rotating = new Set<string>();
   #sorted: string[] | undefined;
   #version = 0;
 
@@ -130,6 +163,11 @@ export class ConsumerBook {
     return [...this.#unsettled];
   }
 
+  /** Logins whose password is being rotated. */
+  rotating(): readonly string[] {
+    return [...this.#rotating];
+  }
+
   /** The status entry made for a record, kept until it changes. */
   view(login: string): ConsumerStatus | undefined {
     return this.#rows.get(login)?.view;
@@ -150,6 +188,35 @@ export class ConsumerBook {
     row.derived = entry.derived;
     row.retiredAt = entry.retiredAt?.getTime();
     row.retiredWhy = entry.why;
+    row.heldMinted = entry.state === "active" ? entry.minted : undefined;
+    const r = entry.state === "active" ? entry.rotation : undefined;
+    if (r !== undefined) {
+      row.rotation = {
+        phase: r.phase,
+        since: Date.parse(r.since),
+        until: Date.parse(r.until),
+        password: undefined,
+      };
+      this.#rotating.add(row.login);
+    }
+    this.#settle(row);
+  }
+
+  /** Its password's rotation began, or moved to another phase. */
+  rotationIs(login: string, rotation: Rotation): void {
+    const row = this.#rows.get(login);
+    if (!row) return;
+    row.rotation = rotation;
+    this.#rotating.add(login);
+    this.#settle(row);
+  }
+
+  /** Its password's rotation is over: the old password is gone (or the rotation was given up). */
+  rotationOver(login: string): void {
+    const row = this.#rows.get(login);
+    if (!row || row.rotation === undefined) return;
+    row.rotation = undefined;
+    this.#rotating.delete(login);
     this.#settle(row);
   }
 
@@ -249,15 +316,38 @@ export class ConsumerBook {
     // What the backend was first made with stays what retire and delete are given.
     if (row.made === undefined) row.derived = p.derived;
     row.provision = p;
+    row.heldMinted = p.minted;
     row.made = "active";
     row.retiredAt = undefined;
     row.retiredWhy = undefined;
     row.applied = digest;
+    if (row.appliedTag !== tag) {
+      // A new password (made or rotated): its app has not been seen using it yet.
+      row.taggedAt = this.now();
+      row.seen = row.seen === undefined ? undefined : false;
+    }
     row.appliedTag = tag;
     row.failure = undefined;
     row.generation++;
     this.#settle(row);
     return failed;
+  }
+
+  /**
+   * What the backend showed of these logins' sessions at one look: each in `connected` is seen
+   * (until its password changes); each other one not seen yet stays unseen. Only active consumers
+   * with an applied password are marked.
+   */
+  sawSessions(logins: readonly string[], connected: ReadonlySet<string>): void {
+    for (const login of logins) {
+      const row = this.#rows.get(login);
+      if (!row || row.appliedTag === undefined || row.made !== "active") continue;
+      const seen = row.seen === true || connected.has(login);
+      if (row.seen === seen) continue;
+      row.seen = seen;
+      this.#version++;
+      row.view = undefined;
+    }
   }
 
   /** A create failed with this (scrubbed) text: returns the run of failures the same way. */
@@ -316,8 +406,11 @@ export class ConsumerBook {
     row.made = "retired";
     row.retiredAt = at;
     row.retiredWhy = why;
+    row.heldMinted = undefined;
     row.brake = undefined;
     row.awaiting = false;
+    row.rotation = undefined;
+    this.#rotating.delete(login);
     forgetApplied(row);
     this.#settle(row);
   }
@@ -362,6 +455,8 @@ export class ConsumerBook {
       retiredWhy: undefined,
       applied: undefined,
       appliedTag: undefined,
+      taggedAt: undefined,
+      seen: undefined,
       password: undefined,
       provision: undefined,
       brake: undefined,
@@ -369,6 +464,8 @@ export class ConsumerBook {
       secretMiss: undefined,
       inFlight: false,
       awaiting: false,
+      rotation: undefined,
+      heldMinted: undefined,
       state: undefined,
       since: this.now(),
       generation: 0,
@@ -403,6 +500,7 @@ export class ConsumerBook {
       this.#unsettled.delete(row.login);
     }
     if (state === undefined && !row.inFlight) {
+      this.#rotating.delete(row.login);
       this.#rows.delete(row.login);
       this.#sorted = undefined;
     }
@@ -428,6 +526,8 @@ function sameEntry(a: Contribution, b: Contribution): boolean {
     a.node === b.node &&
     a.at === b.at &&
     a.refused === b.refused &&
+    a.retiring === b.retiring &&
+    a.login === b.login &&
     sameJson(a.values, b.values) &&
     sameJson(a.derived, b.derived)
   );

@@ -3,7 +3,7 @@
 // place of its own (a role comment, an ACL user, a client's description, a user's display name);
 // what the mark says, how it is read back, and the inventory entry it becomes are the same for all.
 
-import type { InventoryEntry } from "./adapter.ts";
+import type { InventoryEntry, RotationMark } from "./adapter.ts";
 
 /** What a mark says about one consumer this instance made. */
 export interface ConsumerMark {
@@ -12,6 +12,10 @@ export interface ConsumerMark {
   /** ISO 8601; only on a retired one. */
   readonly retiredAt?: string | undefined;
   readonly why?: string | undefined;
+  /** The rotation under way (active only): its phase, when it began, when the old password goes. */
+  readonly rotation?: RotationMark | undefined;
+  /** ISO 8601 (active only): when the password applied was minted (`Provision.minted`). */
+  readonly minted?: string | undefined;
 }
 
 /**
@@ -21,14 +25,36 @@ export interface ConsumerMark {
  */
 export function readMark(body: unknown): ConsumerMark | undefined {
   if (typeof body !== "object" || body === null) return undefined;
-  const { state, derived, retiredAt, why } = body as Record<string, unknown>;
+  const { state, derived, retiredAt, why, rotation, minted } = body as Record<string, unknown>;
   if (state !== "active" && state !== "retired") return undefined;
+  const rotating = state === "active" ? readRotation(rotation) : undefined;
+  const mintedAt = state === "active" ? readMinted(minted) : undefined;
   return {
     state,
     derived: typeof derived === "object" && derived !== null ? (derived as Record<string, unknown>) : {},
     retiredAt: typeof retiredAt === "string" ? retiredAt : undefined,
     why: typeof why === "string" ? why : undefined,
+    ...(rotating === undefined ? {} : { rotation: rotating }),
+    ...(mintedAt === undefined ? {} : { minted: mintedAt }),
   };
+}
+
+/** A mint time as a mark or an entry gives it: an ISO 8601 date, else undefined. */
+export function readMinted(value: unknown): string | undefined {
+  return typeof value === "string" && !Number.isNaN(Date.parse(value)) ? value : undefined;
+}
+
+/**
+ * A rotation as a mark records it: undefined unless it has a phase of "add" or "drain" and both
+ * times are ISO 8601 dates.
+ */
+export function readRotation(body: unknown): RotationMark | undefined {
+  if (typeof body !== "object" || body === null) return undefined;
+  const { phase, since, until } = body as Record<string, unknown>;
+  if (phase !== "add" && phase !== "drain") return undefined;
+  const isDate = (t: unknown): t is string => typeof t === "string" && !Number.isNaN(Date.parse(t));
+  if (!isDate(since) || !isDate(until)) return undefined;
+  return { phase, since, until };
 }
 
 /** `text` parsed as JSON, or undefined when it is not JSON. */
@@ -66,5 +92,7 @@ export function markEntry(as: string, mark: ConsumerMark): InventoryEntry {
     derived: mark.derived,
     retiredAt: mark.retiredAt === undefined ? undefined : new Date(mark.retiredAt),
     why: mark.why,
+    ...(mark.rotation === undefined ? {} : { rotation: mark.rotation }),
+    ...(mark.state === "active" && mark.minted !== undefined ? { minted: mark.minted } : {}),
   };
 }

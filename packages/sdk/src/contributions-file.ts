@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { z } from "zod";
 import { YieldTimer, yieldToEventLoop } from "./concurrency.ts";
+import { readMinted } from "./consumer-mark.ts";
 
 /** One consumer the mesh asks this provider to serve, as the contributions file gives it. */
 export interface Contribution {
@@ -16,6 +17,26 @@ export interface Contribution {
    * Its `values` and `derived` are then empty.
    */
   readonly refused?: string | undefined;
+  /**
+   * While a rotation lasts: the file holding the password being retired, beside `secret`'s new
+   * one, so a provider that can hold both keeps the old one valid until its grace bound passes.
+   */
+  readonly retiring?: string | undefined;
+  /**
+   * Where the provider alternates two logins per consumer: the login that takes the password now
+   * (its second login), when it is not `as`. Checked by the adapter's guard.
+   */
+  readonly login?: string | undefined;
+  /**
+   * Its password was minted by `mesh rotate --now` (a leaked one): no overlap, and once the new
+   * password is applied in place of another, the login's open sessions are ended.
+   */
+  readonly cut?: true | undefined;
+  /**
+   * ISO 8601: when the mesh minted the password in `secret` (absent from a mesh of 0.1.0). A
+   * password older than the one the backend holds is not applied (a restore of an older backup).
+   */
+  readonly minted?: string | undefined;
 }
 
 /** How deep an entry's `values` or `derived` may nest (an object or list inside another is one level). */
@@ -34,6 +55,10 @@ const optionalRecord = z.record(z.string(), z.unknown()).nullish();
 const entrySchema = z.looseObject({
   as: optionalText,
   secret: optionalText,
+  retiring: optionalText,
+  login: optionalText,
+  cut: z.boolean().nullish(),
+  minted: optionalText,
   node: optionalText,
   at: optionalText,
   values: optionalRecord,
@@ -163,6 +188,10 @@ function* parseSteps(raw: string, path: string, iface: string): Generator<void, 
       values: refused === undefined ? values : NOTHING,
       derived: refused === undefined ? derived : NOTHING,
       ...(refused === undefined ? {} : { refused }),
+      ...(entry.retiring ? { retiring: entry.retiring } : {}),
+      ...(entry.login && entry.login !== entry.as ? { login: entry.login } : {}),
+      ...(entry.cut === true ? { cut: true as const } : {}),
+      ...(readMinted(entry.minted) === undefined ? {} : { minted: entry.minted as string }),
     });
   }
   return { ok: true, given, skipped };

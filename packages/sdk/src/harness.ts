@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { dirname } from "node:path";
-import type { FailureClass, Provision, ProviderAdapter } from "./adapter.ts";
+import { OLDER_THAN_BACKEND, olderThanHeld } from "@mesh/manifest";
+import type { FailureClass, Provision, ProviderAdapter, RotationMark } from "./adapter.ts";
 import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
 import { assertInstance } from "./admin-settings.ts";
 import {
@@ -22,7 +23,7 @@ import {
   YieldTimer,
   yieldToEventLoop,
 } from "./concurrency.ts";
-import { ConsumerBook } from "./consumer-book.ts";
+import { ConsumerBook, type Rotation } from "./consumer-book.ts";
 import {
   parseContributionsYielding,
   readContributionsText,
@@ -30,7 +31,7 @@ import {
   type ContributionsRead,
 } from "./contributions-file.ts";
 import { PROVISIONER_DEFAULTS } from "./defaults.ts";
-import { InvalidLoginError, isValidLogin } from "./login.ts";
+import { InvalidLoginError, isValidLogin, secondLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
 import { approveRetirement, deleteRetired, StatusBoard, type ToolHost } from "./provisioner-tools.ts";
 import { isRefusal } from "./refusals.ts";
@@ -48,6 +49,12 @@ import {
 import { FileWatcher, watchKey, type FileWatch } from "./watcher.ts";
 
 /** Settings of one provisioner loop; every duration is in milliseconds. */
+/**
+ * How many of a verify batch's answers are judged under the lock at a time (see `#verify`): a
+ * change waits behind at most this many (and their re-applies, when the backend lost some).
+ */
+const JUDGED_AT_ONCE = 256;
+
 export interface ProvisionerOptions {
   /** The contributions file the mesh writes for this interface. */
   readonly receives: string;
@@ -78,6 +85,16 @@ export interface ProvisionerOptions {
   readonly retireAtOnce?: number;
   /** Where more than one is held, a larger share than this waits for a person (0.5). */
   readonly retireFraction?: number;
+  /**
+   * How long a rotated-out password stays valid beside the new one (2 min), for an adapter that can
+   * hold both (`overlap`): the apps holding it have that long to move.
+   */
+  readonly rotationGrace?: number;
+  /**
+   * Where this provider serves its consumers (its admin URL's host and port), said in `status` so
+   * that consumers of a provider with no `endpoint:` in the fleet are given it. None: not said.
+   */
+  readonly serves?: { readonly host: string; readonly port: number } | undefined;
   /** The longest the re-apply brake waits (1 h). */
   readonly maxBrake?: number;
   /** How many creates or checks run at once (8). */
@@ -154,12 +171,16 @@ type Settings = {
 
 interface CreateJob {
   readonly p: Provision;
+  /** A rotation's step: `add` makes the new password valid beside the old, `remove` drops the old. */
+  readonly rotation?: "add" | "remove" | undefined;
   readonly digest: string;
   /** How many times in a row it has been found not held and applied again (0: not a re-apply). */
   readonly reapplying: number;
   /** What the action log records when it succeeds; null for re-asserting what the backend had. */
   readonly action: "created" | "re-applied" | null;
   readonly why: string;
+  /** A leaked password replaced (`mesh rotate --now`): the login's sessions end once it is applied. */
+  readonly endSessions?: true;
 }
 
 /** One consumer due to be checked, with its record's generation when that was decided. */
@@ -214,6 +235,9 @@ class Provisioner implements ProvisionerHandle {
   #waitingId: string | undefined;
   #counted = 0;
   #timer: unknown;
+  /** The pass set off when a rotation's grace bound passes, and when. */
+  #wakeTimer: unknown;
+  #wakeAt = Number.POSITIVE_INFINITY;
   #watchQueued = false;
   #stopped = false;
 
@@ -259,6 +283,7 @@ class Provisioner implements ProvisionerHandle {
       standings: this.#standings,
       retirement: this.#retirement,
       adapter,
+      ...(options.serves === undefined ? {} : { serves: options.serves }),
       log: this.#log,
       metrics: this.#metrics,
       record: (entry) => this.#record(entry),
@@ -298,6 +323,7 @@ class Provisioner implements ProvisionerHandle {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#clock.clearTimeout(this.#timer);
+    this.#clock.clearTimeout(this.#wakeTimer);
     this.#watcher?.close();
     await this.#verifying;
     await this.#lock.run(async () => {
@@ -383,6 +409,11 @@ class Provisioner implements ProvisionerHandle {
     if (this.#watcher !== undefined) {
       todo = new Set(changed);
       for (const login of this.#book.unsettled()) todo.add(login);
+      for (const login of this.#book.rotating()) {
+        const rotation = this.#book.get(login)?.rotation;
+        if (rotation === undefined || rotation.until <= now || rotation.password === undefined)
+          todo.add(login);
+      }
       const touched = (path: string): void => {
         const logins = this.#bySecret.get(path);
         if (typeof logins === "string") todo?.add(logins);
@@ -493,18 +524,37 @@ class Provisioner implements ProvisionerHandle {
       }
       if (this.#book.secretFound(g.as)) this.#log.info(`${g.as}: secret readable again`);
       this.#book.secretRead(g.as, password);
-      const p = provisionOf(g, password);
+      if (this.#olderThanHeld(g)) return;
+      const p = await this.#desired(g, password, now);
+      if (p === undefined) return;
       const digest = digestOf(p);
       const r = this.#book.get(g.as);
       const was = r?.applied;
       if (was === digest) return;
-      if (was !== undefined) {
+      const rotation = r?.rotation;
+      // Only where this process applied another password: a restarted provider re-asserting the
+      // same one ends nobody's sessions.
+      const cut =
+        g.cut === true && r?.provision !== undefined && r.provision.password !== password
+          ? { endSessions: true as const }
+          : {};
+      if (p.retiring !== undefined && rotation !== undefined) {
+        const why = `password rotated: the new one is made valid beside the old until ${new Date(rotation.until).toISOString()}`;
+        creates.push({ p, digest, reapplying: 0, action: null, why, rotation: "add" });
+      } else if (p.retiring === undefined && rotation !== undefined) {
+        const why =
+          rotation.until <= now
+            ? "the rotation's grace bound passed: the old password goes"
+            : "the password being retired is no longer given: the new one is made the only one";
+        creates.push({ p, digest, reapplying: 0, action: null, why, rotation: "remove", ...cut });
+      } else if (was !== undefined) {
         creates.push({
           p,
           digest,
           reapplying: 0,
           action: "re-applied",
           why: "password, values or derived changed",
+          ...cut,
         });
       } else if (r?.made === "retired") {
         creates.push({
@@ -529,6 +579,119 @@ class Provisioner implements ProvisionerHandle {
       }
     });
     await forEachLimited(creates, this.#s.concurrency, (job) => this.#create(job));
+  }
+
+  /**
+   * Whether `g`'s password is older than the one the backend holds (as its mark, or this process's
+   * last apply, says): then it is not applied, since putting it back would undo a rotation (perhaps
+   * of a leaked password) behind everyone's back. The consumer fails with `OLDER_THAN_BACKEND`, and
+   * the controller rotates it to a newer password. Said once per run.
+   */
+  #olderThanHeld(g: Contribution): boolean {
+    const why = olderThanHeld(g.minted, this.#book.get(g.as)?.heldMinted);
+    if (why === undefined) return false;
+    if (this.#standings.get(g.as)?.class !== OLDER_THAN_BACKEND) this.#log.warn(`${g.as}: ${why}`);
+    this.#metrics.failed("create", OLDER_THAN_BACKEND);
+    this.#fail(g.as, g.node, OLDER_THAN_BACKEND, why);
+    return true;
+  }
+
+  /**
+   * What the backend should hold for `g` now. For an adapter that can hold two passwords, while the
+   * entry names the password being retired: both, until the rotation's grace bound; a rotation
+   * begins only where the backend takes the retiring password now (what this process applied, or,
+   * after a restart, what `holds` finds), so a password already removed is never made valid again.
+   * Undefined when that cannot be told this pass (the backend did not answer).
+   */
+  async #desired(g: Contribution, password: string, now: number): Promise<Provision | undefined> {
+    const plain = provisionOf(g, password);
+    if (!this.adapter.overlaps) return plain;
+    const r = this.#book.get(g.as);
+    // Where logins alternate, a login that moved while the password did not is the agent half-way
+    // through writing a rotation (the new password file comes last): applied now, it would move the
+    // old password to the other login and lock out the one the apps use. The new password's file
+    // sets off the next pass.
+    const was = r?.provision;
+    if (
+      this.adapter.alternates &&
+      was !== undefined &&
+      was.password === password &&
+      (was.login ?? was.as) !== (plain.login ?? plain.as)
+    )
+      return undefined;
+    let rotation = r?.rotation;
+    // A rotation for another password is over: a newer one supersedes it.
+    if (rotation?.password !== undefined && rotation.password !== password) {
+      this.#book.rotationOver(g.as);
+      rotation = undefined;
+    }
+    const retiring = g.retiring === undefined ? undefined : await this.#readRetiring(g);
+    if (retiring === undefined || retiring === password) return plain;
+    if (rotation !== undefined) {
+      if (rotation.password === undefined) this.#book.rotationIs(g.as, { ...rotation, password });
+      return rotation.until > now ? { ...plain, retiring } : plain;
+    }
+    if (r?.made !== "active") return plain;
+    if (r.applied !== undefined && r.applied === digestOf(plain)) return plain;
+    let begins = r.provision?.password === retiring;
+    if (!begins && r.applied === undefined) {
+      const holds = this.adapter.holds.bind(this.adapter);
+      // Where logins alternate, the password being retired is on the login the new one is not.
+      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, `checking ${g.as}`, (signal) =>
+        holds({ ...plain, password: retiring, login: this.#otherLogin(plain) }, signal),
+      );
+      try {
+        begins = await result;
+      } catch (err) {
+        this.#log.warn(
+          `${g.as}: cannot tell whether the backend still takes the password being retired ` +
+            `(${this.#describe(err, [password, retiring])}); asked again at the next pass`,
+        );
+        return undefined;
+      }
+    }
+    if (!begins) return plain;
+    this.#book.rotationIs(g.as, { phase: "add", since: now, until: now + this.#s.rotationGrace, password });
+    return { ...plain, retiring };
+  }
+
+  /** Where logins alternate, the login that is not `p`'s now; otherwise `p`'s own. */
+  #otherLogin(p: Provision): string | undefined {
+    if (!this.adapter.alternates) return p.login;
+    return (p.login ?? p.as) === p.as ? secondLogin(p.as) : p.as;
+  }
+
+  /** The password being retired, from the entry's `retiring` file; undefined when it cannot be read. */
+  async #readRetiring(g: Contribution): Promise<string | undefined> {
+    if (g.retiring === undefined) return undefined;
+    try {
+      return await this.#secretsDir.read(g.retiring);
+    } catch (err) {
+      this.#log.warn(
+        `${g.as}: the password being retired cannot be read (${this.#describe(err, [])}); ` +
+          "the new one is made the only one",
+      );
+      return undefined;
+    }
+  }
+
+  /** A pass when the earliest grace bound passes, so the old password goes on time. */
+  #wakeFor(until: number): void {
+    if (this.#stopped || until >= this.#wakeAt) return;
+    this.#clock.clearTimeout(this.#wakeTimer);
+    this.#wakeAt = until;
+    this.#wakeTimer = this.#clock.setTimeout(
+      () => {
+        this.#wakeAt = Number.POSITIVE_INFINITY;
+        void this.#runPass("watch").then(() => {
+          for (const login of this.#book.rotating()) {
+            const rotation = this.#book.get(login)?.rotation;
+            if (rotation !== undefined) this.#wakeFor(rotation.until);
+          }
+        });
+      },
+      Math.max(0, until - this.#clock.now()) + 5,
+    );
   }
 
   /** Reads what this provider made from the backend's own marks, once it can. */
@@ -561,8 +724,9 @@ class Provisioner implements ProvisionerHandle {
    * Verifies every consumer applied as asked (DESIGN §3 rule 4), a batch at a time. Each secret is
    * read again (the safety net for a change the watcher missed) and each backend check is asked
    * outside the lock, so a change that arrives meanwhile is applied at once; the lock is taken only
-   * to act on a batch's answers, and an answer for a consumer that changed since its check began
-   * (applied, retired, deleted, asked differently) is dropped.
+   * to act on a slice of a batch's answers at a time (`JUDGED_AT_ONCE`), so a change waits behind
+   * one slice at most, and an answer for a consumer that changed since its check began (applied,
+   * retired, deleted, asked differently) is dropped.
    */
   /** Every consumer applied as asked and not held back by its brake: what a verification checks. */
   #dueForCheck(now: number): Due[] {
@@ -610,10 +774,21 @@ class Provisioner implements ProvisionerHandle {
         else changed.push(g);
       });
       const { answers, timedOut } = await this.#ask(checks);
+      if (!timedOut) await this.#lookForSessions(checks.map((c) => c.p.as));
+      // Judged a slice at a time, each under the lock on its own: a pass that a change queued
+      // meanwhile takes the lock between two slices (the lock is first come, first served), so a
+      // change waits on one slice at most, never on the whole batch. An answer whose consumer
+      // changed since its check began is dropped by `#judge`, however late its slice comes.
+      for (let from = 0; from < checks.length && !this.#stopped; from += JUDGED_AT_ONCE) {
+        const slice = checks.slice(from, from + JUDGED_AT_ONCE);
+        await this.#lock.run(async () => {
+          if (this.#stopped) return;
+          const reapplies = this.#judge(slice, answers);
+          await forEachLimited(reapplies, this.#s.concurrency, (job) => this.#create(job));
+        });
+      }
       await this.#lock.run(async () => {
         if (this.#stopped) return;
-        const reapplies = this.#judge(checks, answers);
-        await forEachLimited(reapplies, this.#s.concurrency, (job) => this.#create(job));
         // A secret that changed without a word from the watcher: looked at as a pass would.
         const stillAsked = changed.filter((g) => this.#book.get(g.as)?.asked === g);
         if (stillAsked.length > 0) await this.#look(stillAsked, this.#clock.now());
@@ -623,6 +798,21 @@ class Provisioner implements ProvisionerHandle {
       });
       // A backend that timed out will time out for the next batch too: the rest wait a pass.
       if (timedOut) break;
+    }
+  }
+
+  // Which of these logins the backend shows connected, when the adapter can tell: an app that
+  // never connects (pointed at another server, misconfigured, never started) is said so. A look
+  // that fails or times out is no evidence: nothing is marked.
+  async #lookForSessions(logins: readonly string[]): Promise<void> {
+    if (!this.adapter.seesSessions || logins.length === 0) return;
+    try {
+      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "looking for sessions", (signal) =>
+        this.adapter.seenConnected(logins, signal),
+      );
+      this.#book.sawSessions(logins, await result);
+    } catch {
+      // Unable to look is not "never connected".
     }
   }
 
@@ -712,19 +902,19 @@ class Provisioner implements ProvisionerHandle {
 
   async #create(job: CreateJob): Promise<void> {
     const { p } = job;
-    const create = this.adapter.create.bind(this.adapter);
-    const { result, settled } = withTimeout(
-      this.#clock,
-      this.#s.createTimeout,
-      `creating ${p.as}`,
-      (signal) => create(p, signal),
-    );
+    const rotation = this.#book.get(p.as)?.rotation;
+    const retiring = p.retiring;
+    const apply =
+      retiring !== undefined && rotation !== undefined
+        ? (signal: AbortSignal) => this.adapter.overlap({ ...p, retiring }, rotationMark(rotation), signal)
+        : (signal: AbortSignal) => this.adapter.create(p, signal);
+    const { result, settled } = withTimeout(this.#clock, this.#s.createTimeout, `creating ${p.as}`, apply);
     this.#book.flying(p.as);
     void settled.then(() => this.#book.landed(p.as));
     try {
       await result;
     } catch (err) {
-      const text = this.#describe(err, [p.password]);
+      const text = this.#describe(err, p.retiring === undefined ? [p.password] : [p.password, p.retiring]);
       const failure = this.#book.createFailed(p.as, text);
       // Said when it changes; while it stays the same, only rarely.
       if (failure.times === 1 || failure.times % SAY_AGAIN_ATTEMPTS === 0) {
@@ -746,6 +936,8 @@ class Provisioner implements ProvisionerHandle {
       this.#log.info(`${p.as}: ${job.action} (${job.why})`);
       this.#record({ action: job.action, login: p.as, who: "provisioner", why: job.why });
     }
+    this.#rotated(job, rotation);
+    if (job.endSessions === true) await this.#endSessions(p.as);
     if (job.reapplying === 0) {
       this.#book.held(p.as);
       return;
@@ -754,6 +946,59 @@ class Provisioner implements ProvisionerHandle {
     const wait = Math.min(this.#s.verifyEvery * 2 ** (job.reapplying - 1), this.#s.maxBrake);
     this.#book.braked(p.as, job.reapplying, this.#clock.now() + wait);
     if (job.reapplying > 1) this.#log.warn(`${p.as}: next check in ${Math.round(wait / 1000)}s`);
+  }
+
+  // A leaked password replaced: the sessions opened with it end now. A failure is said and left to
+  // the operator (the old password is refused already); never retried behind their back.
+  async #endSessions(login: string): Promise<void> {
+    if (!this.adapter.endsSessions) {
+      this.#log.warn(
+        `${login}: its password was replaced at once (mesh rotate --now), but this provider cannot end its open sessions`,
+      );
+      return;
+    }
+    const { result } = withTimeout(
+      this.#clock,
+      this.#s.createTimeout,
+      `ending ${login}'s sessions`,
+      (signal) => this.adapter.endSessions(login, signal),
+    );
+    try {
+      const ended = await result;
+      const why = `password replaced at once (mesh rotate --now): ${ended === undefined ? "its open sessions were" : `${ended} open session(s)`} ended`;
+      this.#log.info(`${login}: ${why}`);
+      this.#record({ action: "sessions-ended", login, who: "provisioner", why });
+    } catch (err) {
+      this.#log.warn(
+        `${login}: its sessions could not be ended after mesh rotate --now: ${this.#describe(err, [])}`,
+      );
+    }
+  }
+
+  /** What a rotation's step that succeeded moves it to, said and recorded phase by phase. */
+  #rotated(job: CreateJob, rotation: Rotation | undefined): void {
+    const login = job.p.as;
+    if (rotation === undefined) return;
+    if (job.p.retiring === undefined) {
+      this.#book.rotationOver(login);
+      this.#log.info(`${login}: rotation: remove (${job.why})`);
+      this.#record({ action: "rotation-remove", login, who: "provisioner", why: job.why });
+      return;
+    }
+    if (rotation.phase !== "add") return;
+    const until = new Date(rotation.until).toISOString();
+    this.#book.rotationIs(login, { ...rotation, phase: "drain" });
+    const said: [ActionEntry["action"], string][] = [
+      ["rotation-add", "the new password is valid beside the old one"],
+      [
+        "rotation-deliver",
+        "the new password is offered to the nodes (status names it applied): the agent hands it to the apps",
+      ],
+      ["rotation-drain", `the old password stays valid until ${until}, then it goes`],
+    ];
+    for (const [action, why] of said) this.#record({ action, login, who: "provisioner", why });
+    this.#log.info(`${login}: rotation: both passwords valid; the old one goes at ${until}`);
+    this.#wakeFor(rotation.until);
   }
 
   async #retireUnasked(kind: "periodic" | "watch", now: number): Promise<void> {
@@ -922,7 +1167,10 @@ class Provisioner implements ProvisionerHandle {
   /** Every password read for a consumer still asked for: what no message may carry. */
   #passwords(): string[] {
     const passwords: string[] = [];
-    for (const r of this.#book.records()) if (r.password !== undefined) passwords.push(r.password);
+    for (const r of this.#book.records()) {
+      if (r.password !== undefined) passwords.push(r.password);
+      if (r.provision?.retiring !== undefined) passwords.push(r.provision.retiring);
+    }
     return passwords;
   }
 
@@ -959,8 +1207,26 @@ class Provisioner implements ProvisionerHandle {
   }
 }
 
+/** The rotation as the adapter records it in the mark: phase `drain` once `overlap` succeeds. */
+function rotationMark(rotation: Rotation): RotationMark {
+  return {
+    phase: "drain",
+    since: new Date(rotation.since).toISOString(),
+    until: new Date(rotation.until).toISOString(),
+  };
+}
+
 function provisionOf(g: Contribution, password: string): Provision {
-  return { as: g.as, password, values: g.values, derived: g.derived, at: g.at, node: g.node };
+  return {
+    as: g.as,
+    password,
+    values: g.values,
+    derived: g.derived,
+    at: g.at,
+    node: g.node,
+    ...(g.login === undefined ? {} : { login: g.login }),
+    ...(g.minted === undefined ? {} : { minted: g.minted }),
+  };
 }
 
 function settingsOf(options: ProvisionerOptions): Settings {
@@ -991,7 +1257,16 @@ function prefixed(logger: Logger, prefix: string): Logger {
 /** A digest of everything a create is given: what changed is re-applied, nothing else. */
 function digestOf(p: Provision): string {
   return createHash("sha256")
-    .update(stableJson([p.as, p.password, p.values, p.derived]))
+    .update(
+      stableJson([
+        p.as,
+        p.password,
+        p.values,
+        p.derived,
+        p.retiring ?? null,
+        ...(p.login === undefined ? [] : [p.login]),
+      ]),
+    )
     .digest("base64url");
 }
 

@@ -23,6 +23,7 @@ export type {
   ProviderAdapter,
   Provision,
   Retired,
+  RotationMark,
 } from "./adapter.ts";
 export { guardAdapter, GuardedAdapter, WHY_MOST, type GuardOptions } from "./adapter-guard.ts";
 export { defineProvider, type ProviderModule } from "./provider.ts";
@@ -52,10 +53,19 @@ export {
   markEntry,
   parseJsonOrUndefined,
   readMark,
+  readMinted,
+  readRotation,
   retiredMark,
   type ConsumerMark,
 } from "./consumer-mark.ts";
-export { assertLogin, InvalidLoginError, isValidLogin, LOGIN_PATTERN } from "./login.ts";
+export {
+  assertLogin,
+  InvalidLoginError,
+  isSecondLogin,
+  isValidLogin,
+  LOGIN_PATTERN,
+  secondLogin,
+} from "./login.ts";
 export {
   INSTANCE_PATTERN,
   AdminSettingError,

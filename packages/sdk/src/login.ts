@@ -25,3 +25,6 @@ export function assertLogin(login: unknown): string {
   if (!isValidLogin(login)) throw new InvalidLoginError(String(login));
   return login;
 }
+
+// The light entry: a provider process loads no schema of the manifest package for these.
+export { isSecondLogin, secondLogin } from "@mesh/manifest/login";

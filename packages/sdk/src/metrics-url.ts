@@ -3,7 +3,7 @@
 // module's other files for the agent to report. The file says nothing secret.
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { writeFileAtomic } from "@mesh/bus";
+import { writeFileAtomic } from "@mesh/bus/files";
 import { moduleHomePath } from "@mesh/manifest";
 
 /** The longest metrics URL read back; a URL longer than this is not one a provider wrote. */

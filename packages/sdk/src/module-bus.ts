@@ -4,7 +4,7 @@
 // The SDK checks first, locally, so a mistake is said with the manifest to change; the server
 // enforces regardless, and a publish it refuses is said in the same words.
 import { readFileSync } from "node:fs";
-import { closeBus, connectBus, type BusLogger } from "@mesh/bus";
+import { closeBus, connectBus, type BusLogger } from "@mesh/bus/connect";
 import {
   EVENTS_PREFIX,
   eventNameProblem,

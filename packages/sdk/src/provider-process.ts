@@ -58,6 +58,8 @@ export interface ProviderProcessOptions {
   readonly failingAfter?: number | undefined;
   /** How often a lasting failure is announced again (the harness's 15 min). */
   readonly sayAgainEvery?: number | undefined;
+  /** How long a rotated-out password stays valid beside the new one (the harness's 2 min when absent). */
+  readonly rotationGrace?: number | undefined;
   /**
    * The module's bus, as the agent hands it (see `busEnvOf`): standings are announced on it, best
    * effort. None: standings are not announced (unless `announcer` is given).
@@ -163,6 +165,8 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
   const journal = options.journal === undefined ? undefined : new ActionJournal(options.journal, logger);
   if (journal !== undefined) logger.info(`actions: journalled to ${journal.path} for the module's ledger`);
 
+  // Where its consumers reach it: its admin URL's host and port, reported through `status`.
+  const served = provider.serves?.(adminUrl);
   try {
     const adapter = provider.createAdapter({
       adminUrl,
@@ -181,9 +185,11 @@ export async function startProviderProcess(options: ProviderProcessOptions): Pro
         // What it announces, journals and answers is scrubbed of the admin password, like its log.
         secrets,
         ...(options.node === undefined ? {} : { node: options.node }),
+        ...(served === undefined ? {} : { serves: served }),
         ...(journal === undefined ? {} : { actions: journal }),
         ...(options.failingAfter === undefined ? {} : { failingAfter: options.failingAfter }),
         ...(options.sayAgainEvery === undefined ? {} : { sayAgainEvery: options.sayAgainEvery }),
+        ...(options.rotationGrace === undefined ? {} : { rotationGrace: options.rotationGrace }),
         ...(announcer === undefined ? {} : { announcer }),
         ...(metrics === undefined ? {} : { metrics: metrics.observer(provider.interface, instance) }),
       });

@@ -45,6 +45,8 @@ export interface ProviderSettings {
   readonly failingAfter?: number | undefined;
   /** MESH_SAY_AGAIN_EVERY; absent for the harness's 15 min. */
   readonly sayAgainEvery?: number | undefined;
+  /** MESH_ROTATION_GRACE: how long a rotated-out password stays valid; absent for the harness's 2 min. */
+  readonly rotationGrace?: number | undefined;
   /** The module's bus variables when the agent gave it a bus credential (see `busEnvOf`). */
   readonly bus?: Readonly<Record<string, string>> | undefined;
 }
@@ -139,6 +141,7 @@ export function resolveProviderSettings(
     pick(undefined, variable) === undefined ? undefined : duration(variable, undefined, variable, 0);
   const failingAfter = durationIfSet("MESH_FAILING_AFTER");
   const sayAgainEvery = durationIfSet("MESH_SAY_AGAIN_EVERY");
+  const rotationGrace = durationIfSet("MESH_ROTATION_GRACE");
   const node = pick(undefined, "MESH_NODE");
   const bus = busEnvOf(env);
 
@@ -178,6 +181,7 @@ export function resolveProviderSettings(
     ...(node === undefined ? {} : { node }),
     ...(failingAfter === undefined ? {} : { failingAfter }),
     ...(sayAgainEvery === undefined ? {} : { sayAgainEvery }),
+    ...(rotationGrace === undefined ? {} : { rotationGrace }),
     ...(bus === undefined ? {} : { bus }),
     ...(journal === undefined ? {} : { journal }),
     ...(metricsUrlFile === undefined ? {} : { metricsUrlFile }),

@@ -1,5 +1,6 @@
 import type { ProviderAdapter } from "./adapter.ts";
-import type { AdminUrlRules } from "./admin-settings.ts";
+import { servedEndpointOf } from "@mesh/manifest";
+import { parseAdminUrl, type AdminUrlRules } from "./admin-settings.ts";
 import type { Logger } from "./collaborators.ts";
 
 /** How a provider package describes itself to `mesh provider <name>` and to its own entry point. */
@@ -18,6 +19,12 @@ export interface ProviderModule {
    * one of the module's own events (its manifest's `emits`) on its bus, best effort: it never
    * throws, and does nothing when the provider runs without a bus.
    */
+  /**
+   * Where a provider with this admin URL serves its consumers: the URL's host and port (the
+   * scheme's default port when it names none); undefined when it names no host one can connect to
+   * (a Unix socket) or is not a valid admin URL. Never throws, never says the URL.
+   */
+  serves?(adminUrl: string): { readonly host: string; readonly port: number } | undefined;
   createAdapter(config: {
     adminUrl: string;
     instance: string;
@@ -41,6 +48,14 @@ export function defineProvider(
     interface: iface,
     adminUrlEnv: adminUrl.env,
     adminUrlExample: adminUrl.example,
+    serves: (url) => {
+      try {
+        const parsed = parseAdminUrl(url, adminUrl);
+        return servedEndpointOf({ host: parsed.host, port: parsed.port });
+      } catch {
+        return undefined;
+      }
+    },
     createAdapter,
   };
 }

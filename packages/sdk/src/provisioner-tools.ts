@@ -6,7 +6,7 @@ import type { GuardedAdapter } from "./adapter-guard.ts";
 import { rememberJson } from "./cached-json.ts";
 import type { ActionEntry, Logger } from "./collaborators.ts";
 import { YieldTimer, yieldToEventLoop } from "./concurrency.ts";
-import type { ConsumerBook, ConsumerRecord } from "./consumer-book.ts";
+import type { ConsumerBook, ConsumerRecord, Rotation } from "./consumer-book.ts";
 import { readContributions } from "./contributions-file.ts";
 import { isValidLogin } from "./login.ts";
 import type { ProvisionerObserver } from "./metrics.ts";
@@ -30,6 +30,8 @@ export interface ToolHost {
   readonly standings: Standings;
   readonly retirement: RetirementCounter;
   readonly adapter: GuardedAdapter;
+  /** Where the provider serves its consumers, said in `status`; absent when it cannot say. */
+  readonly serves?: { readonly host: string; readonly port: number } | undefined;
   readonly log: Logger;
   readonly metrics: ProvisionerObserver;
   record(entry: Omit<ActionEntry, "at" | "interface">): void;
@@ -56,7 +58,9 @@ export class StatusBoard {
   #consumersJson = "[]";
   #madeFrom: string | undefined;
 
-  constructor(private readonly host: Pick<ToolHost, "iface" | "instance" | "receives">) {
+  constructor(
+    private readonly host: Pick<ToolHost, "iface" | "instance" | "receives" | "adapter" | "serves">,
+  ) {
     this.#snapshot = this.#stamp(null, null);
   }
 
@@ -124,11 +128,21 @@ export class StatusBoard {
       receives: this.host.receives,
       lastPassAt: lastPassAt === null ? null : new Date(lastPassAt).toISOString(),
       contributionsProblem: problem,
+      overlaps: this.host.adapter.overlaps,
+      ...(this.host.serves === undefined ? {} : { serves: this.host.serves }),
     };
     const snapshot: StatusReport = Object.freeze({ ...head, consumers: this.#consumers });
     rememberJson(snapshot, `${JSON.stringify(head).slice(0, -1)},"consumers":${this.#consumersJson}}`);
     return snapshot;
   }
+}
+
+/** What `status` says of a rotation under way. */
+function rotationWhy(rotation: Rotation): string {
+  const until = new Date(rotation.until).toISOString();
+  return rotation.phase === "add"
+    ? `rotating: add (the new password is being made valid beside the old one, which goes at ${until})`
+    : `rotating: drain (both passwords log in; the old one goes at ${until})`;
 }
 
 /** One consumer's entry in `status`, from its record and its standing. */
@@ -153,9 +167,26 @@ function statusOf(host: ToolHost, r: ConsumerRecord): ConsumerStatus {
       state: "active",
       class: null,
       since,
-      why: r.applied !== undefined ? "held as asked" : "being created",
+      why:
+        r.rotation !== undefined
+          ? rotationWhy(r.rotation)
+          : r.applied !== undefined
+            ? "held as asked"
+            : "being created",
       node: r.asked.node,
       ...(r.appliedTag !== undefined ? { applied: r.appliedTag } : {}),
+      ...(r.appliedTag !== undefined && r.seen !== undefined && r.taggedAt !== undefined
+        ? { seen: r.seen, appliedAt: new Date(r.taggedAt).toISOString() }
+        : {}),
+      ...(r.rotation === undefined
+        ? {}
+        : {
+            rotation: {
+              phase: r.rotation.phase,
+              since: new Date(r.rotation.since).toISOString(),
+              until: new Date(r.rotation.until).toISOString(),
+            },
+          }),
     };
   }
   if (r.made === "retired") {

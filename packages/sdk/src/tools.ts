@@ -26,6 +26,18 @@ export interface ConsumerStatus {
    * not know the mesh is handed a new password only once the backend takes it.
    */
   readonly applied?: string | undefined;
+  /**
+   * Whether the backend has shown this login connected since its current password was applied;
+   * absent when the provider cannot tell. With `appliedAt`, ISO 8601: since when that password stands.
+   */
+  readonly seen?: boolean | undefined;
+  readonly appliedAt?: string | undefined;
+  /**
+   * The rotation of its password under way, on a backend that holds two at once: `add` until the
+   * new one is valid beside the old, then `drain` until `until`, when the old one goes.
+   */
+  readonly rotation?:
+    { readonly phase: "add" | "drain"; readonly since: string; readonly until: string } | undefined;
 }
 
 /**
@@ -49,6 +61,17 @@ export interface StatusReport {
   readonly lastPassAt: string | null;
   /** Null when the contributions file was read; else why nothing is applied or retired. */
   readonly contributionsProblem: string | null;
+  /**
+   * Whether the backend holds two passwords on one login during a rotation (the adapter has
+   * `overlap`): the agent then hands a consumer its new password only once the backend takes it
+   * beside the old one. Absent from a provider older than rotations: taken as false.
+   */
+  readonly overlaps?: boolean | undefined;
+  /**
+   * Where it serves its consumers (its admin URL's host and port): a consumer of a provider the
+   * fleet names no `endpoint:` for is given this address. Absent when it cannot say.
+   */
+  readonly serves?: { readonly host: string; readonly port: number } | undefined;
   readonly consumers: readonly ConsumerStatus[];
 }
 

@@ -2,12 +2,8 @@
 // else a module may put in its journal is refused with the reason, never thrown past it.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import {
-  JournalLineError,
-  MAX_JOURNAL_LINE_BYTES,
-  MAX_JOURNAL_WHY_CHARS,
-  parseJournalLine,
-} from "@mesh/sdk/provider";
+import { JournalLineError, MAX_JOURNAL_LINE_BYTES, parseJournalLine } from "@mesh/sdk/provider";
+import { MAX_JOURNAL_WHY_CHARS } from "../src/action-journal.ts";
 import type { ActionEntry } from "@mesh/sdk";
 
 const LINE: ActionEntry = {

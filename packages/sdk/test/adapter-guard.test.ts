@@ -51,6 +51,7 @@ void describe("the adapter guard", () => {
       await assert.rejects(guarded.retire(login, {}, "why", new Date()), InvalidLoginError);
       await assert.rejects(guarded.delete({ as: login, derived: {} }), InvalidLoginError);
       await assert.rejects(guarded.exists!(login), InvalidLoginError);
+      await assert.rejects(guarded.endSessions(login, signal()), InvalidLoginError);
       const many = await guarded.holdsMany([provision(login)], signal());
       assert.ok(many.get(login) instanceof InvalidLoginError);
     }

@@ -90,6 +90,21 @@ void describe("admin settings", () => {
     assert.equal(provider.interface, "widget-store");
   });
 
+  void it("says where a provider serves from its admin URL, the scheme's default port when it names none", () => {
+    const provider = defineProvider("widget", "widget-store", RULES, () => {
+      throw new Error("not made in this test");
+    });
+    assert.deepEqual(provider.serves?.("widget://admin:pw@10.0.0.7:5555/x"), {
+      host: "10.0.0.7",
+      port: 5555,
+    });
+    assert.deepEqual(provider.serves?.("widget://admin:pw@db.internal"), { host: "db.internal", port: 4242 });
+    assert.deepEqual(provider.serves?.("widget://admin:pw@[::1]:7"), { host: "::1", port: 7 });
+    // Not a URL it takes: it cannot say, and says nothing of the URL.
+    assert.equal(provider.serves?.("http://admin:pw@h:1"), undefined);
+    assert.equal(provider.serves?.("not a url"), undefined);
+  });
+
   void it("requires a password only where the rules say so, and a user unless they say not", () => {
     assert.match(refusal("widget://admin@h", { ...RULES, needsPassword: true }).message, /no password/);
     assert.equal(parseAdminUrl("widget://admin@h", RULES).password, "");

@@ -8,14 +8,10 @@ import { after, before, describe, it } from "node:test";
 import { closeBus, connectBus, createAuthority, credsFor, newUserKeys, type BusAuthority } from "@mesh/bus";
 import { compilePermissions, loadManifest } from "@mesh/manifest";
 import { type Logger, type ProviderModule } from "@mesh/sdk";
-import {
-  BusAnnouncer,
-  busEnvOf,
-  resolveProviderSettings,
-  startProviderProcess,
-  type StandingsBus,
-} from "@mesh/sdk/provider";
-import { freePort, MemoryAdapter, startNats, type NatsServer } from "@mesh/testkit";
+import { resolveProviderSettings, startProviderProcess } from "@mesh/sdk/provider";
+import { BusAnnouncer, type StandingsBus } from "../src/bus-announcer.ts";
+import { busEnvOf } from "../src/provider-settings.ts";
+import { freePort, MemoryAdapter, startNats, type NatsServer, until } from "@mesh/testkit";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 
 function collectingLogger(): Logger & { lines: string[] } {
@@ -47,14 +43,6 @@ function fakeBus(): StandingsBus & {
     },
   };
   return bus;
-}
-
-async function until(what: string, check: () => boolean): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 describe("the bus announcer", () => {

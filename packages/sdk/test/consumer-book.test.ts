@@ -4,7 +4,7 @@ import { describe, it } from "node:test";
 import { ConsumerBook, SECRET_PATIENCE, SECRET_SAY_AGAIN } from "../src/consumer-book.ts";
 import type { Trouble } from "../src/standing.ts";
 import type { Provision } from "@mesh/sdk";
-import type { Contribution } from "@mesh/sdk/provider";
+import type { Contribution } from "../src/contributions-file.ts";
 
 function makeBook(start = 1_000): {
   book: ConsumerBook;

@@ -6,7 +6,8 @@ import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { needsApproval, parseContributions } from "@mesh/sdk/provider";
+import { needsApproval } from "../src/retirement.ts";
+import { parseContributions } from "../src/contributions-file.ts";
 import { makeFixture, IFACE } from "./harness-fixture.ts";
 
 const HELD = ["alpha", "bravo", "charlie", "delta", "echo"];

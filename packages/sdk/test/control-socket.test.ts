@@ -13,14 +13,13 @@ import {
   ControlAnswerError,
   ControlHungUpError,
   ControlSocketInUseError,
-  ControlSocketPathError,
   ControlTimeoutError,
-  MAX_REQUEST_BYTES,
   MalformedAnswerError,
   NoProviderListeningError,
   callControl,
   serveControl,
 } from "@mesh/sdk/provider";
+import { ControlSocketPathError, MAX_REQUEST_BYTES } from "../src/control-socket.ts";
 import { okLine, serveScriptedControl } from "@mesh/testkit";
 
 const STATUS: StatusReport = {

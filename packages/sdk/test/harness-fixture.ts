@@ -45,11 +45,12 @@ export async function makeFixture(
   options: Partial<ProvisionerOptions> = {},
   initial: readonly string[] = [],
   shared?: { dir: string; adapter: MemoryAdapter; clock: FakeClock; passwords: Map<string, string> },
+  own?: MemoryAdapter,
 ): Promise<Fixture> {
   const dir = shared?.dir ?? (await mkdtemp(join(tmpdir(), "mesh-harness-")));
   const receives = join(dir, "contributions.json");
   const clock = shared?.clock ?? new FakeClock();
-  const adapter = shared?.adapter ?? new MemoryAdapter();
+  const adapter = shared?.adapter ?? own ?? new MemoryAdapter();
   const passwords = shared?.passwords ?? new Map<string, string>();
   const lines: string[] = [];
   const events: Fixture["events"] = [];

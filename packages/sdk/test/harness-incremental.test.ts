@@ -8,6 +8,7 @@ import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import type { Provision } from "@mesh/sdk";
+import { until } from "@mesh/testkit";
 import { watchKey, type FileWatch } from "../src/watcher.ts";
 import { makeFixture, type Fixture } from "./harness-fixture.ts";
 
@@ -59,18 +60,19 @@ async function withWatched(
   }
 }
 
+/**
+ * The actions the harness reported, as `action:login`. The first `madeAtOnce` are applied
+ * concurrently by the first pass and may finish in any order, so they are sorted.
+ */
+function actionsSaid(f: Fixture, madeAtOnce: number): string[] {
+  const said = f.actions.map((a) => `${a.action}:${a.login}`);
+  return [...said.slice(0, madeAtOnce).sort(), ...said.slice(madeAtOnce)];
+}
+
 /** Lets the pass a change set off start, then waits for it. */
 async function settled(f: Fixture): Promise<void> {
   await new Promise((r) => setImmediate(r));
   await f.handle.idle();
-}
-
-async function until(what: string, ok: () => boolean, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`gave up waiting: ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
 }
 
 describe("a pass does only what changed", () => {
@@ -83,12 +85,7 @@ describe("a pass does only what changed", () => {
       assert.equal(f.adapter.count("create", "alpha"), 1);
       await f.periodic(1); // a minute: the verification reads every secret again
       assert.equal(f.adapter.backend.get("alpha")?.password, "changed-behind-the-watcher");
-      // The first two are made at once, in either order.
-      const said = f.actions.map((a) => `${a.action}:${a.login}`);
-      assert.deepEqual(
-        [...said.slice(0, 2).sort(), ...said.slice(2)],
-        ["created:alpha", "created:beta", "re-applied:alpha"],
-      );
+      assert.deepEqual(actionsSaid(f, 2), ["created:alpha", "created:beta", "re-applied:alpha"]);
       assert.equal(f.adapter.count("create", "beta"), 1, "beta, unchanged, is not applied again");
     });
   });
@@ -162,6 +159,46 @@ describe("verification never blocks a change", () => {
     });
   });
 
+  it("a change waits behind one slice of a verification's answers at most, not the whole batch", async () => {
+    const many = Array.from({ length: 600 }, (_, i) => `c${String(i).padStart(3, "0")}`);
+    await withWatched(
+      many,
+      async (f, told) => {
+        // The backend loses every consumer: the verification re-applies all 600, under the lock,
+        // a slice at a time; the first re-apply waits until the change below is queued.
+        for (const login of many) f.adapter.backend.delete(login);
+        let open: () => void = () => {};
+        const gate = new Promise<void>((r) => (open = r));
+        const order: string[] = [];
+        let reached = false;
+        const create = f.adapter.create.bind(f.adapter);
+        f.adapter.create = async (p: Provision) => {
+          reached = true;
+          if (order.length === 0) await gate;
+          order.push(p.as);
+          return create(p);
+        };
+        f.clock.advance(MINUTE); // the periodic pass is due to verify
+        await until("the first re-apply waits at the gate", () => reached);
+        await f.ask([...many, "newbie"]);
+        told.tell(f.receives);
+        await new Promise((r) => setTimeout(r, 20)); // the change's pass is queued on the lock
+        open();
+        await until("newbie created", () => f.adapter.backend.has("newbie"));
+        const at = order.indexOf("newbie");
+        assert.ok(at >= 0 && at < many.length, `newbie was created after ${at} of the 600 re-applies`);
+        assert.ok(at <= 256 + 8, `newbie waited behind ${at} re-applies: more than one slice`);
+        await f.handle.idle();
+        assert.equal(f.stateOf("newbie"), "active");
+        assert.ok(
+          many.every((login) => f.adapter.backend.has(login)),
+          "every lost consumer re-applied",
+        );
+      },
+      { verifyBatch: 1000 },
+    );
+  });
+
   it("a check whose consumer is deleted while it runs is dropped, never acted on", async () => {
     await withWatched(
       ["alpha", "beta"],
@@ -182,10 +219,12 @@ describe("verification never blocks a change", () => {
         assert.equal(f.adapter.count("create", "alpha"), 1);
         assert.equal(f.stateOf("alpha"), undefined);
         assert.ok(!f.lines.some((l) => l.includes("alpha: the backend no longer holds it")));
-        assert.deepEqual(
-          f.actions.map((a) => `${a.action}:${a.login}`),
-          ["created:alpha", "created:beta", "retired:alpha", "deleted:alpha"],
-        );
+        assert.deepEqual(actionsSaid(f, 2), [
+          "created:alpha",
+          "created:beta",
+          "retired:alpha",
+          "deleted:alpha",
+        ]);
       },
       { stablePasses: 1 },
     );

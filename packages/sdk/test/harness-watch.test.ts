@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { runProvisioner, type ActionEntry } from "@mesh/sdk";
-import { MemoryAdapter } from "@mesh/testkit";
+import { MemoryAdapter, until, quietLogger } from "@mesh/testkit";
 
 const HOUR = 3_600_000;
 
@@ -16,26 +16,17 @@ async function writeAtomic(path: string, text: string): Promise<void> {
   await rename(tmp, path);
 }
 
-async function until(what: string, ok: () => boolean, ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!ok()) {
-    if (Date.now() > deadline) throw new Error(`gave up waiting: ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
 describe("watching the contributions file and the secrets", () => {
   it("a consumer added to the file is created without waiting for the periodic pass", async () => {
     const dir = await mkdtemp(join(tmpdir(), "mesh-watch-"));
     const receives = join(dir, "contributions.json");
     const adapter = new MemoryAdapter();
     const actions: ActionEntry[] = [];
-    const silent = { info: () => {}, warn: () => {}, error: () => {} };
     await writeAtomic(receives, JSON.stringify({ requirement: "x", given: [] }));
     const handle = runProvisioner("x", adapter, {
       receives,
       every: HOUR, // the periodic pass never comes during this test
-      logger: silent,
+      logger: quietLogger,
       actions: { append: (e) => actions.push(e) },
     });
     try {

@@ -7,7 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { FakeClock, runProvisioner, type StatusReport } from "@mesh/sdk";
-import { MAX_VALUE_BYTES, MAX_VALUE_DEPTH, callControl, serveControl } from "@mesh/sdk/provider";
+import { callControl, serveControl } from "@mesh/sdk/provider";
+import { MAX_VALUE_BYTES, MAX_VALUE_DEPTH } from "../src/contributions-file.ts";
 import { MemoryAdapter } from "@mesh/testkit";
 import { makeFixture, IFACE, type Fixture } from "./harness-fixture.ts";
 

@@ -9,18 +9,15 @@ import { type ProviderModule } from "@mesh/sdk";
 import {
   ListenAddressError,
   ListenError,
-  ProviderMetrics,
   ProviderSettingsError,
-  isLoopbackHost,
   metricsUrlOf,
   metricsUrlPath,
   parseListenAddress,
   resolveProviderSettings,
-  serveMetrics,
   startProviderProcess,
-  type MetricsServer,
 } from "@mesh/sdk/provider";
-import { MemoryAdapter, scrapeProm, type PromScrape } from "@mesh/testkit";
+import { ProviderMetrics, isLoopbackHost, serveMetrics, type MetricsServer } from "../src/metrics.ts";
+import { MemoryAdapter, scrapeProm, type PromScrape, quietLogger } from "@mesh/testkit";
 import { IFACE, makeFixture, type Fixture } from "./harness-fixture.ts";
 
 const INSTANCE = "default";
@@ -354,7 +351,7 @@ describe("a provider process's metrics", () => {
           receives: "/nonexistent/contributions.json",
           adminUrl: env.MESH_MEMORY_URL,
           metrics: `127.0.0.1:${taken.port}`,
-          logger: { info: () => {}, warn: () => {}, error: () => {} },
+          logger: quietLogger,
         }),
         ListenError,
       );
@@ -391,7 +388,7 @@ describe("a provider process's metrics", () => {
         adminUrl: env.MESH_MEMORY_URL,
         metrics: "127.0.0.1:0",
         metricsUrlFile: file,
-        logger: { info: () => {}, warn: () => {}, error: () => {} },
+        logger: quietLogger,
       });
       try {
         const url = running.metrics?.url;

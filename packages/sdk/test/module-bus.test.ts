@@ -17,12 +17,11 @@ import {
   ModuleBusCredentialsError,
   ModuleBusNotConfiguredError,
   SubscriptionNotDeclaredError,
-  type Logger,
   type ModuleBus,
   type ModuleBusOptions,
   type ModuleEvent,
 } from "@mesh/sdk";
-import { startNats, type NatsServer } from "@mesh/testkit";
+import { recordingLogger, startNats, type NatsServer, until } from "@mesh/testkit";
 import type { NatsConnection } from "@nats-io/transport-node";
 
 const MANIFESTS = {
@@ -78,16 +77,6 @@ async function credentialOf(module: TestModule): Promise<Uint8Array> {
   return credsFor(jwt, keys.seed);
 }
 
-function recordingLogger(): Logger & { lines: string[] } {
-  const lines: string[] = [];
-  return {
-    lines,
-    info: (m) => lines.push(`info: ${m}`),
-    warn: (m) => lines.push(`warn: ${m}`),
-    error: (m) => lines.push(`error: ${m}`),
-  };
-}
-
 async function open(
   module: TestModule,
   options: Partial<ModuleBusOptions> = {},
@@ -120,14 +109,6 @@ async function broadConnection(): Promise<NatsConnection> {
   return nc;
 }
 
-async function eventually(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 20_000;
-  while (!check()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 function collect(bus: ModuleBus, pattern: string): ModuleEvent[] {
   const seen: ModuleEvent[] = [];
   bus.on(pattern, (event) => {
@@ -147,7 +128,7 @@ describe("a module's events", () => {
 
     photos.emit("photo.uploaded", { id: 7, title: "harbour" });
     await photos.flush();
-    await eventually(() => seen.length === 1, "the viewer to hear the event");
+    await until("the viewer to hear the event", () => seen.length === 1);
 
     assert.deepEqual(seen[0], {
       subject: "mesh.events.photos.photo.uploaded",
@@ -169,7 +150,7 @@ describe("a module's events", () => {
 
     photos.emit("photo.uploaded", { id: 8 });
     await photos.flush();
-    await eventually(() => bySeat.length === 1, "the seat's subscriber to hear it");
+    await until("the seat's subscriber to hear it", () => bySeat.length === 1);
     assert.deepEqual(bySeat[0], {
       subject: "mesh.seats.gallery.photo.uploaded",
       source: "gallery",
@@ -187,7 +168,7 @@ describe("a module's events", () => {
 
     photos.emit("photo.uploaded", { id: 9 });
     await photos.flush();
-    await eventually(() => seen.length === 1, "the viewer to hear it");
+    await until("the viewer to hear it", () => seen.length === 1);
     assert.equal(seen[0]?.source, "photos");
     await viewer.flush();
     assert.deepEqual(errors(log), []);
@@ -202,7 +183,7 @@ describe("a module's events", () => {
 
     store.emit("provisioner.failing", { consumer: "notes_postgres", class: "unreachable" });
     await store.flush();
-    await eventually(() => seen.length === 1, "the auditor to hear the standing");
+    await until("the auditor to hear the standing", () => seen.length === 1);
     assert.equal(seen[0]?.subject, "mesh.events.store.provisioner.failing");
     assert.throws(() => photos.emit("provisioner.failing", {}), EventNotDeclaredError);
   });
@@ -255,7 +236,7 @@ describe("what a module may not say", () => {
     await photos.flush(); // the refusal was reported; nothing new since
 
     // A publisher's messages arrive in order: the declared one came through, the refused ones never will.
-    await eventually(() => seen.length === 2, "the declared event (module and seat subjects)");
+    await until("the declared event (module and seat subjects)", () => seen.length === 2);
     assert.deepEqual(
       seen.map((e) => `${e.subject} ${JSON.stringify(e.body)}`),
       ['mesh.events.photos.photo.uploaded {"id":99}', 'mesh.seats.gallery.photo.uploaded {"id":99}'],
@@ -296,7 +277,7 @@ describe("what a module hears", () => {
     nc.publish("mesh.events.photos.photo.uploaded", JSON.stringify({ id: 1 }));
     await nc.flush();
 
-    await eventually(() => seen.length === 1, "the good event");
+    await until("the good event", () => seen.length === 1);
     assert.deepEqual(seen[0]?.body, { id: 1 });
     assert.deepEqual(auditor.stats().refused, { notJson: 2, tooLarge: 1, wrongSubject: 3 });
     assert.equal(auditor.stats().delivered, 1);
@@ -325,7 +306,7 @@ describe("what a module hears", () => {
 
     for (const id of [1, 2, 3]) photos.emit("photo.uploaded", { id });
     await photos.flush();
-    await eventually(() => handled.length === 1, "the third event to be handled");
+    await until("the third event to be handled", () => handled.length === 1);
     assert.deepEqual(handled, [3]);
     assert.equal(auditor.stats().handlerErrors, 2);
     assert.equal(auditor.stats().delivered, 3);
@@ -347,11 +328,11 @@ describe("what a module hears", () => {
     await auditor.flush();
     photos.emit("photo.uploaded", { id: 1 });
     await photos.flush();
-    await eventually(() => seen.length === 1 && all.length === 2, "the first event");
+    await until("the first event", () => seen.length === 1 && all.length === 2);
     await sub.stop();
     photos.emit("photo.uploaded", { id: 2 });
     await photos.flush();
-    await eventually(() => all.length === 4, "the second event on the other subscription");
+    await until("the second event on the other subscription", () => all.length === 4);
     assert.equal(seen.length, 1);
   });
 });
@@ -406,7 +387,7 @@ describe("connecting a module from its environment", () => {
     assert.deepEqual([photos.module, photos.seats], ["photos", ["gallery"]]);
     photos.emit("photo.uploaded", { id: 3 });
     await photos.flush();
-    await eventually(() => seen.length === 1, "the seat event");
+    await until("the seat event", () => seen.length === 1);
     assert.deepEqual(errors(log), []);
   });
 });

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { errorCodes, isNetworkError } from "@mesh/sdk";
-import { classOf } from "@mesh/sdk/provider";
+import { classOf } from "../src/scrub.ts";
 
 describe("network errors", () => {
   const refused = Object.assign(new Error("connect failed"), { code: "ECONNREFUSED" });

@@ -8,13 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { type ProviderModule } from "@mesh/sdk";
-import {
-  MAX_SECRET_BYTES,
-  ProviderSettingsError,
-  SecretUnreadableError,
-  readSecret,
-  resolveProviderSettings,
-} from "@mesh/sdk/provider";
+import { ProviderSettingsError, resolveProviderSettings } from "@mesh/sdk/provider";
+import { MAX_SECRET_BYTES, SecretUnreadableError, readSecret } from "../src/secret-file.ts";
 import { MemoryAdapter } from "@mesh/testkit";
 import { makeFixture, IFACE, type Fixture } from "./harness-fixture.ts";
 

@@ -5,7 +5,14 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
-import { guardAdapter, type GuardedAdapter, type InventoryEntry, type Provision } from "@mesh/sdk";
+import {
+  guardAdapter,
+  type GuardedAdapter,
+  type InventoryEntry,
+  type Provision,
+  type RotationMark,
+  secondLogin,
+} from "@mesh/sdk";
 import type { ConformanceTarget, TargetServer } from "./conformance-target.ts";
 
 /** Logins that must be refused before any command reaches a backend, and leave no trace. */
@@ -335,6 +342,165 @@ export function runConformance(target: ConformanceTarget): void {
       assert.equal(await server.canReachOther(a, b), false, "a cannot reach b's data");
       assert.equal(await server.canReachOther(b, a), false, "b cannot reach a's data");
       assert.equal(await server.readData(b), "b's");
+    });
+
+    // A rotation's overlap, for an adapter whose backend holds two passwords on one login.
+    const rotation = (): RotationMark => ({
+      phase: "drain",
+      since: new Date().toISOString(),
+      until: new Date(Date.now() + 120_000).toISOString(),
+    });
+
+    // The next password: on the same login, or, where logins alternate, on the other one.
+    const rotated = (p: Provision): Provision => {
+      const current = p.login ?? p.as;
+      const login = adapter.alternates ? (current === p.as ? secondLogin(p.as) : p.as) : undefined;
+      return { ...p, password: mintPassword(), ...(login === undefined ? {} : { login }) };
+    };
+    const rotate = async (p: Provision): Promise<Provision> => {
+      const next = rotated(p);
+      await adapter.overlap({ ...next, retiring: p.password }, rotation(), signal());
+      await adapter.create(next, signal());
+      return next;
+    };
+    const skipUnlessAlternates = (t: { skip(why: string): void }): boolean => {
+      if (adapter.alternates) return false;
+      t.skip("this adapter keeps one login per consumer");
+      return true;
+    };
+
+    void it("alternates logins: each rotation moves the password to the other login, whose makings are the consumer's", async (t) => {
+      if (skipUnlessAlternates(t)) return;
+      const first = provision("alternate");
+      await adapter.create(first, signal());
+      await server.writeData(first, "made by the first login");
+      const second = await rotate(first);
+      assert.equal(second.login, secondLogin(first.as), "the new password is on the second login");
+      assert.equal(await server.canLogin(second), true, "the second login logs in");
+      assert.equal(await server.canLogin(first), false, "the first login no longer does");
+      assert.equal(await adapter.holds(second, signal()), true);
+      assert.equal(await server.readData(second), "made by the first login", "data kept");
+      await server.writeData(second, "made by the second login");
+      const third = await rotate(second);
+      assert.equal(third.login, first.as, "back on the first login");
+      assert.equal(await server.canLogin(third), true);
+      assert.equal(await server.canLogin(second), false, "the second login no longer logs in");
+      // What the second login made belongs to the consumer: the first may change it.
+      await server.writeData(third, "changed by the first login again");
+      assert.equal(await server.readData(third), "changed by the first login again");
+      assert.deepEqual(await listed(adapter).then((l) => l.filter((x) => x.startsWith(first.as))), [
+        first.as,
+      ]);
+    });
+
+    void it("retires both logins of an alternating consumer and brings back the one holding the password", async (t) => {
+      if (skipUnlessAlternates(t)) return;
+      const first = provision("alt_retire");
+      await adapter.create(first, signal());
+      const next = rotated(first);
+      await adapter.overlap({ ...next, retiring: first.password }, rotation(), signal());
+      await server.writeData(next, "survives");
+      await adapter.retire(first.as, {}, "unasked (conformance)", new Date());
+      assert.equal(await server.canLogin(next), false, "the second login is refused");
+      assert.equal(await server.canLogin(first), false, "the first login is refused");
+      assert.equal((await entryOf(adapter, first.as))?.state, "retired");
+      await adapter.create(next, signal());
+      assert.equal(await server.canLogin(next), true, "back as it was");
+      assert.equal(await server.canLogin(first), false, "the old password stays refused");
+      assert.equal(await server.readData(next), "survives");
+    });
+
+    void it("deletes both logins of an alternating consumer", async (t) => {
+      if (skipUnlessAlternates(t)) return;
+      const first = provision("alt_delete");
+      await adapter.create(first, signal());
+      const next = await rotate(first);
+      await server.writeData(next, "to be deleted");
+      await adapter.retire(first.as, {}, "unasked", new Date());
+      const entry = await entryOf(adapter, first.as);
+      await adapter.delete({ as: first.as, derived: entry?.derived ?? {} });
+      assert.equal(await server.canLogin(next), false);
+      assert.equal(await server.readData(next), undefined, "its data is gone");
+      if (adapter.exists) {
+        assert.equal(await adapter.exists(first.as), false, "the first login is gone");
+        assert.equal(await adapter.exists(next.login ?? ""), false, "the second login is gone");
+      }
+    });
+
+    void it("never takes over a second login it did not make", async (t) => {
+      if (skipUnlessAlternates(t)) return;
+      const first = provision("alt_foreign");
+      await adapter.create(first, signal());
+      const squatter = { as: secondLogin(first.as), password: mintPassword() };
+      await server.createForeign(squatter.as, squatter.password);
+      const next = rotated(first);
+      await assert.rejects(adapter.overlap({ ...next, retiring: first.password }, rotation(), signal()));
+      assert.equal(await server.canLogin({ ...squatter, values: server.plainValues, derived: {} }), true);
+      assert.equal(await server.canLogin(first), true, "the consumer keeps its password");
+      assert.ok(!(await listed(adapter)).includes(squatter.as), "never listed");
+    });
+
+    void it("refuses a login that is neither the consumer's nor its second", async () => {
+      const p = { ...provision("alt_wrong"), login: "someone_else" };
+      await assert.rejects(adapter.create(p, signal()), /someone_else/);
+    });
+
+    void it("overlaps a rotation: both passwords log in, the phase is in the mark, data kept", async (t) => {
+      if (!adapter.overlaps) {
+        t.skip("this adapter holds one password per login: a rotation cuts over");
+        return;
+      }
+      const old = provision("overlap");
+      await adapter.create(old, signal());
+      await server.writeData(old, "kept across a rotation");
+      const next = rotated(old);
+      const both = { ...next, retiring: old.password };
+      const mark = rotation();
+      await adapter.overlap(both, mark, signal());
+      assert.equal(await server.canLogin(next), true, "the new password logs in");
+      assert.equal(await server.canLogin(old), true, "the old password still logs in");
+      assert.equal(await server.canLogin(old, wrong(old)), false, "a wrong password is refused");
+      assert.equal(await adapter.holds(both, signal()), true, "holds both");
+      assert.equal(await adapter.holds(next, signal()), false, "does not hold the new one alone yet");
+      assert.deepEqual((await entryOf(adapter, old.as))?.rotation, mark, "the mark records the rotation");
+      assert.equal(await server.readData(next), "kept across a rotation");
+      await adapter.overlap(both, mark, signal());
+      assert.equal(await adapter.holds(both, signal()), true, "overlap is idempotent");
+      if (adapter.batched) {
+        const many = await adapter.holdsMany([both], signal());
+        assert.equal(many.get(both.as), true, "holdsMany agrees with holds on an overlap");
+      }
+    });
+
+    void it("ends a rotation with create: the old password is refused, the mark forgets it", async (t) => {
+      if (!adapter.overlaps) {
+        t.skip("this adapter holds one password per login: a rotation cuts over");
+        return;
+      }
+      const old = provision("overlap_end");
+      await adapter.create(old, signal());
+      await server.writeData(old, "kept after the rotation");
+      const next = rotated(old);
+      await adapter.overlap({ ...next, retiring: old.password }, rotation(), signal());
+      await adapter.create(next, signal());
+      assert.equal(await server.canLogin(next), true, "the new password logs in");
+      assert.equal(await server.canLogin(old), false, "the old password is refused");
+      assert.equal(await adapter.holds(next, signal()), true);
+      assert.equal(await adapter.holds({ ...next, retiring: old.password }, signal()), false);
+      assert.equal((await entryOf(adapter, old.as))?.rotation, undefined, "no rotation in the mark");
+      assert.equal(await server.readData(next), "kept after the rotation");
+    });
+
+    void it("never overlaps a login it did not make", async (t) => {
+      if (!adapter.overlaps) {
+        t.skip("this adapter holds one password per login: a rotation cuts over");
+        return;
+      }
+      const p = foreignProvision();
+      await assert.rejects(
+        adapter.overlap({ ...p, password: mintPassword(), retiring: p.password }, rotation(), signal()),
+      );
+      assert.equal(await server.canLogin(p), true, "it still logs in with its own password");
     });
 
     void it("never lists or touches a login it did not make, after every other step", async () => {

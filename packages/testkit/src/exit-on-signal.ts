@@ -4,6 +4,7 @@
 
 const CODES = { SIGTERM: 143, SIGINT: 130, SIGHUP: 129 } as const;
 let installed = false;
+let withdrawn = false;
 
 /**
  * Makes SIGTERM, SIGINT and SIGHUP end this process through `process.exit` (once; idempotent),
@@ -14,5 +15,18 @@ export function exitOnSignal(): void {
   if (installed) return;
   installed = true;
   for (const [signal, code] of Object.entries(CODES))
-    process.once(signal, () => setImmediate(() => process.exit(code)));
+    process.once(signal, () =>
+      setImmediate(() => {
+        if (!withdrawn) process.exit(code);
+      }),
+    );
+}
+
+/**
+ * For a process that ends itself on a signal after an orderly stop of its own (a demonstration that
+ * stops its mesh, then its servers): the testkit no longer exits on SIGTERM, SIGINT or SIGHUP. Its
+ * servers are still stopped when the process exits.
+ */
+export function stopOnSignalsYourself(): void {
+  withdrawn = true;
 }

@@ -33,6 +33,12 @@ export interface MariadbServer {
    * @throws when `name` is not a plain lowercase name, or the server refuses.
    */
   createAdmin(name?: string): Promise<string>;
+  /**
+   * Whether `login` logs in with `password`: false when the server refuses it (a wrong password,
+   * no such account, a locked one), true when it gets in.
+   * @throws anything else (the server away), so a test never reads a broken server as a refused login.
+   */
+  canLogin(login: string, password: string): Promise<boolean>;
   /** Stops the server (data kept) so that clients see it down. Idempotent. */
   halt(): Promise<void>;
   /** Starts it again on the same port with the same data, and waits until it answers. */
@@ -40,6 +46,9 @@ export interface MariadbServer {
   /** Stops the server and removes its files. Idempotent. */
   stop(): Promise<void>;
 }
+
+/** MariaDB's answers to a login it does not let in: a bad password or account (1045), a locked account (4151). */
+const LOGIN_REFUSED = new Set([1045, 4151]);
 
 /** Where to find the binaries and how long to wait; every field has a sensible default. */
 export interface MariadbOptions {
@@ -312,6 +321,23 @@ export async function startMariadb(options: MariadbOptions = {}): Promise<Mariad
         await conn.end();
       }
       return `mysql://${name}:${password}@${host}:${port}`;
+    },
+    async canLogin(login: string, password: string): Promise<boolean> {
+      try {
+        const conn = await mysql.createConnection({
+          host,
+          port,
+          user: login,
+          password,
+          connectTimeout: 10_000,
+        });
+        await conn.end();
+        return true;
+      } catch (err) {
+        const errno = (err as { errno?: unknown } | null)?.errno;
+        if (typeof errno === "number" && LOGIN_REFUSED.has(errno)) return false;
+        throw err;
+      }
     },
     halt,
     async resume() {

@@ -34,6 +34,13 @@ export interface PostgresServer {
     values?: readonly unknown[],
     database?: string,
   ): Promise<R[]>;
+  /**
+   * Whether `login` logs in with `password` (to `database`, default `postgres`): false when the
+   * server refuses the login or its password, true when it gets in.
+   * @throws anything else (the server away, a database that is not there), so a test never reads a
+   * broken server as a refused login.
+   */
+  canLogin(login: string, password: string, database?: string): Promise<boolean>;
   /** Stops the server and keeps its data, for tests of a backend that goes away and comes back. */
   halt(): Promise<void>;
   /** Starts a halted server again on the same port with the same data. */
@@ -275,6 +282,21 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     logFile,
     superuserUrl,
     query,
+    async canLogin(login: string, password: string, database = "postgres"): Promise<boolean> {
+      const client = new pg.Client({ host: "127.0.0.1", port, user: login, password, database });
+      client.on("error", () => {});
+      try {
+        await client.connect();
+        return true;
+      } catch (err) {
+        // 28P01: wrong password or no such role; 28000: a role that may not log in (NOLOGIN).
+        const code = (err as { code?: unknown }).code;
+        if (code === "28P01" || code === "28000") return false;
+        throw err;
+      } finally {
+        await client.end().catch(() => {});
+      }
+    },
     async createAdmin(name: string): Promise<string> {
       const adminPassword = randomBytes(18).toString("base64url");
       await query(

@@ -1,14 +1,26 @@
 import type { Logger } from "@mesh/sdk";
 
-/** A logger that keeps what it is told, for tests that check what was said. */
-export function recordingLogger(): Logger & { lines: { level: string; message: string }[] } {
-  const lines: { level: string; message: string }[] = [];
-  return {
-    lines,
-    info: (message) => lines.push({ level: "info", message }),
-    warn: (message) => lines.push({ level: "warn", message }),
-    error: (message) => lines.push({ level: "error", message }),
+/** One thing a logger was told, and at which level. */
+export interface SaidLine {
+  readonly level: "info" | "warn" | "error";
+  readonly message: string;
+}
+
+/** A logger that keeps what it is told: `lines` as text (`"warn: …"`), `said` as level and message. */
+export interface RecordingLogger extends Logger {
+  readonly lines: string[];
+  readonly said: SaidLine[];
+}
+
+/** A logger that keeps what it is told, for tests that check what was (and was not) said. */
+export function recordingLogger(): RecordingLogger {
+  const lines: string[] = [];
+  const said: SaidLine[] = [];
+  const keep = (level: SaidLine["level"]) => (message: string) => {
+    lines.push(`${level}: ${message}`);
+    said.push({ level, message });
   };
+  return { lines, said, info: keep("info"), warn: keep("warn"), error: keep("error") };
 }
 
 /** A logger that says nothing. */

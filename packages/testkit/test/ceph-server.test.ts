@@ -5,7 +5,8 @@ import { access, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { CephNotFoundError, startCeph } from "@mesh/testkit";
+import { startCeph } from "@mesh/testkit";
+import { CephNotFoundError } from "../src/ceph-server.ts";
 
 describe("startCeph", () => {
   it("serves a RADOS Gateway on a free loopback port, with an admin key, and removes everything when stopped", async () => {

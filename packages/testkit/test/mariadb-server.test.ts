@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import mysql from "mysql2/promise";
-import { MariadbNotFoundError, startMariadb, type MariadbServer } from "@mesh/testkit";
+import { startMariadb, type MariadbServer } from "@mesh/testkit";
+import { MariadbNotFoundError } from "../src/mariadb-server.ts";
 
 function withPassword(url: string, password: string): string {
   const u = new URL(url);

@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, describe, it } from "node:test";
 import { promisify } from "node:util";
-import { startRedis, RedisNotFoundError, type RedisServer } from "@mesh/testkit";
+import { startRedis, type RedisServer } from "@mesh/testkit";
+import { RedisNotFoundError } from "../src/redis-server.ts";
 
 const run = promisify(execFile);
 

@@ -11,24 +11,20 @@ import {
   isNetworkError,
   LOGIN_PATTERN,
   NotMadeHereError,
+  parseJsonOrUndefined,
+  readMinted,
+  readRotation,
   ValueRefusedError,
 } from "@mesh/sdk";
 import type { BatchedAdapter, Deleted, FailureClass, InventoryEntry, Provision, Retired } from "@mesh/sdk";
+import type { RotationMark } from "@mesh/sdk";
 import {
   MARKS_SCHEMA,
   resolveMariadbConfig,
   type MariadbAdapterConfig,
+  type MariadbPool,
   type ResolvedMariadbConfig,
 } from "./config.ts";
-
-/**
- * The subset of a mysql2 promise pool the adapter uses. Typed here so a test or a benchmark can
- * wrap the real one (to count queries) and so the vendor stays replaceable.
- */
-export interface MariadbPool {
-  query(sql: string, values?: unknown): Promise<[unknown, unknown]>;
-  end(): Promise<void>;
-}
 
 /** Databases no consumer may be given: the server's own, and the one holding the marks. */
 export const RESERVED_DATABASES: ReadonlySet<string> = new Set([
@@ -104,6 +100,7 @@ const REFUSED_ERRNOS = new Set([1044, 1142, 1227, 1396, 1410]);
 const ER_NO_SUCH_TABLE = 1146;
 const ER_BAD_DB_ERROR = 1049;
 const ER_NO_SUCH_THREAD = 1094;
+const ER_BAD_FIELD_ERROR = 1054;
 
 /** A row of the marks table as read back. */
 interface MarkRow {
@@ -113,6 +110,10 @@ interface MarkRow {
   state: "active" | "retired";
   retired_at: string | null;
   why: string | null;
+  /** The rotation under way, as JSON (a `RotationMark`); null when none. */
+  rotation: string | null;
+  /** ISO 8601: when the password applied was minted (`Provision.minted`); null when not known. */
+  minted: string | null;
 }
 
 /** What the server says about one consumer, gathered in a constant number of queries for many. */
@@ -139,6 +140,13 @@ interface UserPriv {
   auth_or?: unknown;
 }
 
+/** Whether `auth_or` lists one method only, the user's own (an empty object), as MariaDB leaves it. */
+function isOneMethod(or: unknown): boolean {
+  if (!Array.isArray(or) || or.length !== 1) return false;
+  const [only] = or as unknown[];
+  return typeof only === "object" && only !== null && Object.keys(only).length === 0;
+}
+
 function parsePriv(raw: unknown): UserPriv {
   // mysql2 hands the column over already parsed when the server marks it JSON, as a string if not.
   if (typeof raw === "object" && raw !== null) return raw as UserPriv;
@@ -153,6 +161,12 @@ function parsePriv(raw: unknown): UserPriv {
 /** ISO-free UTC text MariaDB's DATETIME(3) takes; independent of the server's time zone. */
 function toSqlTime(at: Date): string {
   return at.toISOString().replace("T", " ").replace("Z", "");
+}
+
+/** A row's mint time for its inventory entry: only an active one's, and only an ISO 8601 date. */
+function mintedOf(row: MarkRow): { minted?: string } {
+  const minted = row.state === "active" ? readMinted(row.minted) : undefined;
+  return minted === undefined ? {} : { minted };
 }
 
 function fromSqlTime(text: string | null): Date | undefined {
@@ -186,7 +200,7 @@ export class MariadbAdapter implements BatchedAdapter {
 
   // ---- SQL plumbing ----
 
-  async #run(sql: string, values: SqlValue[] = [], secret?: string): Promise<unknown> {
+  async #run(sql: string, values: SqlValue[] = [], secret?: string | readonly string[]): Promise<unknown> {
     const text = mysql.format(sql, values);
     try {
       const [result] = await this.#pool.query(text);
@@ -196,7 +210,9 @@ export class MariadbAdapter implements BatchedAdapter {
         // A statement carrying a password hash is not repeated in the error (a parse error quotes it).
         const e = err as MysqlishError;
         e.sql = "(statement withheld: it carries a password hash)";
-        e.message = e.message.split(secret).join("*<hash>");
+        for (const hash of typeof secret === "string" ? [secret] : secret) {
+          e.message = e.message.split(hash).join("*<hash>");
+        }
       }
       if (errnoOf(err) === ER_NO_SUCH_TABLE || errnoOf(err) === ER_BAD_DB_ERROR) this.#marksReady = undefined;
       throw err;
@@ -209,14 +225,21 @@ export class MariadbAdapter implements BatchedAdapter {
 
   /** Rows of the marks table, or none when it was never made (nothing was ever created here). */
   async #markRows(where: string, values: SqlValue[]): Promise<MarkRow[]> {
-    try {
-      return await this.#rows<MarkRow>(
-        `SELECT login, instance, db, state, retired_at, why FROM ${this.#marks} WHERE ${where}`,
+    const select = () =>
+      this.#rows<MarkRow>(
+        `SELECT login, instance, db, state, retired_at, why, rotation, minted FROM ${this.#marks} WHERE ${where}`,
         values,
       );
+    try {
+      return await select();
     } catch (err) {
       if (errnoOf(err) === ER_NO_SUCH_TABLE || errnoOf(err) === ER_BAD_DB_ERROR) return [];
-      throw err;
+      // A marks table made before rotations or mint times were recorded gains its columns, then is
+      // read again.
+      if (errnoOf(err) !== ER_BAD_FIELD_ERROR) throw err;
+      this.#marksReady = undefined;
+      await this.#ensureMarks();
+      return select();
     }
   }
 
@@ -236,6 +259,10 @@ export class MariadbAdapter implements BatchedAdapter {
           "KEY by_instance (instance)" +
           ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
       );
+      // The rotation under way (phase and times, never a password); added to a table made before.
+      await this.#run(`ALTER TABLE ${this.#marks} ADD COLUMN IF NOT EXISTS rotation TEXT NULL`);
+      // When the password applied was minted (never the password); added to a table made before.
+      await this.#run(`ALTER TABLE ${this.#marks} ADD COLUMN IF NOT EXISTS minted TEXT NULL`);
     })().catch((err: unknown) => {
       this.#marksReady = undefined;
       throw err;
@@ -317,13 +344,35 @@ export class MariadbAdapter implements BatchedAdapter {
     return (
       user.plugin === "mysql_native_password" &&
       user.authentication_string === hash &&
-      user.auth_or === undefined &&
+      // A user altered back to one password from two keeps `auth_or: [{}]`: one method, the first.
+      (user.auth_or === undefined || isOneMethod(user.auth_or)) &&
       // 0 means "expired": the consumer could log in but do nothing until it changes the password.
       user.password_last_changed !== 0
     );
   }
 
-  #holdsFrom(f: Facts, db: string, hash: string): boolean {
+  /** Whether the user logs in with exactly `hash` and `oldHash` (`IDENTIFIED VIA … OR …`), nothing else. */
+  #passwordsExact(user: UserPriv, hash: string, oldHash: string): boolean {
+    const or = user.auth_or;
+    if (!Array.isArray(or) || or.length !== 2) return false;
+    const [first, second] = or as unknown[];
+    const isEmpty = typeof first === "object" && first !== null && Object.keys(first).length === 0;
+    const old = (typeof second === "object" && second !== null ? second : {}) as UserPriv;
+    return (
+      user.plugin === "mysql_native_password" &&
+      user.authentication_string === hash &&
+      isEmpty &&
+      old.plugin === "mysql_native_password" &&
+      old.authentication_string === oldHash &&
+      user.password_last_changed !== 0
+    );
+  }
+
+  /**
+   * Whether the server holds the consumer as asked: with `hash` alone and a mark recording no
+   * rotation, or, with `oldHash`, with both (a rotation overlapping).
+   */
+  #holdsFrom(f: Facts, db: string, hash: string, oldHash?: string): boolean {
     const { mark, user } = f;
     return (
       mark !== undefined &&
@@ -332,7 +381,9 @@ export class MariadbAdapter implements BatchedAdapter {
       mark.db === db &&
       user !== undefined &&
       user.account_locked !== true &&
-      this.#passwordExact(user, hash) &&
+      (oldHash === undefined
+        ? this.#passwordExact(user, hash) && (mark.rotation ?? null) === null
+        : this.#passwordsExact(user, hash, oldHash)) &&
       f.schemaExists(db) &&
       this.#grantState(f, db) === "exact"
     );
@@ -384,15 +435,23 @@ export class MariadbAdapter implements BatchedAdapter {
     signal.throwIfAborted();
     const f = (await this.#facts([login], [db])).get(login)!;
     this.#assertMine(login, db, f);
-    if (this.#holdsFrom(f, db, hash)) return;
+    const minted = p.minted ?? null;
+    if (this.#holdsFrom(f, db, hash) && f.mark?.minted === minted) return;
 
     const user: SqlValue[] = [login, "%"];
     const comingBack = f.mark?.state === "retired";
+    // The mint time goes in before the password: a kill between leaves a mark no older than what
+    // the server holds, so an older password is never put back over it.
     if (f.mark === undefined) {
-      await this.#run(`INSERT INTO ${this.#marks} (login, instance, db, state) VALUES (?, ?, ?, 'active')`, [
+      await this.#run(
+        `INSERT INTO ${this.#marks} (login, instance, db, state, minted) VALUES (?, ?, ?, 'active', ?)`,
+        [login, this.#config.instance, db, minted],
+      );
+    } else if (f.mark.minted !== minted) {
+      await this.#run(`UPDATE ${this.#marks} SET minted = ? WHERE login = ? AND instance = ?`, [
+        minted,
         login,
         this.#config.instance,
-        db,
       ]);
     }
     signal.throwIfAborted();
@@ -417,12 +476,69 @@ export class MariadbAdapter implements BatchedAdapter {
     if (!userRight && (f.user !== undefined || comingBack)) {
       await this.#run("ALTER USER ?@? IDENTIFIED BY PASSWORD ? ACCOUNT UNLOCK", [...user, hash], hash);
     }
-    if (comingBack) {
+    if (comingBack || (f.mark?.rotation ?? null) !== null) {
+      // After the password: a kill before this leaves the rotation recorded, and the next pass ends it.
       await this.#run(
-        `UPDATE ${this.#marks} SET state = 'active', retired_at = NULL, why = NULL WHERE login = ? AND instance = ?`,
+        `UPDATE ${this.#marks} SET state = 'active', retired_at = NULL, why = NULL, rotation = NULL WHERE login = ? AND instance = ?`,
         [login, this.#config.instance],
       );
     }
+  }
+
+  /**
+   * Makes the new password valid beside the one being retired (`IDENTIFIED VIA
+   * mysql_native_password USING … OR mysql_native_password USING …`, both as hashes), with the
+   * database and grants as `create` makes them, and records the rotation in the mark: first as
+   * `add`, then as asked once both log in, so a kill between leaves a mark the next pass finishes.
+   * @throws as `create` does.
+   */
+  async overlap(
+    p: Provision & { readonly retiring: string },
+    rotation: RotationMark,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const login = p.as;
+    const db = databaseFor(login, p.values);
+    const hash = nativePasswordHash(p.password);
+    const oldHash = nativePasswordHash(p.retiring);
+    signal.throwIfAborted();
+    await this.#ensureMarks();
+    let f = (await this.#facts([login], [db])).get(login)!;
+    this.#assertMine(login, db, f);
+    if (f.mark?.state !== "active" || f.user === undefined) {
+      // Nothing of the old password to keep: made as create makes it, then overlapped.
+      await this.create({ ...p, retiring: undefined }, signal);
+      f = (await this.#facts([login], [db])).get(login)!;
+    }
+    const recorded = JSON.stringify(rotation);
+    const minted = p.minted ?? null;
+    const marked = f.mark?.rotation === recorded && f.mark.minted === minted;
+    if (this.#holdsFrom(f, db, hash, oldHash) && marked) return;
+    signal.throwIfAborted();
+    const mark = `UPDATE ${this.#marks} SET rotation = ?, minted = ? WHERE login = ? AND instance = ?`;
+    if (!marked) {
+      await this.#run(mark, [
+        JSON.stringify({ ...rotation, phase: "add" }),
+        minted,
+        login,
+        this.#config.instance,
+      ]);
+    }
+    const user: SqlValue[] = [login, "%"];
+    if (!f.schemaExists(db)) await this.#run("CREATE DATABASE IF NOT EXISTS ?? CHARACTER SET utf8mb4", [db]);
+    const grants = this.#grantState(f, db);
+    if (grants === "extra") await this.#run("REVOKE ALL PRIVILEGES, GRANT OPTION FROM ?@?", user);
+    if (grants !== "exact") {
+      await this.#run(`GRANT ALL PRIVILEGES ON ${mysql.escapeId(grantPattern(db))}.* TO ?@?`, user);
+    }
+    if (f.user?.account_locked === true || !this.#passwordsExact(f.user!, hash, oldHash)) {
+      await this.#run(
+        "ALTER USER ?@? IDENTIFIED VIA mysql_native_password USING ? OR mysql_native_password USING ? ACCOUNT UNLOCK",
+        [...user, hash, oldHash],
+        [hash, oldHash],
+      );
+    }
+    await this.#run(mark, [recorded, minted, login, this.#config.instance]);
   }
 
   /**
@@ -431,10 +547,15 @@ export class MariadbAdapter implements BatchedAdapter {
    */
   async holdsMany(ps: readonly Provision[], signal: AbortSignal): Promise<Map<string, boolean | Error>> {
     const answers = new Map<string, boolean | Error>();
-    const asked: { login: string; db: string; hash: string }[] = [];
+    const asked: { login: string; db: string; hash: string; oldHash: string | undefined }[] = [];
     for (const p of ps) {
       try {
-        asked.push({ login: p.as, db: databaseFor(p.as, p.values), hash: nativePasswordHash(p.password) });
+        asked.push({
+          login: p.as,
+          db: databaseFor(p.as, p.values),
+          hash: nativePasswordHash(p.password),
+          oldHash: p.retiring === undefined ? undefined : nativePasswordHash(p.retiring),
+        });
       } catch (err) {
         answers.set(p.as, err instanceof Error ? err : new Error(String(err)));
       }
@@ -444,11 +565,25 @@ export class MariadbAdapter implements BatchedAdapter {
       asked.map((a) => a.login),
       asked.map((a) => a.db),
     );
-    for (const { login, db, hash } of asked) {
+    for (const { login, db, hash, oldHash } of asked) {
       const f = facts.get(login);
-      answers.set(login, f !== undefined && this.#holdsFrom(f, db, hash));
+      answers.set(login, f !== undefined && this.#holdsFrom(f, db, hash, oldHash));
     }
     return answers;
+  }
+
+  /**
+   * Which of these logins have a session open now: one query of `information_schema.PROCESSLIST`
+   * grouped by USER (the admin's PROCESS right shows every session), sampled at each verify pass.
+   * The adapter never logs in as a consumer, so nothing of its own is counted. Read-only.
+   */
+  async seenConnected(logins: readonly string[], signal: AbortSignal): Promise<ReadonlySet<string>> {
+    signal.throwIfAborted();
+    const asked = new Set(logins);
+    const rows = await this.#rows<{ login: string }>(
+      "SELECT USER AS login FROM information_schema.PROCESSLIST GROUP BY USER",
+    );
+    return new Set(rows.map((r) => String(r.login)).filter((login) => asked.has(login)));
   }
 
   /**
@@ -466,24 +601,41 @@ export class MariadbAdapter implements BatchedAdapter {
     await this.#run("ALTER USER IF EXISTS ?@? ACCOUNT LOCK", [login, "%"]);
     await this.#endSessions(login);
     await this.#run(
-      `UPDATE ${this.#marks} SET state = 'retired', retired_at = ?, why = ? WHERE login = ? AND instance = ?`,
+      `UPDATE ${this.#marks} SET state = 'retired', retired_at = ?, why = ?, minted = NULL WHERE login = ? AND instance = ?`,
       [toSqlTime(at), why, login, this.#config.instance],
     );
   }
 
+  /**
+   * Ends every open session of `login` (`KILL CONNECTION` of each in the process list), after
+   * `mesh rotate --now` replaced its password. Counts those ended.
+   * @throws NotMadeHereError when this instance did not make `login`.
+   */
+  async endSessions(login: string): Promise<number> {
+    const [mark] = await this.#markRows("login = ?", [login]);
+    if (mark === undefined || mark.instance !== this.#config.instance) {
+      const madeBy = mark ? `it was made by provider instance ${mark.instance}` : "it carries no mesh mark";
+      throw this.#notMadeHere(login, `user ${login}`, madeBy);
+    }
+    return this.#endSessions(login);
+  }
+
   /** Ends every open session of `login`; a locked account keeps those it already had. */
-  async #endSessions(login: string): Promise<void> {
+  async #endSessions(login: string): Promise<number> {
     const sessions = await this.#rows<{ id: number }>(
       "SELECT ID AS id FROM information_schema.PROCESSLIST WHERE USER = ?",
       [login],
     );
+    let ended = 0;
     for (const { id } of sessions) {
       try {
         await this.#run("KILL CONNECTION ?", [Number(id)]);
+        ended++;
       } catch (err) {
         if (errnoOf(err) !== ER_NO_SUCH_THREAD) throw err; // it ended by itself meanwhile
       }
     }
+    return ended;
   }
 
   /** Active and retired consumers of this instance, from its marks. Users it did not make never appear. */
@@ -495,6 +647,10 @@ export class MariadbAdapter implements BatchedAdapter {
       derived: { database: row.db },
       retiredAt: fromSqlTime(row.retired_at),
       why: row.why ?? undefined,
+      ...(row.rotation === null || row.rotation === undefined
+        ? {}
+        : { rotation: readRotation(parseJsonOrUndefined(row.rotation)) }),
+      ...mintedOf(row),
     }));
   }
 

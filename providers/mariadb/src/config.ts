@@ -3,7 +3,15 @@
 
 import { checkAdminSettings, positiveSetting } from "@mesh/sdk";
 import type { AdminSettings, AdminUrlRules, CheckedAdminSettings } from "@mesh/sdk";
-import type { MariadbPool } from "./adapter.ts";
+
+/**
+ * The subset of a mysql2 promise pool the adapter uses, beside the setting that may wrap it: a test
+ * or a benchmark wraps the real one (to count queries), and the vendor stays replaceable.
+ */
+export interface MariadbPool {
+  query(sql: string, values?: unknown): Promise<[unknown, unknown]>;
+  end(): Promise<void>;
+}
 
 /** How the MariaDB admin URL looks; checked by the sdk's `parseAdminUrl`. */
 export const MARIADB_ADMIN_URL: AdminUrlRules = {

@@ -13,8 +13,8 @@ import { defineProvider } from "@mesh/sdk";
 import { createMariadbAdapter } from "./adapter.ts";
 import { MARIADB_ADMIN_URL } from "./config.ts";
 
-export * from "./adapter.ts";
-export * from "./config.ts";
+export { createMariadbAdapter, grantPattern, MariadbAdapter, nativePasswordHash } from "./adapter.ts";
+export { MARKS_SCHEMA, type MariadbAdapterConfig, type MariadbPool } from "./config.ts";
 
 /** How `mesh provider mariadb` finds and starts this provider. */
 export const provider = defineProvider("mariadb", "mysql-database", MARIADB_ADMIN_URL, createMariadbAdapter);

@@ -11,11 +11,10 @@ import {
   type GuardedAdapter,
   type Provision,
 } from "@mesh/sdk";
-import { startMariadb, type MariadbServer } from "@mesh/testkit";
+import { startMariadb, type MariadbServer, quietLogger } from "@mesh/testkit";
 import { createMariadbAdapter, MARKS_SCHEMA, nativePasswordHash, type MariadbPool } from "../src/index.ts";
-import { canLoginAs, connectAs, HOSTILE_VALUES } from "./conformance-target.ts";
+import { connectAs, HOSTILE_VALUES } from "./conformance-target.ts";
 
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 const never = new AbortController().signal;
 
 function provision(as: string, password: string, values: Record<string, unknown> = {}): Provision {
@@ -51,7 +50,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
       createMariadbAdapter({
         adminUrl,
         instance,
-        logger: quiet,
+        logger: quietLogger,
         wrapPool: (pool) => {
           const recording = new RecordingPool(pool);
           record?.(recording);
@@ -145,8 +144,8 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
       const p = provision(`odd_pw_${i}`, password);
       await a.create(p, never);
       assert.equal(await a.holds(p, never), true, password);
-      assert.equal(await canLoginAs(server, p.as, password), true, password);
-      assert.equal(await canLoginAs(server, p.as, `${password}x`), false);
+      assert.equal(await server.canLogin(p.as, password), true, password);
+      assert.equal(await server.canLogin(p.as, `${password}x`), false);
     }
   });
 
@@ -186,10 +185,10 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
     await a.create(p, never);
     await sql("ALTER USER 'drift_pw'@'%' IDENTIFIED BY 'by-hand'");
     assert.equal((await a.holdsMany([p], never)).get("drift_pw"), false);
-    assert.equal(await canLoginAs(server, "drift_pw", "the-minted-one"), false);
+    assert.equal(await server.canLogin("drift_pw", "the-minted-one"), false);
     await a.create(p, never);
     assert.equal((await a.holdsMany([p], never)).get("drift_pw"), true);
-    assert.equal(await canLoginAs(server, "drift_pw", "the-minted-one"), true);
+    assert.equal(await server.canLogin("drift_pw", "the-minted-one"), true);
   });
 
   void it("finds extra rights, a lost grant or an expired password not held, and create repairs each", async () => {
@@ -211,7 +210,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
       await a.create(p, never);
       assert.equal(await a.holds(p, never), true, drift);
     }
-    assert.equal(await canLoginAs(server, p.as, p.password), true);
+    assert.equal(await server.canLogin(p.as, p.password), true);
   });
 
   void it("sends no write when create finds everything as it should be", async () => {
@@ -258,7 +257,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
     await a.retire("retiree", {}, "no longer asked for", at);
     await assert.rejects(session.query("SELECT 1"));
     session.destroy();
-    assert.equal(await canLoginAs(server, "retiree", "pw-retiree"), false);
+    assert.equal(await server.canLogin("retiree", "pw-retiree"), false);
     assert.equal(await a.holds(p, never), false);
     const entry = (await a.inventory()).find((e) => e.as === "retiree");
     assert.deepEqual(entry, {
@@ -278,6 +277,42 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
     const [rows] = await back.query<mysql.RowDataPacket[]>("SELECT v FROM kept");
     await back.end();
     assert.equal(rows[0]?.v, "still here");
+  });
+
+  void it("records the mint time of the password applied in the mark, and reads a mark without one as unknown", async () => {
+    const a = adapter();
+    const minted = "2026-03-04T05:06:07.089Z";
+    const p = { ...provision("minted_one", "pw-minted"), minted };
+    const entryOf = async (login: string) => (await a.inventory()).find((e) => e.as === login);
+    await a.create(p, never);
+    assert.equal((await entryOf("minted_one"))?.minted, minted);
+    // The same password minted later (as a mesh restored and rotated would ask): the mark follows.
+    const later = "2026-05-06T07:08:09.000Z";
+    await a.create({ ...p, minted: later }, never);
+    assert.equal((await entryOf("minted_one"))?.minted, later);
+    assert.equal(await a.holds(p, never), true);
+
+    // A consumer made by a mesh of before mint times records none.
+    await a.create(provision("minted_none", "pw-none"), never);
+    const none = await entryOf("minted_none");
+    assert.equal(none?.state, "active");
+    assert.equal(none?.minted, undefined);
+    assert.equal("minted" in none!, false);
+
+    // A mark whose mint time is not a date reads as unknown; a retired one's is never given.
+    await sql(`UPDATE ${MARKS_SCHEMA}.marks SET minted = 'not a date' WHERE login = ?`, ["minted_none"]);
+    assert.equal((await entryOf("minted_none"))?.minted, undefined);
+    await a.retire("minted_one", {}, "no longer asked for", new Date("2030-01-01T00:00:00Z"));
+    assert.equal((await entryOf("minted_one"))?.minted, undefined);
+
+    // A marks table made before mint times were recorded is read as it was, and gains the column.
+    await sql(`ALTER TABLE ${MARKS_SCHEMA}.marks DROP COLUMN minted`);
+    const old = adapter();
+    const before = (await old.inventory()).find((e) => e.as === "minted_none");
+    assert.equal(before?.state, "active");
+    assert.equal(before?.minted, undefined);
+    await old.create({ ...provision("minted_none", "pw-none"), minted }, never);
+    assert.equal((await old.inventory()).find((e) => e.as === "minted_none")?.minted, minted);
   });
 
   void it("deletes only a retired consumer, and reports the bytes its tables held", async () => {
@@ -323,7 +358,7 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
       await sql("SELECT Host, Priv FROM mysql.global_priv WHERE User LIKE 'by\\_hand%' ORDER BY User"),
       before,
     );
-    assert.equal(await canLoginAs(server, "by_hand", "their-own"), true);
+    assert.equal(await server.canLogin("by_hand", "their-own"), true);
     assert.equal(
       (await a.inventory()).some((e) => e.as.startsWith("by_hand")),
       false,
@@ -384,11 +419,11 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
         const cutting = adapter("test", (pl) => (pool = pl));
         pool!.failAt = cut;
         await cutting.create(p, never).catch(() => {});
-        assert.equal(await canLoginAs(server, login, "wrong"), false);
+        assert.equal(await server.canLogin(login, "wrong"), false);
         const again = adapter();
         await again.create(p, never);
         assert.equal(await again.holds(p, never), true, `${login}: cut at statement ${cut}`);
-        assert.equal(await canLoginAs(server, login, p.password), true);
+        assert.equal(await server.canLogin(login, p.password), true);
         assert.equal((await again.inventory()).find((e) => e.as === login)?.state, "active");
         await cutting.close();
         await again.close();
@@ -420,14 +455,31 @@ void describe("the MariaDB adapter", { timeout: 300_000 }, () => {
     }
     assert.equal(await a.holds(p, never), true);
     await a.create(provision("after_outage", "pw"), never);
-    assert.equal(await canLoginAs(server, "after_outage", "pw"), true);
+    assert.equal(await server.canLogin("after_outage", "pw"), true);
+  });
+
+  void it("sees a consumer connected while its app holds a session, and never one that did not connect", async () => {
+    const a = adapter();
+    const app = provision("seen_app", "app-pw");
+    const idle = provision("seen_idle", "idle-pw");
+    await a.create(app, never);
+    await a.create(idle, never);
+    assert.equal(a.seesSessions, true);
+    assert.deepEqual([...(await a.seenConnected(["seen_app", "seen_idle"], never))], []);
+    const conn = await connectAs(server, "seen_app", "app-pw");
+    try {
+      // Only what was asked about is answered: the admin's own sessions are never in it.
+      assert.deepEqual([...(await a.seenConnected(["seen_app", "seen_idle"], never))], ["seen_app"]);
+    } finally {
+      await conn.end();
+    }
   });
 
   void it("says a wrong admin password is rejected credentials", async () => {
     const url = new URL(adminUrl);
     url.password = "wrong";
     const a = guardAdapter(
-      createMariadbAdapter({ adminUrl: url.toString(), instance: "test", logger: quiet }),
+      createMariadbAdapter({ adminUrl: url.toString(), instance: "test", logger: quietLogger }),
       {
         instance: "test",
       },

@@ -18,7 +18,7 @@
 // key stops working.
 
 import { readFile } from "node:fs/promises";
-import { writeFileAtomic } from "@mesh/bus";
+import { writeFileAtomic } from "@mesh/bus/files";
 import { AdminLoginRefusedError, BackendUnreachableError, classifyBackendFailure } from "@mesh/sdk";
 import { consoleLogger, findInChain, forEachLimited, isValidLogin, type Logger } from "@mesh/sdk";
 import { NotMadeHereError, NotRetiredError, refuseUnlisted, ValueRefusedError } from "@mesh/sdk";
@@ -186,7 +186,7 @@ export class OidcClientAdapter implements Adapter {
     const login = p.as;
     const settings = settingsOf(p);
     await this.ensureScopes(login, settings.scopes, signal);
-    const mark: ConsumerMark = { state: "active", derived: p.derived };
+    const mark: ConsumerMark = { state: "active", derived: p.derived, minted: p.minted };
     // Glewlwyd on SQLite refuses a write now and then when writes overlap (500: "database is
     // locked"), and a refused POST may leave the client made without its properties: each attempt
     // reads the client again, so the next one repairs whatever the last one left.
@@ -203,6 +203,7 @@ export class OidcClientAdapter implements Adapter {
           isConfigured(existing, settings) &&
           recorded?.state === "active" &&
           JSON.stringify(recorded.derived) === JSON.stringify(p.derived) &&
+          recorded.minted === p.minted &&
           (await this.secretWorks(login, p.password, signal));
         if (inPlace) return;
         signal.throwIfAborted();

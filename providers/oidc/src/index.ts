@@ -21,30 +21,13 @@ import { createOidcAdapter } from "./adapter.ts";
 import { ADMIN_URL_RULES, KEY_FILE_ENV, PLUGIN_ENV } from "./config.ts";
 
 export {
-  classifyOidcError,
   createOidcAdapter,
   fetchHttpClient,
-  GlewlwydAdminLoginError,
-  GlewlwydAnswerError,
-  GlewlwydPluginError,
   OidcClientAdapter,
   ReadWriteLock,
   type HttpClient,
-  type HttpReply,
-  type HttpRequest,
 } from "./adapter.ts";
-export {
-  ADMIN_URL_ENV,
-  ADMIN_URL_RULES,
-  ALLOWED_SCOPES,
-  DEFAULT_VALUES,
-  GRANT_TYPES,
-  KEY_FILE_ENV,
-  PLUGIN_ENV,
-  resolveOidcConfig,
-  type OidcAdapterConfig,
-  type ResolvedOidcConfig,
-} from "./config.ts";
+export { DEFAULT_VALUES, resolveOidcConfig, type OidcAdapterConfig } from "./config.ts";
 
 /**
  * Where the admin API key is kept: MESH_OIDC_KEY_FILE when set, else in the module's home when the

@@ -15,18 +15,17 @@ import { guardAdapter, isRefusal, ValueRefusedError, type Provision } from "@mes
 import type { OidcAdapterConfig } from "../src/index.ts";
 import { freePort, recordingLogger, startGlewlwyd, type GlewlwydServer } from "@mesh/testkit";
 import {
-  ALLOWED_SCOPES,
   createOidcAdapter,
   fetchHttpClient,
-  GRANT_TYPES,
   keyFileOf,
   OidcClientAdapter,
   provider,
   ReadWriteLock,
   resolveOidcConfig,
   type HttpClient,
-  type HttpRequest,
 } from "../src/index.ts";
+import { ALLOWED_SCOPES, GRANT_TYPES } from "../src/config.ts";
+import { type HttpRequest } from "../src/adapter.ts";
 import { clientOf, getsToken, requestToken } from "./conformance-target.ts";
 
 const signal = new AbortController().signal;
@@ -352,7 +351,7 @@ void describe("oidc adapter", { timeout: 300_000 }, () => {
       "a refused key is made again",
     );
     assert.notEqual((await readFile(keyFile, "utf8")).trim(), "not-a-key-the-server-knows");
-    const said = lines.lines.map((l) => l.message).join("\n");
+    const said = lines.said.map((l) => l.message).join("\n");
     assert.ok(!said.includes(server.adminPassword), "the admin password is never said");
     assert.ok(!said.includes(key), "the key is never said");
   });
@@ -389,6 +388,6 @@ void describe("oidc adapter", { timeout: 300_000 }, () => {
     await adapter.retire(p.as, {}, "unasked", new Date());
     assert.deepEqual(await adapter.delete({ as: p.as, derived: {} }), { freedBytes: 0 });
     assert.equal(await clientOf(server, p.as), undefined);
-    assert.ok(logger.lines.some((l) => /keeps no data of its own, so 0 bytes were freed/.test(l.message)));
+    assert.ok(logger.said.some((l) => /keeps no data of its own, so 0 bytes were freed/.test(l.message)));
   });
 });

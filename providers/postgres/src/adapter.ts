@@ -12,7 +12,10 @@ import {
   isValidLogin,
   markEntry,
   NETWORK_ERROR_CODES,
+  readRotation,
+  secondLogin,
   NotMadeHereError,
+  readMinted,
   RefusalError,
   refuseUnlisted,
   ValueRefusedError,
@@ -25,6 +28,7 @@ import type {
   Logger,
   Provision,
   Retired,
+  RotationMark,
 } from "@mesh/sdk";
 import { resolvePostgresConfig, type PostgresAdapterConfig, type ResolvedPostgresConfig } from "./config.ts";
 import { scramVerifier, verifierMatches } from "./scram.ts";
@@ -66,13 +70,32 @@ export interface PostgresMark {
   /** ISO 8601; only on a retired one. */
   readonly retiredAt?: string | undefined;
   readonly why?: string | undefined;
+  /** The rotation under way; only on an active consumer's own role. */
+  readonly rotation?: RotationMark | undefined;
+  /**
+   * On a consumer's second login (see `secondLogin`): the consumer's own login, whose member it
+   * is. Such a role is never a consumer of its own: the inventory leaves it out.
+   */
+  readonly of?: string | undefined;
+  /** ISO 8601, only on an active one: when the password it holds was minted (never the password). */
+  readonly minted?: string | undefined;
 }
 
 /** The role comment that carries `mark`. */
 export function formatMark(mark: PostgresMark): string {
-  const { instance, database, state, retiredAt, why } = mark;
+  const { instance, database, state, retiredAt, why, rotation, of, minted } = mark;
+  if (of !== undefined) return JSON.stringify({ mesh: { instance, database, state: "active", of } });
   return JSON.stringify({
-    mesh: state === "retired" ? { instance, database, state, retiredAt, why } : { instance, database, state },
+    mesh:
+      state === "retired"
+        ? { instance, database, state, retiredAt, why }
+        : {
+            instance,
+            database,
+            state,
+            ...(rotation === undefined ? {} : { rotation }),
+            ...(minted === undefined ? {} : { minted }),
+          },
   });
 }
 
@@ -96,6 +119,9 @@ export function parseMark(comment: string | null | undefined): PostgresMark | un
     state: m["state"],
     retiredAt: typeof m["retiredAt"] === "string" ? m["retiredAt"] : undefined,
     why: typeof m["why"] === "string" ? m["why"] : undefined,
+    rotation: m["state"] === "active" ? readRotation(m["rotation"]) : undefined,
+    of: isValidLogin(m["of"]) ? m["of"] : undefined,
+    minted: m["state"] === "active" ? readMinted(m["minted"]) : undefined,
   };
 }
 
@@ -256,6 +282,11 @@ export class PostgresAdapter implements BatchedAdapter {
    * consumer, but between passes (see `holdsMany`), not inside one.
    */
   readonly verifyBatch = Infinity;
+  /**
+   * PostgreSQL holds one password per role, so a rotation alternates between the consumer's own
+   * login and its second (`secondLogin`), a member of it that acts as it.
+   */
+  readonly alternates = true;
   readonly #config: ResolvedPostgresConfig;
   /** Per login, the stored verifier last compared with the password, and the answer: PBKDF2 once per change. */
   readonly #compared = new Map<string, { verifier: string; password: string; matches: boolean }>();
@@ -499,15 +530,62 @@ export class PostgresAdapter implements BatchedAdapter {
    *   DatabaseStillOpenError; the server's own errors.
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
+    await this.#apply(p, undefined, undefined, signal);
+  }
+
+  /**
+   * Makes `p.password` log in on `p.login` (the consumer's own login or its second, see
+   * `secondLogin`) beside `p.retiring` on the other one, both owning nothing but acting as the
+   * consumer's own role, and records `rotation` in its mark: passwords and mark in one transaction,
+   * so the mark never says more than the server holds. Idempotent; `create` ends it.
+   * @throws as `create` does; NotMadeHereError when the second login exists but was not made here.
+   */
+  async overlap(
+    p: Provision & { readonly retiring: string },
+    rotation: RotationMark,
+    signal: AbortSignal,
+  ): Promise<void> {
+    await this.#apply(p, p.retiring, rotation, signal);
+  }
+
+  /**
+   * Whether no session is open any more on the login `p.retiring` lives on (the one that is not
+   * `p.login`), leaving out this provider's own checks: `pg_stat_activity` names every session's
+   * user. Read-only.
+   */
+  async drained(p: Provision & { readonly retiring: string }, _signal: AbortSignal): Promise<boolean> {
+    const slot = p.login ?? p.as;
+    const old = slot === p.as ? secondLogin(p.as) : p.as;
+    const { rows } = await this.#pool.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM pg_catalog.pg_stat_activity
+        WHERE usename = $1 AND application_name IS DISTINCT FROM $2`,
+      [old, `mesh-postgres:${this.#config.instance}`],
+    );
+    return Number(rows[0]?.n ?? 0) === 0;
+  }
+
+  async #apply(
+    p: Provision,
+    retiring: string | undefined,
+    rotation: RotationMark | undefined,
+    signal: AbortSignal,
+  ): Promise<void> {
     const login = refuseReserved(p.as);
+    const second = secondLogin(login);
+    const slot = p.login ?? login;
     const database = databaseFor(p);
     const extensions = extensionsFor(p);
     signal.throwIfAborted();
     const verifier = await scramVerifier(p.password);
+    const retiringVerifier = retiring === undefined ? undefined : await scramVerifier(retiring);
     const facts = await this.#adminFacts();
-    const role = (await this.#roles([login])).get(login);
+    const roles = await this.#roles([login, second]);
+    const role = roles.get(login);
     const mark = this.#ownMark(role);
-    if (role && (!mark || login === facts.user)) throw this.#foreign(role);
+    if (role && (!mark || mark.of !== undefined || login === facts.user)) throw this.#foreign(role);
+    const secondRole = roles.get(second);
+    const secondMark = this.#ownMark(secondRole);
+    if (secondRole && (secondMark?.of !== login || second === facts.user)) throw this.#foreign(secondRole);
     if (mark && mark.database !== database) {
       throw new DerivedChangedError(login, "database", mark.database, database);
     }
@@ -515,19 +593,39 @@ export class PostgresAdapter implements BatchedAdapter {
     if (existing && existing.owner !== login) throw this.#foreignDatabase(login, database, existing.owner);
     signal.throwIfAborted();
 
-    const active = formatMark({ instance: this.#config.instance, database, state: "active" });
+    const instance = this.#config.instance;
+    const active = formatMark({ instance, database, state: "active", rotation, minted: p.minted });
+    // Each login takes its password, or (the one that holds none now) cannot log in at all.
+    const passwordOf = (name: string): string | undefined => (name === slot ? verifier : retiringVerifier);
+    const loginClause = (name: string): string => {
+      const v = passwordOf(name);
+      return v === undefined ? "NOLOGIN PASSWORD NULL" : `LOGIN PASSWORD ${lit(v)} VALID UNTIL 'infinity'`;
+    };
     await this.#transaction(async (client) => {
       // The password goes as its SCRAM verifier: the plaintext never reaches the server or its log.
       await client.query(
         role
-          ? `ALTER ROLE ${id(login)} LOGIN PASSWORD ${lit(verifier)} VALID UNTIL 'infinity'`
-          : `CREATE ROLE ${id(login)} LOGIN PASSWORD ${lit(verifier)}`,
+          ? `ALTER ROLE ${id(login)} ${loginClause(login)}`
+          : `CREATE ROLE ${id(login)} ${loginClause(login)}`,
       );
       await client.query(`COMMENT ON ROLE ${id(login)} IS ${lit(active)}`);
+      if (secondRole || passwordOf(second) !== undefined) {
+        await client.query(
+          secondRole
+            ? `ALTER ROLE ${id(second)} ${loginClause(second)}`
+            : `CREATE ROLE ${id(second)} ${loginClause(second)}`,
+        );
+        // A member that acts as the consumer's own role from its first statement: whatever it
+        // makes belongs to the consumer, whichever of the two logins made it.
+        await client.query(`GRANT ${id(login)} TO ${id(second)}`);
+        await client.query(`ALTER ROLE ${id(second)} SET role = ${lit(login)}`);
+        const of = formatMark({ instance, database, state: "active", of: login });
+        await client.query(`COMMENT ON ROLE ${id(second)} IS ${lit(of)}`);
+      }
     });
-    // The verifier just stored is this password's: the next check need not run PBKDF2 for it.
-    this.#compared.set(login, { verifier, password: p.password, matches: true });
     this.#loginChecks.delete(login);
+    // The verifier just stored is this password's: the next check need not run PBKDF2 for it.
+    this.#compared.set(slot, { verifier, password: p.password, matches: true });
     signal.throwIfAborted();
 
     // One session for the membership and what needs it: under concurrent creates, a membership
@@ -609,54 +707,92 @@ export class PostgresAdapter implements BatchedAdapter {
       asked.map((a) => ({ login: a.p.as, database: a.database })),
       facts.readsAuthid,
     );
+    // The second logins, where a consumer has one: a constant two questions more for all of them.
+    const seconds = asked.map((a) => secondLogin(a.p.as));
+    const secondRoles = await this.#roles(seconds);
+    const secondVerifiers =
+      facts.readsAuthid && secondRoles.size > 0
+        ? await this.#storedVerifiers([...secondRoles.keys()])
+        : new Map<string, string | null>();
 
-    const logInto: { p: Provision; database: string }[] = [];
+    // Per consumer, each password that must log in, and on which login.
+    const toTry: { key: string; login: string; password: string; database: string }[] = [];
     for (const { p, database } of asked) {
       const row = rows.get(p.as);
       const role = row?.role;
       const mark = this.#ownMark(role);
       const db = row?.database;
+      const second = secondLogin(p.as);
+      const secondRole = secondRoles.get(second);
+      const secondIsOurs = secondRole !== undefined && this.#ownMark(secondRole)?.of === p.as;
+      const slot = p.login ?? p.as;
+      const other = slot === p.as ? second : p.as;
+      const roleOf = (name: string): RoleRow | undefined => (name === p.as ? role : secondRole);
+      const opens = (name: string): boolean => {
+        const r = roleOf(name);
+        return r !== undefined && r.canLogin && r.inDate && (name === p.as || secondIsOurs);
+      };
       const shaped =
         role !== undefined &&
         mark?.state === "active" &&
+        mark.of === undefined &&
         mark.database === database &&
-        role.canLogin &&
-        role.inDate &&
         (facts.superuser || row?.adminIsMember === true) &&
         db?.owner === p.as &&
-        !db.openToPublic;
-      if (!shaped) answers.set(p.as, false);
-      else if (row?.verifier !== undefined)
-        answers.set(p.as, await this.#verifierMatches(p.as, row.verifier, p.password));
-      else logInto.push({ p, database });
+        !db.openToPublic &&
+        opens(slot) &&
+        // While a rotation overlaps both log in; otherwise only the one that holds the password.
+        (p.retiring !== undefined ? opens(other) : roleOf(other)?.canLogin !== true);
+      if (!shaped) {
+        answers.set(p.as, false);
+        continue;
+      }
+      const pairs: [string, string][] = [[slot, p.password]];
+      if (p.retiring !== undefined) pairs.push([other, p.retiring]);
+      if (facts.readsAuthid) {
+        let all = true;
+        for (const [name, password] of pairs) {
+          const stored = name === p.as ? (row?.verifier ?? null) : (secondVerifiers.get(name) ?? null);
+          if (!(await this.#verifierMatches(name, stored, password))) all = false;
+        }
+        answers.set(p.as, all);
+      } else {
+        for (const [name, password] of pairs) toTry.push({ key: p.as, login: name, password, database });
+      }
     }
 
-    const stillToLog: { p: Provision; database: string }[] = [];
-    for (const item of logInto) {
-      const done = spread ? this.#loginChecks.get(item.p.as) : undefined;
-      if (done !== undefined && done.password === item.p.password) answers.set(item.p.as, done.ok);
-      else stillToLog.push(item);
+    const stillToLog: typeof toTry = [];
+    for (const item of toTry) {
+      const done = spread ? this.#loginChecks.get(item.login) : undefined;
+      if (done !== undefined && done.password === item.password) {
+        if (!done.ok) answers.set(item.key, false);
+        else if (!answers.has(item.key)) answers.set(item.key, true);
+      } else stillToLog.push(item);
     }
-    await forEachLimited(stillToLog, LOGIN_CHECKS_AT_ONCE, async ({ p, database }) => {
+    await forEachLimited(stillToLog, LOGIN_CHECKS_AT_ONCE, async (item) => {
+      if (answers.get(item.key) === false || answers.get(item.key) instanceof Error) return;
       if (signal.aborted) {
-        answers.set(p.as, new Error("postgres: the check was stopped before this consumer's turn"));
+        answers.set(item.key, new Error("postgres: the check was stopped before this consumer's turn"));
         return;
       }
       try {
-        answers.set(p.as, await this.#canLogIn(p.as, p.password, database));
+        const ok = await this.#canLogIn(item.login, item.password, item.database);
+        if (!ok) answers.set(item.key, false);
+        else if (!answers.has(item.key)) answers.set(item.key, true);
       } catch (err) {
-        answers.set(p.as, err instanceof Error ? err : new Error(String(err)));
+        answers.set(item.key, err instanceof Error ? err : new Error(String(err)));
       }
     });
-    if (spread && !facts.readsAuthid) this.#spreadLogins(logInto);
+    if (spread && !facts.readsAuthid) this.#spreadLogins(toTry);
     return answers;
   }
 
   /**
    * Logs in as each of `items`, one at a time and evenly spaced over `loginSpreadMs`, keeping each
-   * answer for the next `holdsMany`. A newer call replaces the list; answers of the old one are dropped.
+   * answer (by login) for the next `holdsMany`. A newer call replaces the list; answers of the old
+   * one are dropped.
    */
-  #spreadLogins(items: readonly { p: Provision; database: string }[]): void {
+  #spreadLogins(items: readonly { login: string; password: string; database: string }[]): void {
     const round = ++this.#spreadRound;
     this.#loginChecks.clear();
     if (this.#spreadTimer !== undefined) clearTimeout(this.#spreadTimer);
@@ -672,9 +808,8 @@ export class PostgresAdapter implements BatchedAdapter {
       if (item === undefined) return;
       this.#spreading = (async () => {
         try {
-          const ok = await this.#canLogIn(item.p.as, item.p.password, item.database);
-          if (round === this.#spreadRound)
-            this.#loginChecks.set(item.p.as, { password: item.p.password, ok });
+          const ok = await this.#canLogIn(item.login, item.password, item.database);
+          if (round === this.#spreadRound) this.#loginChecks.set(item.login, { password: item.password, ok });
         } catch {
           // Unable to ask: the next verify pass logs in itself.
         }
@@ -721,19 +856,66 @@ export class PostgresAdapter implements BatchedAdapter {
       return;
     }
     const mark = this.#ownMark(role);
-    if (!mark || login === (await this.#adminFacts()).user) throw this.#foreign(role);
+    if (!mark || mark.of !== undefined || login === (await this.#adminFacts()).user)
+      throw this.#foreign(role);
     // Retired again keeps the first retirement's when and why.
     const retired: PostgresMark =
       mark.state === "retired" ? mark : { ...mark, state: "retired", retiredAt: at.toISOString(), why };
+    const second = secondLogin(login);
+    const secondRole = (await this.#roles([second])).get(second);
+    const secondIsOurs = secondRole !== undefined && this.#ownMark(secondRole)?.of === login;
     await this.#transaction(async (client) => {
       await client.query(`ALTER ROLE ${id(login)} NOLOGIN`);
+      // Its second login too, where it has one: neither logs in while it is retired.
+      if (secondIsOurs) await client.query(`ALTER ROLE ${id(second)} NOLOGIN`);
       await client.query(`COMMENT ON ROLE ${id(login)} IS ${lit(formatMark(retired))}`);
     });
     // NOLOGIN refuses new sessions only; the open ones are ended here.
     await this.#pool.query(
-      `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = $1`,
-      [login],
+      `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity
+        WHERE usename = ANY($1::text[])`,
+      [secondIsOurs ? [login, second] : [login]],
     );
+  }
+
+  /**
+   * Ends every open session of `login` (`pg_terminate_backend`, found by user name in
+   * `pg_stat_activity`), after `mesh rotate --now` replaced its password. Counts those ended.
+   * @throws NotMadeHereError for a role this instance did not make.
+   */
+  async endSessions(login: string): Promise<number> {
+    const role = (await this.#roles([login])).get(login);
+    if (!role) return 0;
+    if (!this.#ownMark(role) || login === (await this.#adminFacts()).user) throw this.#foreign(role);
+    // Its second login's sessions too, where it has one: the leaked password may be on either.
+    const second = secondLogin(login);
+    const secondRole = (await this.#roles([second])).get(second);
+    const logins = this.#ownMark(secondRole)?.of === login ? [login, second] : [login];
+    const { rows } = await this.#pool.query<{ ended: string }>(
+      `SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid)) AS ended ` +
+        `FROM pg_catalog.pg_stat_activity WHERE usename = ANY($1::text[]) AND pid <> pg_catalog.pg_backend_pid()`,
+      [logins],
+    );
+    return Number(rows[0]?.ended ?? 0);
+  }
+
+  /**
+   * Which of these logins have a session open now (`pg_stat_activity`, which shows every session's
+   * user to any role), leaving out this provider's own checks of a consumer's password. Read-only.
+   */
+  async seenConnected(logins: readonly string[], _signal: AbortSignal): Promise<ReadonlySet<string>> {
+    // A session on a consumer's second login is the consumer's.
+    const ownerOf = new Map<string, string>();
+    for (const login of logins) {
+      ownerOf.set(login, login);
+      if (isValidLogin(login)) ownerOf.set(secondLogin(login), login);
+    }
+    const { rows } = await this.#pool.query<{ login: string }>(
+      `SELECT DISTINCT usename AS login FROM pg_catalog.pg_stat_activity
+        WHERE usename = ANY($1::text[]) AND application_name IS DISTINCT FROM $2`,
+      [[...ownerOf.keys()], `mesh-postgres:${this.#config.instance}`],
+    );
+    return new Set(rows.flatMap((r) => ownerOf.get(r.login) ?? []));
   }
 
   /** The roles carrying this instance's mark, active and retired, with their database. */
@@ -746,7 +928,8 @@ export class PostgresAdapter implements BatchedAdapter {
     );
     return rows.flatMap(({ login, comment }) => {
       const mark = parseMark(comment);
-      if (mark?.instance !== this.#config.instance) return [];
+      // A second login is its consumer's, never a consumer of its own.
+      if (mark?.instance !== this.#config.instance || mark.of !== undefined) return [];
       return [markEntry(login, { ...mark, derived: { database: mark.database } })];
     });
   }
@@ -772,6 +955,11 @@ export class PostgresAdapter implements BatchedAdapter {
       await this.#pool.query(`DROP DATABASE IF EXISTS ${id(database)} WITH (FORCE)`);
     }
     try {
+      // Its second login first (a member of it, owning nothing while it acts as the consumer).
+      const second = secondLogin(login);
+      const secondRole = (await this.#roles([second])).get(second);
+      if (secondRole !== undefined && this.#ownMark(secondRole)?.of === login)
+        await this.#pool.query(`DROP ROLE IF EXISTS ${id(second)}`);
       await this.#pool.query(`DROP ROLE IF EXISTS ${id(login)}`);
     } catch (err) {
       if (codeOf(err) !== "2BP01") throw err;

@@ -13,9 +13,9 @@ import { defineProvider } from "@mesh/sdk";
 import { createPostgresAdapter } from "./adapter.ts";
 import { POSTGRES_ADMIN_URL } from "./config.ts";
 
-export * from "./adapter.ts";
-export * from "./config.ts";
-export * from "./scram.ts";
+export { createPostgresAdapter, formatMark, PostgresAdapter } from "./adapter.ts";
+export type { PostgresAdapterConfig } from "./config.ts";
+export { scramVerifier } from "./scram.ts";
 
 /** How `mesh provider postgres` finds and starts this provider. */
 export const provider = defineProvider(

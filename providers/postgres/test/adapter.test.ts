@@ -15,19 +15,17 @@ import {
   type GuardedAdapter,
   type Provision,
 } from "@mesh/sdk";
-import { mintPassword, until, type PostgresServer } from "@mesh/testkit";
+import { mintPassword, until, type PostgresServer, quietLogger } from "@mesh/testkit";
 import {
-  ReservedNameError,
-  classifyPostgresError,
   createPostgresAdapter,
   formatMark,
   provider,
   scramVerifier,
   type PostgresAdapterConfig,
 } from "../src/index.ts";
+import { ReservedNameError, classifyPostgresError } from "../src/adapter.ts";
 import { asUser, startTargetServer } from "./conformance-target.ts";
 
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 const signal = (): AbortSignal => new AbortController().signal;
 const INSTANCE = "pg-test";
 
@@ -66,8 +64,8 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
     server = t.pg;
     adminUrl = t.adminUrl;
     stopTarget = () => t.stop();
-    admin = guarded({ adminUrl, instance: INSTANCE, logger: quiet });
-    superuser = guarded({ adminUrl: server.superuserUrl, instance: INSTANCE, logger: quiet });
+    admin = guarded({ adminUrl, instance: INSTANCE, logger: quietLogger });
+    superuser = guarded({ adminUrl: server.superuserUrl, instance: INSTANCE, logger: quietLogger });
   });
   after(async () => {
     await admin?.close();
@@ -121,7 +119,7 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
   });
 
   void it("spreads a non-superuser admin's consumer logins between verify passes, and still finds a password changed by hand", async () => {
-    const spread = guarded({ adminUrl, instance: INSTANCE, logger: quiet, loginSpreadMs: 600 });
+    const spread = guarded({ adminUrl, instance: INSTANCE, logger: quietLogger, loginSpreadMs: 600 });
     const adminUser = decodeURIComponent(new URL(adminUrl).username);
     const consumers = [provision(), provision(), provision()];
     // A consumer's login is counted when its connection has ended: the adapter keeps the answer
@@ -251,7 +249,7 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
   void it("refuses the admin's own login and a role another instance marked", async () => {
     const self: Provision = { as: "mesh_admin", password: mintPassword(), values: {}, derived: {} };
     await assert.rejects(admin.create(self, signal()), NotMadeHereError);
-    const other = guarded({ adminUrl, instance: "someone-else", logger: quiet });
+    const other = guarded({ adminUrl, instance: "someone-else", logger: quietLogger });
     try {
       const p = provision();
       await other.create(p, signal());
@@ -322,6 +320,19 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
     await admin.retire("never_was_here", {}, "unasked", new Date());
   });
 
+  void it("records the applied password's mint time in the role's mark (never the password), read back by inventory", async () => {
+    const minted = "2026-12-02T10:04:31.118Z";
+    const p = { ...provision(), minted };
+    await admin.create(p, signal());
+    const comment = (await roleRow(p.as))?.comment ?? "";
+    assert.match(comment, /"minted":"2026-12-02T10:04:31.118Z"/);
+    assert.ok(!comment.includes(p.password));
+    assert.equal((await admin.inventory()).find((e) => e.as === p.as)?.minted, minted);
+    // A create without one (a mesh of 0.1.0) leaves a mark without one: nothing is refused on it.
+    await admin.create({ ...p, minted: undefined }, signal());
+    assert.equal((await admin.inventory()).find((e) => e.as === p.as)?.minted, undefined);
+  });
+
   void it("converges when create is run again after an interruption at any step", async () => {
     const steps = ["role and mark", "membership", "database", "revoke"] as const;
     for (let done = 1; done <= steps.length; done++) {
@@ -352,7 +363,7 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
   void it("classifies a refused admin password as credentials-rejected, without the password in the error", async () => {
     const url = new URL(adminUrl);
     url.password = "certainly-wrong-pw";
-    const wrong = guarded({ adminUrl: url.toString(), instance: INSTANCE, logger: quiet });
+    const wrong = guarded({ adminUrl: url.toString(), instance: INSTANCE, logger: quietLogger });
     try {
       const err = await wrong.inventory().catch((e: unknown) => e);
       assert.equal(wrong.classify(err), "credentials-rejected");
@@ -378,7 +389,7 @@ void describe("the Postgres adapter", { timeout: 600_000 }, () => {
     assert.equal(provider.name, "postgres");
     assert.equal(provider.interface, "postgres-database");
     assert.equal(provider.adminUrlEnv, "MESH_POSTGRES_URL");
-    const adapter = provider.createAdapter({ adminUrl, instance: INSTANCE, logger: quiet });
+    const adapter = provider.createAdapter({ adminUrl, instance: INSTANCE, logger: quietLogger });
     try {
       assert.ok(Array.isArray(await adapter.inventory()));
     } finally {

@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { AdminSettingError } from "@mesh/sdk";
-import { resolvePostgresConfig } from "../src/index.ts";
+import { resolvePostgresConfig } from "../src/config.ts";
 
 const resolve = (adminUrl: string, instance = "main") => resolvePostgresConfig({ adminUrl, instance });
 

@@ -4,10 +4,14 @@
 
 import pg from "pg";
 import type { Provision } from "@mesh/sdk";
-import { startPostgres, type ConformanceTarget, type PostgresServer, type TargetServer } from "@mesh/testkit";
+import {
+  startPostgres,
+  type ConformanceTarget,
+  type PostgresServer,
+  type TargetServer,
+  quietLogger,
+} from "@mesh/testkit";
 import { createPostgresAdapter } from "../src/index.ts";
-
-const quiet = { info: () => {}, warn: () => {}, error: () => {} };
 
 /** The database a consumer's resource lives in, as the adapter derives it. */
 export function databaseOf(p: Provision): string {
@@ -63,13 +67,15 @@ export async function startTargetServer(): Promise<TargetServer & { pg: Postgres
   return {
     pg: server,
     adminUrl,
-    makeAdapter: (instance) => createPostgresAdapter({ adminUrl, instance, logger: quiet }),
+    makeAdapter: (instance) => createPostgresAdapter({ adminUrl, instance, logger: quietLogger }),
     async canLogin(p, password = p.password) {
-      const r = await asUser(server, p.as, password, databaseOf(p), async (c) => c.query("SELECT 1"));
+      const r = await asUser(server, p.login ?? p.as, password, databaseOf(p), async (c) =>
+        c.query("SELECT 1"),
+      );
       return !r.refused;
     },
     async writeData(p, marker) {
-      const r = await asUser(server, p.as, p.password, databaseOf(p), async (c) => {
+      const r = await asUser(server, p.login ?? p.as, p.password, databaseOf(p), async (c) => {
         await c.query("CREATE TABLE IF NOT EXISTS mesh_conformance (marker text)");
         await c.query("DELETE FROM mesh_conformance");
         await c.query("INSERT INTO mesh_conformance (marker) VALUES ($1)", [marker]);
@@ -91,7 +97,7 @@ export async function startTargetServer(): Promise<TargetServer & { pg: Postgres
       }
     },
     async canReachOther(p, other) {
-      const r = await asUser(server, p.as, p.password, databaseOf(other), async (c) => {
+      const r = await asUser(server, p.login ?? p.as, p.password, databaseOf(other), async (c) => {
         try {
           await c.query("SELECT marker FROM mesh_conformance");
           return true;

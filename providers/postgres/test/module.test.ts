@@ -1,7 +1,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
-import { TRUSTED_EXTENSIONS, provider } from "../src/index.ts";
+import { provider } from "../src/index.ts";
+import { TRUSTED_EXTENSIONS } from "../src/adapter.ts";
 
 interface Manifest {
   name: string;

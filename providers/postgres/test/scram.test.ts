@@ -2,7 +2,8 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
 import { startPostgres, type PostgresServer } from "@mesh/testkit";
-import { parseScramVerifier, preparePassword, scramVerifier, verifierMatches } from "../src/index.ts";
+import { scramVerifier } from "../src/index.ts";
+import { parseScramVerifier, preparePassword, verifierMatches } from "../src/scram.ts";
 
 const PASSWORDS = [
   "plain-ascii-password",

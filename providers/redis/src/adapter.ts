@@ -14,6 +14,7 @@ import { Redis } from "ioredis";
 import { consoleLogger, findInChain, isNetworkError, NotMadeHereError, NotRetiredError } from "@mesh/sdk";
 import { markEntry, parseJsonOrUndefined, readMark, retiredMark, type ConsumerMark } from "@mesh/sdk";
 import type { Adapter, Deleted, FailureClass, InventoryEntry, Logger, Provision, Retired } from "@mesh/sdk";
+import type { RotationMark } from "@mesh/sdk";
 import {
   CONSUMER_COMMAND_RULES,
   consumerCommandRules,
@@ -106,6 +107,11 @@ interface ServerFacts {
 const MARK_PREFIX = "_mesh";
 const PROBE_PREFIX = "_mesh-probe";
 const SCAN_COUNT = 500;
+/**
+ * The longest the inventory's ACL LIST is taken at its word that a user does not exist (it is only
+ * trusted until the end of the pass that read it, see `listedAbsent`).
+ */
+const LISTING_TRUSTED_MS = 10_000;
 
 /**
  * Makes the `redis-namespace` adapter for one Redis server. Connects lazily; a server that is down
@@ -146,6 +152,12 @@ export class RedisNamespaceAdapter implements Adapter {
   private warnedNoAclFile = false;
   /** Why the connection last failed; cleared when it is ready again. */
   private lastError: Error | undefined;
+  /**
+   * Every ACL user the inventory's ACL LIST showed, when it was read and on which connection, with
+   * the logins created since added; dropped at the end of the pass (`afterChanges`). A login it does
+   * not show is absent, so its create needs no read first (see `listedAbsent`).
+   */
+  private listing: { readonly names: Set<string>; readonly at: number; readonly readies: number } | undefined;
 
   constructor(
     private readonly client: RedisClient,
@@ -176,21 +188,69 @@ export class RedisNamespaceAdapter implements Adapter {
     const login = p.as;
     const facts = await this.serverFacts();
     signal.throwIfAborted();
-    const [user, mark] = await this.readUser(login);
-    if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
-    // Nothing to write when all is in place: no ACL change, and no ACL SAVE rewriting the file.
-    const inPlace =
-      isHeld(user, mark, login, p.password, commandsOf(facts, p)) &&
-      JSON.stringify(mark?.derived) === JSON.stringify(p.derived);
-    if (inPlace) return;
-    signal.throwIfAborted();
+    // A login the last ACL LIST did not show has no user to be in place or to belong to someone
+    // else: it is written at once, in one round trip. Any other is read first.
+    if (!this.listedAbsent(login)) {
+      const [user, mark] = await this.readUser(login);
+      if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
+      // Nothing to write when all is in place: no ACL change, and no ACL SAVE rewriting the file.
+      const inPlace =
+        isHeld(user, mark, login, [p.password], commandsOf(facts, p)) &&
+        JSON.stringify(mark?.derived) === JSON.stringify(p.derived) &&
+        mark?.minted === p.minted;
+      if (inPlace) return;
+      signal.throwIfAborted();
+    }
+    // From now on the user exists (or may): a later create reads it first.
+    this.listing?.names.add(login);
     // The mark and the user change in one transaction, so nobody sees one without the other.
     const batch = this.client
       .multi()
-      .call("ACL", "SETUSER", this.markName(login), ...markRules({ state: "active", derived: p.derived }))
-      .call("ACL", "SETUSER", login, ...consumerRules(login, p.password, monitors(p)));
+      .call(
+        "ACL",
+        "SETUSER",
+        this.markName(login),
+        ...markRules({ state: "active", derived: p.derived, minted: p.minted }),
+      )
+      .call("ACL", "SETUSER", login, ...consumerRules(login, [p.password], monitors(p)));
     this.unsavedSince ??= this.readies;
     await execChecked(batch, login, "write the consumer's ACL user and mark");
+  }
+
+  /**
+   * Makes the new password valid beside the one being retired (a user holds several), with
+   * everything else as `create` makes it, and records the rotation in the mark, in one transaction:
+   * nobody sees the mark say `drain` before both passwords log in.
+   * @throws NotMadeHereError when a user of that name exists without this instance's mark.
+   */
+  async overlap(
+    p: Provision & { readonly retiring: string },
+    rotation: RotationMark,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const login = p.as;
+    const facts = await this.serverFacts();
+    signal.throwIfAborted();
+    const [user, mark] = await this.readUser(login);
+    if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
+    const inPlace =
+      isHeld(user, mark, login, [p.password, p.retiring], commandsOf(facts, p)) &&
+      JSON.stringify(mark?.derived) === JSON.stringify(p.derived) &&
+      JSON.stringify(mark?.rotation) === JSON.stringify(rotation) &&
+      mark?.minted === p.minted;
+    if (inPlace) return;
+    signal.throwIfAborted();
+    const batch = this.client
+      .multi()
+      .call(
+        "ACL",
+        "SETUSER",
+        this.markName(login),
+        ...markRules({ state: "active", derived: p.derived, rotation, minted: p.minted }),
+      )
+      .call("ACL", "SETUSER", login, ...consumerRules(login, [p.password, p.retiring], monitors(p)));
+    this.unsavedSince ??= this.readies;
+    await execChecked(batch, login, "add the new password beside the old one and mark the rotation");
   }
 
   /**
@@ -201,6 +261,7 @@ export class RedisNamespaceAdapter implements Adapter {
    * harness applies them again.
    */
   async afterChanges(): Promise<void> {
+    this.listing = undefined;
     if (this.unsavedSince === undefined && this.savedOnce) return;
     const facts = await this.serverFacts();
     const since = this.unsavedSince;
@@ -217,12 +278,15 @@ export class RedisNamespaceAdapter implements Adapter {
     }
   }
 
-  /** Whether the consumer's ACL user is on, with exactly its password, patterns, commands and an active mark. */
+  /**
+   * Whether the consumer's ACL user is on, with exactly its password (both, while a rotation
+   * overlaps), patterns, commands and an active mark (recording no rotation, unless one overlaps).
+   */
   async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
     const facts = await this.serverFacts();
     signal.throwIfAborted();
     const [user, mark] = await this.readUser(p.as);
-    return isHeld(user, mark, p.as, p.password, commandsOf(facts, p));
+    return isHeld(user, mark, p.as, passwordsOf(p), commandsOf(facts, p));
   }
 
   /** `holds` for many consumers with one ACL LIST, however many they are. */
@@ -234,9 +298,28 @@ export class RedisNamespaceAdapter implements Adapter {
     for (const p of ps) {
       const markUser = users.get(this.markName(p.as));
       const mark = markUser === undefined ? undefined : decodeMark(markUser);
-      answers.set(p.as, isHeld(users.get(p.as), mark, p.as, p.password, commandsOf(facts, p)));
+      answers.set(p.as, isHeld(users.get(p.as), mark, p.as, passwordsOf(p), commandsOf(facts, p)));
     }
     return answers;
+  }
+
+  /**
+   * Which of these logins have a connection open now, from one CLIENT LIST (its `user=` field) for
+   * all of them: sampled at each verify pass. Read-only. The adapter itself never logs in as a
+   * consumer, so nothing of its own is counted.
+   */
+  async seenConnected(logins: readonly string[], signal: AbortSignal): Promise<ReadonlySet<string>> {
+    await this.connected();
+    signal.throwIfAborted();
+    const asked = new Set(logins);
+    const seen = new Set<string>();
+    const reply = await this.client.call("CLIENT", "LIST");
+    const text = Buffer.isBuffer(reply) ? reply.toString("utf8") : typeof reply === "string" ? reply : "";
+    for (const line of text.split("\n")) {
+      const user = / user=(\S+)/.exec(` ${line}`)?.[1];
+      if (user !== undefined && asked.has(user)) seen.add(user);
+    }
+    return seen;
   }
 
   /** Turns the consumer's ACL user off, ends its connections and marks it retired. Keys stay. */
@@ -262,12 +345,30 @@ export class RedisNamespaceAdapter implements Adapter {
     await this.save(facts, login);
   }
 
+  /**
+   * Ends every connection of `login` (`CLIENT KILL USER`), after `mesh rotate --now` replaced its
+   * password. Counts those ended.
+   * @throws NotMadeHereError for a user this instance did not make; RedisCommandError.
+   */
+  async endSessions(login: string): Promise<number> {
+    const [user, mark] = await this.readUser(login);
+    if (user === undefined) return 0;
+    if (mark === undefined) throw this.notMadeHere(login);
+    try {
+      return Number(await this.client.call("CLIENT", "KILL", "USER", login));
+    } catch (err) {
+      if (/no such user/i.test(messageOf(err))) return 0;
+      throw new RedisCommandError(login, "end its connections", { cause: err });
+    }
+  }
+
   /** The consumers this instance made, read from its marks with one ACL LIST. */
   async inventory(): Promise<InventoryEntry[]> {
     await this.serverFacts();
     const prefix = `${MARK_PREFIX}:${this.config.instance}:`;
     const entries: InventoryEntry[] = [];
-    for (const [name, user] of await this.listUsers()) {
+    // The harness reads the inventory at the start of its first pass, then creates what is missing.
+    for (const [name, user] of await this.listUsers(true)) {
       if (!name.startsWith(prefix)) continue;
       const login = name.slice(prefix.length);
       const mark = decodeMark(user);
@@ -451,17 +552,43 @@ export class RedisNamespaceAdapter implements Adapter {
     return [fromGetUser(userReply?.[1]), markUser === undefined ? undefined : decodeMark(markUser)];
   }
 
-  private async listUsers(): Promise<Map<string, AclUser>> {
+  /** Every ACL user, by name; with `remember`, also kept as the listing `listedAbsent` trusts. */
+  private async listUsers(remember = false): Promise<Map<string, AclUser>> {
     await this.connected();
+    const readies = this.readies;
+    const at = Date.now();
     const reply = await this.client.call("ACL", "LIST");
     const users = new Map<string, AclUser>();
     if (!Array.isArray(reply)) return users;
+    const names = new Set<string>();
     for (const line of reply) {
       if (typeof line !== "string") continue;
+      // Every user's name, even one whose rules this parser cannot read: it exists.
+      const name = /^user (\S+)/.exec(line)?.[1];
+      if (name !== undefined) names.add(name);
       const parsed = fromAclListLine(line);
       if (parsed !== undefined) users.set(parsed[0], parsed[1]);
     }
+    if (remember) this.listing = { names, at, readies };
     return users;
+  }
+
+  /**
+   * Whether the inventory's ACL LIST, read in this same pass (until `afterChanges`), on this same
+   * connection (a server that restarted since may have loaded other users from its ACL file) and
+   * within `LISTING_TRUSTED_MS`, showed no user `login`, and this adapter has not created it since.
+   * A user someone else makes in between is not seen, as it would not be between a read and the
+   * write after it: the window is the listing's age, at most the first pass.
+   */
+  private listedAbsent(login: string): boolean {
+    const listing = this.listing;
+    return (
+      listing !== undefined &&
+      listing.readies === this.readies &&
+      this.client.status === "ready" &&
+      Date.now() - listing.at <= LISTING_TRUSTED_MS &&
+      !listing.names.has(login)
+    );
   }
 
   /** Unlinks every `<login>:*` key in every database that has keys; returns the bytes they used. */
@@ -549,16 +676,21 @@ function sha256(password: string): string {
  * acl-pubsub-default grants every channel. The password goes as its SHA-256, so the plaintext never
  * reaches the server, its ACL file or its logs.
  */
-function consumerRules(login: string, password: string, monitoring: boolean): string[] {
+function consumerRules(login: string, passwords: readonly string[], monitoring: boolean): string[] {
   return [
     "reset",
     "resetchannels",
     "on",
-    `#${sha256(password)}`,
+    ...passwords.map((password) => `#${sha256(password)}`),
     `~${login}:*`,
     `&${login}:*`,
     ...consumerCommandRules(monitoring),
   ];
+}
+
+/** The passwords `p` logs in with: the new one, and the one being retired while a rotation overlaps. */
+function passwordsOf(p: Provision): string[] {
+  return p.retiring === undefined ? [p.password] : [p.password, p.retiring];
 }
 
 /** Whether the consumer asked for `monitoring` (INFO, for a metrics exporter). */
@@ -587,17 +719,18 @@ function isHeld(
   user: AclUser | undefined,
   mark: ConsumerMark | undefined,
   login: string,
-  password: string,
+  passwords: readonly string[],
   commands: readonly string[],
 ): boolean {
   if (user === undefined || mark?.state !== "active") return false;
+  // A mark still recording a rotation is not held once the rotation is over: create clears it.
+  if (passwords.length === 1 && mark.rotation !== undefined) return false;
   return (
     user.enabled &&
     !user.nopass &&
     !user.unknown &&
     user.selectors === 0 &&
-    user.passwords.length === 1 &&
-    user.passwords[0] === sha256(password) &&
+    sameList([...user.passwords].sort(), passwords.map(sha256).sort()) &&
     sameList(user.keys, [`~${login}:*`]) &&
     sameList(user.channels, [`&${login}:*`]) &&
     sameList(user.commands, commands)

@@ -13,8 +13,8 @@ import { defineProvider } from "@mesh/sdk";
 import { createRedisAdapter } from "./adapter.ts";
 import { REDIS_ADMIN_URL } from "./config.ts";
 
-export * from "./adapter.ts";
-export * from "./config.ts";
+export { createRedisAdapter, RedisNamespaceAdapter, type RedisBatch, type RedisClient } from "./adapter.ts";
+export { CONSUMER_COMMAND_RULES, resolveRedisConfig, type RedisAdapterConfig } from "./config.ts";
 
 /** How `mesh provider redis` finds and starts this provider. */
 export const provider = defineProvider("redis", "redis-namespace", REDIS_ADMIN_URL, createRedisAdapter);

@@ -16,8 +16,6 @@ import {
 } from "@mesh/sdk";
 import { recordingLogger, startRedis, type RedisServer } from "@mesh/testkit";
 import {
-  ADMIN_RULES,
-  classifyRedisError,
   createRedisAdapter,
   RedisNamespaceAdapter,
   resolveRedisConfig,
@@ -25,7 +23,9 @@ import {
   type RedisBatch,
   type RedisClient,
 } from "../src/index.ts";
-import { adminPasswordOf, connectAdmin, connectAs } from "./conformance-target.ts";
+import { ADMIN_RULES } from "../src/config.ts";
+import { classifyRedisError } from "../src/adapter.ts";
+import { adminPasswordOf, canLoginAs, connectAdmin, connectAs } from "./conformance-target.ts";
 
 const signal = new AbortController().signal;
 
@@ -51,15 +51,8 @@ async function eventually<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-async function canLogin(server: RedisServer, p: Provision, password = p.password): Promise<boolean> {
-  try {
-    (await connectAs(server, p.as, password)).disconnect();
-    return true;
-  } catch (err) {
-    if (err instanceof Error && /WRONGPASS/.test(err.message)) return false;
-    throw err;
-  }
-}
+const canLogin = (server: RedisServer, p: Provision, password = p.password): Promise<boolean> =>
+  canLoginAs(server, p.as, password);
 
 async function rejectsWithNoperm(attempt: Promise<unknown>, what: string): Promise<void> {
   await assert.rejects(attempt, /^ReplyError: NOPERM|NOPERM/, `${what} should be refused`);
@@ -266,6 +259,8 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
   });
 
   void it("never alters an ACL user it did not make, and never lists it", async () => {
+    // The pass of an earlier test's inventory has ended: its listing is no longer taken at its word.
+    await adapter.afterChanges?.();
     await admin.call("ACL", "SETUSER", "handmade", "on", ">by-hand", "~handmade:*", "+@all");
     await admin.set("handmade:data", "keep");
     const before = await admin.call("ACL", "GETUSER", "handmade");
@@ -288,6 +283,39 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     // The server's own users are just as foreign.
     await assert.rejects(adapter.create(consumer("default"), signal), NotMadeHereError);
     await assert.rejects(adapter.create(consumer("admin"), signal), NotMadeHereError);
+  });
+
+  void it("in the inventory's pass, writes a login its ACL LIST showed absent in one round trip, and refuses one it showed", async () => {
+    const counted = countingClient(
+      new Redis(plain.adminUrl, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 }),
+    );
+    const listed = guardAdapter(
+      new RedisNamespaceAdapter(
+        counted,
+        resolveRedisConfig({ adminUrl: plain.adminUrl, instance: "main" }),
+        recordingLogger(),
+      ),
+      { instance: "main" },
+    );
+    closers.push(() => listed.close());
+    await admin.call("ACL", "SETUSER", "listed_foreign", "on", ">theirs", "~listed_foreign:*");
+    const before = await admin.call("ACL", "GETUSER", "listed_foreign");
+    await listed.inventory();
+    const fresh = consumer("listed_fresh");
+    counted.trips = 0;
+    await listed.create(fresh, signal);
+    assert.equal(counted.trips, 1, "absent from the listing: written without a read");
+    assert.equal(await canLogin(plain, fresh), true);
+    // Made now: a second create reads it first, and finds it in place (nothing written).
+    await listed.afterChanges?.();
+    counted.trips = 0;
+    await listed.create(fresh, signal);
+    assert.equal(counted.trips, 1, "after the pass, a create reads first; in place, nothing written");
+    // A new inventory: what it shows is refused even in the same pass.
+    await listed.inventory();
+    // Shown by the listing, and not made here: refused, untouched.
+    await assert.rejects(listed.create(consumer("listed_foreign"), signal), NotMadeHereError);
+    assert.deepEqual(await admin.call("ACL", "GETUSER", "listed_foreign"), before);
   });
 
   void it("keeps two instances on one server apart", async () => {
@@ -508,6 +536,22 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
       await wrong.close();
     }
   });
+
+  void it("sees a consumer connected while its app holds a connection, and never one that did not connect, in one CLIENT LIST", async () => {
+    const app = consumer("seen_app");
+    const idle = consumer("seen_idle");
+    await adapter.create(app, signal);
+    await adapter.create(idle, signal);
+    assert.equal(adapter.seesSessions, true);
+    assert.deepEqual([...(await adapter.seenConnected(["seen_app", "seen_idle"], signal))], []);
+    const c = await connectAs(plain, "seen_app", app.password);
+    try {
+      // Only what was asked about is answered: the admin's own connection is never in it.
+      assert.deepEqual([...(await adapter.seenConnected(["seen_app", "seen_idle"], signal))], ["seen_app"]);
+    } finally {
+      c.disconnect();
+    }
+  });
 });
 
 void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
@@ -527,7 +571,7 @@ void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
     return { server, adapter, logger };
   }
 
-  const aclFileWarnings = (lines: { level: string; message: string }[]) =>
+  const aclFileWarnings = (lines: readonly { level: string; message: string }[]) =>
     lines.filter((l) => l.level === "warn" && l.message.includes("aclfile"));
 
   void it("says once, and only once, that without an ACL file changes will not survive a restart", async () => {
@@ -535,13 +579,13 @@ void describe("redis adapter across restarts", { timeout: 300_000 }, () => {
     for (const as of ["w_one", "w_two", "w_three"]) await adapter.create(consumer(as), signal);
     await adapter.inventory();
     await adapter.retire("w_two", {}, "test", new Date());
-    const warnings = aclFileWarnings(logger.lines);
+    const warnings = aclFileWarnings(logger.said);
     assert.equal(warnings.length, 1);
     assert.match(warnings[0]?.message ?? "", /lost when Redis restarts.*aclfile/s);
 
     const persisted = await serverWith(true);
     await persisted.adapter.create(consumer("w_one"), signal);
-    assert.equal(aclFileWarnings(persisted.logger.lines).length, 0);
+    assert.equal(aclFileWarnings(persisted.logger.said).length, 0);
   });
 
   void it("after a restart without an ACL file, holds is false and create makes the consumer again", async () => {

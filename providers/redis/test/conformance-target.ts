@@ -43,6 +43,20 @@ export async function connectAs(server: RedisServer, username: string, password:
   return client;
 }
 
+/**
+ * Whether `username` logs in with `password`: false when Redis refuses it (WRONGPASS, NOAUTH).
+ * @throws anything else, so a test never reads a server that is away as a refused login.
+ */
+export async function canLoginAs(server: RedisServer, username: string, password: string): Promise<boolean> {
+  try {
+    (await connectAs(server, username, password)).disconnect();
+    return true;
+  } catch (err) {
+    if (err instanceof Error && /WRONGPASS|NOAUTH/.test(err.message)) return false;
+    throw err;
+  }
+}
+
 /** The admin's password, from the server's admin URL. */
 export function adminPasswordOf(server: RedisServer): string {
   return decodeURIComponent(new URL(server.adminUrl).password);
@@ -85,16 +99,7 @@ export const target: ConformanceTarget = providerTarget(provider, async () => {
   let restarting: Promise<void> | undefined;
   return {
     adminUrl: server.adminUrl,
-    async canLogin(p, password = p.password) {
-      try {
-        const client = await connectAs(server, p.as, password);
-        client.disconnect();
-        return true;
-      } catch (err) {
-        if (err instanceof Error && /WRONGPASS|NOAUTH/.test(err.message)) return false;
-        throw err;
-      }
-    },
+    canLogin: (p, password = p.password) => canLoginAs(server, p.as, password),
     async writeData(p, marker) {
       await asConsumer(server, p, (c) => c.set(dataKey(p.as), marker));
     },

@@ -6,7 +6,14 @@
 // `users` cap can write. A bucket's tags or policy would not do (its owner, the consumer, can
 // rewrite them), nor the email (RGW wants it unique per user). The mark is JSON behind the prefix
 // `mesh-mark `: the instance that made the user, active or retired, the bucket, and when and why
-// it was retired. No secret ever goes into it: the consumer can read its own display name.
+// it was retired, the rotation under way, and when the password applied was minted (an active
+// one's, as `toISOString` gives it: at most 27 characters). No secret ever goes into it: the consumer can read
+// its own display name.
+//
+// Rotations alternate access keys: a gateway user may hold several S3 key pairs, so a rotation
+// adds a second key pair to the same user (access key `secondLogin(login)`, or back to `login`),
+// both valid while the apps move, then removes the old pair. The uid, the bucket and its owner
+// never change: only the access key id an app signs with does.
 
 import { SignatureV4 } from "@smithy/signature-v4";
 import { Hash } from "@smithy/hash-node";
@@ -15,8 +22,16 @@ import { AdminLoginRefusedError, BackendUnreachableError, classifyBackendFailure
 import { consoleLogger, findInChain, forEachLimited, isValidLogin, type Logger } from "@mesh/sdk";
 import { DerivedChangedError, RefusalError, ValueRefusedError } from "@mesh/sdk";
 import { NotMadeHereError, NotRetiredError } from "@mesh/sdk";
-import { markEntry, parseJsonOrUndefined, readMark, type ConsumerMark } from "@mesh/sdk";
+import {
+  markEntry,
+  parseJsonOrUndefined,
+  readMark,
+  readMinted,
+  secondLogin,
+  type ConsumerMark,
+} from "@mesh/sdk";
 import type { BatchedAdapter, Deleted, FailureClass, InventoryEntry, Provision, Retired } from "@mesh/sdk";
+import type { RotationMark } from "@mesh/sdk";
 import { ADMIN_CAPS, bucketFor, resolveS3Config } from "./config.ts";
 import type { ResolvedS3Config, S3AdapterConfig, S3Events } from "./config.ts";
 
@@ -168,22 +183,101 @@ export class S3BucketAdapter implements BatchedAdapter {
   ) {}
 
   /**
+   * The gateway holds several S3 key pairs per user, each with its own access key id, so a rotation
+   * alternates access keys on the one user: `login` and `secondLogin(login)`. The uid, the bucket
+   * and its owner stay those of `login`.
+   */
+  readonly alternates = true;
+
+  /**
    * Creates or repairs the consumer's gateway user and bucket, re-enabling a retired one as it was
-   * and clearing its mark; writes nothing when all is already in place.
+   * and clearing its mark; writes nothing when all is already in place. The user keeps exactly one
+   * key pair, `p.login` (or `p.as`) with `p.password`: any other (the one a rotation retires, or one
+   * added by hand) is removed, and a rotation in the mark is forgotten once it is.
    * @throws NotMadeHereError (the user, its access key or its bucket is someone else's),
    *   ValueRefusedError, DerivedChangedError or S3PasswordRefusedError, having changed nothing.
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
+    await this.apply(p, undefined, undefined, signal);
+  }
+
+  /**
+   * Adds `p.password` as a second key pair of the consumer's user, under the access key `p.login`,
+   * beside `p.retiring` under the other one (both sign requests), and records `rotation` in the
+   * mark. The gateway cannot change a key and the display name at once, so the mark says phase
+   * `add` before the new key pair is made and `rotation` (phase `drain`) once both are. Idempotent;
+   * `create` ends it.
+   * @throws as `create` does; NotMadeHereError when the access key the new pair needs is another
+   *   user's.
+   */
+  async overlap(
+    p: Provision & { readonly retiring: string },
+    rotation: RotationMark,
+    signal: AbortSignal,
+  ): Promise<void> {
+    await this.apply(p, p.retiring, rotation, signal);
+  }
+
+  /**
+   * After `mesh rotate --now`: S3 keeps no sessions (every request is signed on its own, a
+   * presigned URL included), so once `create` removed the old key pair nothing signed with it is
+   * served. Checks that the user is this instance's and holds one key pair; ends 0 sessions.
+   * @throws NotMadeHereError for a user this instance did not make; S3AdminError when the user still
+   *   holds another key pair.
+   */
+  async endSessions(as: string, signal: AbortSignal): Promise<number> {
+    const user = await this.readUser(as, signal);
+    if (user === undefined) return 0;
+    if (this.markOf(user) === undefined) throw this.notOurs(as, user);
+    if (user.keys.length > 1) {
+      throw new S3AdminError(`end the old key pair of gateway user ${as}`, 409, "MoreThanOneKey");
+    }
+    return 0;
+  }
+
+  private async apply(
+    p: Provision,
+    retiring: string | undefined,
+    rotation: RotationMark | undefined,
+    signal: AbortSignal,
+  ): Promise<void> {
     const login = p.as;
+    const slot = p.login ?? login;
     const bucket = this.bucketAskedFor(login, p.values, p.derived);
-    if (!isPrintableAscii(p.password)) throw new S3PasswordRefusedError(login);
+    if (!isPrintableAscii(p.password) || (retiring !== undefined && !isPrintableAscii(retiring))) {
+      throw new S3PasswordRefusedError(login);
+    }
+    const keys = keysOf(p, retiring);
     let user = await this.readUser(login, signal);
     const mark = user === undefined ? undefined : this.markOf(user);
     if (user !== undefined && mark === undefined) throw this.notOurs(login, user);
     if (mark !== undefined && mark.bucket !== bucket) {
       throw new DerivedChangedError(login, "bucket", mark.bucket, bucket);
     }
-    const activeMark = markText({ instance: this.config.instance, state: "active", bucket });
+    // An access key the user lacks may be held by another user: never taken over, not even tried.
+    for (const accessKey of keys.keys()) {
+      if (!user?.keys.some((k) => k.accessKey === accessKey))
+        await this.refuseTakenKey(login, accessKey, signal);
+    }
+    const instance = this.config.instance;
+    const minted = mintedOf(p.minted);
+    const activeMark = markText({
+      instance,
+      state: "active",
+      bucket,
+      rotation: rotationOf(rotation),
+      minted,
+    });
+    const addingMark =
+      rotation === undefined
+        ? activeMark
+        : markText({
+            instance,
+            state: "active",
+            bucket,
+            rotation: { phase: "add", since: rotation.since, until: rotation.until },
+            minted,
+          });
     const bucketExists = await this.refuseTakenBucket(login, bucket, signal);
 
     if (user === undefined) {
@@ -192,8 +286,8 @@ export class S3BucketAdapter implements BatchedAdapter {
         "/admin/user",
         {
           uid: login,
-          "display-name": activeMark,
-          "access-key": login,
+          "display-name": addingMark,
+          "access-key": slot,
           "secret-key": p.password,
           "max-buckets": "1",
           "generate-key": "false",
@@ -204,22 +298,25 @@ export class S3BucketAdapter implements BatchedAdapter {
         // Another user holds the access key, or a user of this uid was made since the read.
         user = await this.readUser(login, signal);
         if (user === undefined || this.markOf(user) === undefined) {
-          throw new NotMadeHereError(login, this.config.instance, {
-            resource: `the access key ${JSON.stringify(login)} on the RADOS Gateway`,
+          throw new NotMadeHereError(login, instance, {
+            resource: `the access key ${JSON.stringify(slot)} on the RADOS Gateway`,
             madeBy: `the gateway answered ${made.code || "409"}: another gateway user holds it`,
           });
         }
       } else {
         this.check(made, `create gateway user ${login}`);
+        user = await this.readUser(login, signal);
+        if (user === undefined)
+          throw new S3AdminError(`read gateway user ${login} just made`, 404, "NoSuchUser");
       }
     }
-    if (user !== undefined) await this.repairUser(user, login, p.password, activeMark, signal);
+    await this.repairUser(user, login, keys, activeMark, addingMark, signal);
 
     // Made as the consumer, since the admin API cannot make buckets; a user at its one bucket would
     // be answered TooManyBuckets rather than "owned already", so an existing one is not asked again.
     const made = bucketExists
       ? "owned-already"
-      : await this.s3.createBucket(bucket, login, p.password, signal);
+      : await this.s3.createBucket(bucket, slot, p.password, signal);
     if (made !== "ok" && made !== "owned-already") {
       throw new S3AdminError(`create bucket ${bucket} as consumer ${login}`, made.status, made.refused);
     }
@@ -228,14 +325,25 @@ export class S3BucketAdapter implements BatchedAdapter {
     }
   }
 
-  /** Whether the consumer's own key lists its bucket, under a user this instance marked active. */
+  /**
+   * Whether the user carries this instance's active mark, is not suspended, holds exactly the key
+   * pairs `p` gives (its access key `p.login` or `p.as` with `p.password`, and while a rotation
+   * overlaps the other with `p.retiring`, the mark recording it), and whether that key lists its
+   * bucket. Read-only.
+   */
   async holds(p: Provision, signal: AbortSignal): Promise<boolean> {
     const user = await this.readUser(p.as, signal);
     const mark = user === undefined ? undefined : this.markOf(user);
     if (user === undefined || mark?.state !== "active" || user.suspended || user.maxBuckets !== 1) {
       return false;
     }
-    return (await this.s3.listBucket(mark.bucket, p.as, p.password, signal)) === "ok";
+    // Over once the old key pair is gone and the mark forgets it; overlapping once both are made.
+    if (p.retiring === undefined ? mark.rotation !== undefined : mark.rotation?.phase !== "drain")
+      return false;
+    const keys = keysOf(p, p.retiring);
+    if (user.keys.length !== keys.size) return false;
+    if (!user.keys.every((k) => keys.get(k.accessKey) === k.secretKey)) return false;
+    return (await this.s3.listBucket(mark.bucket, p.login ?? p.as, p.password, signal)) === "ok";
   }
 
   /**
@@ -337,9 +445,12 @@ export class S3BucketAdapter implements BatchedAdapter {
     return { freedBytes };
   }
 
-  /** Whether a gateway user of this uid exists at all, made by anyone. */
+  /**
+   * Whether a gateway user of this uid exists at all, made by anyone, or any user holds an access
+   * key of this name (a consumer's second login is an access key of its user, not a uid).
+   */
   async exists(as: string): Promise<boolean> {
-    return (await this.readUser(as)) !== undefined;
+    return (await this.readUser(as)) !== undefined || (await this.ownerOfKey(as)) !== undefined;
   }
 
   /** Classes the gateway's answers and this adapter's errors. */
@@ -390,44 +501,59 @@ export class S3BucketAdapter implements BatchedAdapter {
     return true;
   }
 
-  /** Brings an existing user of ours to what the consumer is given: its one key, active, one bucket. */
+  /**
+   * Brings an existing user of ours to what the consumer is given: exactly `keys` (access key to
+   * secret key), active, one bucket, `activeMark`. Where a key pair is to be added while a rotation
+   * overlaps, `addingMark` (phase `add`) is written first, so a provider restarted before the mark
+   * says `drain` knows a rotation was under way; so is the mark of a new mint time, so that the mark
+   * never says an older password than the gateway holds. New or changed key pairs are made before
+   * any other is removed.
+   */
   private async repairUser(
     user: GatewayUser,
     login: string,
-    password: string,
+    keys: ReadonlyMap<string, string>,
     activeMark: string,
+    addingMark: string,
     signal: AbortSignal,
   ): Promise<void> {
-    for (const key of user.keys) {
-      if (key.accessKey === login) continue;
-      // A key added behind the mesh's back is one more way into the consumer's bucket.
+    const toSet = [...keys].filter(([accessKey, secret]) => {
+      return user.keys.find((k) => k.accessKey === accessKey)?.secretKey !== secret;
+    });
+    // A key pair not given is the one a rotation retires, or one added behind the mesh's back: one
+    // more way into the consumer's bucket.
+    const toRemove = user.keys.filter((k) => !keys.has(k.accessKey));
+    if (toSet.length > 0 && user.displayName !== addingMark) {
       this.check(
-        await this.admin.request(
-          "DELETE",
-          "/admin/user",
-          { key: "", uid: login, "access-key": key.accessKey },
-          signal,
-        ),
-        `remove an extra key of gateway user ${login}`,
+        await this.admin.request("POST", "/admin/user", { uid: login, "display-name": addingMark }, signal),
+        `mark the rotation of gateway user ${login}`,
       );
     }
-    const own = user.keys.find((k) => k.accessKey === login);
-    if (own?.secretKey !== password) {
+    for (const [accessKey, secret] of toSet) {
       const keyed = await this.admin.request(
         "PUT",
         "/admin/user",
-        { key: "", uid: login, "access-key": login, "secret-key": password, "generate-key": "false" },
+        { key: "", uid: login, "access-key": accessKey, "secret-key": secret, "generate-key": "false" },
         signal,
       );
       if (keyed.status === 409) {
         throw new NotMadeHereError(login, this.config.instance, {
-          resource: `the access key ${JSON.stringify(login)} on the RADOS Gateway`,
+          resource: `the access key ${JSON.stringify(accessKey)} on the RADOS Gateway`,
           madeBy: "another gateway user holds it",
         });
       }
-      this.check(keyed, `set the key of gateway user ${login}`);
+      this.check(keyed, `set a key of gateway user ${login}`);
     }
-    if (user.suspended || user.displayName !== activeMark || user.maxBuckets !== 1) {
+    for (const key of toRemove) {
+      const removed = await this.admin.request(
+        "DELETE",
+        "/admin/user",
+        { key: "", uid: login, "access-key": key.accessKey },
+        signal,
+      );
+      if (removed.status !== 404) this.check(removed, `remove a key of gateway user ${login}`);
+    }
+    if (user.suspended || user.displayName !== activeMark || user.maxBuckets !== 1 || toSet.length > 0) {
       this.check(
         await this.admin.request(
           "POST",
@@ -438,6 +564,30 @@ export class S3BucketAdapter implements BatchedAdapter {
         `enable gateway user ${login}`,
       );
     }
+  }
+
+  /**
+   * Refuses an access key another gateway user holds (a person's, or another consumer's).
+   * @throws NotMadeHereError naming the user that holds it.
+   */
+  private async refuseTakenKey(login: string, accessKey: string, signal: AbortSignal): Promise<void> {
+    const owner = await this.ownerOfKey(accessKey, signal);
+    if (owner === undefined || owner === login) return;
+    throw new NotMadeHereError(login, this.config.instance, {
+      resource: `the access key ${JSON.stringify(accessKey)} on the RADOS Gateway`,
+      madeBy: `gateway user ${JSON.stringify(owner)} holds it`,
+      fix: "remove that key or user by hand if nobody needs it, or give the consumer another name",
+    });
+  }
+
+  /** The uid of the gateway user holding `accessKey`; undefined when none does. */
+  private async ownerOfKey(accessKey: string, signal?: AbortSignal): Promise<string | undefined> {
+    const answer = await this.admin.request("GET", "/admin/user", { "access-key": accessKey }, signal);
+    // Ceph 16 answers a key nobody holds with 403 AccessDenied, not 404: every caller has read a
+    // user by uid just before, so an admin lacking the `users` cap was refused there already.
+    if (answer.status === 404 || (answer.status === 403 && answer.code === "AccessDenied")) return undefined;
+    this.check(answer, `find the gateway user holding an access key`);
+    return userOf(answer.body).uid;
   }
 
   private async readUser(uid: string, signal?: AbortSignal): Promise<GatewayUser | undefined> {
@@ -638,7 +788,36 @@ function escapeUri(text: string): string {
 }
 
 function markText(mark: Mark): string {
-  return `${MARK_PREFIX}${JSON.stringify({ v: 1, ...mark })}`;
+  const { instance, state, bucket, retiredAt, why, rotation, minted } = mark;
+  // One order of fields, so that the same mark is always the same display name.
+  const body = { v: 1, instance, state, bucket, retiredAt, why, rotation, minted };
+  return `${MARK_PREFIX}${JSON.stringify(body)}`;
+}
+
+/**
+ * A mint time as the mark records it: `toISOString`'s one form (so the display name stays short
+ * and the same instant is always the same mark); undefined when unknown or not a date.
+ */
+function mintedOf(minted: string | undefined): string | undefined {
+  const at = readMinted(minted);
+  return at === undefined ? undefined : new Date(at).toISOString();
+}
+
+/** A rotation's fields in the mark's one order; undefined for none. */
+function rotationOf(rotation: RotationMark | undefined): RotationMark | undefined {
+  if (rotation === undefined) return undefined;
+  return { phase: rotation.phase, since: rotation.since, until: rotation.until };
+}
+
+/**
+ * The key pairs a consumer signs with, access key to secret key: its login in use (`p.login`, or
+ * `p.as`) with `p.password`, and while a rotation overlaps the other login with `retiring`.
+ */
+function keysOf(p: Provision, retiring: string | undefined): Map<string, string> {
+  const slot = p.login ?? p.as;
+  const keys = new Map([[slot, p.password]]);
+  if (retiring !== undefined) keys.set(slot === p.as ? secondLogin(p.as) : p.as, retiring);
+  return keys;
 }
 
 function parseMark(displayName: string): Mark | undefined {
@@ -647,7 +826,15 @@ function parseMark(displayName: string): Mark | undefined {
   const mark = readMark(body);
   const { instance, bucket } = (body ?? {}) as Record<string, unknown>;
   if (mark === undefined || typeof instance !== "string" || typeof bucket !== "string") return undefined;
-  return { instance, state: mark.state, bucket, retiredAt: mark.retiredAt, why: mark.why };
+  return {
+    instance,
+    state: mark.state,
+    bucket,
+    retiredAt: mark.retiredAt,
+    why: mark.why,
+    ...(mark.rotation === undefined ? {} : { rotation: mark.rotation }),
+    ...(mark.minted === undefined ? {} : { minted: mark.minted }),
+  };
 }
 
 function userOf(body: unknown): GatewayUser {

@@ -15,31 +15,16 @@ import { createS3Adapter } from "./adapter.ts";
 import { S3_ADMIN_URL } from "./config.ts";
 
 export {
-  classifyS3Error,
   createS3Adapter,
-  isPrintableAscii,
-  S3AdminCapsError,
-  S3AdminCredentialsError,
-  S3AdminError,
   S3BucketAdapter,
-  S3PasswordRefusedError,
   SdkConsumerS3,
   SignedGatewayAdmin,
   type AdminAnswer,
   type ConsumerAnswer,
-  type ConsumerCall,
   type ConsumerS3,
   type GatewayAdmin,
 } from "./adapter.ts";
-export {
-  ADMIN_CAPS,
-  S3_ADMIN_URL,
-  bucketFor,
-  resolveS3Config,
-  type ResolvedS3Config,
-  type S3AdapterConfig,
-  type S3Events,
-} from "./config.ts";
+export { bucketFor, resolveS3Config, type ResolvedS3Config, type S3AdapterConfig } from "./config.ts";
 
 /** How `mesh provider s3` finds and starts this provider; `emit` carries its bucket events to the bus. */
 export const provider = defineProvider(

@@ -20,11 +20,16 @@ import {
   isValidLogin,
   LOGIN_PATTERN,
   runProvisioner,
+  secondLogin,
+  type ActionEntry,
   type GuardedAdapter,
   type Provision,
+  type RotationMark,
 } from "@mesh/sdk";
 import { mintPassword, recordingLogger, startCeph, type CephServer } from "@mesh/testkit";
-import { bucketFor, classifyS3Error, createS3Adapter, type S3Events } from "../src/index.ts";
+import { bucketFor, createS3Adapter, resolveS3Config } from "../src/index.ts";
+import { classifyS3Error, S3BucketAdapter, SdkConsumerS3, SignedGatewayAdmin } from "../src/adapter.ts";
+import { type S3Events } from "../src/config.ts";
 import { asConsumer, refusal } from "./conformance-target.ts";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -369,6 +374,200 @@ void describe("the s3 adapter on a real RADOS Gateway", { timeout: 300_000 }, ()
       );
       const deleted = await handle.cleanupDelete(p.as, "test");
       assert.equal(deleted.freedBytes, 4096 + 5);
+    } finally {
+      await handle.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  /** The gateway user of `as` as its operator sees it: its access keys and its mark, no secret. */
+  const userSeen = async (as: string): Promise<{ accessKeys: string[]; mark: Record<string, unknown> }> => {
+    const info = (await ceph.radosgwAdmin(["user", "info", `--uid=${as}`])) as {
+      display_name: string;
+      keys: { access_key: string }[];
+    };
+    const mark = JSON.parse(info.display_name.replace(/^mesh-mark /, "")) as Record<string, unknown>;
+    return { accessKeys: info.keys.map((k) => k.access_key).sort(), mark };
+  };
+  /** Whether a request signed with this access key and secret is served (a list of the consumer's bucket). */
+  const signs = async (p: Provision, accessKey: string, secret: string): Promise<boolean> =>
+    (await asConsumer(ceph, { as: accessKey, password: secret }, (c) =>
+      refusal(c.send(new ListObjectsV2Command({ Bucket: bucketFor(p.as), MaxKeys: 1 }))),
+    )) === undefined;
+
+  void it("records the mint time of the password applied in the mark, and reads a mark without one as unknown", async () => {
+    const entryOf = async (as: string) => (await adapter.inventory()).find((e) => e.as === as);
+    const p = { ...provision("minted"), minted: "2026-03-04T05:06:07.089Z" };
+    await adapter.create(p, signal());
+    assert.equal((await entryOf(p.as))?.minted, p.minted);
+    assert.equal((await userSeen(p.as)).mark["minted"], p.minted, "in the display name");
+    // A new password minted later (as `mesh rotate --now` gives): the mark follows it.
+    const next = { ...p, password: mintPassword(), minted: "2026-05-06T07:08:09.000Z" };
+    await adapter.create(next, signal());
+    assert.equal((await entryOf(p.as))?.minted, next.minted);
+    assert.equal(await adapter.holds(next, signal()), true);
+
+    // A consumer made by a mesh of before mint times records none.
+    const unknown = provision("minted_none");
+    await adapter.create(unknown, signal());
+    assert.equal((await entryOf(unknown.as))?.minted, undefined);
+    assert.equal("minted" in (await userSeen(unknown.as)).mark, false);
+
+    // The mark a provider of before mint times wrote is read as it was, the consumer still held.
+    const admin = new SignedGatewayAdmin(resolveS3Config({ adminUrl: ceph.adminUrl, instance: "main" }));
+    const old = { v: 1, instance: "main", state: "active", bucket: bucketFor(p.as) };
+    const written = await admin.request(
+      "POST",
+      "/admin/user",
+      { uid: p.as, "display-name": `mesh-mark ${JSON.stringify(old)}` },
+      signal(),
+    );
+    assert.equal(written.status, 200);
+    const entry = await entryOf(p.as);
+    assert.equal(entry?.state, "active");
+    assert.equal(entry?.minted, undefined);
+    assert.equal(await adapter.holds(next, signal()), true);
+
+    // Applied again, the mark records it; retired, it gives none.
+    await adapter.create(next, signal());
+    assert.equal((await entryOf(p.as))?.minted, next.minted);
+    await adapter.retire(p.as, p.derived, "unasked (test)", new Date());
+    assert.equal((await entryOf(p.as))?.minted, undefined);
+    assert.equal("minted" in (await userSeen(p.as)).mark, false);
+  });
+
+  void it("a rotation whose key pair failed half-way is in the mark as phase add, and a new adapter finishes it", async () => {
+    const resolved = resolveS3Config({ adminUrl: ceph.adminUrl, instance: "main" });
+    const real = new SignedGatewayAdmin(resolved);
+    let failKeys = true;
+    // The gateway refuses the new key pair once, as a provider killed between the mark and the key would leave it.
+    const flaky = new S3BucketAdapter(
+      {
+        request: (method, path, query, sig) =>
+          failKeys && method === "PUT" && "key" in query
+            ? Promise.reject(new Error("killed before the key pair was made"))
+            : real.request(method, path, query, sig),
+      },
+      new SdkConsumerS3(resolved),
+      resolved,
+      recordingLogger(),
+      undefined,
+    );
+    const p = provision("halfway");
+    await adapter.create(p, signal());
+    const next = { ...p, password: mintPassword(), login: secondLogin(p.as), retiring: p.password };
+    const rotation: RotationMark = {
+      phase: "drain",
+      since: new Date().toISOString(),
+      until: new Date(Date.now() + 60_000).toISOString(),
+    };
+    await assert.rejects(flaky.overlap(next, rotation, signal()), /killed before/);
+    const seen = await userSeen(p.as);
+    assert.deepEqual(seen.accessKeys, [p.as], "only the old key pair so far");
+    assert.deepEqual(seen.mark["rotation"], { ...rotation, phase: "add" }, "the mark says a rotation began");
+    const entry = (await adapter.inventory()).find((e) => e.as === p.as);
+    assert.equal(entry?.rotation?.phase, "add", "a restarted provider reads it from the inventory");
+    assert.equal(await adapter.holds(next, signal()), false, "not held until both key pairs are made");
+    assert.equal(await signs(p, p.as, p.password), true, "the old key pair still signs");
+
+    failKeys = false;
+    await adapter.overlap(next, rotation, signal());
+    assert.equal(await adapter.holds(next, signal()), true);
+    assert.deepEqual((await userSeen(p.as)).accessKeys, [p.as, next.login].sort(), "both key pairs");
+    assert.deepEqual((await userSeen(p.as)).mark["rotation"], rotation, "phase drain once both sign");
+    assert.equal(await signs(p, next.login, next.password), true, "the new key pair signs");
+    assert.equal(await signs(p, p.as, p.password), true, "the old key pair still signs");
+  });
+
+  void it("through the harness: a rotation adds a key pair, a provider restarted mid-drain keeps both until the grace bound, then only the new one signs; --now removes the old one at once", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "mesh-s3-rotation-"));
+    const receives = join(dir, "s3-bucket.json");
+    const write = async (path: string, text: string): Promise<void> => {
+      await writeFile(`${path}.tmp`, text, { mode: 0o600 });
+      await rename(`${path}.tmp`, path);
+    };
+    const p = provision("rotated");
+    const entry = (extra: Record<string, unknown>): string =>
+      JSON.stringify({
+        requirement: "s3-bucket",
+        given: [{ as: p.as, node: "n1", values: {}, derived: p.derived, ...extra }],
+      });
+    const actions: ActionEntry[] = [];
+    const logger = recordingLogger();
+    const start = (grace: number) =>
+      runProvisioner(
+        "s3-bucket",
+        createS3Adapter({ adminUrl: ceph.adminUrl, instance: "rotation", requestTimeoutMs: 5_000 }),
+        {
+          receives,
+          instance: "rotation",
+          every: 3_600_000,
+          watch: false,
+          rotationGrace: grace,
+          logger,
+          actions: { append: (e) => actions.push(e) },
+        },
+      );
+    await write(join(dir, "first"), p.password);
+    await write(receives, entry({ secret: join(dir, "first") }));
+    let handle = start(8_000);
+    try {
+      await handle.ready;
+      assert.equal(await signs(p, p.as, p.password), true);
+
+      // mesh rotate: the new password on the second access key, the old one given as retiring.
+      const second = mintPassword();
+      await write(join(dir, "second"), second);
+      await write(
+        receives,
+        entry({ secret: join(dir, "second"), login: secondLogin(p.as), retiring: join(dir, "first") }),
+      );
+      await handle.pass("watch");
+      const status = handle.status().consumers.find((c) => c.login === p.as);
+      assert.equal(status?.rotation?.phase, "drain");
+      assert.equal(await signs(p, secondLogin(p.as), second), true, "the new key pair signs");
+      assert.equal(await signs(p, p.as, p.password), true, "the old key pair still signs while it drains");
+      assert.equal((await userSeen(p.as)).mark["rotation"] !== undefined, true, "the mark records it");
+      assert.deepEqual(
+        actions.filter((a) => a.login === p.as && a.action.startsWith("rotation-")).map((a) => a.action),
+        ["rotation-add", "rotation-deliver", "rotation-drain"],
+      );
+
+      // The provider goes away mid-drain; another one reads the rotation from the mark.
+      await handle.stop();
+      handle = start(8_000);
+      await handle.ready;
+      assert.equal(
+        handle.status().consumers.find((c) => c.login === p.as)?.rotation?.phase,
+        "drain",
+        "the restarted provider knows the rotation",
+      );
+      assert.equal(await signs(p, p.as, p.password), true, "the old key pair is kept until the grace bound");
+      assert.equal(await signs(p, secondLogin(p.as), second), true);
+      const marked = (await userSeen(p.as)).mark["rotation"] as { until: string } | undefined;
+      const until = Date.parse(marked?.until ?? "");
+      assert.ok(until > Date.now(), "the grace bound has not passed yet");
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, until - Date.now()) + 200));
+      await handle.pass("periodic");
+      assert.equal(await signs(p, p.as, p.password), false, "the old key pair is removed");
+      assert.equal(await signs(p, secondLogin(p.as), second), true, "the new key pair signs");
+      const after = await userSeen(p.as);
+      assert.deepEqual(after.accessKeys, [secondLogin(p.as)]);
+      assert.equal(after.mark["rotation"], undefined, "the mark forgets the rotation");
+      assert.equal(after.mark["bucket"], bucketFor(p.as), "the bucket stays the first login's");
+
+      // mesh rotate --now: back on the first access key, no overlap, the leaked pair gone at once.
+      const third = mintPassword();
+      await write(join(dir, "third"), third);
+      await write(receives, entry({ secret: join(dir, "third"), cut: true }));
+      await handle.pass("watch");
+      assert.equal(await signs(p, secondLogin(p.as), second), false, "the leaked key pair is refused");
+      assert.equal(await signs(p, p.as, third), true, "the new one signs");
+      assert.deepEqual((await userSeen(p.as)).accessKeys, [p.as]);
+      assert.ok(actions.some((a) => a.login === p.as && a.action === "sessions-ended"));
+      const said = logger.lines.join("\n");
+      for (const secret of [p.password, second, third])
+        assert.ok(!said.includes(secret), "no secret in the log");
     } finally {
       await handle.stop();
       await rm(dir, { recursive: true, force: true });

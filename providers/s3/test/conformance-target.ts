@@ -11,7 +11,8 @@ import {
 } from "@aws-sdk/client-s3";
 import { providerTarget, startCeph, type CephServer, type ConformanceTarget } from "@mesh/testkit";
 import { AWKWARD_PASSWORDS } from "@mesh/testkit";
-import { bucketFor, isPrintableAscii, provider } from "../src/index.ts";
+import { bucketFor, provider } from "../src/index.ts";
+import { isPrintableAscii } from "../src/adapter.ts";
 
 /** The object `writeData` stores its marker in, inside the consumer's own bucket. */
 export const DATA_KEY = "conformance.txt";
@@ -83,21 +84,23 @@ export const target: ConformanceTarget = providerTarget(provider, async () => {
   const server = await startCeph();
   return {
     adminUrl: server.adminUrl,
+    // The consumer signs with the access key its credential names: where a rotation moved it to the
+    // second key pair, `p.login`.
     async canLogin(p, password = p.password) {
-      const refused = await asConsumer(server, { as: p.as, password }, (c) =>
+      const refused = await asConsumer(server, { as: p.login ?? p.as, password }, (c) =>
         refusal(c.send(new ListBucketsCommand({}))),
       );
       return refused === undefined;
     },
     async writeData(p, marker) {
-      await asConsumer(server, p, (c) =>
+      await asConsumer(server, { as: p.login ?? p.as, password: p.password }, (c) =>
         c.send(new PutObjectCommand({ Bucket: bucketFor(p.as), Key: DATA_KEY, Body: marker })),
       );
     },
     readData: (p) => readAsOperator(server, bucketFor(p.as), DATA_KEY),
     async canReachOther(p, other) {
       const theirs = bucketFor(other.as);
-      return asConsumer(server, p, async (c) => {
+      return asConsumer(server, { as: p.login ?? p.as, password: p.password }, async (c) => {
         const refused = [
           await refusal(c.send(new GetObjectCommand({ Bucket: theirs, Key: DATA_KEY }))),
           await refusal(c.send(new PutObjectCommand({ Bucket: theirs, Key: "intruder", Body: "1" }))),

@@ -74,6 +74,7 @@ class Refusal extends Error {
  * - `GET /api/state`: nodes, modules, providers and their consumers (`DashboardState`);
  * - `GET /api/ledger?module=M&limit=N`: a module's newest ledger entries, oldest first, and
  *   `readOnlyTools`, the tools whose calls the page hides unless asked;
+ * - `GET /api/fleet-history`: the fleet's kept revisions, newest first (`{ok, revision, history}`);
  * - `POST /api/approve` `{module, id}`: `retire approve <id>` on the provider;
  * - `POST /api/delete` `{module, login, typed}`: `cleanup delete <login>`, refused unless `typed`
  *   is the login itself.
@@ -203,6 +204,19 @@ export function dashboardRoutes(options: DashboardOptions): HttpRoute[] {
       return { status: 200, headers: { "set-cookie": auth.clearedCookie() }, body: { ok: true } };
     }),
     api("GET", "/api/state", async () => ({ status: 200, body: await view.state() })),
+    api("GET", "/api/fleet-history", async () => {
+      const history = options.sources.history;
+      if (history === undefined) return { status: 200, body: { ok: true, revision: 0, history: [] } };
+      try {
+        const kept = await history.call(options.sources);
+        return {
+          status: 200,
+          body: { ok: true, revision: options.sources.revision?.() ?? 0, history: [...kept].reverse() },
+        };
+      } catch (err) {
+        return { status: 503, body: { ok: false, code: "unavailable", error: (err as Error).message } };
+      }
+    }),
     api("GET", "/api/ledger", async (_req, url) => {
       const module = url.searchParams.get("module") ?? "";
       if (!isModuleName(module))

@@ -2,11 +2,17 @@
 // the standings) and what each provider says of its consumers through the same tool relay as
 // `mesh tool`. A provider that does not answer is shown as such, never as an error page: its
 // consumers are then listed from the plan, with what the standings on the bus say of them.
+import type { FleetRevision } from "../fleet-history.ts";
 import { parseToolAnswer } from "@mesh/manifest";
 import type { ConsumerState } from "@mesh/sdk";
 import { maskDeep, metricsUrlOf } from "@mesh/sdk/provider";
 import { DEFAULT_SILENT_AFTER_MS } from "../controller-metrics.ts";
-import type { ControllerStatus, FailingStatus } from "../controller-status.ts";
+import type {
+  ConsumerStatus,
+  ControllerStatus,
+  EndpointStatus,
+  FailingStatus,
+} from "../controller-status.ts";
 import type { FleetPlan } from "../fleet-plan.ts";
 import { claimOf } from "@mesh/bus";
 import type { LedgerReadReply } from "../ledger-reader.ts";
@@ -23,6 +29,10 @@ export interface DashboardSources {
   tool(call: ToolCall): Promise<ToolReply>;
   /** A module's newest ledger entries, as `mesh ledger` reads them; never throws. */
   ledger(module: string, limit: number): Promise<LedgerReadReply>;
+  /** The fleet's kept revisions, oldest first (as `mesh fleet history`); throws when the bus cannot answer. */
+  history?(): Promise<readonly FleetRevision[]>;
+  /** The revision served. */
+  revision?(): number;
 }
 
 /** One node and its agent, as the page shows it. */
@@ -89,6 +99,10 @@ export interface ConsumerView {
    * no relayed request bears out the provider's word that it deleted it.
    */
   readonly who?: string;
+  /** True when its provider has not seen it connected past the bound (as in `mesh status`). */
+  readonly neverSeenConnected?: true;
+  /** ISO 8601: since when its current password stands unused, with `neverSeenConnected`. */
+  readonly unusedSince?: string;
 }
 
 /** The retirement set that waits for a person (`retire list`), with the id Approve sends. */
@@ -117,7 +131,28 @@ export interface ProviderView {
   readonly contributionsProblem: string | null;
   readonly consumers: readonly ConsumerView[];
   readonly waiting: WaitingView | null;
+  /** What people asked of it through the mesh (tools, rotations, approvals, deletions), newest first. */
+  readonly actions: readonly ActionView[];
+  /** Where its consumers are sent, per interface, as `mesh status` says (a disagreement names both). */
+  readonly endpoints?: readonly EndpointStatus[];
 }
+
+/** One thing a person asked of a module through the mesh, as the mesh recorded it in its ledger. */
+export interface ActionView {
+  readonly module: string;
+  /** ISO 8601: when the bus stored the record. */
+  readonly at: string;
+  readonly who: string;
+  /** `mesh tool`, `dashboard`, `mesh rotate`, … */
+  readonly via: string;
+  /** What was asked, in words: the tool and its arguments, or the record's kind. */
+  readonly what: string;
+  /** False when the module refused or failed it; null when the record does not say. */
+  readonly ok: boolean | null;
+}
+
+/** The most recent operator actions the first page lists. */
+export const RECENT_ACTIONS = 10;
 
 /** What `GET /api/state` answers. */
 export interface DashboardState {
@@ -133,6 +168,8 @@ export interface DashboardState {
   readonly failing: number;
   /** How many modules misbehave. */
   readonly misbehaving: number;
+  /** The newest things people asked through the mesh, over every provider (at most `RECENT_ACTIONS`). */
+  readonly actions: readonly ActionView[];
 }
 
 /** How the dashboard's view is built. */
@@ -256,10 +293,18 @@ export class DashboardView {
       this.providers().map(async (p): Promise<ProviderView> => {
         const said = await this.#ask(p.module, now);
         const metrics = modules.find((m) => m.name === p.module)?.metrics ?? null;
-        return { module: p.module, node: p.node, interfaces: p.interfaces, metrics, ...said };
+        const endpoints = status.providers.find((s) => s.provider === p.module)?.endpoints;
+        return {
+          module: p.module,
+          node: p.node,
+          interfaces: p.interfaces,
+          metrics,
+          ...said,
+          ...(endpoints === undefined ? {} : { endpoints }),
+        };
       }),
     );
-    const withPlan = providers.map((p) => withPlanAndStandings(p, fleet, status.failing));
+    const withPlan = providers.map((p) => withPlanAndStandings(p, fleet, status.failing, status.consumers));
     return maskDeep({
       at: new Date(now).toISOString(),
       fleet: status.fleet,
@@ -269,6 +314,10 @@ export class DashboardView {
       waiting: withPlan.filter((p) => p.waiting !== null).length,
       failing: withPlan.reduce((n, p) => n + p.consumers.filter((c) => c.state === "failing").length, 0),
       misbehaving: modules.filter((m) => m.misbehaving.length > 0).length,
+      actions: withPlan
+        .flatMap((p) => p.actions)
+        .sort((a, b) => b.at.localeCompare(a.at))
+        .slice(0, RECENT_ACTIONS),
     });
   }
 
@@ -311,11 +360,13 @@ export class DashboardView {
 
   async #askNow(module: string, now: number): Promise<ProviderSaid> {
     const askedAt = new Date(now).toISOString();
-    const [reply, deleted] = await Promise.all([
+    const [reply, history] = await Promise.all([
       // The page refreshes itself every few seconds: its reads are not recorded, its actions are.
       this.sources.tool({ module, tool: "status", args: [], who: this.who, record: false }),
-      this.#deleted(module),
+      this.sources.ledger(module, this.#lookback),
     ]);
+    const deleted = deletedOf(module, history);
+    const actions = actionsOf(module, history);
     // The relay checked the answer already; checked again here, as the page is owed what it reads.
     const parsed = reply.ok ? parseToolAnswer("status", reply.answer) : undefined;
     const report = parsed?.ok === true ? parsed.answer : undefined;
@@ -330,6 +381,7 @@ export class DashboardView {
         contributionsProblem: null,
         consumers: deleted,
         waiting: null,
+        actions,
       };
     }
     const consumers: ConsumerView[] = report.consumers.map((c) => ({
@@ -366,41 +418,73 @@ export class DashboardView {
       contributionsProblem: report.contributionsProblem,
       consumers: [...consumers, ...deleted.filter((d) => !shown.has(d.login))],
       waiting,
+      actions,
     };
   }
+}
 
-  // Deleted consumers are gone from the provider's status; its ledger remembers them. What the
-  // provider says it deleted is its claim: who asked comes only from the request the mesh relayed.
-  async #deleted(module: string): Promise<ConsumerView[]> {
-    const read = await this.sources.ledger(module, this.#lookback);
-    if (!read.ok) return [];
-    const latest = new Map<string, ConsumerView>();
-    for (const record of read.entries) {
-      const claim = record.claim ?? claimOf(module, record.entry);
-      if (claim === undefined || claim.login === "") continue;
-      if (claim.action !== "deleted") {
-        latest.delete(claim.login);
-        continue;
-      }
-      const asked = read.entries.find((r) => r.seq === record.matches)?.recorded;
-      latest.set(claim.login, {
-        login: claim.login,
-        consumer: null,
-        interface: claim.interface,
-        node: null,
-        state: "deleted",
-        class: null,
-        since: record.at,
-        why:
-          record.flagged === undefined
-            ? claim.why || "deleted"
-            : `${module} says it deleted it; flagged: ${record.flagged}`,
-        attempts: null,
-        ...(asked === undefined ? {} : { who: asked.who }),
-      });
-    }
-    return [...latest.values()];
+// What people asked of `module` through the mesh: the records the mesh itself wrote (who and how),
+// newest first. A module's own claims are not among them: who asked is never the module's word.
+function actionsOf(module: string, read: LedgerReadReply): ActionView[] {
+  if (!read.ok) return [];
+  const actions: ActionView[] = [];
+  for (const record of read.entries) {
+    if (record.recorded === undefined) continue;
+    const e = record.entry;
+    const kind = typeof e.kind === "string" ? e.kind : "";
+    const args = Array.isArray(e.args) ? e.args.filter((a): a is string => typeof a === "string") : [];
+    const what =
+      typeof e.tool === "string"
+        ? [e.tool, ...args].join(" ")
+        : [
+            kind,
+            typeof e.login === "string" ? e.login : "",
+            typeof e.interface === "string" ? e.interface : "",
+          ]
+            .filter((w) => w !== "")
+            .join(" ");
+    actions.push({
+      module,
+      at: record.at,
+      who: record.recorded.who,
+      via: record.recorded.via,
+      what: what || "(a record of the mesh)",
+      ok: typeof e.ok === "boolean" ? e.ok : null,
+    });
   }
+  return actions.sort((a, b) => b.at.localeCompare(a.at)).slice(0, RECENT_ACTIONS);
+}
+
+// Deleted consumers are gone from the provider's status; its ledger remembers them. What the
+// provider says it deleted is its claim: who asked comes only from the request the mesh relayed.
+function deletedOf(module: string, read: LedgerReadReply): ConsumerView[] {
+  if (!read.ok) return [];
+  const latest = new Map<string, ConsumerView>();
+  for (const record of read.entries) {
+    const claim = record.claim ?? claimOf(module, record.entry);
+    if (claim === undefined || claim.login === "") continue;
+    if (claim.action !== "deleted") {
+      latest.delete(claim.login);
+      continue;
+    }
+    const asked = read.entries.find((r) => r.seq === record.matches)?.recorded;
+    latest.set(claim.login, {
+      login: claim.login,
+      consumer: null,
+      interface: claim.interface,
+      node: null,
+      state: "deleted",
+      class: null,
+      since: record.at,
+      why:
+        record.flagged === undefined
+          ? claim.why || "deleted"
+          : `${module} says it deleted it; flagged: ${record.flagged}`,
+      attempts: null,
+      ...(asked === undefined ? {} : { who: asked.who }),
+    });
+  }
+  return [...latest.values()];
 }
 
 function unanswered(at: number): ProviderSaid {
@@ -412,6 +496,7 @@ function unanswered(at: number): ProviderSaid {
     contributionsProblem: null,
     consumers: [],
     waiting: null,
+    actions: [],
   };
 }
 
@@ -421,6 +506,7 @@ function withPlanAndStandings(
   p: ProviderView,
   fleet: FleetPlan,
   failing: readonly FailingStatus[],
+  statuses: readonly ConsumerStatus[],
 ): ProviderView {
   const planned = fleet.plan.instances.filter((i) => i.provider === p.module).flatMap((i) => i.consumers);
   const byLogin = new Map(planned.map((c) => [c.login, c]));
@@ -459,6 +545,17 @@ function withPlanAndStandings(
     retired: 5,
     deleted: 6,
   };
+  // Never seen connected: the controller's judgement, from each provider's sampling of sessions.
+  const unused = new Map(
+    statuses
+      .filter((c) => c.provider === p.module && c.neverSeenConnected === true)
+      .map((c) => [c.login, c.unusedSince]),
+  );
+  consumers = consumers.map((c) =>
+    unused.has(c.login)
+      ? { ...c, neverSeenConnected: true as const, unusedSince: unused.get(c.login) ?? c.since ?? "" }
+      : c,
+  );
   consumers.sort((a, b) => order[a.state] - order[b.state] || a.login.localeCompare(b.login));
   return { ...p, consumers };
 }
