@@ -139,7 +139,11 @@ void describe("a module's cgroup on cgroup v1", { skip: SKIP_V1, timeout: 120_00
     await until("the forks to stop at the limit", () => cgroup.counters().pidsMax > 0, 60);
     const members = cgroup.members();
     assert.ok(members.length > 0 && members.length <= 100, `${members.length} processes in it`);
-    assert.match(cgroupOf(members[0] as number), /:pids:\/mesh-cgtest-forker$/m);
+    // The shell itself may end as its fork fails, and a process that has exited but is not yet
+    // reaped is already out of the v1 hierarchies while v2 still names it: look at a sleep.
+    const live = members.filter((p) => alive(p) && commOf(p) === "sleep");
+    assert.ok(live.length > 0, "the sleeps run on");
+    assert.match(cgroupOf(live[0] as number), /:pids:\/mesh-cgtest-forker$/m);
     await cgroup.kill();
     assert.deepEqual(cgroup.members(), []);
   });
