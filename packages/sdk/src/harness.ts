@@ -683,15 +683,18 @@ class Provisioner implements ProvisionerHandle {
     this.#wakeTimer = this.#clock.setTimeout(
       () => {
         this.#wakeAt = Number.POSITIVE_INFINITY;
-        void this.#runPass("watch").then(() => {
-          for (const login of this.#book.rotating()) {
-            const rotation = this.#book.get(login)?.rotation;
-            if (rotation !== undefined) this.#wakeFor(rotation.until);
-          }
-        });
+        void this.#runPass("watch").then(() => this.#wakeForDrains());
       },
       Math.max(0, until - this.#clock.now()) + 5,
     );
+  }
+
+  /** A wake for the earliest grace bound of the rotations under way. */
+  #wakeForDrains(): void {
+    for (const login of this.#book.rotating()) {
+      const rotation = this.#book.get(login)?.rotation;
+      if (rotation !== undefined) this.#wakeFor(rotation.until);
+    }
   }
 
   /** Reads what this provider made from the backend's own marks, once it can. */
@@ -701,6 +704,8 @@ class Provisioner implements ProvisionerHandle {
       const entries = await this.adapter.inventory();
       for (const e of entries) this.#book.seeded(e);
       this.#seeded = true;
+      // A drain read back from the marks ends at its grace bound, as it would have without the restart.
+      this.#wakeForDrains();
       const retired = entries.filter((e) => e.state === "retired").length;
       this.#log.info(
         `found ${entries.length - retired} active and ${retired} retired consumer(s) made by instance ${this.#s.instance}`,

@@ -84,6 +84,34 @@ describe("a rotation on a backend that holds two passwords", () => {
     }
   });
 
+  it("a provider restarted during the drain removes the old password at the grace bound, not at a later pass", async () => {
+    const adapter = new OverlapMemoryAdapter();
+    // Passes an hour apart: only the timer for the grace bound can end the drain in time.
+    const HOUR = 3_600_000;
+    let f = await makeFixture({ rotationGrace: GRACE, every: HOUR }, ["alpha"], undefined, adapter);
+    try {
+      const old = await rotate(f, "alpha", "second-password");
+      await f.watchPass();
+      await f.handle.idle();
+      assert.equal(rotationOf(f, "alpha")?.phase, "drain");
+      f = await f.restart();
+      await f.watchPass();
+      await f.handle.idle();
+      assert.ok(adapter.accepts("alpha", old), "the old password still logs in after the restart");
+      f.clock.advance(GRACE / 2);
+      await f.handle.idle();
+      assert.ok(adapter.accepts("alpha", old), "and until the grace bound");
+      f.clock.advance(GRACE / 2 + 1_000);
+      await f.handle.idle();
+      assert.equal(adapter.accepts("alpha", old), false, "the old password goes at the grace bound");
+      assert.ok(adapter.accepts("alpha", "second-password"));
+      assert.equal(rotationOf(f, "alpha"), undefined);
+    } finally {
+      await f.close();
+      await rm(f.dir, { recursive: true, force: true });
+    }
+  });
+
   it("a provider restarted after the rotation never makes the removed password valid again", async () => {
     const adapter = new OverlapMemoryAdapter();
     let f = await makeFixture({ rotationGrace: GRACE }, ["alpha"], undefined, adapter);
