@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Finds circles in the module graph of the sources, type imports included (`import type`,
-// `export type … from`, `import("…")` types): ESLint's import-x/no-cycle skips type-only imports, yet
-// a circle of types still ties the files' meanings together. Relative imports are followed file to
+// `export type … from`, `import("…")` types): lint does not look for circles, and even a circle of
+// types ties the files' meanings together. Relative imports are followed file to
 // file; `@mesh/*` imports to the package's source entry. Prints each circle and exits 1 when any.
 //   node scripts/import-cycles.mjs [--json] [--root DIR]
 import { existsSync, readdirSync, readFileSync } from "node:fs";

@@ -1,5 +1,5 @@
-// No circles in the module graph, type imports included: ESLint's no-cycle skips `import type`, so
-// the repository's own check (scripts/import-cycles.mjs) walks every import of every source file.
+// No circles in the module graph, type imports included: lint does not look for circles; the
+// repository's own check (scripts/import-cycles.mjs) walks every import of every source file.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
