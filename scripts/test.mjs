@@ -2,7 +2,7 @@
 // `npm test`: installs what the tests need (npm ci; Debian's servers when missing and root), checks
 // types, lint and format, then runs every test file with node's test runner against real servers
 // the tests start themselves.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, readdirSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -28,33 +28,43 @@ function step(title, cmd, cmdArgs) {
 }
 
 // The files that take longest start first, so the run ends when the last short one does rather
-// than waiting on a long one started late (each is a whole mesh or a fuzz run; seconds are typical).
+// than waiting on a long one started late: the longest of a recent CI run, longest first (each is a
+// whole mesh, a kill matrix or a fuzz run; the rest take seconds).
 const SLOW_FIRST = [
   "test/kill-matrix.test.ts",
-  "test/backup-restore.test.ts",
-  "test/backup-walkthrough.test.ts",
-  "test/hostile-module.test.ts",
-  "test/cluster.test.ts",
-  "test/mistakes-caught.test.ts",
-  "packages/sdk/test/contributions-fuzz.test.ts",
-  "test/answers-fuzz.test.ts",
-  "test/dashboard-browser.test.ts",
-  "test/exporters-prometheus.test.ts",
-  "test/alerts-through-mesh.test.ts",
+  "test/provider-kill-matrix.test.ts",
   "test/npm-start.test.ts",
-  "test/tool-through-mesh.test.ts",
-  "test/postgres-provider.test.ts",
-  "packages/cli/test/tool-command.test.ts",
-  "test/plan-matches-apply.test.ts",
-  "test/standings-through-mesh.test.ts",
+  "test/mistakes-caught.test.ts",
+  "packages/sdk/test/hostile-entries.test.ts",
+  "test/conformance.test.ts",
+  "test/hostile-module.test.ts",
+  "test/restore-older-backup.test.ts",
+  "test/alerts-through-mesh.test.ts",
+  "test/rotation-through-mesh.test.ts",
+  "test/s3-rotation-through-mesh.test.ts",
+  "test/packed-cli.test.ts",
+  "test/rollback-brings-back.test.ts",
+  "test/rotate-now-through-mesh.test.ts",
+  "packages/sdk/test/contributions-fuzz.test.ts",
+  "test/exporters-prometheus.test.ts",
   "test/misbehaving-provider-through-mesh.test.ts",
-  "packages/cli/test/check.test.ts",
-  "test/metrics-scrape.test.ts",
-  "packages/cli/test/provider-command.test.ts",
-  "packages/cli/test/explain.test.ts",
-  "test/two-nodes.test.ts",
+  "packages/cli/test/systemd-units.test.ts",
+  "test/least-privilege.test.ts",
+  "test/module-limits.test.ts",
+  "test/ledger-claims-through-mesh.test.ts",
+  "providers/s3/test/adapter.test.ts",
+  "test/postgres-rotation.test.ts",
+  "test/dashboard-browser.test.ts",
+  "test/never-seen-redis-mariadb.test.ts",
+  "test/postgres-provider.test.ts",
+  "test/backup-restore.test.ts",
+  "test/packed-sdk.test.ts",
+  "test/off-the-shelf-app.test.ts",
   "test/quiet-start-stop.test.ts",
-  "test/upgrade-from-0.1.0.test.ts",
+  "test/readme-example-fleet.test.ts",
+  "test/convergence.test.ts",
+  "packages/cli/test/controller-command.test.ts",
+  "test/answers-fuzz.test.ts",
 ];
 
 function slowFirst(files) {
@@ -79,15 +89,52 @@ function testFiles() {
   return slowFirst(found);
 }
 
+// The checks run side by side: each is one process that uses one core, and on a 2-core machine
+// running them one after another leaves a core idle for a minute. Each one's output is printed
+// whole once it ends, under its own title.
+async function checksAtOnce(checks) {
+  const started = Date.now();
+  const results = await Promise.all(
+    checks.map(
+      ([title, cmd, cmdArgs]) =>
+        new Promise((resolve) => {
+          const t0 = Date.now();
+          const child = spawn(cmd, cmdArgs, { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+          let output = "";
+          child.stdout.on("data", (d) => (output += d));
+          child.stderr.on("data", (d) => (output += d));
+          child.on("error", (err) => (output += `${err.message}\n`));
+          child.on("close", (code, signal) =>
+            resolve({ title, code: code ?? signal, output, took: Math.round((Date.now() - t0) / 1000) }),
+          );
+        }),
+    ),
+  );
+  for (const r of results) {
+    console.log(`\n== ${r.title}`);
+    if (r.output.trim() !== "") process.stdout.write(r.output.endsWith("\n") ? r.output : `${r.output}\n`);
+    console.log(
+      r.code === 0
+        ? `== ${r.title}: done in ${r.took} s`
+        : `\n${r.title} failed (exit ${r.code}) after ${r.took} s.`,
+    );
+  }
+  const failed = results.filter((r) => r.code !== 0);
+  console.log(`== the checks: done in ${Math.round((Date.now() - started) / 1000)} s, side by side`);
+  if (failed.length > 0) process.exit(typeof failed[0].code === "number" ? failed[0].code : 1);
+}
+
 if (!quick) {
-  step("typecheck (tsc, strict)", "npx", ["tsc", "-p", "tsconfig.json"]);
-  step("typecheck the dashboard's script (tsc, checkJs)", "npx", [
-    "tsc",
-    "-p",
-    "packages/controller/static/tsconfig.json",
+  await checksAtOnce([
+    ["typecheck (tsc, strict)", "npx", ["tsc", "-p", "tsconfig.json"]],
+    [
+      "typecheck the dashboard's script (tsc, checkJs)",
+      "npx",
+      ["tsc", "-p", "packages/controller/static/tsconfig.json"],
+    ],
+    ["lint (eslint)", "npx", ["eslint", "."]],
+    ["format (prettier --check)", "npx", ["prettier", "--check", "--log-level", "warn", "."]],
   ]);
-  step("lint (eslint)", "npx", ["eslint", "."]);
-  step("format (prettier --check)", "npx", ["prettier", "--check", "--log-level", "warn", "."]);
 }
 const files = only.length > 0 ? only : testFiles();
 
