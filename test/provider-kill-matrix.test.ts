@@ -7,7 +7,7 @@
 // the consumer is gone, or still listed by `cleanup list` as retired, and a second delete finishes it.
 //
 // MESH_KILL_SEED=<n> replays a run's kill points (the seed is printed); MESH_KILL_RUNS=<n> kills
-// more often per case (3 by default).
+// more often per case (2 by default).
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -27,7 +27,7 @@ import { startMariadb, startPostgres, startRedis, until, quietLogger } from "@me
 
 const MESH = fileURLToPath(new URL("../packages/cli/bin/mesh.js", import.meta.url));
 const INSTANCE = "killmatrix";
-const RUNS = positiveInt("MESH_KILL_RUNS", 3);
+const RUNS = positiveInt("MESH_KILL_RUNS", 2);
 const SEED = positiveInt("MESH_KILL_SEED", Math.floor(Math.random() * 2 ** 31));
 const CREATES_PER_RUN = 12;
 const RETIRES_PER_RUN = 6;
