@@ -2,23 +2,15 @@
 // controller that never issues one must not keep it down for ever: after a bounded wait it starts
 // without (its events off), and that is said.
 import assert from "node:assert/strict";
-import { until } from "@mesh/testkit";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { recordingLogger, until } from "@mesh/testkit";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { startAgent, type Agent } from "../src/index.ts";
-import { type AgentTimings } from "../src/node-agent.ts";
+import { type Agent } from "../src/index.ts";
 import { type ModuleStatus } from "../src/module-process.ts";
-import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
-import { recordingLogger, startTestMesh, type TestMesh } from "./test-mesh.ts";
-
-const FAST: Partial<AgentTimings> = {
-  reportEveryMs: 500,
-  retryMs: 200,
-  stopGraceMs: 1_500,
-  credentialWaitMs: 2_000,
-};
+import { FAST_AGENT, startOneAgent, type OneAgent } from "./one-agent.ts";
+import { planFor, type TestFleet } from "./test-fleet.ts";
+import { type TestMesh } from "./test-mesh.ts";
 
 void describe("a module waits for its bus credential before its first start", () => {
   let mesh: TestMesh;
@@ -29,23 +21,17 @@ void describe("a module waits for its bus credential before its first start", ()
   const module = (name: string): ModuleStatus | undefined =>
     agent?.status().modules.find((m) => m.name === name);
 
+  let one: OneAgent | undefined;
+
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await writeTestFleet(await mkdtemp(join(tmpdir(), "mesh-wait-fleet-")));
-    stateDir = await mkdtemp(join(tmpdir(), "mesh-wait-state-"));
-    agent = await startAgent({
-      node: "n1",
-      stateDir,
-      joinToken: await mesh.joinToken("n1"),
+    one = await startOneAgent({
       logger,
-      timings: FAST,
+      timings: { ...FAST_AGENT, stopGraceMs: 1_500, credentialWaitMs: 2_000 },
     });
+    ({ mesh, fleet, stateDir, agent } = one);
   });
   after(async () => {
-    await agent?.stop();
-    await mesh.stop();
-    await rm(fleet.dir, { recursive: true, force: true });
-    await rm(stateDir, { recursive: true, force: true });
+    await one?.stop();
   });
 
   void it("is reported as waiting for its bus credential, then starts once without it after the bounded wait", async () => {

@@ -2,20 +2,16 @@
 // rotations must not queue the node one whole application per rotation behind (an app that reads
 // its password once would then be restarted only after its provider dropped the old password).
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm, unlink } from "node:fs/promises";
+import { readFile, unlink } from "node:fs/promises";
 import { createServer, type Server, type Socket } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { secretPath } from "@mesh/manifest";
-import { until } from "@mesh/testkit";
-import { startAgent, type Agent } from "../src/index.ts";
+import { recordingLogger, until } from "@mesh/testkit";
+import { type Agent } from "../src/index.ts";
 import { moduleControlPath } from "../src/module-launch.ts";
-import { type AgentTimings } from "../src/node-agent.ts";
-import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
-import { recordingLogger, startTestMesh, type DeliveryDraft, type TestMesh } from "./test-mesh.ts";
-
-const FAST: Partial<AgentTimings> = { reportEveryMs: 500, retryMs: 200, stopGraceMs: 2_000 };
+import { startOneAgent, type OneAgent } from "./one-agent.ts";
+import { planFor, type TestFleet } from "./test-fleet.ts";
+import { type DeliveryDraft, type TestMesh } from "./test-mesh.ts";
 
 void describe("an agent given deliveries faster than it applies them", () => {
   let mesh: TestMesh;
@@ -26,32 +22,22 @@ void describe("an agent given deliveries faster than it applies them", () => {
   const held = new Set<Socket>();
   const logger = recordingLogger();
   let agent: Agent | undefined;
+  let one: OneAgent | undefined;
 
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await writeTestFleet(await mkdtemp(join(tmpdir(), "mesh-agent-fleet-")));
-    stateDir = await mkdtemp(join(tmpdir(), "mesh-agent-state-"));
+    one = await startOneAgent({ logger });
+    ({ mesh, fleet, stateDir, agent } = one);
     draft = {
       generation: 1,
       modules: [fleet.module("store"), fleet.module("app")],
       plan: planFor(fleet.plan, "n1", ["app"]),
       secrets: { "app/kv-store": "pw-1" },
     };
-    agent = await startAgent({
-      node: "n1",
-      stateDir,
-      joinToken: await mesh.joinToken("n1"),
-      logger,
-      timings: FAST,
-    });
   });
   after(async () => {
     for (const socket of held) socket.destroy();
     slow?.close();
-    await agent?.stop();
-    await mesh.stop();
-    await rm(fleet.dir, { recursive: true, force: true });
-    await rm(stateDir, { recursive: true, force: true });
+    await one?.stop();
   });
 
   void it("applies the newest of the deliveries that came during an application, not each in turn", async () => {

@@ -1,16 +1,12 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
-import { until } from "@mesh/testkit";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFile } from "node:fs/promises";
+import { recordingLogger, until } from "@mesh/testkit";
 import { after, before, describe, it } from "node:test";
 import { providerSecretPath } from "@mesh/manifest";
 import { startAgent, type Agent } from "../src/index.ts";
-import { type AgentTimings } from "../src/node-agent.ts";
-import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
-import { recordingLogger, startTestMesh, type DeliveryDraft, type TestMesh } from "./test-mesh.ts";
-
-const FAST: Partial<AgentTimings> = { reportEveryMs: 500, retryMs: 200, stopGraceMs: 2_000 };
+import { FAST_AGENT, startOneAgent, type OneAgent } from "./one-agent.ts";
+import { planFor, type TestFleet } from "./test-fleet.ts";
+import { type DeliveryDraft, type TestMesh } from "./test-mesh.ts";
 
 void describe("an agent and the terms of the controllers that deliver to it", () => {
   let mesh: TestMesh;
@@ -19,11 +15,11 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
   let draft: DeliveryDraft;
   const logger = recordingLogger();
   let agent: Agent | undefined;
+  let one: OneAgent | undefined;
 
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await writeTestFleet(await mkdtemp(join(tmpdir(), "mesh-agent-fleet-")));
-    stateDir = await mkdtemp(join(tmpdir(), "mesh-agent-state-"));
+    one = await startOneAgent({ logger });
+    ({ mesh, fleet, stateDir, agent } = one);
     draft = {
       generation: 1,
       term: 2,
@@ -31,19 +27,11 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
       plan: planFor(fleet.plan, "n1", ["app"]),
       secrets: { "app/kv-store": "pw-new-leader" },
     };
-    agent = await startAgent({
-      node: "n1",
-      stateDir,
-      joinToken: await mesh.joinToken("n1"),
-      logger,
-      timings: FAST,
-    });
   });
   after(async () => {
-    await agent?.stop();
-    await mesh.stop();
-    await rm(fleet.dir, { recursive: true, force: true });
-    await rm(stateDir, { recursive: true, force: true });
+    // The agent started again by a test is this file's own to stop.
+    if (agent !== one?.agent) await agent?.stop();
+    await one?.stop();
   });
 
   void it("ignores a delivery of a lower term than the newest it applied, and applies the next of that term", async () => {
@@ -124,7 +112,7 @@ void describe("an agent and the terms of the controllers that deliver to it", ()
       stateDir,
       joinToken: await mesh.joinToken("n1"),
       logger: restarted,
-      timings: FAST,
+      timings: FAST_AGENT,
     });
     await until("the restarted agent to ignore the old leader's delivery", () =>
       restarted.lines.some((l) =>

@@ -2,18 +2,14 @@
 // protocol older (0.1.0's, which say no protocol) or one newer, reports its own release and
 // protocol, and applies nothing of a controller two protocols apart, saying both versions.
 import assert from "node:assert/strict";
-import { until } from "@mesh/testkit";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { recordingLogger, until } from "@mesh/testkit";
+import { readFile } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { MESH_RELEASE, PROTOCOL_VERSION, providerSecretPath } from "@mesh/manifest";
-import { startAgent, type Agent } from "../src/index.ts";
-import { type AgentTimings } from "../src/node-agent.ts";
-import { planFor, writeTestFleet, type TestFleet } from "./test-fleet.ts";
-import { recordingLogger, startTestMesh, type DeliveryDraft, type TestMesh } from "./test-mesh.ts";
-
-const FAST: Partial<AgentTimings> = { reportEveryMs: 500, retryMs: 200, stopGraceMs: 2_000 };
+import { type Agent } from "../src/index.ts";
+import { startOneAgent, type OneAgent } from "./one-agent.ts";
+import { planFor, type TestFleet } from "./test-fleet.ts";
+import { type DeliveryDraft, type TestMesh } from "./test-mesh.ts";
 
 void describe("an agent and controllers one protocol apart", () => {
   let mesh: TestMesh;
@@ -24,29 +20,20 @@ void describe("an agent and controllers one protocol apart", () => {
   let agent: Agent | undefined;
   const secret = () => providerSecretPath(stateDir, "store", "app", "kv-store");
 
+  let one: OneAgent | undefined;
+
   before(async () => {
-    mesh = await startTestMesh();
-    fleet = await writeTestFleet(await mkdtemp(join(tmpdir(), "mesh-agent-fleet-")));
-    stateDir = await mkdtemp(join(tmpdir(), "mesh-agent-state-"));
+    one = await startOneAgent({ logger });
+    ({ mesh, fleet, stateDir, agent } = one);
     draft = {
       generation: 1,
       modules: [fleet.module("store")],
       plan: planFor(fleet.plan, "n1", ["app"]),
       secrets: { "app/kv-store": "pw-from-0.1.0" },
     };
-    agent = await startAgent({
-      node: "n1",
-      stateDir,
-      joinToken: await mesh.joinToken("n1"),
-      logger,
-      timings: FAST,
-    });
   });
   after(async () => {
-    await agent?.stop();
-    await mesh.stop();
-    await rm(fleet.dir, { recursive: true, force: true });
-    await rm(stateDir, { recursive: true, force: true });
+    await one?.stop();
   });
 
   void it("applies the delivery of a 0.1.0 controller (no protocol said) and reports its own release and protocol", async () => {
