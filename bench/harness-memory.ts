@@ -7,10 +7,20 @@
 
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { readFile, writeFile } from "node:fs/promises";
+import { writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { ContributionsFile, envInt, loginOf, printResult, runBench, say, table, tempDir } from "./lib.ts";
+import {
+  ContributionsFile,
+  envInt,
+  loginOf,
+  printResult,
+  procMemory,
+  runBench,
+  say,
+  table,
+  tempDir,
+} from "./lib.ts";
 
 const IFACE = "postgres-database";
 const GOAL_MB = 100;
@@ -51,17 +61,6 @@ interface Figures {
   rss: number;
   hwm: number;
   heap: number;
-}
-
-/** VmRSS and VmHWM of `pid`, in bytes, from /proc. */
-async function procMemory(pid: number): Promise<{ rss: number; hwm: number }> {
-  const status = await readFile(`/proc/${pid}/status`, "utf8");
-  const kb = (field: string): number => {
-    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status);
-    if (!m?.[1]) throw new Error(`/proc/${pid}/status has no ${field}`);
-    return Number(m[1]) * 1024;
-  };
-  return { rss: kb("VmRSS"), hwm: kb("VmHWM") };
 }
 
 async function measure(n: number, passes: number, child: string): Promise<Figures> {

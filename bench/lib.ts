@@ -3,7 +3,7 @@
 // written the way the agent writes them (atomically, secrets 0600), and a meter for a client's calls.
 
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, open, rename, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, open, readFile, rename, rm } from "node:fs/promises";
 import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
@@ -15,6 +15,27 @@ import {
   type ProvisionerHandle,
   type ProvisionerOptions,
 } from "@mesh/sdk";
+
+/** A process's memory as /proc/PID/status says it, in bytes: resident now, and at its highest. */
+export interface ProcMemory {
+  readonly rss: number;
+  readonly hwm: number;
+}
+
+/** VmRSS and VmHWM in the text of a /proc/PID/status (0 where absent, as for a kernel thread). */
+export function memoryInStatus(status: string): ProcMemory {
+  const kb = (field: string): number =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? 0);
+  return { rss: kb("VmRSS") * 1024, hwm: kb("VmHWM") * 1024 };
+}
+
+/** VmRSS and VmHWM of `pid`, in bytes. @throws when the process is gone. */
+export async function procMemory(pid: number): Promise<ProcMemory> {
+  return memoryInStatus(await readFile(`/proc/${pid}/status`, "utf8"));
+}
+
+/** Bytes as megabytes (2^20), for a table. */
+export const mb = (bytes: number): number => bytes / 2 ** 20;
 
 /** Milliseconds on a monotonic clock, for intervals only. */
 export const now = (): number => performance.now();

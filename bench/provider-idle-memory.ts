@@ -7,15 +7,16 @@
 //   (MESH_BENCH_IDLE_S=60 to change how long it idles)
 
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startPostgres } from "@mesh/testkit";
 import {
   ContributionsFile,
   envInt,
+  mb,
   onCleanup,
   printResult,
+  procMemory,
   runBench,
   say,
   sleep,
@@ -29,9 +30,8 @@ const IDLE_S = envInt("MESH_BENCH_IDLE_S", 60);
 const MESH = join(dirname(fileURLToPath(import.meta.url)), "..", "packages", "cli", "bin", "mesh.js");
 
 async function status(pid: number): Promise<{ rss: number; hwm: number }> {
-  const text = await readFile(`/proc/${pid}/status`, "utf8");
-  const kb = (key: string): number => Number(new RegExp(`^${key}:\\s+(\\d+)`, "m").exec(text)?.[1] ?? NaN);
-  return { rss: kb("VmRSS") / 1024, hwm: kb("VmHWM") / 1024 };
+  const memory = await procMemory(pid);
+  return { rss: mb(memory.rss), hwm: mb(memory.hwm) };
 }
 
 function stop(child: ChildProcess): Promise<void> {

@@ -20,7 +20,9 @@ import { servedAt, TOUR_APPS, tourFleetYaml } from "../examples/one-machine/flee
 import {
   envInt,
   fmtMs,
+  mb,
   median,
+  memoryInStatus,
   now,
   onCleanup,
   printResult,
@@ -79,7 +81,7 @@ async function processes(): Promise<Proc[]> {
         cmdline,
         cwd,
         startedAt: boot + (Number(rest[19]) * 1000) / ticksPerSecond,
-        rssMb: Number(/^VmRSS:\s+(\d+)/m.exec(status)?.[1] ?? 0) / 1024,
+        rssMb: mb(memoryInStatus(status).rss),
       });
     } catch {
       // ended while it was read
