@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
+import { until as untilSeen } from "@mesh/testkit";
 import { reportSubject } from "@mesh/bus";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -33,19 +34,12 @@ const SCHEDULED = `rotate: { every: 1h }\n${FLEET_YAML.replace(
   "  app3:\n    manifest: ./app3/module.json\n    node: node-b\n    rotate: { redis-namespace: { every: 4s } }\n",
 )}`;
 
-async function until<T>(
+/** Polls every 100 ms for at most `seconds` (30 unless told). */
+const until = <T>(
   what: string,
   get: () => Promise<T | undefined> | T | undefined,
-  ms = 30_000,
-): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const got = await get();
-    if (got !== undefined) return got;
-    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+  seconds = 30,
+): Promise<T> => untilSeen(what, get, { seconds, everyMs: 100 });
 
 function dueOf(controller: Controller, consumer: string, iface: string): string | undefined {
   return controller.status().consumers.find((c) => c.consumer === consumer && c.interface === iface)
@@ -177,7 +171,7 @@ void describe("scheduled rotation through a mesh", () => {
       try {
         assert.equal(dueOf(standby, "app1", "postgres-database"), undefined, "a standby keeps no schedule");
         await controller.stop();
-        await until("the standby to lead", () => (standby.leading() ? true : undefined), 60_000);
+        await until("the standby to lead", () => (standby.leading() ? true : undefined), 60);
         const taken = await until("app1's due time at the new leader", () =>
           dueOf(standby, "app1", "postgres-database"),
         );
