@@ -13,7 +13,14 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { secondLogin, secondSecretPath, secretPath } from "@mesh/manifest";
 import { callControl } from "@mesh/sdk/provider";
-import { startCeph, startMariadb, startPostgres, startRedis, until } from "@mesh/testkit";
+import {
+  startCeph,
+  startMariadb,
+  startPostgres,
+  startRedis,
+  until,
+  type PostgresServer,
+} from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess, type MeshRun } from "../packages/cli/test/run-mesh.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -68,6 +75,8 @@ export interface Attempt {
   readonly why?: string;
   /** The login (for S3 the access key) it tried. */
   readonly login?: string;
+  /** For PostgreSQL, the role the session acted as (a second login acts as the first). */
+  readonly who?: string;
   readonly event?: "start" | "stop";
 }
 
@@ -106,7 +115,7 @@ function manifestOf(app: RotationApp): unknown {
   };
 }
 
-/** What `startRotationMesh` is asked for. */
+/** What `RotationMesh.start` is asked for. */
 export interface RotationMeshOptions {
   readonly backends: readonly RotationBackend[];
   /** The providers' MESH_ROTATION_GRACE: how long a rotated-out password stays valid ("6s"). */
@@ -124,6 +133,8 @@ export class RotationMesh {
     private readonly servers: readonly { stop(): Promise<void> }[],
     /** The admin URLs handed to the providers, whose passwords mesh up must not print either. */
     private readonly adminUrls: readonly string[],
+    /** The PostgreSQL server, when asked for, to look at its roles. */
+    readonly postgres: PostgresServer | undefined,
   ) {
     this.apps = apps;
   }
@@ -197,7 +208,7 @@ ${apps.map((a) => `  ${a.module}: { manifest: ./${a.module}/module.json, node: n
         ["up", join(dir, "mesh.yaml"), "--state", join(dir, "state"), "--isolation", "auto"],
         env,
       );
-      const mesh = new RotationMesh(dir, up, apps, servers, Object.values(env));
+      const mesh = new RotationMesh(dir, up, apps, servers, Object.values(env), postgres);
       await up.waitFor(/the modules start/);
       return mesh;
     } catch (err) {
@@ -316,13 +327,18 @@ ${apps.map((a) => `  ${a.module}: { manifest: ./${a.module}/module.json, node: n
   /**
    * Once every app has logged in, rotates every consumer `rounds` times, all at once in each round
    * with `mesh rotate --wait`, each round over when every provider's status names no rotation and
-   * a new password applied; then a last second of logins with only the newest passwords valid.
-   * While the first consumer's first rotation is under way, `assertRotationShown` checks how the
-   * mesh shows it. Prints each round's times and each app's logins, and asserts that no app saw a
+   * a new password applied (then `afterRound` is called); then a last second of logins with only
+   * the newest passwords valid. Unless `showFirst` is false, `assertRotationShown` checks how the
+   * mesh shows the first consumer's first rotation while it is under way (the grace must leave the
+   * CLI time for it). Prints each round's times and each app's logins, and asserts that no app saw a
    * failed login, that each app that reads its password once was restarted exactly once per
-   * rotation (and the others never), and that mesh up printed no URL with a password in it.
+   * rotation (and the others never), that an app whose logins alternate used both, and that mesh
+   * up printed no URL with a password in it, nor any password the apps were given.
    */
-  async assertRotationsCostNoLogin(rounds: number): Promise<void> {
+  async assertRotationsCostNoLogin(
+    rounds: number,
+    options: { readonly showFirst?: boolean; readonly afterRound?: (round: number) => Promise<void> } = {},
+  ): Promise<void> {
     await this.allLoggedIn();
     const startedAt = Date.now();
     const phases: string[] = [];
@@ -338,7 +354,7 @@ ${apps.map((a) => `  ${a.module}: { manifest: ./${a.module}/module.json, node: n
           // Asked beside the rotate, from the moment status shows it, not after its --wait returns:
           // a CLI takes seconds to start on a loaded machine, and the drain may be over by then.
           const shown =
-            round === 1 && app === first
+            round === 1 && app === first && options.showFirst !== false
               ? this.assertRotationShown(app).then(
                   () => undefined,
                   (err: unknown) => err,
@@ -372,6 +388,7 @@ ${apps.map((a) => `  ${a.module}: { manifest: ./${a.module}/module.json, node: n
       phases.push(
         `round ${round}: applied in ${applied} ms (${took.join(", ")}), over in ${Date.now() - t0} ms`,
       );
+      await options.afterRound?.(round);
     }
     // A last stretch of logins with only the newest password valid.
     await new Promise((resolve) => setTimeout(resolve, 1_000));
@@ -399,6 +416,13 @@ ${apps.map((a) => `  ${a.module}: { manifest: ./${a.module}/module.json, node: n
         app.backend.alternates && rounds > 0 ? [login, secondLogin(login)].sort() : [login],
         `${app.module} logged in as`,
       );
+      // A PostgreSQL session on the second login acts as the first (the app asks current_user).
+      if (app.backend.backend === "postgres")
+        assert.deepEqual(
+          [...new Set(logins.filter((a) => a.ok === true).map((a) => a.who))],
+          [login],
+          `${app.module}'s sessions acted as`,
+        );
     }
     console.log(phases.join("\n"));
     const output = this.up.output();
