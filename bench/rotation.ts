@@ -1,26 +1,27 @@
 // What a rotation costs the apps that use the password, per backend, through a real `mesh up`
-// (test/rotation-mesh.ts: real PostgreSQL, Redis and MariaDB, their providers, and per backend two
-// apps logging in every 100 ms, each attempt a new connection counted once with no retry): one app
-// re-reads its credential and password files before each login, one reads its password once and is
-// restarted on a new one (onNewPassword: restart). Each consumer is rotated N times with `mesh
-// rotate` (the provider holds both passwords while it drains, where its backend can), then N times
-// with `mesh rotate --now` (a plain cut-over: the old password refused at once), the baseline in the
-// same run. Per backend it prints the failed logins per app kind and way, and the time of each
-// phase as the provider's status and the node's files show it, polled every 100 ms: asked → the
-// provider says the new password is valid (add), → the consumer's password file holds it and the
-// restarted app runs again (deliver), → the old password goes (drain, then remove).
+// (test/rotation-mesh.ts: real PostgreSQL, Redis, MariaDB and Ceph's RADOS Gateway for S3, their
+// providers, and per backend two apps logging in every 100 ms, each attempt a new connection counted
+// once with no retry): one app re-reads its credential and password files before each login, one
+// reads its password once and is restarted on a new one (onNewPassword: restart). Each consumer is
+// rotated N times with `mesh rotate` (the provider holds both passwords while it drains, where its
+// backend can), then N times with `mesh rotate --now` (a plain cut-over: the old password refused at
+// once), the baseline in the same run. Per backend it prints the failed logins per app kind and
+// way, and the time of each phase as the provider's status and the node's files show it, polled
+// every 100 ms: asked → the provider says the new password is valid (add), → the consumer's password
+// file holds it and the restarted app runs again (deliver), → the old password goes (drain, then
+// remove).
 // Goal: 0 failed logins for the app that re-reads, with `mesh rotate`.
 //
 //   npm run build && node --conditions=source --import tsx bench/rotation.ts
 //   MESH_BENCH_ROTATIONS=3             rotations of each consumer per way
 //   MESH_BENCH_ROTATION_GRACE=6s       how long the old password stays valid (the providers' grace)
-//   MESH_BENCH_BACKENDS=postgres,redis,mariadb
+//   MESH_BENCH_BACKENDS=postgres,redis,mariadb,s3
 
 import { existsSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { secretPath } from "@mesh/manifest";
+import { secondSecretPath, secretPath } from "@mesh/manifest";
 import { until } from "@mesh/testkit";
 import {
   ROTATION_BACKENDS,
@@ -65,7 +66,7 @@ interface Seen {
 const root = fileURLToPath(new URL("..", import.meta.url));
 
 function backendsAsked(): RotationBackend[] {
-  const names = (process.env["MESH_BENCH_BACKENDS"] ?? "postgres,redis,mariadb")
+  const names = (process.env["MESH_BENCH_BACKENDS"] ?? "postgres,redis,mariadb,s3")
     .split(",")
     .map((n) => n.trim())
     .filter((n) => n !== "");
@@ -82,8 +83,11 @@ function backendsAsked(): RotationBackend[] {
 // One rotation of `app`'s consumer, watched until the old password is gone and the app has it.
 async function rotateOnce(mesh: RotationMesh, app: RotationApp, way: Way): Promise<Seen> {
   const before = (await mesh.consumerStatus(app))?.applied;
-  const file = secretPath(join(mesh.state, "nodes", "node-a"), app.module, app.backend.iface);
-  const readSecret = () => readFile(file, "utf8").catch(() => "");
+  const node = join(mesh.state, "nodes", "node-a");
+  // Where logins alternate (Postgres, S3), a rotation writes the other login's password file.
+  const files = [secretPath, secondSecretPath].map((path) => path(node, app.module, app.backend.iface));
+  const readSecret = async () =>
+    (await Promise.all(files.map((f) => readFile(f, "utf8").catch(() => "")))).join("\n");
   const secretBefore = await readSecret();
   const t0 = Date.now();
   const seen: Seen = { app, way };
