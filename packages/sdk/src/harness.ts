@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { dirname } from "node:path";
 import { OLDER_THAN_BACKEND, olderThanHeld } from "@mesh/manifest";
-import type { FailureClass, Provision, ProviderAdapter, RotationMark } from "./adapter.ts";
+import type { Provision, ProviderAdapter, RotationMark } from "./adapter.ts";
 import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
 import { assertInstance } from "./admin-settings.ts";
 import {
@@ -33,11 +33,10 @@ import {
 import { PROVISIONER_DEFAULTS } from "./defaults.ts";
 import { InvalidLoginError, isValidLogin, secondLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
+import { ReportStage } from "./pass/report.ts";
 import { approveRetirement, deleteRetired, StatusBoard, type ToolHost } from "./provisioner-tools.ts";
-import { isRefusal } from "./refusals.ts";
 import { RetirementCounter } from "./retirement.ts";
-import { classOf, describeError } from "./scrub.ts";
-import { SecretsDirectory, SecretUnreadableError } from "./secret-file.ts";
+import { SecretsDirectory } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
 import {
   passwordTag,
@@ -202,13 +201,12 @@ class Provisioner implements ProvisionerHandle {
   readonly #ownBatch: () => number | undefined;
   readonly #clock: Clock;
   readonly #log: Logger;
-  readonly #actions: ActionLog;
   readonly #metrics: ProvisionerObserver;
-  readonly #secrets: readonly string[];
   readonly #lock = new Mutex();
   readonly #retirement: RetirementCounter;
   readonly #standings: Standings;
   readonly #book: ConsumerBook;
+  readonly #report: ReportStage;
   readonly #board: StatusBoard;
   readonly #host: ToolHost;
   /** Logins created or re-applied since the adapter's `afterChanges` last succeeded. */
@@ -228,7 +226,6 @@ class Provisioner implements ProvisionerHandle {
   #read: ContributionsRead | undefined;
   #seeded = false;
   #seedProblem: string | undefined;
-  #problem: string | null = null;
   #verifiedAt = Number.NEGATIVE_INFINITY;
   #verifying: Promise<void> | undefined;
   #lastPassAt: number | null = null;
@@ -254,9 +251,7 @@ class Provisioner implements ProvisionerHandle {
       options.logger ?? consoleLogger,
       `${iface}${this.#s.instance === "default" ? "" : `/${this.#s.instance}`}`,
     );
-    this.#actions = options.actions ?? discardActions;
     this.#metrics = options.metrics ?? silentObserver;
-    this.#secrets = options.secrets ?? [];
     this.#retirement = new RetirementCounter(this.#s);
     this.#standings = new Standings(
       { iface, instance: this.#s.instance, node: options.node },
@@ -274,6 +269,18 @@ class Provisioner implements ProvisionerHandle {
       () => this.#clock.now(),
       (login) => this.#standings.get(login),
     );
+    this.#report = new ReportStage({
+      iface,
+      receives: options.receives,
+      adapter,
+      clock: this.#clock,
+      log: this.#log,
+      metrics: this.#metrics,
+      actions: options.actions ?? discardActions,
+      book: this.#book,
+      standings: this.#standings,
+      secrets: options.secrets ?? [],
+    });
     this.#host = {
       iface,
       instance: this.#s.instance,
@@ -286,8 +293,8 @@ class Provisioner implements ProvisionerHandle {
       ...(options.serves === undefined ? {} : { serves: options.serves }),
       log: this.#log,
       metrics: this.#metrics,
-      record: (entry) => this.#record(entry),
-      describe: (err) => this.#describe(err, []),
+      record: (entry) => this.#report.record(entry),
+      describe: (err) => this.#report.describe(err, []),
       retire: (logins, why, who) => this.#retire(logins, why, who),
       rebuild: () => this.#rebuild(),
       afterChanges: (changed) => {
@@ -351,14 +358,16 @@ class Provisioner implements ProvisionerHandle {
       } catch (err) {
         // A pass that throws is a bug, not a reason to stop serving every consumer.
         this.#log.error(
-          `pass failed unexpectedly, will try again: ${this.#describe(err, this.#passwords())}`,
+          `pass failed unexpectedly, will try again: ${this.#report.describe(err, this.#report.passwords())}`,
         );
       }
       this.#metrics.passed(kind, (performance.now() - started) / 1000);
     });
     if (due === undefined || due.length === 0 || this.#stopped || this.#verifying) return;
     const verifying = this.#verify(due).catch((err: unknown) => {
-      this.#log.error(`verification failed unexpectedly: ${this.#describe(err, this.#passwords())}`);
+      this.#log.error(
+        `verification failed unexpectedly: ${this.#report.describe(err, this.#report.passwords())}`,
+      );
     });
     this.#verifying = verifying;
     try {
@@ -395,13 +404,13 @@ class Provisioner implements ProvisionerHandle {
     const { read, changed } = await this.#readAsked(kind, dirty);
     if (!read.ok) {
       // Nothing read is not nobody asking: nothing is applied, nothing retired, the count restarts.
-      this.#sayProblem(read.problem);
+      this.#report.sayProblem(read.problem);
       this.#retirement.reset();
       this.#followRetirement();
       await this.#finishPass(now);
       return;
     }
-    this.#sayProblem(null);
+    this.#report.sayProblem(null);
 
     // What this pass looks at: entries that changed, secrets that changed, and whoever is not yet
     // applied as asked. Unwatched, that is everyone.
@@ -430,13 +439,7 @@ class Provisioner implements ProvisionerHandle {
     }
 
     if (this.#seeded) await this.#retireUnasked(kind, now);
-    for (const login of this.#standings.logins()) {
-      const r = this.#book.get(login);
-      if (r?.asked === undefined && r?.made !== "active") {
-        this.#standings.clear(login, "no longer asked for");
-        this.#book.touch(login);
-      }
-    }
+    this.#report.forgetUnasked();
     await this.#finishPass(now);
   }
 
@@ -505,13 +508,13 @@ class Provisioner implements ProvisionerHandle {
     await forEachLimited(given, 64, async (g) => {
       if (!isValidLogin(g.as)) {
         this.#metrics.failed("validate", "refused");
-        this.#fail(g.as, g.node, "refused", new InvalidLoginError(g.as).message);
+        this.#report.fail(g.as, g.node, "refused", new InvalidLoginError(g.as).message);
         return;
       }
       if (g.refused !== undefined) {
         // Still asked for, so never retired for it; it fails alone, and what it had stays as it was.
         this.#metrics.failed("validate", "refused");
-        this.#fail(g.as, g.node, "refused", `contributions entry for ${g.as}: ${g.refused}`);
+        this.#report.fail(g.as, g.node, "refused", `contributions entry for ${g.as}: ${g.refused}`);
         return;
       }
       if (this.#book.get(g.as)?.inFlight) return;
@@ -519,7 +522,7 @@ class Provisioner implements ProvisionerHandle {
       try {
         password = await this.#secretsDir.read(g.secret);
       } catch (err) {
-        this.#secretMissing(g, err, now);
+        this.#report.secretMissing(g, err, now);
         return;
       }
       if (this.#book.secretFound(g.as)) this.#log.info(`${g.as}: secret readable again`);
@@ -592,7 +595,7 @@ class Provisioner implements ProvisionerHandle {
     if (why === undefined) return false;
     if (this.#standings.get(g.as)?.class !== OLDER_THAN_BACKEND) this.#log.warn(`${g.as}: ${why}`);
     this.#metrics.failed("create", OLDER_THAN_BACKEND);
-    this.#fail(g.as, g.node, OLDER_THAN_BACKEND, why);
+    this.#report.fail(g.as, g.node, OLDER_THAN_BACKEND, why);
     return true;
   }
 
@@ -645,7 +648,7 @@ class Provisioner implements ProvisionerHandle {
       } catch (err) {
         this.#log.warn(
           `${g.as}: cannot tell whether the backend still takes the password being retired ` +
-            `(${this.#describe(err, [password, retiring])}); asked again at the next pass`,
+            `(${this.#report.describe(err, [password, retiring])}); asked again at the next pass`,
         );
         return undefined;
       }
@@ -668,7 +671,7 @@ class Provisioner implements ProvisionerHandle {
       return await this.#secretsDir.read(g.retiring);
     } catch (err) {
       this.#log.warn(
-        `${g.as}: the password being retired cannot be read (${this.#describe(err, [])}); ` +
+        `${g.as}: the password being retired cannot be read (${this.#report.describe(err, [])}); ` +
           "the new one is made the only one",
       );
       return undefined;
@@ -713,7 +716,7 @@ class Provisioner implements ProvisionerHandle {
       if (this.#seedProblem) this.#log.info("the backend's inventory is readable again");
       this.#seedProblem = undefined;
     } catch (err) {
-      const text = this.#describe(err, this.#passwords());
+      const text = this.#report.describe(err, this.#report.passwords());
       if (text !== this.#seedProblem) {
         this.#log.warn(
           `cannot read what this provider made from the backend (${text}); nothing is retired until it can`,
@@ -871,17 +874,17 @@ class Provisioner implements ProvisionerHandle {
       if (this.#book.get(c.p.as)?.generation !== c.generation) continue;
       if (answer instanceof Error) {
         // Unable to ask is not evidence of loss: nothing is re-applied on it.
-        const text = this.#describe(answer, [c.p.password]);
-        const cls = this.#classify(answer, text);
+        const text = this.#report.describe(answer, [c.p.password]);
+        const cls = this.#report.classify(answer, text);
         this.#metrics.verified("unknown");
         this.#metrics.failed("verify", cls);
-        this.#fail(c.p.as, c.p.node, cls, `could not check: ${text}`);
+        this.#report.fail(c.p.as, c.p.node, cls, `could not check: ${text}`);
         continue;
       }
       this.#metrics.verified(answer ? "held" : "not-held");
       if (answer) {
         this.#book.held(c.p.as);
-        this.#succeed(c.p.as);
+        this.#report.succeed(c.p.as);
         continue;
       }
       const times = this.#book.notHeld(c.p.as);
@@ -919,27 +922,30 @@ class Provisioner implements ProvisionerHandle {
     try {
       await result;
     } catch (err) {
-      const text = this.#describe(err, p.retiring === undefined ? [p.password] : [p.password, p.retiring]);
+      const text = this.#report.describe(
+        err,
+        p.retiring === undefined ? [p.password] : [p.password, p.retiring],
+      );
       const failure = this.#book.createFailed(p.as, text);
       // Said when it changes; while it stays the same, only rarely.
       if (failure.times === 1 || failure.times % SAY_AGAIN_ATTEMPTS === 0) {
         this.#log.warn(`${p.as}: create failed, will retry: ${text}`);
       }
-      const cls = this.#classify(err, text);
+      const cls = this.#report.classify(err, text);
       this.#metrics.failed("create", cls);
-      this.#fail(p.as, p.node, cls, text);
+      this.#report.fail(p.as, p.node, cls, text);
       return;
     }
     this.#metrics.created(job.action ?? "re-asserted");
     this.#unsaved.add(p.as);
     this.#changesUnsaved = true;
     const failed = this.#book.created(p, job.digest, passwordTag(p.password));
-    this.#succeed(p.as);
+    this.#report.succeed(p.as);
     if (failed) this.#log.info(`${p.as}: created, after ${failed.times} failed attempt(s)`);
 
     if (job.action) {
       this.#log.info(`${p.as}: ${job.action} (${job.why})`);
-      this.#record({ action: job.action, login: p.as, who: "provisioner", why: job.why });
+      this.#report.record({ action: job.action, login: p.as, who: "provisioner", why: job.why });
     }
     this.#rotated(job, rotation);
     if (job.endSessions === true) await this.#endSessions(p.as);
@@ -972,10 +978,10 @@ class Provisioner implements ProvisionerHandle {
       const ended = await result;
       const why = `password replaced at once (mesh rotate --now): ${ended === undefined ? "its open sessions were" : `${ended} open session(s)`} ended`;
       this.#log.info(`${login}: ${why}`);
-      this.#record({ action: "sessions-ended", login, who: "provisioner", why });
+      this.#report.record({ action: "sessions-ended", login, who: "provisioner", why });
     } catch (err) {
       this.#log.warn(
-        `${login}: its sessions could not be ended after mesh rotate --now: ${this.#describe(err, [])}`,
+        `${login}: its sessions could not be ended after mesh rotate --now: ${this.#report.describe(err, [])}`,
       );
     }
   }
@@ -987,7 +993,7 @@ class Provisioner implements ProvisionerHandle {
     if (job.p.retiring === undefined) {
       this.#book.rotationOver(login);
       this.#log.info(`${login}: rotation: remove (${job.why})`);
-      this.#record({ action: "rotation-remove", login, who: "provisioner", why: job.why });
+      this.#report.record({ action: "rotation-remove", login, who: "provisioner", why: job.why });
       return;
     }
     if (rotation.phase !== "add") return;
@@ -1001,7 +1007,7 @@ class Provisioner implements ProvisionerHandle {
       ],
       ["rotation-drain", `the old password stays valid until ${until}, then it goes`],
     ];
-    for (const [action, why] of said) this.#record({ action, login, who: "provisioner", why });
+    for (const [action, why] of said) this.#report.record({ action, login, who: "provisioner", why });
     this.#log.info(`${login}: rotation: both passwords valid; the old one goes at ${until}`);
     this.#wakeFor(rotation.until);
   }
@@ -1051,7 +1057,7 @@ class Provisioner implements ProvisionerHandle {
         await this.adapter.retire(login, r.derived, why, new Date(at));
       } catch (err) {
         this.#log.error(
-          `${login}: could not retire, will try again: ${this.#describe(err, this.#passwords())}`,
+          `${login}: could not retire, will try again: ${this.#report.describe(err, this.#report.passwords())}`,
         );
         return;
       }
@@ -1059,7 +1065,7 @@ class Provisioner implements ProvisionerHandle {
       this.#book.retired(login, at, why);
       this.#changesUnsaved = true;
       this.#log.info(`${login}: retired (access disabled, data kept, marked to delete): ${why}`);
-      this.#record({ action: "retired", login, who, why });
+      this.#report.record({ action: "retired", login, who, why });
       this.#metrics.retired(who === "provisioner" ? "provisioner" : "approval");
       done.push(login);
     });
@@ -1083,7 +1089,7 @@ class Provisioner implements ProvisionerHandle {
       await result;
     } catch (err) {
       this.#log.warn(
-        `the backend did not finish this pass's changes (${this.#describe(err, this.#passwords())}); ` +
+        `the backend did not finish this pass's changes (${this.#report.describe(err, this.#report.passwords())}); ` +
           `the ${this.#unsaved.size} consumer(s) applied since are applied again on the next pass`,
       );
       for (const login of this.#unsaved) this.#book.notApplied(login);
@@ -1091,92 +1097,6 @@ class Provisioner implements ProvisionerHandle {
     }
     this.#unsaved.clear();
     this.#changesUnsaved = false;
-  }
-
-  // ---- failures, secrets, problems ----------------------------------------------------------
-
-  #fail(login: string, node: string | undefined, cls: FailureClass, text: string): void {
-    this.#standings.failed(login, node, cls, text);
-    this.#book.touch(login);
-  }
-
-  #succeed(login: string): void {
-    const was = this.#standings.get(login);
-    this.#standings.succeeded(login);
-    if (was) this.#book.touch(login);
-  }
-
-  #classify(err: unknown, text: string): FailureClass {
-    if (isRefusal(err)) return "refused";
-    let said: FailureClass | undefined;
-    try {
-      said = this.adapter.classify?.(err);
-    } catch {
-      said = undefined;
-    }
-    if (said) return said;
-    if (err instanceof TimeoutError) return "unreachable";
-    if (err instanceof InvalidLoginError) return "refused";
-    return classOf(err, text);
-  }
-
-  #secretMissing(g: Contribution, err: unknown, now: number): void {
-    const text = this.#describe(err, []);
-    const breaksRule = err instanceof SecretUnreadableError && err.breaksRule;
-    const saying = this.#book.secretMissing(g.as, now, breaksRule);
-    if (saying === "refused") {
-      // No race: the file is there and breaks the rule, so it is said loudly at once (and rarely after).
-      this.#log.error(
-        `${g.as}: its secret is REFUSED (${text}); nothing is provisioned for it until that is fixed`,
-      );
-    } else if (saying === "waiting") {
-      this.#log.info(`${g.as}: secret not readable yet (${text}); waiting for it`);
-    } else if (saying === "loud") {
-      const since = this.#book.get(g.as)?.secretMiss?.since ?? now;
-      this.#log.error(
-        `${g.as}: CANNOT READ its secret for ${Math.round((now - since) / 1000)}s (${text}). This is not a ` +
-          "race any more: nothing is provisioned for this consumer until somebody looks. Check that the file " +
-          "exists, who owns it, and which user this provider runs as",
-      );
-    }
-    this.#metrics.failed("read-secret", "secret-unreadable");
-    this.#fail(g.as, g.node, "secret-unreadable", text);
-  }
-
-  #sayProblem(problem: string | null): void {
-    if (problem === this.#problem) return;
-    if (problem) this.#log.warn(`${problem}: nothing is applied or retired until it is fixed`);
-    else this.#log.info(`contributions file ${this.options.receives} readable again`);
-    this.#problem = problem;
-  }
-
-  #record(entry: Omit<ActionEntry, "at" | "interface">): void {
-    try {
-      this.#actions.append({
-        ...entry,
-        interface: this.iface,
-        at: new Date(this.#clock.now()).toISOString(),
-      });
-    } catch (err) {
-      this.#log.warn(
-        `could not record ${entry.action} of ${entry.login} in the action log: ${this.#describe(err, [])}`,
-      );
-    }
-  }
-
-  /** An error's text, scrubbed of `passwords` and of the provider's own secrets. */
-  #describe(err: unknown, passwords: readonly string[]): string {
-    return describeError(err, this.#secrets.length === 0 ? passwords : [...passwords, ...this.#secrets]);
-  }
-
-  /** Every password read for a consumer still asked for: what no message may carry. */
-  #passwords(): string[] {
-    const passwords: string[] = [];
-    for (const r of this.#book.records()) {
-      if (r.password !== undefined) passwords.push(r.password);
-      if (r.provision?.retiring !== undefined) passwords.push(r.provision.retiring);
-    }
-    return passwords;
   }
 
   // ---- the board and the tools --------------------------------------------------------------
@@ -1188,7 +1108,7 @@ class Provisioner implements ProvisionerHandle {
   }
 
   #rebuild(): Promise<void> {
-    return this.#board.rebuild(this.#host, this.#lastPassAt, this.#problem);
+    return this.#board.rebuild(this.#host, this.#lastPassAt, this.#report.problem);
   }
 
   status(): StatusReport {
