@@ -33,7 +33,11 @@ import {
 import { PROVISIONER_DEFAULTS } from "./defaults.ts";
 import { InvalidLoginError, isValidLogin, secondLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
+import type { PassContext, Settings } from "./pass/context.ts";
+import { DrainWakes } from "./pass/drain-wakes.ts";
 import { ReportStage } from "./pass/report.ts";
+import { SeedStage } from "./pass/seed.ts";
+import { UnsavedChanges } from "./pass/unsaved-changes.ts";
 import { approveRetirement, deleteRetired, StatusBoard, type ToolHost } from "./provisioner-tools.ts";
 import { RetirementCounter } from "./retirement.ts";
 import { SecretsDirectory } from "./secret-file.ts";
@@ -164,10 +168,6 @@ const DEFAULTS = PROVISIONER_DEFAULTS;
 /** A create failing the same way is said again only this often (in attempts). */
 const SAY_AGAIN_ATTEMPTS = 240;
 
-type Settings = {
-  -readonly [K in keyof typeof DEFAULTS]: (typeof DEFAULTS)[K] extends number ? number : string;
-};
-
 interface CreateJob {
   readonly p: Provision;
   /** A rotation's step: `add` makes the new password valid beside the old, `remove` drops the old. */
@@ -209,10 +209,8 @@ class Provisioner implements ProvisionerHandle {
   readonly #report: ReportStage;
   readonly #board: StatusBoard;
   readonly #host: ToolHost;
-  /** Logins created or re-applied since the adapter's `afterChanges` last succeeded. */
-  readonly #unsaved = new Set<string>();
-  /** Whether anything changed in the backend since `afterChanges` last succeeded. */
-  #changesUnsaved = false;
+  readonly #ctx: PassContext;
+  readonly #seed: SeedStage;
   readonly #watcher: FileWatch | undefined;
   readonly #secretsDir: SecretsDirectory;
   readonly #receivesKey: string;
@@ -224,17 +222,12 @@ class Provisioner implements ProvisionerHandle {
   /** The last contributions file read: its text and what it gave. */
   #raw: string | undefined;
   #read: ContributionsRead | undefined;
-  #seeded = false;
-  #seedProblem: string | undefined;
   #verifiedAt = Number.NEGATIVE_INFINITY;
   #verifying: Promise<void> | undefined;
   #lastPassAt: number | null = null;
   #waitingId: string | undefined;
   #counted = 0;
   #timer: unknown;
-  /** The pass set off when a rotation's grace bound passes, and when. */
-  #wakeTimer: unknown;
-  #wakeAt = Number.POSITIVE_INFINITY;
   #watchQueued = false;
   #stopped = false;
 
@@ -298,8 +291,8 @@ class Provisioner implements ProvisionerHandle {
       retire: (logins, why, who) => this.#retire(logins, why, who),
       rebuild: () => this.#rebuild(),
       afterChanges: (changed) => {
-        if (changed) this.#changesUnsaved = true;
-        return this.#afterChanges();
+        if (changed) this.#ctx.changes.changed();
+        return this.#ctx.changes.finish();
       },
     };
     this.#board = new StatusBoard(this.#host);
@@ -310,6 +303,37 @@ class Provisioner implements ProvisionerHandle {
       this.#watcher = options.watcher?.(onChange) ?? new FileWatcher(onChange);
     }
     this.#watcher?.watchFiles([options.receives]);
+    this.#ctx = {
+      iface,
+      receives: options.receives,
+      settings: this.#s,
+      adapter,
+      clock: this.#clock,
+      log: this.#log,
+      metrics: this.#metrics,
+      book: this.#book,
+      standings: this.#standings,
+      retirement: this.#retirement,
+      secretsDir: this.#secretsDir,
+      watcher: this.#watcher,
+      report: this.#report,
+      changes: new UnsavedChanges({
+        adapter,
+        clock: this.#clock,
+        timeout: this.#s.createTimeout,
+        book: this.#book,
+        log: this.#log,
+        report: this.#report,
+      }),
+      wakes: new DrainWakes(
+        this.#clock,
+        this.#book,
+        () => this.#runPass("watch"),
+        () => this.#stopped,
+      ),
+      isStopped: () => this.#stopped,
+    };
+    this.#seed = new SeedStage(this.#ctx);
     this.ready = this.#runPass("periodic").then(() => this.#schedule());
   }
 
@@ -330,7 +354,7 @@ class Provisioner implements ProvisionerHandle {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#clock.clearTimeout(this.#timer);
-    this.#clock.clearTimeout(this.#wakeTimer);
+    this.#ctx.wakes.stop();
     this.#watcher?.close();
     await this.#verifying;
     await this.#lock.run(async () => {
@@ -397,7 +421,7 @@ class Provisioner implements ProvisionerHandle {
 
   async #pass(kind: "periodic" | "watch"): Promise<void> {
     const now = this.#clock.now();
-    await this.#seed();
+    await this.#seed.run();
     const dirty = this.#dirty;
     this.#dirty = new Set();
     for (const path of this.#watcher?.reopen() ?? []) dirty.add(path);
@@ -438,7 +462,7 @@ class Provisioner implements ProvisionerHandle {
       await this.#look(given, now);
     }
 
-    if (this.#seeded) await this.#retireUnasked(kind, now);
+    if (this.#seed.seeded) await this.#retireUnasked(kind, now);
     this.#report.forgetUnasked();
     await this.#finishPass(now);
   }
@@ -678,54 +702,6 @@ class Provisioner implements ProvisionerHandle {
     }
   }
 
-  /** A pass when the earliest grace bound passes, so the old password goes on time. */
-  #wakeFor(until: number): void {
-    if (this.#stopped || until >= this.#wakeAt) return;
-    this.#clock.clearTimeout(this.#wakeTimer);
-    this.#wakeAt = until;
-    this.#wakeTimer = this.#clock.setTimeout(
-      () => {
-        this.#wakeAt = Number.POSITIVE_INFINITY;
-        void this.#runPass("watch").then(() => this.#wakeForDrains());
-      },
-      Math.max(0, until - this.#clock.now()) + 5,
-    );
-  }
-
-  /** A wake for the earliest grace bound of the rotations under way. */
-  #wakeForDrains(): void {
-    for (const login of this.#book.rotating()) {
-      const rotation = this.#book.get(login)?.rotation;
-      if (rotation !== undefined) this.#wakeFor(rotation.until);
-    }
-  }
-
-  /** Reads what this provider made from the backend's own marks, once it can. */
-  async #seed(): Promise<void> {
-    if (this.#seeded) return;
-    try {
-      const entries = await this.adapter.inventory();
-      for (const e of entries) this.#book.seeded(e);
-      this.#seeded = true;
-      // A drain read back from the marks ends at its grace bound, as it would have without the restart.
-      this.#wakeForDrains();
-      const retired = entries.filter((e) => e.state === "retired").length;
-      this.#log.info(
-        `found ${entries.length - retired} active and ${retired} retired consumer(s) made by instance ${this.#s.instance}`,
-      );
-      if (this.#seedProblem) this.#log.info("the backend's inventory is readable again");
-      this.#seedProblem = undefined;
-    } catch (err) {
-      const text = this.#report.describe(err, this.#report.passwords());
-      if (text !== this.#seedProblem) {
-        this.#log.warn(
-          `cannot read what this provider made from the backend (${text}); nothing is retired until it can`,
-        );
-      }
-      this.#seedProblem = text;
-    }
-  }
-
   // ---- verification -------------------------------------------------------------------------
 
   /**
@@ -801,7 +777,7 @@ class Provisioner implements ProvisionerHandle {
         const stillAsked = changed.filter((g) => this.#book.get(g.as)?.asked === g);
         if (stillAsked.length > 0) await this.#look(stillAsked, this.#clock.now());
         // What this batch applied is finished now, as a pass's changes are, not at the next pass.
-        await this.#afterChanges();
+        await this.#ctx.changes.finish();
         await this.#rebuild();
       });
       // A backend that timed out will time out for the next batch too: the rest wait a pass.
@@ -937,8 +913,7 @@ class Provisioner implements ProvisionerHandle {
       return;
     }
     this.#metrics.created(job.action ?? "re-asserted");
-    this.#unsaved.add(p.as);
-    this.#changesUnsaved = true;
+    this.#ctx.changes.applied(p.as);
     const failed = this.#book.created(p, job.digest, passwordTag(p.password));
     this.#report.succeed(p.as);
     if (failed) this.#log.info(`${p.as}: created, after ${failed.times} failed attempt(s)`);
@@ -1009,7 +984,7 @@ class Provisioner implements ProvisionerHandle {
     ];
     for (const [action, why] of said) this.#report.record({ action, login, who: "provisioner", why });
     this.#log.info(`${login}: rotation: both passwords valid; the old one goes at ${until}`);
-    this.#wakeFor(rotation.until);
+    this.#ctx.wakes.wakeFor(rotation.until);
   }
 
   async #retireUnasked(kind: "periodic" | "watch", now: number): Promise<void> {
@@ -1063,7 +1038,7 @@ class Provisioner implements ProvisionerHandle {
       }
       this.#standings.clear(login, "retired");
       this.#book.retired(login, at, why);
-      this.#changesUnsaved = true;
+      this.#ctx.changes.changed();
       this.#log.info(`${login}: retired (access disabled, data kept, marked to delete): ${why}`);
       this.#report.record({ action: "retired", login, who, why });
       this.#metrics.retired(who === "provisioner" ? "provisioner" : "approval");
@@ -1074,35 +1049,10 @@ class Provisioner implements ProvisionerHandle {
     return done.sort();
   }
 
-  /**
-   * The adapter's `afterChanges`, once, when something changed since it last succeeded. When it
-   * fails, what was created or re-applied since is taken as not applied: the next pass applies it
-   * again (create is idempotent) and asks again.
-   */
-  async #afterChanges(): Promise<void> {
-    if (!this.#changesUnsaved) return;
-    const after = this.adapter.afterChanges.bind(this.adapter);
-    const { result } = withTimeout(this.#clock, this.#s.createTimeout, "finishing the changes", () =>
-      after(),
-    );
-    try {
-      await result;
-    } catch (err) {
-      this.#log.warn(
-        `the backend did not finish this pass's changes (${this.#report.describe(err, this.#report.passwords())}); ` +
-          `the ${this.#unsaved.size} consumer(s) applied since are applied again on the next pass`,
-      );
-      for (const login of this.#unsaved) this.#book.notApplied(login);
-      return;
-    }
-    this.#unsaved.clear();
-    this.#changesUnsaved = false;
-  }
-
   // ---- the board and the tools --------------------------------------------------------------
 
   async #finishPass(now: number): Promise<void> {
-    await this.#afterChanges();
+    await this.#ctx.changes.finish();
     this.#lastPassAt = now;
     await this.#rebuild();
   }
