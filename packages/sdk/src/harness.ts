@@ -15,26 +15,15 @@ import {
   type Clock,
   type Logger,
 } from "./collaborators.ts";
-import {
-  forEachLimited,
-  Mutex,
-  TimeoutError,
-  withTimeout,
-  YieldTimer,
-  yieldToEventLoop,
-} from "./concurrency.ts";
+import { forEachLimited, Mutex, TimeoutError, withTimeout } from "./concurrency.ts";
 import { ConsumerBook, type Rotation } from "./consumer-book.ts";
-import {
-  parseContributionsYielding,
-  readContributionsText,
-  type Contribution,
-  type ContributionsRead,
-} from "./contributions-file.ts";
+import type { Contribution } from "./contributions-file.ts";
 import { PROVISIONER_DEFAULTS } from "./defaults.ts";
 import { InvalidLoginError, isValidLogin, secondLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
 import type { PassContext, Settings } from "./pass/context.ts";
 import { DrainWakes } from "./pass/drain-wakes.ts";
+import { ReadStage } from "./pass/read.ts";
 import { ReportStage } from "./pass/report.ts";
 import { SeedStage } from "./pass/seed.ts";
 import { UnsavedChanges } from "./pass/unsaved-changes.ts";
@@ -49,7 +38,7 @@ import {
   type RetireList,
   type StatusReport,
 } from "./tools.ts";
-import { FileWatcher, watchKey, type FileWatch } from "./watcher.ts";
+import { FileWatcher, type FileWatch } from "./watcher.ts";
 
 /** Settings of one provisioner loop; every duration is in milliseconds. */
 /**
@@ -211,17 +200,10 @@ class Provisioner implements ProvisionerHandle {
   readonly #host: ToolHost;
   readonly #ctx: PassContext;
   readonly #seed: SeedStage;
+  readonly #read: ReadStage;
   readonly #watcher: FileWatch | undefined;
   readonly #secretsDir: SecretsDirectory;
-  readonly #receivesKey: string;
 
-  /** Files the watcher said changed since the last pass took them. */
-  #dirty = new Set<string>();
-  /** Which logins read each secret file (by `watchKey`). */
-  #bySecret = new Map<string, string | string[]>();
-  /** The last contributions file read: its text and what it gave. */
-  #raw: string | undefined;
-  #read: ContributionsRead | undefined;
   #verifiedAt = Number.NEGATIVE_INFINITY;
   #verifying: Promise<void> | undefined;
   #lastPassAt: number | null = null;
@@ -297,7 +279,6 @@ class Provisioner implements ProvisionerHandle {
     };
     this.#board = new StatusBoard(this.#host);
     this.#secretsDir = new SecretsDirectory(options.secretsDir ?? dirname(options.receives));
-    this.#receivesKey = watchKey(options.receives);
     if (options.watch !== false) {
       const onChange = (path: string): void => this.#changed(path);
       this.#watcher = options.watcher?.(onChange) ?? new FileWatcher(onChange);
@@ -334,6 +315,7 @@ class Provisioner implements ProvisionerHandle {
       isStopped: () => this.#stopped,
     };
     this.#seed = new SeedStage(this.#ctx);
+    this.#read = new ReadStage(this.#ctx);
     this.ready = this.#runPass("periodic").then(() => this.#schedule());
   }
 
@@ -410,7 +392,7 @@ class Provisioner implements ProvisionerHandle {
 
   /** A watched file changed: it is read at the next pass, which starts at once unless one is queued. */
   #changed(path: string): void {
-    this.#dirty.add(path);
+    this.#read.changed(path);
     if (this.#stopped || this.#watchQueued) return;
     this.#watchQueued = true;
     // Changes that arrive together (one burst of file events) make one pass; the first one does not wait.
@@ -422,108 +404,25 @@ class Provisioner implements ProvisionerHandle {
   async #pass(kind: "periodic" | "watch"): Promise<void> {
     const now = this.#clock.now();
     await this.#seed.run();
-    const dirty = this.#dirty;
-    this.#dirty = new Set();
-    for (const path of this.#watcher?.reopen() ?? []) dirty.add(path);
-    const { read, changed } = await this.#readAsked(kind, dirty);
-    if (!read.ok) {
+    const asked = await this.#read.run(kind, now);
+    if (!asked.ok) {
       // Nothing read is not nobody asking: nothing is applied, nothing retired, the count restarts.
-      this.#report.sayProblem(read.problem);
+      this.#report.sayProblem(asked.problem);
       this.#retirement.reset();
       this.#followRetirement();
       await this.#finishPass(now);
       return;
     }
     this.#report.sayProblem(null);
-
-    // What this pass looks at: entries that changed, secrets that changed, and whoever is not yet
-    // applied as asked. Unwatched, that is everyone.
-    let todo: Set<string> | undefined;
-    if (this.#watcher !== undefined) {
-      todo = new Set(changed);
-      for (const login of this.#book.unsettled()) todo.add(login);
-      for (const login of this.#book.rotating()) {
-        const rotation = this.#book.get(login)?.rotation;
-        if (rotation === undefined || rotation.until <= now || rotation.password === undefined)
-          todo.add(login);
-      }
-      const touched = (path: string): void => {
-        const logins = this.#bySecret.get(path);
-        if (typeof logins === "string") todo?.add(logins);
-        else if (logins) for (const login of logins) todo?.add(login);
-      };
-      for (const path of dirty) touched(path);
-      for (const path of this.#watcher.unwatched()) touched(path);
-    }
-    if (todo === undefined || todo.size > 0) {
+    if (asked.lookAt !== null) {
       // Resolved again each pass: a secrets directory replaced since the last one is judged as it is now.
       this.#secretsDir.refresh();
-      const given = todo === undefined ? read.given : read.given.filter((g) => todo.has(g.as));
-      await this.#look(given, now);
+      await this.#look(asked.lookAt, now);
     }
 
     if (this.#seed.seeded) await this.#retireUnasked(kind, now);
     this.#report.forgetUnasked();
     await this.#finishPass(now);
-  }
-
-  /**
-   * The contributions file as it is now: read again at each periodic pass and when the watcher
-   * said it changed (or it is not watched), and parsed again only when its text changed. Returns the logins whose entry is
-   * new or changed.
-   */
-  async #readAsked(
-    kind: "periodic" | "watch",
-    dirty: ReadonlySet<string>,
-  ): Promise<{ read: ContributionsRead; changed: string[] }> {
-    // A periodic pass reads the file whatever the watcher said: a change it missed is seen there.
-    const unchanged =
-      kind === "watch" &&
-      this.#read !== undefined &&
-      this.#watcher !== undefined &&
-      this.#watcher.watching(this.#receivesKey) &&
-      !dirty.has(this.#receivesKey);
-    if (unchanged && this.#read) return { read: this.#read, changed: [] };
-    const text = await readContributionsText(this.options.receives);
-    if (!text.ok) {
-      this.#raw = undefined;
-      this.#read = text;
-      return { read: text, changed: [] };
-    }
-    if (text.raw === this.#raw && this.#read) return { read: this.#read, changed: [] };
-    const read = await parseContributionsYielding(text.raw, this.options.receives, this.iface);
-    this.#raw = text.raw;
-    this.#read = read;
-    if (!read.ok) return { read, changed: [] };
-
-    const changed: string[] = [];
-    const asked = new Set<string>();
-    const bySecret = new Map<string, string | string[]>();
-    const turns = new YieldTimer();
-    for (const g of read.given) {
-      if (turns.due()) await yieldToEventLoop();
-      asked.add(g.as);
-      if (this.#book.asked(g)) changed.push(g.as);
-      // The entry's own string where it is the same (nearly always): one string per consumer, not two.
-      const named = watchKey(g.secret);
-      const key = named === g.secret ? g.secret : named;
-      const was = bySecret.get(key);
-      if (was === undefined) bySecret.set(key, g.as);
-      else if (typeof was === "string") bySecret.set(key, [was, g.as]);
-      else was.push(g.as);
-    }
-    const gone: string[] = [];
-    for (const r of this.#book.records())
-      if (r.asked !== undefined && !asked.has(r.login)) gone.push(r.login);
-    for (const login of gone) this.#book.unasked(login);
-    this.#bySecret = bySecret;
-    // Only secrets that can be read are watched: an entry naming /etc/shadow or /dev/zero sets no
-    // watch on /etc or /dev.
-    this.#watcher?.watchFiles([
-      this.options.receives,
-      ...read.given.map((g) => g.secret).filter((secret) => this.#secretsDir.mayHold(secret)),
-    ]);
-    return { read, changed };
   }
 
   /** Reads these consumers' secrets and applies each one whose (login, password, values, derived) changed. */
