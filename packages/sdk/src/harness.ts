@@ -1,7 +1,5 @@
-import { createHash } from "node:crypto";
 import { dirname } from "node:path";
-import { OLDER_THAN_BACKEND, olderThanHeld } from "@mesh/manifest";
-import type { Provision, ProviderAdapter, RotationMark } from "./adapter.ts";
+import type { Provision, ProviderAdapter } from "./adapter.ts";
 import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
 import { assertInstance } from "./admin-settings.ts";
 import {
@@ -9,20 +7,22 @@ import {
   discardActions,
   silentAnnouncer,
   systemClock,
-  type ActionEntry,
   type ActionLog,
   type Announcer,
   type Clock,
   type Logger,
 } from "./collaborators.ts";
 import { forEachLimited, Mutex, TimeoutError, withTimeout } from "./concurrency.ts";
-import { ConsumerBook, type Rotation } from "./consumer-book.ts";
+import { ConsumerBook } from "./consumer-book.ts";
 import type { Contribution } from "./contributions-file.ts";
 import { PROVISIONER_DEFAULTS } from "./defaults.ts";
-import { InvalidLoginError, isValidLogin, secondLogin } from "./login.ts";
+import { isValidLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
 import type { PassContext, Settings } from "./pass/context.ts";
+import { CreateStage, type CreateJob } from "./pass/create.ts";
 import { DrainWakes } from "./pass/drain-wakes.ts";
+import { LookStage } from "./pass/look.ts";
+import { digestOf, provisionOf } from "./pass/provision.ts";
 import { ReadStage } from "./pass/read.ts";
 import { ReportStage } from "./pass/report.ts";
 import { SeedStage } from "./pass/seed.ts";
@@ -31,13 +31,7 @@ import { approveRetirement, deleteRetired, StatusBoard, type ToolHost } from "./
 import { RetirementCounter } from "./retirement.ts";
 import { SecretsDirectory } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
-import {
-  passwordTag,
-  type CleanupEntry,
-  type ProvisionerTools,
-  type RetireList,
-  type StatusReport,
-} from "./tools.ts";
+import { type CleanupEntry, type ProvisionerTools, type RetireList, type StatusReport } from "./tools.ts";
 import { FileWatcher, type FileWatch } from "./watcher.ts";
 
 /** Settings of one provisioner loop; every duration is in milliseconds. */
@@ -154,23 +148,6 @@ export function runProvisioner(
 
 const DEFAULTS = PROVISIONER_DEFAULTS;
 
-/** A create failing the same way is said again only this often (in attempts). */
-const SAY_AGAIN_ATTEMPTS = 240;
-
-interface CreateJob {
-  readonly p: Provision;
-  /** A rotation's step: `add` makes the new password valid beside the old, `remove` drops the old. */
-  readonly rotation?: "add" | "remove" | undefined;
-  readonly digest: string;
-  /** How many times in a row it has been found not held and applied again (0: not a re-apply). */
-  readonly reapplying: number;
-  /** What the action log records when it succeeds; null for re-asserting what the backend had. */
-  readonly action: "created" | "re-applied" | null;
-  readonly why: string;
-  /** A leaked password replaced (`mesh rotate --now`): the login's sessions end once it is applied. */
-  readonly endSessions?: true;
-}
-
 /** One consumer due to be checked, with its record's generation when that was decided. */
 interface Due {
   readonly g: Contribution;
@@ -201,6 +178,8 @@ class Provisioner implements ProvisionerHandle {
   readonly #ctx: PassContext;
   readonly #seed: SeedStage;
   readonly #read: ReadStage;
+  readonly #look: LookStage;
+  readonly #create: CreateStage;
   readonly #watcher: FileWatch | undefined;
   readonly #secretsDir: SecretsDirectory;
 
@@ -316,6 +295,8 @@ class Provisioner implements ProvisionerHandle {
     };
     this.#seed = new SeedStage(this.#ctx);
     this.#read = new ReadStage(this.#ctx);
+    this.#look = new LookStage(this.#ctx);
+    this.#create = new CreateStage(this.#ctx);
     this.ready = this.#runPass("periodic").then(() => this.#schedule());
   }
 
@@ -414,191 +395,12 @@ class Provisioner implements ProvisionerHandle {
       return;
     }
     this.#report.sayProblem(null);
-    if (asked.lookAt !== null) {
-      // Resolved again each pass: a secrets directory replaced since the last one is judged as it is now.
-      this.#secretsDir.refresh();
-      await this.#look(asked.lookAt, now);
-    }
+    const creates = await this.#look.run(asked.lookAt, now);
+    await this.#create.run(creates);
 
     if (this.#seed.seeded) await this.#retireUnasked(kind, now);
     this.#report.forgetUnasked();
     await this.#finishPass(now);
-  }
-
-  /** Reads these consumers' secrets and applies each one whose (login, password, values, derived) changed. */
-  async #look(given: readonly Contribution[], now: number): Promise<void> {
-    const creates: CreateJob[] = [];
-    await forEachLimited(given, 64, async (g) => {
-      if (!isValidLogin(g.as)) {
-        this.#metrics.failed("validate", "refused");
-        this.#report.fail(g.as, g.node, "refused", new InvalidLoginError(g.as).message);
-        return;
-      }
-      if (g.refused !== undefined) {
-        // Still asked for, so never retired for it; it fails alone, and what it had stays as it was.
-        this.#metrics.failed("validate", "refused");
-        this.#report.fail(g.as, g.node, "refused", `contributions entry for ${g.as}: ${g.refused}`);
-        return;
-      }
-      if (this.#book.get(g.as)?.inFlight) return;
-      let password: string;
-      try {
-        password = await this.#secretsDir.read(g.secret);
-      } catch (err) {
-        this.#report.secretMissing(g, err, now);
-        return;
-      }
-      if (this.#book.secretFound(g.as)) this.#log.info(`${g.as}: secret readable again`);
-      this.#book.secretRead(g.as, password);
-      if (this.#olderThanHeld(g)) return;
-      const p = await this.#desired(g, password, now);
-      if (p === undefined) return;
-      const digest = digestOf(p);
-      const r = this.#book.get(g.as);
-      const was = r?.applied;
-      if (was === digest) return;
-      const rotation = r?.rotation;
-      // Only where this process applied another password: a restarted provider re-asserting the
-      // same one ends nobody's sessions.
-      const cut =
-        g.cut === true && r?.provision !== undefined && r.provision.password !== password
-          ? { endSessions: true as const }
-          : {};
-      if (p.retiring !== undefined && rotation !== undefined) {
-        const why = `password rotated: the new one is made valid beside the old until ${new Date(rotation.until).toISOString()}`;
-        creates.push({ p, digest, reapplying: 0, action: null, why, rotation: "add" });
-      } else if (p.retiring === undefined && rotation !== undefined) {
-        const why =
-          rotation.until <= now
-            ? "the rotation's grace bound passed: the old password goes"
-            : "the password being retired is no longer given: the new one is made the only one";
-        creates.push({ p, digest, reapplying: 0, action: null, why, rotation: "remove", ...cut });
-      } else if (was !== undefined) {
-        creates.push({
-          p,
-          digest,
-          reapplying: 0,
-          action: "re-applied",
-          why: "password, values or derived changed",
-          ...cut,
-        });
-      } else if (r?.made === "retired") {
-        creates.push({
-          p,
-          digest,
-          reapplying: 0,
-          action: "created",
-          why: "asked for again: re-enabled as it was",
-        });
-      } else if (r?.made === "active") {
-        // Made before this process started: applied again to be sure, which changes nothing worth a record.
-        creates.push({
-          p,
-          digest,
-          reapplying: 0,
-          action: null,
-          why: "applied again after the provider started",
-        });
-      } else {
-        const why = `asked for${g.node ? ` by node ${g.node}` : ""}`;
-        creates.push({ p, digest, reapplying: 0, action: "created", why });
-      }
-    });
-    await forEachLimited(creates, this.#s.concurrency, (job) => this.#create(job));
-  }
-
-  /**
-   * Whether `g`'s password is older than the one the backend holds (as its mark, or this process's
-   * last apply, says): then it is not applied, since putting it back would undo a rotation (perhaps
-   * of a leaked password) behind everyone's back. The consumer fails with `OLDER_THAN_BACKEND`, and
-   * the controller rotates it to a newer password. Said once per run.
-   */
-  #olderThanHeld(g: Contribution): boolean {
-    const why = olderThanHeld(g.minted, this.#book.get(g.as)?.heldMinted);
-    if (why === undefined) return false;
-    if (this.#standings.get(g.as)?.class !== OLDER_THAN_BACKEND) this.#log.warn(`${g.as}: ${why}`);
-    this.#metrics.failed("create", OLDER_THAN_BACKEND);
-    this.#report.fail(g.as, g.node, OLDER_THAN_BACKEND, why);
-    return true;
-  }
-
-  /**
-   * What the backend should hold for `g` now. For an adapter that can hold two passwords, while the
-   * entry names the password being retired: both, until the rotation's grace bound; a rotation
-   * begins only where the backend takes the retiring password now (what this process applied, or,
-   * after a restart, what `holds` finds), so a password already removed is never made valid again.
-   * Undefined when that cannot be told this pass (the backend did not answer).
-   */
-  async #desired(g: Contribution, password: string, now: number): Promise<Provision | undefined> {
-    const plain = provisionOf(g, password);
-    if (!this.adapter.overlaps) return plain;
-    const r = this.#book.get(g.as);
-    // Where logins alternate, a login that moved while the password did not is the agent half-way
-    // through writing a rotation (the new password file comes last): applied now, it would move the
-    // old password to the other login and lock out the one the apps use. The new password's file
-    // sets off the next pass.
-    const was = r?.provision;
-    if (
-      this.adapter.alternates &&
-      was !== undefined &&
-      was.password === password &&
-      (was.login ?? was.as) !== (plain.login ?? plain.as)
-    )
-      return undefined;
-    let rotation = r?.rotation;
-    // A rotation for another password is over: a newer one supersedes it.
-    if (rotation?.password !== undefined && rotation.password !== password) {
-      this.#book.rotationOver(g.as);
-      rotation = undefined;
-    }
-    const retiring = g.retiring === undefined ? undefined : await this.#readRetiring(g);
-    if (retiring === undefined || retiring === password) return plain;
-    if (rotation !== undefined) {
-      if (rotation.password === undefined) this.#book.rotationIs(g.as, { ...rotation, password });
-      return rotation.until > now ? { ...plain, retiring } : plain;
-    }
-    if (r?.made !== "active") return plain;
-    if (r.applied !== undefined && r.applied === digestOf(plain)) return plain;
-    let begins = r.provision?.password === retiring;
-    if (!begins && r.applied === undefined) {
-      const holds = this.adapter.holds.bind(this.adapter);
-      // Where logins alternate, the password being retired is on the login the new one is not.
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, `checking ${g.as}`, (signal) =>
-        holds({ ...plain, password: retiring, login: this.#otherLogin(plain) }, signal),
-      );
-      try {
-        begins = await result;
-      } catch (err) {
-        this.#log.warn(
-          `${g.as}: cannot tell whether the backend still takes the password being retired ` +
-            `(${this.#report.describe(err, [password, retiring])}); asked again at the next pass`,
-        );
-        return undefined;
-      }
-    }
-    if (!begins) return plain;
-    this.#book.rotationIs(g.as, { phase: "add", since: now, until: now + this.#s.rotationGrace, password });
-    return { ...plain, retiring };
-  }
-
-  /** Where logins alternate, the login that is not `p`'s now; otherwise `p`'s own. */
-  #otherLogin(p: Provision): string | undefined {
-    if (!this.adapter.alternates) return p.login;
-    return (p.login ?? p.as) === p.as ? secondLogin(p.as) : p.as;
-  }
-
-  /** The password being retired, from the entry's `retiring` file; undefined when it cannot be read. */
-  async #readRetiring(g: Contribution): Promise<string | undefined> {
-    if (g.retiring === undefined) return undefined;
-    try {
-      return await this.#secretsDir.read(g.retiring);
-    } catch (err) {
-      this.#log.warn(
-        `${g.as}: the password being retired cannot be read (${this.#report.describe(err, [])}); ` +
-          "the new one is made the only one",
-      );
-      return undefined;
-    }
   }
 
   // ---- verification -------------------------------------------------------------------------
@@ -666,15 +468,15 @@ class Provisioner implements ProvisionerHandle {
         const slice = checks.slice(from, from + JUDGED_AT_ONCE);
         await this.#lock.run(async () => {
           if (this.#stopped) return;
-          const reapplies = this.#judge(slice, answers);
-          await forEachLimited(reapplies, this.#s.concurrency, (job) => this.#create(job));
+          await this.#create.run(this.#judge(slice, answers));
         });
       }
       await this.#lock.run(async () => {
         if (this.#stopped) return;
         // A secret that changed without a word from the watcher: looked at as a pass would.
         const stillAsked = changed.filter((g) => this.#book.get(g.as)?.asked === g);
-        if (stillAsked.length > 0) await this.#look(stillAsked, this.#clock.now());
+        if (stillAsked.length > 0)
+          await this.#create.run(await this.#look.look(stillAsked, this.#clock.now()));
         // What this batch applied is finished now, as a pass's changes are, not at the next pass.
         await this.#ctx.changes.finish();
         await this.#rebuild();
@@ -781,110 +583,7 @@ class Provisioner implements ProvisionerHandle {
     return reapply;
   }
 
-  // ---- applying and retiring ----------------------------------------------------------------
-
-  async #create(job: CreateJob): Promise<void> {
-    const { p } = job;
-    const rotation = this.#book.get(p.as)?.rotation;
-    const retiring = p.retiring;
-    const apply =
-      retiring !== undefined && rotation !== undefined
-        ? (signal: AbortSignal) => this.adapter.overlap({ ...p, retiring }, rotationMark(rotation), signal)
-        : (signal: AbortSignal) => this.adapter.create(p, signal);
-    const { result, settled } = withTimeout(this.#clock, this.#s.createTimeout, `creating ${p.as}`, apply);
-    this.#book.flying(p.as);
-    void settled.then(() => this.#book.landed(p.as));
-    try {
-      await result;
-    } catch (err) {
-      const text = this.#report.describe(
-        err,
-        p.retiring === undefined ? [p.password] : [p.password, p.retiring],
-      );
-      const failure = this.#book.createFailed(p.as, text);
-      // Said when it changes; while it stays the same, only rarely.
-      if (failure.times === 1 || failure.times % SAY_AGAIN_ATTEMPTS === 0) {
-        this.#log.warn(`${p.as}: create failed, will retry: ${text}`);
-      }
-      const cls = this.#report.classify(err, text);
-      this.#metrics.failed("create", cls);
-      this.#report.fail(p.as, p.node, cls, text);
-      return;
-    }
-    this.#metrics.created(job.action ?? "re-asserted");
-    this.#ctx.changes.applied(p.as);
-    const failed = this.#book.created(p, job.digest, passwordTag(p.password));
-    this.#report.succeed(p.as);
-    if (failed) this.#log.info(`${p.as}: created, after ${failed.times} failed attempt(s)`);
-
-    if (job.action) {
-      this.#log.info(`${p.as}: ${job.action} (${job.why})`);
-      this.#report.record({ action: job.action, login: p.as, who: "provisioner", why: job.why });
-    }
-    this.#rotated(job, rotation);
-    if (job.endSessions === true) await this.#endSessions(p.as);
-    if (job.reapplying === 0) {
-      this.#book.held(p.as);
-      return;
-    }
-    // The brake: a create that keeps not producing what holds checks is checked less and less often.
-    const wait = Math.min(this.#s.verifyEvery * 2 ** (job.reapplying - 1), this.#s.maxBrake);
-    this.#book.braked(p.as, job.reapplying, this.#clock.now() + wait);
-    if (job.reapplying > 1) this.#log.warn(`${p.as}: next check in ${Math.round(wait / 1000)}s`);
-  }
-
-  // A leaked password replaced: the sessions opened with it end now. A failure is said and left to
-  // the operator (the old password is refused already); never retried behind their back.
-  async #endSessions(login: string): Promise<void> {
-    if (!this.adapter.endsSessions) {
-      this.#log.warn(
-        `${login}: its password was replaced at once (mesh rotate --now), but this provider cannot end its open sessions`,
-      );
-      return;
-    }
-    const { result } = withTimeout(
-      this.#clock,
-      this.#s.createTimeout,
-      `ending ${login}'s sessions`,
-      (signal) => this.adapter.endSessions(login, signal),
-    );
-    try {
-      const ended = await result;
-      const why = `password replaced at once (mesh rotate --now): ${ended === undefined ? "its open sessions were" : `${ended} open session(s)`} ended`;
-      this.#log.info(`${login}: ${why}`);
-      this.#report.record({ action: "sessions-ended", login, who: "provisioner", why });
-    } catch (err) {
-      this.#log.warn(
-        `${login}: its sessions could not be ended after mesh rotate --now: ${this.#report.describe(err, [])}`,
-      );
-    }
-  }
-
-  /** What a rotation's step that succeeded moves it to, said and recorded phase by phase. */
-  #rotated(job: CreateJob, rotation: Rotation | undefined): void {
-    const login = job.p.as;
-    if (rotation === undefined) return;
-    if (job.p.retiring === undefined) {
-      this.#book.rotationOver(login);
-      this.#log.info(`${login}: rotation: remove (${job.why})`);
-      this.#report.record({ action: "rotation-remove", login, who: "provisioner", why: job.why });
-      return;
-    }
-    if (rotation.phase !== "add") return;
-    const until = new Date(rotation.until).toISOString();
-    this.#book.rotationIs(login, { ...rotation, phase: "drain" });
-    const said: [ActionEntry["action"], string][] = [
-      ["rotation-add", "the new password is valid beside the old one"],
-      [
-        "rotation-deliver",
-        "the new password is offered to the nodes (status names it applied): the agent hands it to the apps",
-      ],
-      ["rotation-drain", `the old password stays valid until ${until}, then it goes`],
-    ];
-    for (const [action, why] of said) this.#report.record({ action, login, who: "provisioner", why });
-    this.#log.info(`${login}: rotation: both passwords valid; the old one goes at ${until}`);
-    this.#ctx.wakes.wakeFor(rotation.until);
-  }
+  // ---- retiring ----------------------------------------------------------------------------
 
   async #retireUnasked(kind: "periodic" | "watch", now: number): Promise<void> {
     const unasked: string[] = [];
@@ -981,28 +680,6 @@ class Provisioner implements ProvisionerHandle {
   }
 }
 
-/** The rotation as the adapter records it in the mark: phase `drain` once `overlap` succeeds. */
-function rotationMark(rotation: Rotation): RotationMark {
-  return {
-    phase: "drain",
-    since: new Date(rotation.since).toISOString(),
-    until: new Date(rotation.until).toISOString(),
-  };
-}
-
-function provisionOf(g: Contribution, password: string): Provision {
-  return {
-    as: g.as,
-    password,
-    values: g.values,
-    derived: g.derived,
-    at: g.at,
-    node: g.node,
-    ...(g.login === undefined ? {} : { login: g.login }),
-    ...(g.minted === undefined ? {} : { minted: g.minted }),
-  };
-}
-
 function settingsOf(options: ProvisionerOptions): Settings {
   const s = { ...DEFAULTS } as Settings;
   for (const key of Object.keys(DEFAULTS) as (keyof Settings)[]) {
@@ -1026,31 +703,4 @@ function prefixed(logger: Logger, prefix: string): Logger {
     warn: (m) => logger.warn(`[${prefix}] ${m}`),
     error: (m) => logger.error(`[${prefix}] ${m}`),
   };
-}
-
-/** A digest of everything a create is given: what changed is re-applied, nothing else. */
-function digestOf(p: Provision): string {
-  return createHash("sha256")
-    .update(
-      stableJson([
-        p.as,
-        p.password,
-        p.values,
-        p.derived,
-        p.retiring ?? null,
-        ...(p.login === undefined ? [] : [p.login]),
-      ]),
-    )
-    .digest("base64url");
-}
-
-function stableJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(stableJson).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) =>
-      a < b ? -1 : a > b ? 1 : 0,
-    );
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableJson(v)}`).join(",")}}`;
-  }
-  return JSON.stringify(value) ?? "null";
 }
