@@ -1,5 +1,5 @@
 import { dirname } from "node:path";
-import type { Provision, ProviderAdapter } from "./adapter.ts";
+import type { ProviderAdapter } from "./adapter.ts";
 import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
 import { assertInstance } from "./admin-settings.ts";
 import {
@@ -12,34 +12,25 @@ import {
   type Clock,
   type Logger,
 } from "./collaborators.ts";
-import { forEachLimited, Mutex, TimeoutError, withTimeout } from "./concurrency.ts";
+import { forEachLimited, Mutex } from "./concurrency.ts";
 import { ConsumerBook } from "./consumer-book.ts";
-import type { Contribution } from "./contributions-file.ts";
 import { PROVISIONER_DEFAULTS } from "./defaults.ts";
-import { isValidLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
 import type { PassContext, Settings } from "./pass/context.ts";
-import { CreateStage, type CreateJob } from "./pass/create.ts";
+import { CreateStage } from "./pass/create.ts";
 import { DrainWakes } from "./pass/drain-wakes.ts";
 import { LookStage } from "./pass/look.ts";
-import { digestOf, provisionOf } from "./pass/provision.ts";
 import { ReadStage } from "./pass/read.ts";
 import { ReportStage } from "./pass/report.ts";
 import { SeedStage } from "./pass/seed.ts";
 import { UnsavedChanges } from "./pass/unsaved-changes.ts";
+import { VerifyStage, type Due } from "./pass/verify.ts";
 import { approveRetirement, deleteRetired, StatusBoard, type ToolHost } from "./provisioner-tools.ts";
 import { RetirementCounter } from "./retirement.ts";
 import { SecretsDirectory } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
 import { type CleanupEntry, type ProvisionerTools, type RetireList, type StatusReport } from "./tools.ts";
 import { FileWatcher, type FileWatch } from "./watcher.ts";
-
-/** Settings of one provisioner loop; every duration is in milliseconds. */
-/**
- * How many of a verify batch's answers are judged under the lock at a time (see `#verify`): a
- * change waits behind at most this many (and their re-applies, when the backend lost some).
- */
-const JUDGED_AT_ONCE = 256;
 
 export interface ProvisionerOptions {
   /** The contributions file the mesh writes for this interface. */
@@ -148,23 +139,9 @@ export function runProvisioner(
 
 const DEFAULTS = PROVISIONER_DEFAULTS;
 
-/** One consumer due to be checked, with its record's generation when that was decided. */
-interface Due {
-  readonly g: Contribution;
-  readonly generation: number;
-}
-
-/** One consumer a verification checks, with its record's generation when the check began. */
-interface Check {
-  readonly p: Provision;
-  readonly digest: string;
-  readonly generation: number;
-}
-
 class Provisioner implements ProvisionerHandle {
   readonly ready: Promise<void>;
   readonly #s: Settings;
-  readonly #ownBatch: () => number | undefined;
   readonly #clock: Clock;
   readonly #log: Logger;
   readonly #metrics: ProvisionerObserver;
@@ -180,6 +157,7 @@ class Provisioner implements ProvisionerHandle {
   readonly #read: ReadStage;
   readonly #look: LookStage;
   readonly #create: CreateStage;
+  readonly #verify: VerifyStage;
   readonly #watcher: FileWatch | undefined;
   readonly #secretsDir: SecretsDirectory;
 
@@ -199,7 +177,6 @@ class Provisioner implements ProvisionerHandle {
     ownBatch: () => number | undefined,
   ) {
     this.#s = settingsOf(options);
-    this.#ownBatch = ownBatch;
     this.#clock = options.clock ?? systemClock;
     this.#log = prefixed(
       options.logger ?? consoleLogger,
@@ -297,6 +274,13 @@ class Provisioner implements ProvisionerHandle {
     this.#read = new ReadStage(this.#ctx);
     this.#look = new LookStage(this.#ctx);
     this.#create = new CreateStage(this.#ctx);
+    this.#verify = new VerifyStage(this.#ctx, {
+      lock: this.#lock,
+      look: this.#look,
+      create: this.#create,
+      rebuild: () => this.#rebuild(),
+      batchSize: () => options.verifyBatch ?? ownBatch() ?? this.#s.verifyBatch,
+    });
     this.ready = this.#runPass("periodic").then(() => this.#schedule());
   }
 
@@ -338,7 +322,7 @@ class Provisioner implements ProvisionerHandle {
       // Who is checked is settled as the pass begins: what it applies now is checked next time.
       if (this.#verifying === undefined && now - this.#verifiedAt >= this.#s.verifyEvery) {
         this.#verifiedAt = now;
-        due = this.#dueForCheck(now);
+        due = this.#verify.due(now);
       }
       try {
         await this.#pass(kind);
@@ -351,7 +335,7 @@ class Provisioner implements ProvisionerHandle {
       this.#metrics.passed(kind, (performance.now() - started) / 1000);
     });
     if (due === undefined || due.length === 0 || this.#stopped || this.#verifying) return;
-    const verifying = this.#verify(due).catch((err: unknown) => {
+    const verifying = this.#verify.run(due).catch((err: unknown) => {
       this.#log.error(
         `verification failed unexpectedly: ${this.#report.describe(err, this.#report.passwords())}`,
       );
@@ -401,186 +385,6 @@ class Provisioner implements ProvisionerHandle {
     if (this.#seed.seeded) await this.#retireUnasked(kind, now);
     this.#report.forgetUnasked();
     await this.#finishPass(now);
-  }
-
-  // ---- verification -------------------------------------------------------------------------
-
-  /**
-   * Verifies every consumer applied as asked (DESIGN §3 rule 4), a batch at a time. Each secret is
-   * read again (the safety net for a change the watcher missed) and each backend check is asked
-   * outside the lock, so a change that arrives meanwhile is applied at once; the lock is taken only
-   * to act on a slice of a batch's answers at a time (`JUDGED_AT_ONCE`), so a change waits behind
-   * one slice at most, and an answer for a consumer that changed since its check began (applied,
-   * retired, deleted, asked differently) is dropped.
-   */
-  /** Every consumer applied as asked and not held back by its brake: what a verification checks. */
-  #dueForCheck(now: number): Due[] {
-    const due: Due[] = [];
-    for (const r of this.#book.records()) {
-      if (r.asked === undefined || r.applied === undefined || r.inFlight) continue;
-      // An entry that cannot be served fails alone at every pass; what it had is left as it was.
-      if (r.asked.refused !== undefined || !isValidLogin(r.login)) continue;
-      if (this.#book.isBraked(r.login, now)) continue;
-      due.push({ g: r.asked, generation: r.generation });
-    }
-    return due;
-  }
-
-  async #verify(due: readonly Due[]): Promise<void> {
-    const size = this.options.verifyBatch ?? this.#ownBatch() ?? this.#s.verifyBatch;
-    this.#secretsDir.refresh();
-    for (let at = 0; at < due.length && !this.#stopped; at += size) {
-      const batch = due.slice(at, at + size);
-      const checks: Check[] = [];
-      const changed: Contribution[] = [];
-      await forEachLimited(batch, 64, async ({ g, generation }) => {
-        let password: string;
-        try {
-          password = await this.#secretsDir.read(g.secret);
-        } catch {
-          changed.push(g);
-          return;
-        }
-        const r = this.#book.get(g.as);
-        // The same entry and the same password as applied: what was applied is checked as it is,
-        // with nothing made again for it.
-        if (
-          r?.provision !== undefined &&
-          r.applied !== undefined &&
-          r.asked === g &&
-          r.provision.password === password
-        ) {
-          checks.push({ p: r.provision, digest: r.applied, generation });
-          return;
-        }
-        const p = provisionOf(g, password);
-        const digest = digestOf(p);
-        if (digest === r?.applied) checks.push({ p, digest, generation });
-        else changed.push(g);
-      });
-      const { answers, timedOut } = await this.#ask(checks);
-      if (!timedOut) await this.#lookForSessions(checks.map((c) => c.p.as));
-      // Judged a slice at a time, each under the lock on its own: a pass that a change queued
-      // meanwhile takes the lock between two slices (the lock is first come, first served), so a
-      // change waits on one slice at most, never on the whole batch. An answer whose consumer
-      // changed since its check began is dropped by `#judge`, however late its slice comes.
-      for (let from = 0; from < checks.length && !this.#stopped; from += JUDGED_AT_ONCE) {
-        const slice = checks.slice(from, from + JUDGED_AT_ONCE);
-        await this.#lock.run(async () => {
-          if (this.#stopped) return;
-          await this.#create.run(this.#judge(slice, answers));
-        });
-      }
-      await this.#lock.run(async () => {
-        if (this.#stopped) return;
-        // A secret that changed without a word from the watcher: looked at as a pass would.
-        const stillAsked = changed.filter((g) => this.#book.get(g.as)?.asked === g);
-        if (stillAsked.length > 0)
-          await this.#create.run(await this.#look.look(stillAsked, this.#clock.now()));
-        // What this batch applied is finished now, as a pass's changes are, not at the next pass.
-        await this.#ctx.changes.finish();
-        await this.#rebuild();
-      });
-      // A backend that timed out will time out for the next batch too: the rest wait a pass.
-      if (timedOut) break;
-    }
-  }
-
-  // Which of these logins the backend shows connected, when the adapter can tell: an app that
-  // never connects (pointed at another server, misconfigured, never started) is said so. A look
-  // that fails or times out is no evidence: nothing is marked.
-  async #lookForSessions(logins: readonly string[]): Promise<void> {
-    if (!this.adapter.seesSessions || logins.length === 0) return;
-    try {
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "looking for sessions", (signal) =>
-        this.adapter.seenConnected(logins, signal),
-      );
-      this.#book.sawSessions(logins, await result);
-    } catch {
-      // Unable to look is not "never connected".
-    }
-  }
-
-  /** Asks the backend whether it holds these (read-only, outside the lock). */
-  async #ask(
-    checks: readonly Check[],
-  ): Promise<{ answers: Map<string, boolean | Error>; timedOut: boolean }> {
-    const answers = new Map<string, boolean | Error>();
-    let timedOut = false;
-    if (checks.length === 0) return { answers, timedOut };
-    if (this.adapter.batched) {
-      const many = this.adapter.holdsMany.bind(this.adapter);
-      const batch = checks.map((c) => c.p);
-      this.#metrics.roundTrip(batch.length);
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "verifying", (signal) =>
-        many(batch, signal),
-      );
-      try {
-        for (const [login, answer] of await result) answers.set(login, answer);
-      } catch (err) {
-        const e = err instanceof Error ? err : new Error(String(err));
-        for (const p of batch) answers.set(p.as, e);
-        if (err instanceof TimeoutError) timedOut = true;
-      }
-      return { answers, timedOut };
-    }
-    const holds = this.adapter.holds.bind(this.adapter);
-    await forEachLimited(checks, this.#s.concurrency, async (c) => {
-      if (timedOut) return;
-      this.#metrics.roundTrip(1);
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, `checking ${c.p.as}`, (signal) =>
-        holds(c.p, signal),
-      );
-      try {
-        answers.set(c.p.as, await result);
-      } catch (err) {
-        if (err instanceof TimeoutError) timedOut = true;
-        answers.set(c.p.as, err instanceof Error ? err : new Error(String(err)));
-      }
-    });
-    return { answers, timedOut };
-  }
-
-  /** Acts on a batch's answers (under the lock): returns the re-applies due. */
-  #judge(checks: readonly Check[], answers: ReadonlyMap<string, boolean | Error>): CreateJob[] {
-    const reapply: CreateJob[] = [];
-    for (const c of checks) {
-      const answer = answers.get(c.p.as);
-      if (answer === undefined) continue; // not asked this pass
-      // Changed while it was checked: the answer is about what was, and nothing is done on it.
-      if (this.#book.get(c.p.as)?.generation !== c.generation) continue;
-      if (answer instanceof Error) {
-        // Unable to ask is not evidence of loss: nothing is re-applied on it.
-        const text = this.#report.describe(answer, [c.p.password]);
-        const cls = this.#report.classify(answer, text);
-        this.#metrics.verified("unknown");
-        this.#metrics.failed("verify", cls);
-        this.#report.fail(c.p.as, c.p.node, cls, `could not check: ${text}`);
-        continue;
-      }
-      this.#metrics.verified(answer ? "held" : "not-held");
-      if (answer) {
-        this.#book.held(c.p.as);
-        this.#report.succeed(c.p.as);
-        continue;
-      }
-      const times = this.#book.notHeld(c.p.as);
-      if (times === 1) this.#log.warn(`${c.p.as}: the backend no longer holds it; applying again`);
-      else {
-        this.#log.warn(
-          `${c.p.as}: still not held after being applied again (${times} times in a row): ` +
-            "create does not produce what holds checks; applying again",
-        );
-      }
-      reapply.push({
-        p: c.p,
-        digest: c.digest,
-        reapplying: times,
-        action: "re-applied",
-        why: "the backend no longer held it",
-      });
-    }
-    return reapply;
   }
 
   // ---- retiring ----------------------------------------------------------------------------
