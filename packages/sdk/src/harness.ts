@@ -1,3 +1,7 @@
+// The harness (DESIGN §3): `runProvisioner` and the conductor that runs one pass after another.
+// A pass is the stages under ./pass/, in order: seed, read, look, create, retire, report. The
+// conductor keeps the schedule, the lock, and the tools it hands the board and the book to.
+
 import { dirname } from "node:path";
 import type { ProviderAdapter } from "./adapter.ts";
 import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
@@ -12,16 +16,17 @@ import {
   type Clock,
   type Logger,
 } from "./collaborators.ts";
-import { forEachLimited, Mutex } from "./concurrency.ts";
+import { Mutex } from "./concurrency.ts";
 import { ConsumerBook } from "./consumer-book.ts";
 import { PROVISIONER_DEFAULTS } from "./defaults.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
-import type { PassContext, Settings } from "./pass/context.ts";
+import type { PassContext, PassKind, Settings } from "./pass/context.ts";
 import { CreateStage } from "./pass/create.ts";
 import { DrainWakes } from "./pass/drain-wakes.ts";
 import { LookStage } from "./pass/look.ts";
 import { ReadStage } from "./pass/read.ts";
 import { ReportStage } from "./pass/report.ts";
+import { RetireStage } from "./pass/retire.ts";
 import { SeedStage } from "./pass/seed.ts";
 import { UnsavedChanges } from "./pass/unsaved-changes.ts";
 import { VerifyStage, type Due } from "./pass/verify.ts";
@@ -29,7 +34,7 @@ import { approveRetirement, deleteRetired, StatusBoard, type ToolHost } from "./
 import { RetirementCounter } from "./retirement.ts";
 import { SecretsDirectory } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
-import { type CleanupEntry, type ProvisionerTools, type RetireList, type StatusReport } from "./tools.ts";
+import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport } from "./tools.ts";
 import { FileWatcher, type FileWatch } from "./watcher.ts";
 
 export interface ProvisionerOptions {
@@ -137,35 +142,27 @@ export function runProvisioner(
   return new Provisioner(iface, guarded, options, ownBatch);
 }
 
-const DEFAULTS = PROVISIONER_DEFAULTS;
-
+/**
+ * The conductor: runs a pass (the stages in order) under the lock at start, every `every`, when a
+ * watched file changes and when a rotation's grace bound passes; then, when one is due, a
+ * verification; and hands the tools the board and the book.
+ */
 class Provisioner implements ProvisionerHandle {
   readonly ready: Promise<void>;
-  readonly #s: Settings;
-  readonly #clock: Clock;
-  readonly #log: Logger;
-  readonly #metrics: ProvisionerObserver;
+  readonly #ctx: PassContext;
   readonly #lock = new Mutex();
-  readonly #retirement: RetirementCounter;
-  readonly #standings: Standings;
-  readonly #book: ConsumerBook;
-  readonly #report: ReportStage;
   readonly #board: StatusBoard;
   readonly #host: ToolHost;
-  readonly #ctx: PassContext;
   readonly #seed: SeedStage;
   readonly #read: ReadStage;
   readonly #look: LookStage;
   readonly #create: CreateStage;
+  readonly #retire: RetireStage;
+  readonly #report: ReportStage;
   readonly #verify: VerifyStage;
-  readonly #watcher: FileWatch | undefined;
-  readonly #secretsDir: SecretsDirectory;
-
   #verifiedAt = Number.NEGATIVE_INFINITY;
   #verifying: Promise<void> | undefined;
   #lastPassAt: number | null = null;
-  #waitingId: string | undefined;
-  #counted = 0;
   #timer: unknown;
   #watchQueued = false;
   #stopped = false;
@@ -176,115 +173,66 @@ class Provisioner implements ProvisionerHandle {
     readonly options: ProvisionerOptions,
     ownBatch: () => number | undefined,
   ) {
-    this.#s = settingsOf(options);
-    this.#clock = options.clock ?? systemClock;
-    this.#log = prefixed(
-      options.logger ?? consoleLogger,
-      `${iface}${this.#s.instance === "default" ? "" : `/${this.#s.instance}`}`,
-    );
-    this.#metrics = options.metrics ?? silentObserver;
-    this.#retirement = new RetirementCounter(this.#s);
-    this.#standings = new Standings(
-      { iface, instance: this.#s.instance, node: options.node },
-      this.#clock,
-      options.announcer ?? silentAnnouncer,
-      this.#s,
-      (login, run) =>
-        this.#log.error(
-          `${login}: FAILING for ${Math.round((this.#clock.now() - run.since) / 1000)}s ` +
-            `(${run.attempts} attempts, ${run.class}): ${run.text}. Announced as provisioner.failing; ` +
-            "`status` names it until it succeeds",
-        ),
-    );
-    this.#book = new ConsumerBook(
-      () => this.#clock.now(),
-      (login) => this.#standings.get(login),
-    );
-    this.#report = new ReportStage({
-      iface,
-      receives: options.receives,
-      adapter,
-      clock: this.#clock,
-      log: this.#log,
-      metrics: this.#metrics,
-      actions: options.actions ?? discardActions,
-      book: this.#book,
-      standings: this.#standings,
-      secrets: options.secrets ?? [],
-    });
-    this.#host = {
-      iface,
-      instance: this.#s.instance,
-      receives: options.receives,
-      stablePasses: this.#s.stablePasses,
-      book: this.#book,
-      standings: this.#standings,
-      retirement: this.#retirement,
-      adapter,
-      ...(options.serves === undefined ? {} : { serves: options.serves }),
-      log: this.#log,
-      metrics: this.#metrics,
-      record: (entry) => this.#report.record(entry),
-      describe: (err) => this.#report.describe(err, []),
-      retire: (logins, why, who) => this.#retire(logins, why, who),
-      rebuild: () => this.#rebuild(),
-      afterChanges: (changed) => {
-        if (changed) this.#ctx.changes.changed();
-        return this.#ctx.changes.finish();
-      },
-    };
-    this.#board = new StatusBoard(this.#host);
-    this.#secretsDir = new SecretsDirectory(options.secretsDir ?? dirname(options.receives));
-    if (options.watch !== false) {
-      const onChange = (path: string): void => this.#changed(path);
-      this.#watcher = options.watcher?.(onChange) ?? new FileWatcher(onChange);
-    }
-    this.#watcher?.watchFiles([options.receives]);
-    this.#ctx = {
-      iface,
-      receives: options.receives,
-      settings: this.#s,
-      adapter,
-      clock: this.#clock,
-      log: this.#log,
-      metrics: this.#metrics,
-      book: this.#book,
-      standings: this.#standings,
-      retirement: this.#retirement,
-      secretsDir: this.#secretsDir,
-      watcher: this.#watcher,
-      report: this.#report,
-      changes: new UnsavedChanges({
-        adapter,
-        clock: this.#clock,
-        timeout: this.#s.createTimeout,
-        book: this.#book,
-        log: this.#log,
-        report: this.#report,
-      }),
-      wakes: new DrainWakes(
-        this.#clock,
-        this.#book,
-        () => this.#runPass("watch"),
-        () => this.#stopped,
-      ),
+    const ctx = passContextOf(iface, adapter, options, {
+      changed: (path) => this.#changed(path),
+      wake: () => this.#runPass("watch"),
       isStopped: () => this.#stopped,
-    };
-    this.#seed = new SeedStage(this.#ctx);
-    this.#read = new ReadStage(this.#ctx);
-    this.#look = new LookStage(this.#ctx);
-    this.#create = new CreateStage(this.#ctx);
-    this.#verify = new VerifyStage(this.#ctx, {
+    });
+    this.#ctx = ctx;
+    this.#seed = new SeedStage(ctx);
+    this.#read = new ReadStage(ctx);
+    this.#look = new LookStage(ctx);
+    this.#create = new CreateStage(ctx);
+    this.#retire = new RetireStage(ctx);
+    this.#report = ctx.report;
+    this.#verify = new VerifyStage(ctx, {
       lock: this.#lock,
       look: this.#look,
       create: this.#create,
       rebuild: () => this.#rebuild(),
-      batchSize: () => options.verifyBatch ?? ownBatch() ?? this.#s.verifyBatch,
+      batchSize: () => options.verifyBatch ?? ownBatch() ?? ctx.settings.verifyBatch,
     });
+    this.#host = toolHostOf(ctx, options.serves, {
+      retire: (logins, why, who) => this.#retire.retire(logins, why, who),
+      rebuild: () => this.#rebuild(),
+    });
+    this.#board = new StatusBoard(this.#host);
     this.ready = this.#runPass("periodic").then(() => this.#schedule());
   }
 
-  pass(kind: "periodic" | "watch" = "periodic"): Promise<void> {
+  // ---- one pass -----------------------------------------------------------------------------
+
+  /** One pass: the stages in order, each reading the book and changing it through its transitions. */
+  async #pass(kind: PassKind): Promise<void> {
+    const now = this.#ctx.clock.now();
+    await this.#seed.run();
+    const asked = await this.#read.run(kind, now);
+    if (!asked.ok) {
+      // Nothing read is not nobody asking: nothing is applied, nothing retired, the count restarts.
+      this.#report.sayProblem(asked.problem);
+      this.#retire.restart();
+      await this.#finish(now);
+      return;
+    }
+    this.#report.sayProblem(null);
+    const creates = await this.#look.run(asked.lookAt, now);
+    await this.#create.run(creates);
+    // Nothing is retired before the backend's inventory says what this provider made.
+    if (this.#seed.seeded) await this.#retire.run(kind, now);
+    this.#report.forgetUnasked();
+    await this.#finish(now);
+  }
+
+  /** The backend finishes the pass's changes, then the board is made again for the tools. */
+  async #finish(now: number): Promise<void> {
+    await this.#ctx.changes.finish();
+    this.#lastPassAt = now;
+    await this.#rebuild();
+  }
+
+  // ---- scheduling ---------------------------------------------------------------------------
+
+  pass(kind: PassKind = "periodic"): Promise<void> {
     return this.#runPass(kind);
   }
 
@@ -300,27 +248,26 @@ class Provisioner implements ProvisionerHandle {
   async stop(): Promise<void> {
     if (this.#stopped) return;
     this.#stopped = true;
-    this.#clock.clearTimeout(this.#timer);
+    this.#ctx.clock.clearTimeout(this.#timer);
     this.#ctx.wakes.stop();
-    this.#watcher?.close();
+    this.#ctx.watcher?.close();
     await this.#verifying;
     await this.#lock.run(async () => {
       await this.adapter.close?.();
     });
   }
 
-  // ---- scheduling ---------------------------------------------------------------------------
-
   /** One pass under the lock, then, when one is due, a verification (which takes the lock only to act). */
-  async #runPass(kind: "periodic" | "watch"): Promise<void> {
+  async #runPass(kind: PassKind): Promise<void> {
+    const { clock, log, metrics, report, settings } = this.#ctx;
     let due: Due[] | undefined;
     await this.#lock.run(async () => {
       if (kind === "watch") this.#watchQueued = false;
       if (this.#stopped) return;
       const started = performance.now();
-      const now = this.#clock.now();
+      const now = clock.now();
       // Who is checked is settled as the pass begins: what it applies now is checked next time.
-      if (this.#verifying === undefined && now - this.#verifiedAt >= this.#s.verifyEvery) {
+      if (this.#verifying === undefined && now - this.#verifiedAt >= settings.verifyEvery) {
         this.#verifiedAt = now;
         due = this.#verify.due(now);
       }
@@ -328,17 +275,13 @@ class Provisioner implements ProvisionerHandle {
         await this.#pass(kind);
       } catch (err) {
         // A pass that throws is a bug, not a reason to stop serving every consumer.
-        this.#log.error(
-          `pass failed unexpectedly, will try again: ${this.#report.describe(err, this.#report.passwords())}`,
-        );
+        log.error(`pass failed unexpectedly, will try again: ${report.describe(err, report.passwords())}`);
       }
-      this.#metrics.passed(kind, (performance.now() - started) / 1000);
+      metrics.passed(kind, (performance.now() - started) / 1000);
     });
     if (due === undefined || due.length === 0 || this.#stopped || this.#verifying) return;
     const verifying = this.#verify.run(due).catch((err: unknown) => {
-      this.#log.error(
-        `verification failed unexpectedly: ${this.#report.describe(err, this.#report.passwords())}`,
-      );
+      log.error(`verification failed unexpectedly: ${report.describe(err, report.passwords())}`);
     });
     this.#verifying = verifying;
     try {
@@ -350,9 +293,9 @@ class Provisioner implements ProvisionerHandle {
 
   #schedule(): void {
     if (this.#stopped) return;
-    this.#timer = this.#clock.setTimeout(() => {
+    this.#timer = this.#ctx.clock.setTimeout(() => {
       void this.#runPass("periodic").then(() => this.#schedule());
-    }, this.#s.every);
+    }, this.#ctx.settings.every);
   }
 
   /** A watched file changed: it is read at the next pass, which starts at once unless one is queued. */
@@ -364,103 +307,10 @@ class Provisioner implements ProvisionerHandle {
     setImmediate(() => void this.#runPass("watch"));
   }
 
-  // ---- the pass -----------------------------------------------------------------------------
-
-  async #pass(kind: "periodic" | "watch"): Promise<void> {
-    const now = this.#clock.now();
-    await this.#seed.run();
-    const asked = await this.#read.run(kind, now);
-    if (!asked.ok) {
-      // Nothing read is not nobody asking: nothing is applied, nothing retired, the count restarts.
-      this.#report.sayProblem(asked.problem);
-      this.#retirement.reset();
-      this.#followRetirement();
-      await this.#finishPass(now);
-      return;
-    }
-    this.#report.sayProblem(null);
-    const creates = await this.#look.run(asked.lookAt, now);
-    await this.#create.run(creates);
-
-    if (this.#seed.seeded) await this.#retireUnasked(kind, now);
-    this.#report.forgetUnasked();
-    await this.#finishPass(now);
-  }
-
-  // ---- retiring ----------------------------------------------------------------------------
-
-  async #retireUnasked(kind: "periodic" | "watch", now: number): Promise<void> {
-    const unasked: string[] = [];
-    let held = 0;
-    for (const r of this.#book.records()) {
-      if (r.made !== "active") continue;
-      held++;
-      if (r.asked === undefined) unasked.push(r.login);
-    }
-    const step = this.#retirement.observe(unasked, held, kind === "periodic", now);
-    if (step.kind === "retire") {
-      const why = `no longer asked for in ${this.options.receives} for ${this.#s.stablePasses} consecutive passes`;
-      await this.#retire(step.logins, why, "provisioner");
-    } else if (step.kind === "wait" && step.isNew) {
-      const w = step.waiting;
-      this.#log.warn(
-        `${w.logins.length} consumer(s) no longer asked for (${w.logins.join(", ")}); ${w.reason}, so the ` +
-          `retirement waits for a person: \`mesh tool retire approve ${w.id}\` retires them, asking for them again cancels it`,
-      );
-    }
-    // What status says of the unasked names the count.
-    if (this.#retirement.count !== this.#counted) {
-      this.#counted = this.#retirement.count;
-      for (const login of unasked) this.#book.touch(login);
-    }
-    this.#followRetirement();
-  }
-
-  /** Marks the set waiting for a person (if any) in the book, when it changed. */
-  #followRetirement(): void {
-    const waiting = this.#retirement.waiting;
-    if (waiting?.id === this.#waitingId) return;
-    this.#waitingId = waiting?.id;
-    this.#book.awaiting(waiting?.logins ?? []);
-  }
-
-  async #retire(logins: readonly string[], why: string, who: string): Promise<string[]> {
-    const done: string[] = [];
-    await forEachLimited(logins, this.#s.concurrency, async (login) => {
-      const r = this.#book.get(login);
-      if (!r || r.made !== "active") return;
-      const at = this.#clock.now();
-      try {
-        await this.adapter.retire(login, r.derived, why, new Date(at));
-      } catch (err) {
-        this.#log.error(
-          `${login}: could not retire, will try again: ${this.#report.describe(err, this.#report.passwords())}`,
-        );
-        return;
-      }
-      this.#standings.clear(login, "retired");
-      this.#book.retired(login, at, why);
-      this.#ctx.changes.changed();
-      this.#log.info(`${login}: retired (access disabled, data kept, marked to delete): ${why}`);
-      this.#report.record({ action: "retired", login, who, why });
-      this.#metrics.retired(who === "provisioner" ? "provisioner" : "approval");
-      done.push(login);
-    });
-    this.#retirement.reset();
-    this.#followRetirement();
-    return done.sort();
-  }
-
   // ---- the board and the tools --------------------------------------------------------------
 
-  async #finishPass(now: number): Promise<void> {
-    await this.#ctx.changes.finish();
-    this.#lastPassAt = now;
-    await this.#rebuild();
-  }
-
   #rebuild(): Promise<void> {
-    return this.#board.rebuild(this.#host, this.#lastPassAt, this.#report.problem);
+    return this.#board.rebuild(this.#host, this.#lastPassAt, this.#ctx.report.problem);
   }
 
   status(): StatusReport {
@@ -484,9 +334,117 @@ class Provisioner implements ProvisionerHandle {
   }
 }
 
+/** What the conductor hands the context: its own reactions to a file change and to a wake. */
+interface ConductorHooks {
+  /** A watched file changed. */
+  changed(path: string): void;
+  /** Runs a pass now (a rotation's grace bound passed). */
+  wake(): Promise<void>;
+  isStopped(): boolean;
+}
+
+/** The collaborators every stage shares, made from the options (the composition root). */
+function passContextOf(
+  iface: string,
+  adapter: GuardedAdapter,
+  options: ProvisionerOptions,
+  hooks: ConductorHooks,
+): PassContext {
+  const settings = settingsOf(options);
+  const clock = options.clock ?? systemClock;
+  const log = prefixed(
+    options.logger ?? consoleLogger,
+    `${iface}${settings.instance === "default" ? "" : `/${settings.instance}`}`,
+  );
+  const metrics = options.metrics ?? silentObserver;
+  const standings = new Standings(
+    { iface, instance: settings.instance, node: options.node },
+    clock,
+    options.announcer ?? silentAnnouncer,
+    settings,
+    (login, run) =>
+      log.error(
+        `${login}: FAILING for ${Math.round((clock.now() - run.since) / 1000)}s ` +
+          `(${run.attempts} attempts, ${run.class}): ${run.text}. Announced as provisioner.failing; ` +
+          "`status` names it until it succeeds",
+      ),
+  );
+  const book = new ConsumerBook(
+    () => clock.now(),
+    (login) => standings.get(login),
+  );
+  const receives = options.receives;
+  const report = new ReportStage({
+    iface,
+    receives,
+    adapter,
+    clock,
+    log,
+    metrics,
+    actions: options.actions ?? discardActions,
+    book,
+    standings,
+    secrets: options.secrets ?? [],
+  });
+  let watcher: FileWatch | undefined;
+  if (options.watch !== false) {
+    const onChange = (path: string): void => hooks.changed(path);
+    watcher = options.watcher?.(onChange) ?? new FileWatcher(onChange);
+  }
+  watcher?.watchFiles([receives]);
+  return {
+    iface,
+    receives,
+    settings,
+    adapter,
+    clock,
+    log,
+    metrics,
+    book,
+    standings,
+    retirement: new RetirementCounter(settings),
+    secretsDir: new SecretsDirectory(options.secretsDir ?? dirname(receives)),
+    watcher,
+    report,
+    changes: new UnsavedChanges({ adapter, clock, timeout: settings.createTimeout, book, log, report }),
+    wakes: new DrainWakes(clock, book, hooks.wake, hooks.isStopped),
+    isStopped: hooks.isStopped,
+  };
+}
+
+/** What the tools are handed: the book and its collaborators, and the retiring and rebuilding they may ask for. */
+function toolHostOf(
+  ctx: PassContext,
+  serves: ProvisionerOptions["serves"],
+  acts: Pick<ToolHost, "retire" | "rebuild">,
+): ToolHost {
+  const { report, changes, settings } = ctx;
+  return {
+    iface: ctx.iface,
+    instance: settings.instance,
+    receives: ctx.receives,
+    stablePasses: settings.stablePasses,
+    book: ctx.book,
+    standings: ctx.standings,
+    retirement: ctx.retirement,
+    adapter: ctx.adapter,
+    ...(serves === undefined ? {} : { serves }),
+    log: ctx.log,
+    metrics: ctx.metrics,
+    record: (entry) => report.record(entry),
+    describe: (err) => report.describe(err, []),
+    retire: acts.retire,
+    rebuild: acts.rebuild,
+    afterChanges: (changed) => {
+      if (changed) changes.changed();
+      return changes.finish();
+    },
+  };
+}
+
 function settingsOf(options: ProvisionerOptions): Settings {
-  const s = { ...DEFAULTS } as Settings;
-  for (const key of Object.keys(DEFAULTS) as (keyof Settings)[]) {
+  const s = { ...PROVISIONER_DEFAULTS } as Settings;
+  for (const key of Object.keys(PROVISIONER_DEFAULTS) as (keyof Settings)[]) {
     const value = options[key];
     if (value === undefined) continue;
     if (key === "instance") {
