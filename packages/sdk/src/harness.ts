@@ -37,6 +37,7 @@ import { Standings } from "./standing.ts";
 import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport } from "./tools.ts";
 import { FileWatcher, type FileWatch } from "./watcher.ts";
 
+/** What `runProvisioner` is told: the files it reads, its settings (durations in milliseconds), its collaborators. */
 export interface ProvisionerOptions {
   /** The contributions file the mesh writes for this interface. */
   readonly receives: string;
