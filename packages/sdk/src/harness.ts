@@ -1,7 +1,9 @@
-import { createHash } from "node:crypto";
+// The harness (DESIGN §3): `runProvisioner` and the conductor that runs one pass after another.
+// A pass is the stages under ./pass/, in order: seed, read, look, create, retire, report. The
+// conductor keeps the schedule, the lock, and the tools it hands the board and the book to.
+
 import { dirname } from "node:path";
-import { OLDER_THAN_BACKEND, olderThanHeld } from "@mesh/manifest";
-import type { FailureClass, Provision, ProviderAdapter, RotationMark } from "./adapter.ts";
+import type { ProviderAdapter } from "./adapter.ts";
 import { guardAdapter, type GuardedAdapter } from "./adapter-guard.ts";
 import { assertInstance } from "./admin-settings.ts";
 import {
@@ -9,52 +11,33 @@ import {
   discardActions,
   silentAnnouncer,
   systemClock,
-  type ActionEntry,
   type ActionLog,
   type Announcer,
   type Clock,
   type Logger,
 } from "./collaborators.ts";
-import {
-  forEachLimited,
-  Mutex,
-  TimeoutError,
-  withTimeout,
-  YieldTimer,
-  yieldToEventLoop,
-} from "./concurrency.ts";
-import { ConsumerBook, type Rotation } from "./consumer-book.ts";
-import {
-  parseContributionsYielding,
-  readContributionsText,
-  type Contribution,
-  type ContributionsRead,
-} from "./contributions-file.ts";
+import { Mutex } from "./concurrency.ts";
+import { ConsumerBook } from "./consumer-book.ts";
 import { PROVISIONER_DEFAULTS } from "./defaults.ts";
-import { InvalidLoginError, isValidLogin, secondLogin } from "./login.ts";
 import { silentObserver, type ProvisionerObserver } from "./metrics.ts";
+import type { PassContext, PassKind, Settings } from "./pass/context.ts";
+import { CreateStage } from "./pass/create.ts";
+import { DrainWakes } from "./pass/drain-wakes.ts";
+import { LookStage } from "./pass/look.ts";
+import { ReadStage } from "./pass/read.ts";
+import { ReportStage } from "./pass/report.ts";
+import { RetireStage } from "./pass/retire.ts";
+import { SeedStage } from "./pass/seed.ts";
+import { UnsavedChanges } from "./pass/unsaved-changes.ts";
+import { VerifyStage, type Due } from "./pass/verify.ts";
 import { approveRetirement, deleteRetired, StatusBoard, type ToolHost } from "./provisioner-tools.ts";
-import { isRefusal } from "./refusals.ts";
 import { RetirementCounter } from "./retirement.ts";
-import { classOf, describeError } from "./scrub.ts";
-import { SecretsDirectory, SecretUnreadableError } from "./secret-file.ts";
+import { SecretsDirectory } from "./secret-file.ts";
 import { Standings } from "./standing.ts";
-import {
-  passwordTag,
-  type CleanupEntry,
-  type ProvisionerTools,
-  type RetireList,
-  type StatusReport,
-} from "./tools.ts";
-import { FileWatcher, watchKey, type FileWatch } from "./watcher.ts";
+import type { CleanupEntry, ProvisionerTools, RetireList, StatusReport } from "./tools.ts";
+import { FileWatcher, type FileWatch } from "./watcher.ts";
 
-/** Settings of one provisioner loop; every duration is in milliseconds. */
-/**
- * How many of a verify batch's answers are judged under the lock at a time (see `#verify`): a
- * change waits behind at most this many (and their re-applies, when the backend lost some).
- */
-const JUDGED_AT_ONCE = 256;
-
+/** What `runProvisioner` is told: the files it reads, its settings (durations in milliseconds), its collaborators. */
 export interface ProvisionerOptions {
   /** The contributions file the mesh writes for this interface. */
   readonly receives: string;
@@ -160,84 +143,28 @@ export function runProvisioner(
   return new Provisioner(iface, guarded, options, ownBatch);
 }
 
-const DEFAULTS = PROVISIONER_DEFAULTS;
-
-/** A create failing the same way is said again only this often (in attempts). */
-const SAY_AGAIN_ATTEMPTS = 240;
-
-type Settings = {
-  -readonly [K in keyof typeof DEFAULTS]: (typeof DEFAULTS)[K] extends number ? number : string;
-};
-
-interface CreateJob {
-  readonly p: Provision;
-  /** A rotation's step: `add` makes the new password valid beside the old, `remove` drops the old. */
-  readonly rotation?: "add" | "remove" | undefined;
-  readonly digest: string;
-  /** How many times in a row it has been found not held and applied again (0: not a re-apply). */
-  readonly reapplying: number;
-  /** What the action log records when it succeeds; null for re-asserting what the backend had. */
-  readonly action: "created" | "re-applied" | null;
-  readonly why: string;
-  /** A leaked password replaced (`mesh rotate --now`): the login's sessions end once it is applied. */
-  readonly endSessions?: true;
-}
-
-/** One consumer due to be checked, with its record's generation when that was decided. */
-interface Due {
-  readonly g: Contribution;
-  readonly generation: number;
-}
-
-/** One consumer a verification checks, with its record's generation when the check began. */
-interface Check {
-  readonly p: Provision;
-  readonly digest: string;
-  readonly generation: number;
-}
-
+/**
+ * The conductor: runs a pass (the stages in order) under the lock at start, every `every`, when a
+ * watched file changes and when a rotation's grace bound passes; then, when one is due, a
+ * verification; and hands the tools the board and the book.
+ */
 class Provisioner implements ProvisionerHandle {
   readonly ready: Promise<void>;
-  readonly #s: Settings;
-  readonly #ownBatch: () => number | undefined;
-  readonly #clock: Clock;
-  readonly #log: Logger;
-  readonly #actions: ActionLog;
-  readonly #metrics: ProvisionerObserver;
-  readonly #secrets: readonly string[];
+  readonly #ctx: PassContext;
   readonly #lock = new Mutex();
-  readonly #retirement: RetirementCounter;
-  readonly #standings: Standings;
-  readonly #book: ConsumerBook;
   readonly #board: StatusBoard;
   readonly #host: ToolHost;
-  /** Logins created or re-applied since the adapter's `afterChanges` last succeeded. */
-  readonly #unsaved = new Set<string>();
-  /** Whether anything changed in the backend since `afterChanges` last succeeded. */
-  #changesUnsaved = false;
-  readonly #watcher: FileWatch | undefined;
-  readonly #secretsDir: SecretsDirectory;
-  readonly #receivesKey: string;
-
-  /** Files the watcher said changed since the last pass took them. */
-  #dirty = new Set<string>();
-  /** Which logins read each secret file (by `watchKey`). */
-  #bySecret = new Map<string, string | string[]>();
-  /** The last contributions file read: its text and what it gave. */
-  #raw: string | undefined;
-  #read: ContributionsRead | undefined;
-  #seeded = false;
-  #seedProblem: string | undefined;
-  #problem: string | null = null;
+  readonly #seed: SeedStage;
+  readonly #read: ReadStage;
+  readonly #look: LookStage;
+  readonly #create: CreateStage;
+  readonly #retire: RetireStage;
+  readonly #report: ReportStage;
+  readonly #verify: VerifyStage;
   #verifiedAt = Number.NEGATIVE_INFINITY;
   #verifying: Promise<void> | undefined;
   #lastPassAt: number | null = null;
-  #waitingId: string | undefined;
-  #counted = 0;
   #timer: unknown;
-  /** The pass set off when a rotation's grace bound passes, and when. */
-  #wakeTimer: unknown;
-  #wakeAt = Number.POSITIVE_INFINITY;
   #watchQueued = false;
   #stopped = false;
 
@@ -247,66 +174,66 @@ class Provisioner implements ProvisionerHandle {
     readonly options: ProvisionerOptions,
     ownBatch: () => number | undefined,
   ) {
-    this.#s = settingsOf(options);
-    this.#ownBatch = ownBatch;
-    this.#clock = options.clock ?? systemClock;
-    this.#log = prefixed(
-      options.logger ?? consoleLogger,
-      `${iface}${this.#s.instance === "default" ? "" : `/${this.#s.instance}`}`,
-    );
-    this.#actions = options.actions ?? discardActions;
-    this.#metrics = options.metrics ?? silentObserver;
-    this.#secrets = options.secrets ?? [];
-    this.#retirement = new RetirementCounter(this.#s);
-    this.#standings = new Standings(
-      { iface, instance: this.#s.instance, node: options.node },
-      this.#clock,
-      options.announcer ?? silentAnnouncer,
-      this.#s,
-      (login, run) =>
-        this.#log.error(
-          `${login}: FAILING for ${Math.round((this.#clock.now() - run.since) / 1000)}s ` +
-            `(${run.attempts} attempts, ${run.class}): ${run.text}. Announced as provisioner.failing; ` +
-            "`status` names it until it succeeds",
-        ),
-    );
-    this.#book = new ConsumerBook(
-      () => this.#clock.now(),
-      (login) => this.#standings.get(login),
-    );
-    this.#host = {
-      iface,
-      instance: this.#s.instance,
-      receives: options.receives,
-      stablePasses: this.#s.stablePasses,
-      book: this.#book,
-      standings: this.#standings,
-      retirement: this.#retirement,
-      adapter,
-      ...(options.serves === undefined ? {} : { serves: options.serves }),
-      log: this.#log,
-      metrics: this.#metrics,
-      record: (entry) => this.#record(entry),
-      describe: (err) => this.#describe(err, []),
-      retire: (logins, why, who) => this.#retire(logins, why, who),
+    const ctx = passContextOf(iface, adapter, options, {
+      changed: (path) => this.#changed(path),
+      wake: () => this.#runPass("watch"),
+      isStopped: () => this.#stopped,
+    });
+    this.#ctx = ctx;
+    this.#seed = new SeedStage(ctx);
+    this.#read = new ReadStage(ctx);
+    this.#look = new LookStage(ctx);
+    this.#create = new CreateStage(ctx);
+    this.#retire = new RetireStage(ctx);
+    this.#report = ctx.report;
+    this.#verify = new VerifyStage(ctx, {
+      lock: this.#lock,
+      look: this.#look,
+      create: this.#create,
       rebuild: () => this.#rebuild(),
-      afterChanges: (changed) => {
-        if (changed) this.#changesUnsaved = true;
-        return this.#afterChanges();
-      },
-    };
+      batchSize: () => options.verifyBatch ?? ownBatch() ?? ctx.settings.verifyBatch,
+    });
+    this.#host = toolHostOf(ctx, options.serves, {
+      retire: (logins, why, who) => this.#retire.retire(logins, why, who),
+      rebuild: () => this.#rebuild(),
+    });
     this.#board = new StatusBoard(this.#host);
-    this.#secretsDir = new SecretsDirectory(options.secretsDir ?? dirname(options.receives));
-    this.#receivesKey = watchKey(options.receives);
-    if (options.watch !== false) {
-      const onChange = (path: string): void => this.#changed(path);
-      this.#watcher = options.watcher?.(onChange) ?? new FileWatcher(onChange);
-    }
-    this.#watcher?.watchFiles([options.receives]);
     this.ready = this.#runPass("periodic").then(() => this.#schedule());
   }
 
-  pass(kind: "periodic" | "watch" = "periodic"): Promise<void> {
+  // ---- one pass -----------------------------------------------------------------------------
+
+  /** One pass: the stages in order, each reading the book and changing it through its transitions. */
+  async #pass(kind: PassKind): Promise<void> {
+    const now = this.#ctx.clock.now();
+    await this.#seed.run();
+    const asked = await this.#read.run(kind, now);
+    if (!asked.ok) {
+      // Nothing read is not nobody asking: nothing is applied, nothing retired, the count restarts.
+      this.#report.sayProblem(asked.problem);
+      this.#retire.restart();
+      await this.#finish(now);
+      return;
+    }
+    this.#report.sayProblem(null);
+    const creates = await this.#look.run(asked.lookAt, now);
+    await this.#create.run(creates);
+    // Nothing is retired before the backend's inventory says what this provider made.
+    if (this.#seed.seeded) await this.#retire.run(kind, now);
+    this.#report.forgetUnasked();
+    await this.#finish(now);
+  }
+
+  /** The backend finishes the pass's changes, then the board is made again for the tools. */
+  async #finish(now: number): Promise<void> {
+    await this.#ctx.changes.finish();
+    this.#lastPassAt = now;
+    await this.#rebuild();
+  }
+
+  // ---- scheduling ---------------------------------------------------------------------------
+
+  pass(kind: PassKind = "periodic"): Promise<void> {
     return this.#runPass(kind);
   }
 
@@ -322,43 +249,40 @@ class Provisioner implements ProvisionerHandle {
   async stop(): Promise<void> {
     if (this.#stopped) return;
     this.#stopped = true;
-    this.#clock.clearTimeout(this.#timer);
-    this.#clock.clearTimeout(this.#wakeTimer);
-    this.#watcher?.close();
+    this.#ctx.clock.clearTimeout(this.#timer);
+    this.#ctx.wakes.stop();
+    this.#ctx.watcher?.close();
     await this.#verifying;
     await this.#lock.run(async () => {
       await this.adapter.close?.();
     });
   }
 
-  // ---- scheduling ---------------------------------------------------------------------------
-
   /** One pass under the lock, then, when one is due, a verification (which takes the lock only to act). */
-  async #runPass(kind: "periodic" | "watch"): Promise<void> {
+  async #runPass(kind: PassKind): Promise<void> {
+    const { clock, log, metrics, report, settings } = this.#ctx;
     let due: Due[] | undefined;
     await this.#lock.run(async () => {
       if (kind === "watch") this.#watchQueued = false;
       if (this.#stopped) return;
       const started = performance.now();
-      const now = this.#clock.now();
+      const now = clock.now();
       // Who is checked is settled as the pass begins: what it applies now is checked next time.
-      if (this.#verifying === undefined && now - this.#verifiedAt >= this.#s.verifyEvery) {
+      if (this.#verifying === undefined && now - this.#verifiedAt >= settings.verifyEvery) {
         this.#verifiedAt = now;
-        due = this.#dueForCheck(now);
+        due = this.#verify.due(now);
       }
       try {
         await this.#pass(kind);
       } catch (err) {
         // A pass that throws is a bug, not a reason to stop serving every consumer.
-        this.#log.error(
-          `pass failed unexpectedly, will try again: ${this.#describe(err, this.#passwords())}`,
-        );
+        log.error(`pass failed unexpectedly, will try again: ${report.describe(err, report.passwords())}`);
       }
-      this.#metrics.passed(kind, (performance.now() - started) / 1000);
+      metrics.passed(kind, (performance.now() - started) / 1000);
     });
     if (due === undefined || due.length === 0 || this.#stopped || this.#verifying) return;
-    const verifying = this.#verify(due).catch((err: unknown) => {
-      this.#log.error(`verification failed unexpectedly: ${this.#describe(err, this.#passwords())}`);
+    const verifying = this.#verify.run(due).catch((err: unknown) => {
+      log.error(`verification failed unexpectedly: ${report.describe(err, report.passwords())}`);
     });
     this.#verifying = verifying;
     try {
@@ -370,825 +294,24 @@ class Provisioner implements ProvisionerHandle {
 
   #schedule(): void {
     if (this.#stopped) return;
-    this.#timer = this.#clock.setTimeout(() => {
+    this.#timer = this.#ctx.clock.setTimeout(() => {
       void this.#runPass("periodic").then(() => this.#schedule());
-    }, this.#s.every);
+    }, this.#ctx.settings.every);
   }
 
   /** A watched file changed: it is read at the next pass, which starts at once unless one is queued. */
   #changed(path: string): void {
-    this.#dirty.add(path);
+    this.#read.changed(path);
     if (this.#stopped || this.#watchQueued) return;
     this.#watchQueued = true;
     // Changes that arrive together (one burst of file events) make one pass; the first one does not wait.
     setImmediate(() => void this.#runPass("watch"));
   }
 
-  // ---- the pass -----------------------------------------------------------------------------
-
-  async #pass(kind: "periodic" | "watch"): Promise<void> {
-    const now = this.#clock.now();
-    await this.#seed();
-    const dirty = this.#dirty;
-    this.#dirty = new Set();
-    for (const path of this.#watcher?.reopen() ?? []) dirty.add(path);
-    const { read, changed } = await this.#readAsked(kind, dirty);
-    if (!read.ok) {
-      // Nothing read is not nobody asking: nothing is applied, nothing retired, the count restarts.
-      this.#sayProblem(read.problem);
-      this.#retirement.reset();
-      this.#followRetirement();
-      await this.#finishPass(now);
-      return;
-    }
-    this.#sayProblem(null);
-
-    // What this pass looks at: entries that changed, secrets that changed, and whoever is not yet
-    // applied as asked. Unwatched, that is everyone.
-    let todo: Set<string> | undefined;
-    if (this.#watcher !== undefined) {
-      todo = new Set(changed);
-      for (const login of this.#book.unsettled()) todo.add(login);
-      for (const login of this.#book.rotating()) {
-        const rotation = this.#book.get(login)?.rotation;
-        if (rotation === undefined || rotation.until <= now || rotation.password === undefined)
-          todo.add(login);
-      }
-      const touched = (path: string): void => {
-        const logins = this.#bySecret.get(path);
-        if (typeof logins === "string") todo?.add(logins);
-        else if (logins) for (const login of logins) todo?.add(login);
-      };
-      for (const path of dirty) touched(path);
-      for (const path of this.#watcher.unwatched()) touched(path);
-    }
-    if (todo === undefined || todo.size > 0) {
-      // Resolved again each pass: a secrets directory replaced since the last one is judged as it is now.
-      this.#secretsDir.refresh();
-      const given = todo === undefined ? read.given : read.given.filter((g) => todo.has(g.as));
-      await this.#look(given, now);
-    }
-
-    if (this.#seeded) await this.#retireUnasked(kind, now);
-    for (const login of this.#standings.logins()) {
-      const r = this.#book.get(login);
-      if (r?.asked === undefined && r?.made !== "active") {
-        this.#standings.clear(login, "no longer asked for");
-        this.#book.touch(login);
-      }
-    }
-    await this.#finishPass(now);
-  }
-
-  /**
-   * The contributions file as it is now: read again at each periodic pass and when the watcher
-   * said it changed (or it is not watched), and parsed again only when its text changed. Returns the logins whose entry is
-   * new or changed.
-   */
-  async #readAsked(
-    kind: "periodic" | "watch",
-    dirty: ReadonlySet<string>,
-  ): Promise<{ read: ContributionsRead; changed: string[] }> {
-    // A periodic pass reads the file whatever the watcher said: a change it missed is seen there.
-    const unchanged =
-      kind === "watch" &&
-      this.#read !== undefined &&
-      this.#watcher !== undefined &&
-      this.#watcher.watching(this.#receivesKey) &&
-      !dirty.has(this.#receivesKey);
-    if (unchanged && this.#read) return { read: this.#read, changed: [] };
-    const text = await readContributionsText(this.options.receives);
-    if (!text.ok) {
-      this.#raw = undefined;
-      this.#read = text;
-      return { read: text, changed: [] };
-    }
-    if (text.raw === this.#raw && this.#read) return { read: this.#read, changed: [] };
-    const read = await parseContributionsYielding(text.raw, this.options.receives, this.iface);
-    this.#raw = text.raw;
-    this.#read = read;
-    if (!read.ok) return { read, changed: [] };
-
-    const changed: string[] = [];
-    const asked = new Set<string>();
-    const bySecret = new Map<string, string | string[]>();
-    const turns = new YieldTimer();
-    for (const g of read.given) {
-      if (turns.due()) await yieldToEventLoop();
-      asked.add(g.as);
-      if (this.#book.asked(g)) changed.push(g.as);
-      // The entry's own string where it is the same (nearly always): one string per consumer, not two.
-      const named = watchKey(g.secret);
-      const key = named === g.secret ? g.secret : named;
-      const was = bySecret.get(key);
-      if (was === undefined) bySecret.set(key, g.as);
-      else if (typeof was === "string") bySecret.set(key, [was, g.as]);
-      else was.push(g.as);
-    }
-    const gone: string[] = [];
-    for (const r of this.#book.records())
-      if (r.asked !== undefined && !asked.has(r.login)) gone.push(r.login);
-    for (const login of gone) this.#book.unasked(login);
-    this.#bySecret = bySecret;
-    // Only secrets that can be read are watched: an entry naming /etc/shadow or /dev/zero sets no
-    // watch on /etc or /dev.
-    this.#watcher?.watchFiles([
-      this.options.receives,
-      ...read.given.map((g) => g.secret).filter((secret) => this.#secretsDir.mayHold(secret)),
-    ]);
-    return { read, changed };
-  }
-
-  /** Reads these consumers' secrets and applies each one whose (login, password, values, derived) changed. */
-  async #look(given: readonly Contribution[], now: number): Promise<void> {
-    const creates: CreateJob[] = [];
-    await forEachLimited(given, 64, async (g) => {
-      if (!isValidLogin(g.as)) {
-        this.#metrics.failed("validate", "refused");
-        this.#fail(g.as, g.node, "refused", new InvalidLoginError(g.as).message);
-        return;
-      }
-      if (g.refused !== undefined) {
-        // Still asked for, so never retired for it; it fails alone, and what it had stays as it was.
-        this.#metrics.failed("validate", "refused");
-        this.#fail(g.as, g.node, "refused", `contributions entry for ${g.as}: ${g.refused}`);
-        return;
-      }
-      if (this.#book.get(g.as)?.inFlight) return;
-      let password: string;
-      try {
-        password = await this.#secretsDir.read(g.secret);
-      } catch (err) {
-        this.#secretMissing(g, err, now);
-        return;
-      }
-      if (this.#book.secretFound(g.as)) this.#log.info(`${g.as}: secret readable again`);
-      this.#book.secretRead(g.as, password);
-      if (this.#olderThanHeld(g)) return;
-      const p = await this.#desired(g, password, now);
-      if (p === undefined) return;
-      const digest = digestOf(p);
-      const r = this.#book.get(g.as);
-      const was = r?.applied;
-      if (was === digest) return;
-      const rotation = r?.rotation;
-      // Only where this process applied another password: a restarted provider re-asserting the
-      // same one ends nobody's sessions.
-      const cut =
-        g.cut === true && r?.provision !== undefined && r.provision.password !== password
-          ? { endSessions: true as const }
-          : {};
-      if (p.retiring !== undefined && rotation !== undefined) {
-        const why = `password rotated: the new one is made valid beside the old until ${new Date(rotation.until).toISOString()}`;
-        creates.push({ p, digest, reapplying: 0, action: null, why, rotation: "add" });
-      } else if (p.retiring === undefined && rotation !== undefined) {
-        const why =
-          rotation.until <= now
-            ? "the rotation's grace bound passed: the old password goes"
-            : "the password being retired is no longer given: the new one is made the only one";
-        creates.push({ p, digest, reapplying: 0, action: null, why, rotation: "remove", ...cut });
-      } else if (was !== undefined) {
-        creates.push({
-          p,
-          digest,
-          reapplying: 0,
-          action: "re-applied",
-          why: "password, values or derived changed",
-          ...cut,
-        });
-      } else if (r?.made === "retired") {
-        creates.push({
-          p,
-          digest,
-          reapplying: 0,
-          action: "created",
-          why: "asked for again: re-enabled as it was",
-        });
-      } else if (r?.made === "active") {
-        // Made before this process started: applied again to be sure, which changes nothing worth a record.
-        creates.push({
-          p,
-          digest,
-          reapplying: 0,
-          action: null,
-          why: "applied again after the provider started",
-        });
-      } else {
-        const why = `asked for${g.node ? ` by node ${g.node}` : ""}`;
-        creates.push({ p, digest, reapplying: 0, action: "created", why });
-      }
-    });
-    await forEachLimited(creates, this.#s.concurrency, (job) => this.#create(job));
-  }
-
-  /**
-   * Whether `g`'s password is older than the one the backend holds (as its mark, or this process's
-   * last apply, says): then it is not applied, since putting it back would undo a rotation (perhaps
-   * of a leaked password) behind everyone's back. The consumer fails with `OLDER_THAN_BACKEND`, and
-   * the controller rotates it to a newer password. Said once per run.
-   */
-  #olderThanHeld(g: Contribution): boolean {
-    const why = olderThanHeld(g.minted, this.#book.get(g.as)?.heldMinted);
-    if (why === undefined) return false;
-    if (this.#standings.get(g.as)?.class !== OLDER_THAN_BACKEND) this.#log.warn(`${g.as}: ${why}`);
-    this.#metrics.failed("create", OLDER_THAN_BACKEND);
-    this.#fail(g.as, g.node, OLDER_THAN_BACKEND, why);
-    return true;
-  }
-
-  /**
-   * What the backend should hold for `g` now. For an adapter that can hold two passwords, while the
-   * entry names the password being retired: both, until the rotation's grace bound; a rotation
-   * begins only where the backend takes the retiring password now (what this process applied, or,
-   * after a restart, what `holds` finds), so a password already removed is never made valid again.
-   * Undefined when that cannot be told this pass (the backend did not answer).
-   */
-  async #desired(g: Contribution, password: string, now: number): Promise<Provision | undefined> {
-    const plain = provisionOf(g, password);
-    if (!this.adapter.overlaps) return plain;
-    const r = this.#book.get(g.as);
-    // Where logins alternate, a login that moved while the password did not is the agent half-way
-    // through writing a rotation (the new password file comes last): applied now, it would move the
-    // old password to the other login and lock out the one the apps use. The new password's file
-    // sets off the next pass.
-    const was = r?.provision;
-    if (
-      this.adapter.alternates &&
-      was !== undefined &&
-      was.password === password &&
-      (was.login ?? was.as) !== (plain.login ?? plain.as)
-    )
-      return undefined;
-    let rotation = r?.rotation;
-    // A rotation for another password is over: a newer one supersedes it.
-    if (rotation?.password !== undefined && rotation.password !== password) {
-      this.#book.rotationOver(g.as);
-      rotation = undefined;
-    }
-    const retiring = g.retiring === undefined ? undefined : await this.#readRetiring(g);
-    if (retiring === undefined || retiring === password) return plain;
-    if (rotation !== undefined) {
-      if (rotation.password === undefined) this.#book.rotationIs(g.as, { ...rotation, password });
-      return rotation.until > now ? { ...plain, retiring } : plain;
-    }
-    if (r?.made !== "active") return plain;
-    if (r.applied !== undefined && r.applied === digestOf(plain)) return plain;
-    let begins = r.provision?.password === retiring;
-    if (!begins && r.applied === undefined) {
-      const holds = this.adapter.holds.bind(this.adapter);
-      // Where logins alternate, the password being retired is on the login the new one is not.
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, `checking ${g.as}`, (signal) =>
-        holds({ ...plain, password: retiring, login: this.#otherLogin(plain) }, signal),
-      );
-      try {
-        begins = await result;
-      } catch (err) {
-        this.#log.warn(
-          `${g.as}: cannot tell whether the backend still takes the password being retired ` +
-            `(${this.#describe(err, [password, retiring])}); asked again at the next pass`,
-        );
-        return undefined;
-      }
-    }
-    if (!begins) return plain;
-    this.#book.rotationIs(g.as, { phase: "add", since: now, until: now + this.#s.rotationGrace, password });
-    return { ...plain, retiring };
-  }
-
-  /** Where logins alternate, the login that is not `p`'s now; otherwise `p`'s own. */
-  #otherLogin(p: Provision): string | undefined {
-    if (!this.adapter.alternates) return p.login;
-    return (p.login ?? p.as) === p.as ? secondLogin(p.as) : p.as;
-  }
-
-  /** The password being retired, from the entry's `retiring` file; undefined when it cannot be read. */
-  async #readRetiring(g: Contribution): Promise<string | undefined> {
-    if (g.retiring === undefined) return undefined;
-    try {
-      return await this.#secretsDir.read(g.retiring);
-    } catch (err) {
-      this.#log.warn(
-        `${g.as}: the password being retired cannot be read (${this.#describe(err, [])}); ` +
-          "the new one is made the only one",
-      );
-      return undefined;
-    }
-  }
-
-  /** A pass when the earliest grace bound passes, so the old password goes on time. */
-  #wakeFor(until: number): void {
-    if (this.#stopped || until >= this.#wakeAt) return;
-    this.#clock.clearTimeout(this.#wakeTimer);
-    this.#wakeAt = until;
-    this.#wakeTimer = this.#clock.setTimeout(
-      () => {
-        this.#wakeAt = Number.POSITIVE_INFINITY;
-        void this.#runPass("watch").then(() => this.#wakeForDrains());
-      },
-      Math.max(0, until - this.#clock.now()) + 5,
-    );
-  }
-
-  /** A wake for the earliest grace bound of the rotations under way. */
-  #wakeForDrains(): void {
-    for (const login of this.#book.rotating()) {
-      const rotation = this.#book.get(login)?.rotation;
-      if (rotation !== undefined) this.#wakeFor(rotation.until);
-    }
-  }
-
-  /** Reads what this provider made from the backend's own marks, once it can. */
-  async #seed(): Promise<void> {
-    if (this.#seeded) return;
-    try {
-      const entries = await this.adapter.inventory();
-      for (const e of entries) this.#book.seeded(e);
-      this.#seeded = true;
-      // A drain read back from the marks ends at its grace bound, as it would have without the restart.
-      this.#wakeForDrains();
-      const retired = entries.filter((e) => e.state === "retired").length;
-      this.#log.info(
-        `found ${entries.length - retired} active and ${retired} retired consumer(s) made by instance ${this.#s.instance}`,
-      );
-      if (this.#seedProblem) this.#log.info("the backend's inventory is readable again");
-      this.#seedProblem = undefined;
-    } catch (err) {
-      const text = this.#describe(err, this.#passwords());
-      if (text !== this.#seedProblem) {
-        this.#log.warn(
-          `cannot read what this provider made from the backend (${text}); nothing is retired until it can`,
-        );
-      }
-      this.#seedProblem = text;
-    }
-  }
-
-  // ---- verification -------------------------------------------------------------------------
-
-  /**
-   * Verifies every consumer applied as asked (DESIGN §3 rule 4), a batch at a time. Each secret is
-   * read again (the safety net for a change the watcher missed) and each backend check is asked
-   * outside the lock, so a change that arrives meanwhile is applied at once; the lock is taken only
-   * to act on a slice of a batch's answers at a time (`JUDGED_AT_ONCE`), so a change waits behind
-   * one slice at most, and an answer for a consumer that changed since its check began (applied,
-   * retired, deleted, asked differently) is dropped.
-   */
-  /** Every consumer applied as asked and not held back by its brake: what a verification checks. */
-  #dueForCheck(now: number): Due[] {
-    const due: Due[] = [];
-    for (const r of this.#book.records()) {
-      if (r.asked === undefined || r.applied === undefined || r.inFlight) continue;
-      // An entry that cannot be served fails alone at every pass; what it had is left as it was.
-      if (r.asked.refused !== undefined || !isValidLogin(r.login)) continue;
-      if (this.#book.isBraked(r.login, now)) continue;
-      due.push({ g: r.asked, generation: r.generation });
-    }
-    return due;
-  }
-
-  async #verify(due: readonly Due[]): Promise<void> {
-    const size = this.options.verifyBatch ?? this.#ownBatch() ?? this.#s.verifyBatch;
-    this.#secretsDir.refresh();
-    for (let at = 0; at < due.length && !this.#stopped; at += size) {
-      const batch = due.slice(at, at + size);
-      const checks: Check[] = [];
-      const changed: Contribution[] = [];
-      await forEachLimited(batch, 64, async ({ g, generation }) => {
-        let password: string;
-        try {
-          password = await this.#secretsDir.read(g.secret);
-        } catch {
-          changed.push(g);
-          return;
-        }
-        const r = this.#book.get(g.as);
-        // The same entry and the same password as applied: what was applied is checked as it is,
-        // with nothing made again for it.
-        if (
-          r?.provision !== undefined &&
-          r.applied !== undefined &&
-          r.asked === g &&
-          r.provision.password === password
-        ) {
-          checks.push({ p: r.provision, digest: r.applied, generation });
-          return;
-        }
-        const p = provisionOf(g, password);
-        const digest = digestOf(p);
-        if (digest === r?.applied) checks.push({ p, digest, generation });
-        else changed.push(g);
-      });
-      const { answers, timedOut } = await this.#ask(checks);
-      if (!timedOut) await this.#lookForSessions(checks.map((c) => c.p.as));
-      // Judged a slice at a time, each under the lock on its own: a pass that a change queued
-      // meanwhile takes the lock between two slices (the lock is first come, first served), so a
-      // change waits on one slice at most, never on the whole batch. An answer whose consumer
-      // changed since its check began is dropped by `#judge`, however late its slice comes.
-      for (let from = 0; from < checks.length && !this.#stopped; from += JUDGED_AT_ONCE) {
-        const slice = checks.slice(from, from + JUDGED_AT_ONCE);
-        await this.#lock.run(async () => {
-          if (this.#stopped) return;
-          const reapplies = this.#judge(slice, answers);
-          await forEachLimited(reapplies, this.#s.concurrency, (job) => this.#create(job));
-        });
-      }
-      await this.#lock.run(async () => {
-        if (this.#stopped) return;
-        // A secret that changed without a word from the watcher: looked at as a pass would.
-        const stillAsked = changed.filter((g) => this.#book.get(g.as)?.asked === g);
-        if (stillAsked.length > 0) await this.#look(stillAsked, this.#clock.now());
-        // What this batch applied is finished now, as a pass's changes are, not at the next pass.
-        await this.#afterChanges();
-        await this.#rebuild();
-      });
-      // A backend that timed out will time out for the next batch too: the rest wait a pass.
-      if (timedOut) break;
-    }
-  }
-
-  // Which of these logins the backend shows connected, when the adapter can tell: an app that
-  // never connects (pointed at another server, misconfigured, never started) is said so. A look
-  // that fails or times out is no evidence: nothing is marked.
-  async #lookForSessions(logins: readonly string[]): Promise<void> {
-    if (!this.adapter.seesSessions || logins.length === 0) return;
-    try {
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "looking for sessions", (signal) =>
-        this.adapter.seenConnected(logins, signal),
-      );
-      this.#book.sawSessions(logins, await result);
-    } catch {
-      // Unable to look is not "never connected".
-    }
-  }
-
-  /** Asks the backend whether it holds these (read-only, outside the lock). */
-  async #ask(
-    checks: readonly Check[],
-  ): Promise<{ answers: Map<string, boolean | Error>; timedOut: boolean }> {
-    const answers = new Map<string, boolean | Error>();
-    let timedOut = false;
-    if (checks.length === 0) return { answers, timedOut };
-    if (this.adapter.batched) {
-      const many = this.adapter.holdsMany.bind(this.adapter);
-      const batch = checks.map((c) => c.p);
-      this.#metrics.roundTrip(batch.length);
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, "verifying", (signal) =>
-        many(batch, signal),
-      );
-      try {
-        for (const [login, answer] of await result) answers.set(login, answer);
-      } catch (err) {
-        const e = err instanceof Error ? err : new Error(String(err));
-        for (const p of batch) answers.set(p.as, e);
-        if (err instanceof TimeoutError) timedOut = true;
-      }
-      return { answers, timedOut };
-    }
-    const holds = this.adapter.holds.bind(this.adapter);
-    await forEachLimited(checks, this.#s.concurrency, async (c) => {
-      if (timedOut) return;
-      this.#metrics.roundTrip(1);
-      const { result } = withTimeout(this.#clock, this.#s.holdsTimeout, `checking ${c.p.as}`, (signal) =>
-        holds(c.p, signal),
-      );
-      try {
-        answers.set(c.p.as, await result);
-      } catch (err) {
-        if (err instanceof TimeoutError) timedOut = true;
-        answers.set(c.p.as, err instanceof Error ? err : new Error(String(err)));
-      }
-    });
-    return { answers, timedOut };
-  }
-
-  /** Acts on a batch's answers (under the lock): returns the re-applies due. */
-  #judge(checks: readonly Check[], answers: ReadonlyMap<string, boolean | Error>): CreateJob[] {
-    const reapply: CreateJob[] = [];
-    for (const c of checks) {
-      const answer = answers.get(c.p.as);
-      if (answer === undefined) continue; // not asked this pass
-      // Changed while it was checked: the answer is about what was, and nothing is done on it.
-      if (this.#book.get(c.p.as)?.generation !== c.generation) continue;
-      if (answer instanceof Error) {
-        // Unable to ask is not evidence of loss: nothing is re-applied on it.
-        const text = this.#describe(answer, [c.p.password]);
-        const cls = this.#classify(answer, text);
-        this.#metrics.verified("unknown");
-        this.#metrics.failed("verify", cls);
-        this.#fail(c.p.as, c.p.node, cls, `could not check: ${text}`);
-        continue;
-      }
-      this.#metrics.verified(answer ? "held" : "not-held");
-      if (answer) {
-        this.#book.held(c.p.as);
-        this.#succeed(c.p.as);
-        continue;
-      }
-      const times = this.#book.notHeld(c.p.as);
-      if (times === 1) this.#log.warn(`${c.p.as}: the backend no longer holds it; applying again`);
-      else {
-        this.#log.warn(
-          `${c.p.as}: still not held after being applied again (${times} times in a row): ` +
-            "create does not produce what holds checks; applying again",
-        );
-      }
-      reapply.push({
-        p: c.p,
-        digest: c.digest,
-        reapplying: times,
-        action: "re-applied",
-        why: "the backend no longer held it",
-      });
-    }
-    return reapply;
-  }
-
-  // ---- applying and retiring ----------------------------------------------------------------
-
-  async #create(job: CreateJob): Promise<void> {
-    const { p } = job;
-    const rotation = this.#book.get(p.as)?.rotation;
-    const retiring = p.retiring;
-    const apply =
-      retiring !== undefined && rotation !== undefined
-        ? (signal: AbortSignal) => this.adapter.overlap({ ...p, retiring }, rotationMark(rotation), signal)
-        : (signal: AbortSignal) => this.adapter.create(p, signal);
-    const { result, settled } = withTimeout(this.#clock, this.#s.createTimeout, `creating ${p.as}`, apply);
-    this.#book.flying(p.as);
-    void settled.then(() => this.#book.landed(p.as));
-    try {
-      await result;
-    } catch (err) {
-      const text = this.#describe(err, p.retiring === undefined ? [p.password] : [p.password, p.retiring]);
-      const failure = this.#book.createFailed(p.as, text);
-      // Said when it changes; while it stays the same, only rarely.
-      if (failure.times === 1 || failure.times % SAY_AGAIN_ATTEMPTS === 0) {
-        this.#log.warn(`${p.as}: create failed, will retry: ${text}`);
-      }
-      const cls = this.#classify(err, text);
-      this.#metrics.failed("create", cls);
-      this.#fail(p.as, p.node, cls, text);
-      return;
-    }
-    this.#metrics.created(job.action ?? "re-asserted");
-    this.#unsaved.add(p.as);
-    this.#changesUnsaved = true;
-    const failed = this.#book.created(p, job.digest, passwordTag(p.password));
-    this.#succeed(p.as);
-    if (failed) this.#log.info(`${p.as}: created, after ${failed.times} failed attempt(s)`);
-
-    if (job.action) {
-      this.#log.info(`${p.as}: ${job.action} (${job.why})`);
-      this.#record({ action: job.action, login: p.as, who: "provisioner", why: job.why });
-    }
-    this.#rotated(job, rotation);
-    if (job.endSessions === true) await this.#endSessions(p.as);
-    if (job.reapplying === 0) {
-      this.#book.held(p.as);
-      return;
-    }
-    // The brake: a create that keeps not producing what holds checks is checked less and less often.
-    const wait = Math.min(this.#s.verifyEvery * 2 ** (job.reapplying - 1), this.#s.maxBrake);
-    this.#book.braked(p.as, job.reapplying, this.#clock.now() + wait);
-    if (job.reapplying > 1) this.#log.warn(`${p.as}: next check in ${Math.round(wait / 1000)}s`);
-  }
-
-  // A leaked password replaced: the sessions opened with it end now. A failure is said and left to
-  // the operator (the old password is refused already); never retried behind their back.
-  async #endSessions(login: string): Promise<void> {
-    if (!this.adapter.endsSessions) {
-      this.#log.warn(
-        `${login}: its password was replaced at once (mesh rotate --now), but this provider cannot end its open sessions`,
-      );
-      return;
-    }
-    const { result } = withTimeout(
-      this.#clock,
-      this.#s.createTimeout,
-      `ending ${login}'s sessions`,
-      (signal) => this.adapter.endSessions(login, signal),
-    );
-    try {
-      const ended = await result;
-      const why = `password replaced at once (mesh rotate --now): ${ended === undefined ? "its open sessions were" : `${ended} open session(s)`} ended`;
-      this.#log.info(`${login}: ${why}`);
-      this.#record({ action: "sessions-ended", login, who: "provisioner", why });
-    } catch (err) {
-      this.#log.warn(
-        `${login}: its sessions could not be ended after mesh rotate --now: ${this.#describe(err, [])}`,
-      );
-    }
-  }
-
-  /** What a rotation's step that succeeded moves it to, said and recorded phase by phase. */
-  #rotated(job: CreateJob, rotation: Rotation | undefined): void {
-    const login = job.p.as;
-    if (rotation === undefined) return;
-    if (job.p.retiring === undefined) {
-      this.#book.rotationOver(login);
-      this.#log.info(`${login}: rotation: remove (${job.why})`);
-      this.#record({ action: "rotation-remove", login, who: "provisioner", why: job.why });
-      return;
-    }
-    if (rotation.phase !== "add") return;
-    const until = new Date(rotation.until).toISOString();
-    this.#book.rotationIs(login, { ...rotation, phase: "drain" });
-    const said: [ActionEntry["action"], string][] = [
-      ["rotation-add", "the new password is valid beside the old one"],
-      [
-        "rotation-deliver",
-        "the new password is offered to the nodes (status names it applied): the agent hands it to the apps",
-      ],
-      ["rotation-drain", `the old password stays valid until ${until}, then it goes`],
-    ];
-    for (const [action, why] of said) this.#record({ action, login, who: "provisioner", why });
-    this.#log.info(`${login}: rotation: both passwords valid; the old one goes at ${until}`);
-    this.#wakeFor(rotation.until);
-  }
-
-  async #retireUnasked(kind: "periodic" | "watch", now: number): Promise<void> {
-    const unasked: string[] = [];
-    let held = 0;
-    for (const r of this.#book.records()) {
-      if (r.made !== "active") continue;
-      held++;
-      if (r.asked === undefined) unasked.push(r.login);
-    }
-    const step = this.#retirement.observe(unasked, held, kind === "periodic", now);
-    if (step.kind === "retire") {
-      const why = `no longer asked for in ${this.options.receives} for ${this.#s.stablePasses} consecutive passes`;
-      await this.#retire(step.logins, why, "provisioner");
-    } else if (step.kind === "wait" && step.isNew) {
-      const w = step.waiting;
-      this.#log.warn(
-        `${w.logins.length} consumer(s) no longer asked for (${w.logins.join(", ")}); ${w.reason}, so the ` +
-          `retirement waits for a person: \`mesh tool retire approve ${w.id}\` retires them, asking for them again cancels it`,
-      );
-    }
-    // What status says of the unasked names the count.
-    if (this.#retirement.count !== this.#counted) {
-      this.#counted = this.#retirement.count;
-      for (const login of unasked) this.#book.touch(login);
-    }
-    this.#followRetirement();
-  }
-
-  /** Marks the set waiting for a person (if any) in the book, when it changed. */
-  #followRetirement(): void {
-    const waiting = this.#retirement.waiting;
-    if (waiting?.id === this.#waitingId) return;
-    this.#waitingId = waiting?.id;
-    this.#book.awaiting(waiting?.logins ?? []);
-  }
-
-  async #retire(logins: readonly string[], why: string, who: string): Promise<string[]> {
-    const done: string[] = [];
-    await forEachLimited(logins, this.#s.concurrency, async (login) => {
-      const r = this.#book.get(login);
-      if (!r || r.made !== "active") return;
-      const at = this.#clock.now();
-      try {
-        await this.adapter.retire(login, r.derived, why, new Date(at));
-      } catch (err) {
-        this.#log.error(
-          `${login}: could not retire, will try again: ${this.#describe(err, this.#passwords())}`,
-        );
-        return;
-      }
-      this.#standings.clear(login, "retired");
-      this.#book.retired(login, at, why);
-      this.#changesUnsaved = true;
-      this.#log.info(`${login}: retired (access disabled, data kept, marked to delete): ${why}`);
-      this.#record({ action: "retired", login, who, why });
-      this.#metrics.retired(who === "provisioner" ? "provisioner" : "approval");
-      done.push(login);
-    });
-    this.#retirement.reset();
-    this.#followRetirement();
-    return done.sort();
-  }
-
-  /**
-   * The adapter's `afterChanges`, once, when something changed since it last succeeded. When it
-   * fails, what was created or re-applied since is taken as not applied: the next pass applies it
-   * again (create is idempotent) and asks again.
-   */
-  async #afterChanges(): Promise<void> {
-    if (!this.#changesUnsaved) return;
-    const after = this.adapter.afterChanges.bind(this.adapter);
-    const { result } = withTimeout(this.#clock, this.#s.createTimeout, "finishing the changes", () =>
-      after(),
-    );
-    try {
-      await result;
-    } catch (err) {
-      this.#log.warn(
-        `the backend did not finish this pass's changes (${this.#describe(err, this.#passwords())}); ` +
-          `the ${this.#unsaved.size} consumer(s) applied since are applied again on the next pass`,
-      );
-      for (const login of this.#unsaved) this.#book.notApplied(login);
-      return;
-    }
-    this.#unsaved.clear();
-    this.#changesUnsaved = false;
-  }
-
-  // ---- failures, secrets, problems ----------------------------------------------------------
-
-  #fail(login: string, node: string | undefined, cls: FailureClass, text: string): void {
-    this.#standings.failed(login, node, cls, text);
-    this.#book.touch(login);
-  }
-
-  #succeed(login: string): void {
-    const was = this.#standings.get(login);
-    this.#standings.succeeded(login);
-    if (was) this.#book.touch(login);
-  }
-
-  #classify(err: unknown, text: string): FailureClass {
-    if (isRefusal(err)) return "refused";
-    let said: FailureClass | undefined;
-    try {
-      said = this.adapter.classify?.(err);
-    } catch {
-      said = undefined;
-    }
-    if (said) return said;
-    if (err instanceof TimeoutError) return "unreachable";
-    if (err instanceof InvalidLoginError) return "refused";
-    return classOf(err, text);
-  }
-
-  #secretMissing(g: Contribution, err: unknown, now: number): void {
-    const text = this.#describe(err, []);
-    const breaksRule = err instanceof SecretUnreadableError && err.breaksRule;
-    const saying = this.#book.secretMissing(g.as, now, breaksRule);
-    if (saying === "refused") {
-      // No race: the file is there and breaks the rule, so it is said loudly at once (and rarely after).
-      this.#log.error(
-        `${g.as}: its secret is REFUSED (${text}); nothing is provisioned for it until that is fixed`,
-      );
-    } else if (saying === "waiting") {
-      this.#log.info(`${g.as}: secret not readable yet (${text}); waiting for it`);
-    } else if (saying === "loud") {
-      const since = this.#book.get(g.as)?.secretMiss?.since ?? now;
-      this.#log.error(
-        `${g.as}: CANNOT READ its secret for ${Math.round((now - since) / 1000)}s (${text}). This is not a ` +
-          "race any more: nothing is provisioned for this consumer until somebody looks. Check that the file " +
-          "exists, who owns it, and which user this provider runs as",
-      );
-    }
-    this.#metrics.failed("read-secret", "secret-unreadable");
-    this.#fail(g.as, g.node, "secret-unreadable", text);
-  }
-
-  #sayProblem(problem: string | null): void {
-    if (problem === this.#problem) return;
-    if (problem) this.#log.warn(`${problem}: nothing is applied or retired until it is fixed`);
-    else this.#log.info(`contributions file ${this.options.receives} readable again`);
-    this.#problem = problem;
-  }
-
-  #record(entry: Omit<ActionEntry, "at" | "interface">): void {
-    try {
-      this.#actions.append({
-        ...entry,
-        interface: this.iface,
-        at: new Date(this.#clock.now()).toISOString(),
-      });
-    } catch (err) {
-      this.#log.warn(
-        `could not record ${entry.action} of ${entry.login} in the action log: ${this.#describe(err, [])}`,
-      );
-    }
-  }
-
-  /** An error's text, scrubbed of `passwords` and of the provider's own secrets. */
-  #describe(err: unknown, passwords: readonly string[]): string {
-    return describeError(err, this.#secrets.length === 0 ? passwords : [...passwords, ...this.#secrets]);
-  }
-
-  /** Every password read for a consumer still asked for: what no message may carry. */
-  #passwords(): string[] {
-    const passwords: string[] = [];
-    for (const r of this.#book.records()) {
-      if (r.password !== undefined) passwords.push(r.password);
-      if (r.provision?.retiring !== undefined) passwords.push(r.provision.retiring);
-    }
-    return passwords;
-  }
-
   // ---- the board and the tools --------------------------------------------------------------
 
-  async #finishPass(now: number): Promise<void> {
-    await this.#afterChanges();
-    this.#lastPassAt = now;
-    await this.#rebuild();
-  }
-
   #rebuild(): Promise<void> {
-    return this.#board.rebuild(this.#host, this.#lastPassAt, this.#problem);
+    return this.#board.rebuild(this.#host, this.#lastPassAt, this.#ctx.report.problem);
   }
 
   status(): StatusReport {
@@ -1212,31 +335,117 @@ class Provisioner implements ProvisionerHandle {
   }
 }
 
-/** The rotation as the adapter records it in the mark: phase `drain` once `overlap` succeeds. */
-function rotationMark(rotation: Rotation): RotationMark {
+/** What the conductor hands the context: its own reactions to a file change and to a wake. */
+interface ConductorHooks {
+  /** A watched file changed. */
+  changed(path: string): void;
+  /** Runs a pass now (a rotation's grace bound passed). */
+  wake(): Promise<void>;
+  isStopped(): boolean;
+}
+
+/** The collaborators every stage shares, made from the options (the composition root). */
+function passContextOf(
+  iface: string,
+  adapter: GuardedAdapter,
+  options: ProvisionerOptions,
+  hooks: ConductorHooks,
+): PassContext {
+  const settings = settingsOf(options);
+  const clock = options.clock ?? systemClock;
+  const log = prefixed(
+    options.logger ?? consoleLogger,
+    `${iface}${settings.instance === "default" ? "" : `/${settings.instance}`}`,
+  );
+  const metrics = options.metrics ?? silentObserver;
+  const standings = new Standings(
+    { iface, instance: settings.instance, node: options.node },
+    clock,
+    options.announcer ?? silentAnnouncer,
+    settings,
+    (login, run) =>
+      log.error(
+        `${login}: FAILING for ${Math.round((clock.now() - run.since) / 1000)}s ` +
+          `(${run.attempts} attempts, ${run.class}): ${run.text}. Announced as provisioner.failing; ` +
+          "`status` names it until it succeeds",
+      ),
+  );
+  const book = new ConsumerBook(
+    () => clock.now(),
+    (login) => standings.get(login),
+  );
+  const receives = options.receives;
+  const report = new ReportStage({
+    iface,
+    receives,
+    adapter,
+    clock,
+    log,
+    metrics,
+    actions: options.actions ?? discardActions,
+    book,
+    standings,
+    secrets: options.secrets ?? [],
+  });
+  let watcher: FileWatch | undefined;
+  if (options.watch !== false) {
+    const onChange = (path: string): void => hooks.changed(path);
+    watcher = options.watcher?.(onChange) ?? new FileWatcher(onChange);
+  }
+  watcher?.watchFiles([receives]);
   return {
-    phase: "drain",
-    since: new Date(rotation.since).toISOString(),
-    until: new Date(rotation.until).toISOString(),
+    iface,
+    receives,
+    settings,
+    adapter,
+    clock,
+    log,
+    metrics,
+    book,
+    standings,
+    retirement: new RetirementCounter(settings),
+    secretsDir: new SecretsDirectory(options.secretsDir ?? dirname(receives)),
+    watcher,
+    report,
+    changes: new UnsavedChanges({ adapter, clock, timeout: settings.createTimeout, book, log, report }),
+    wakes: new DrainWakes(clock, book, hooks.wake, hooks.isStopped),
+    isStopped: hooks.isStopped,
   };
 }
 
-function provisionOf(g: Contribution, password: string): Provision {
+/** What the tools are handed: the book and its collaborators, and the retiring and rebuilding they may ask for. */
+function toolHostOf(
+  ctx: PassContext,
+  serves: ProvisionerOptions["serves"],
+  acts: Pick<ToolHost, "retire" | "rebuild">,
+): ToolHost {
+  const { report, changes, settings } = ctx;
   return {
-    as: g.as,
-    password,
-    values: g.values,
-    derived: g.derived,
-    at: g.at,
-    node: g.node,
-    ...(g.login === undefined ? {} : { login: g.login }),
-    ...(g.minted === undefined ? {} : { minted: g.minted }),
+    iface: ctx.iface,
+    instance: settings.instance,
+    receives: ctx.receives,
+    stablePasses: settings.stablePasses,
+    book: ctx.book,
+    standings: ctx.standings,
+    retirement: ctx.retirement,
+    adapter: ctx.adapter,
+    ...(serves === undefined ? {} : { serves }),
+    log: ctx.log,
+    metrics: ctx.metrics,
+    record: (entry) => report.record(entry),
+    describe: (err) => report.describe(err, []),
+    retire: acts.retire,
+    rebuild: acts.rebuild,
+    afterChanges: (changed) => {
+      if (changed) changes.changed();
+      return changes.finish();
+    },
   };
 }
 
 function settingsOf(options: ProvisionerOptions): Settings {
-  const s = { ...DEFAULTS } as Settings;
-  for (const key of Object.keys(DEFAULTS) as (keyof Settings)[]) {
+  const s = { ...PROVISIONER_DEFAULTS } as Settings;
+  for (const key of Object.keys(PROVISIONER_DEFAULTS) as (keyof Settings)[]) {
     const value = options[key];
     if (value === undefined) continue;
     if (key === "instance") {
@@ -1257,31 +466,4 @@ function prefixed(logger: Logger, prefix: string): Logger {
     warn: (m) => logger.warn(`[${prefix}] ${m}`),
     error: (m) => logger.error(`[${prefix}] ${m}`),
   };
-}
-
-/** A digest of everything a create is given: what changed is re-applied, nothing else. */
-function digestOf(p: Provision): string {
-  return createHash("sha256")
-    .update(
-      stableJson([
-        p.as,
-        p.password,
-        p.values,
-        p.derived,
-        p.retiring ?? null,
-        ...(p.login === undefined ? [] : [p.login]),
-      ]),
-    )
-    .digest("base64url");
-}
-
-function stableJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(stableJson).join(",")}]`;
-  if (value !== null && typeof value === "object") {
-    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) =>
-      a < b ? -1 : a > b ? 1 : 0,
-    );
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableJson(v)}`).join(",")}}`;
-  }
-  return JSON.stringify(value) ?? "null";
 }
