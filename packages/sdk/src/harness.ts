@@ -301,6 +301,11 @@ class Provisioner implements ProvisionerHandle {
 
   /** A watched file changed: it is read at the next pass, which starts at once unless one is queued. */
   #changed(path: string): void {
+    // A watcher that reports while the constructor runs, before the stages are made: taken just after.
+    if ((this.#read as ReadStage | undefined) === undefined) {
+      queueMicrotask(() => this.#changed(path));
+      return;
+    }
     this.#read.changed(path);
     if (this.#stopped || this.#watchQueued) return;
     this.#watchQueued = true;

@@ -5,6 +5,7 @@
 // it ran is dropped (rule 10).
 import assert from "node:assert/strict";
 import { rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import type { Provision } from "@mesh/sdk";
@@ -120,6 +121,31 @@ describe("a pass does only what changed", () => {
       await f.writeSecret("alpha", "second");
       await f.periodic();
       assert.equal(f.adapter.backend.get("alpha")?.password, "second");
+    } finally {
+      await f.close();
+    }
+  });
+});
+
+describe("a watcher that reports at once", () => {
+  it("a change reported while the provisioner is still being made is kept for the first watch pass", async () => {
+    let told: ToldWatch | undefined;
+    const f = await makeFixture(
+      {
+        watch: true,
+        verifyEvery: MINUTE,
+        watcher: (onChange) => {
+          told = new ToldWatch(onChange);
+          onChange(watchKey(join(tmpdir(), "reported-before-the-stages")));
+          return told;
+        },
+      },
+      ["alpha"],
+    );
+    try {
+      assert.ok(told);
+      await f.handle.idle();
+      assert.equal(f.stateOf("alpha"), "active", "the first pass ran as ever");
     } finally {
       await f.close();
     }
