@@ -468,6 +468,7 @@ describe(
       );
       let drain: { since: number; until: number } | undefined;
       let last = "no rotation";
+      let appliedNow = "";
       /** One look: the phase `phase` names, once it shows (or add, once it is past), else undefined. */
       const look = async (): Promise<{ phase: Phase | "missed"; how: string } | undefined> => {
         // Read before the status is asked: a copy in place then, and no rotation in the answer after,
@@ -481,7 +482,16 @@ describe(
             { tool: "status", args: [], who: "kill-matrix" },
             { timeoutMs: 5_000 },
           )) as StatusReport;
-          rotation = status.consumers.find((x) => x.login === login)?.rotation;
+          const mine = status.consumers.find((x) => x.login === login);
+          rotation = mine?.rotation;
+          appliedNow =
+            mine?.applied === passwordTag(old.password)
+              ? "the old password"
+              : mine?.applied === undefined
+                ? `nothing (${mine?.state})`
+                : mine.applied === (copy === undefined ? undefined : passwordTag(copy))
+                  ? "its copy of the password"
+                  : "another password";
         } catch (err) {
           last = `no answer (${(err as Error).message})`;
           return undefined;
@@ -542,7 +552,7 @@ describe(
           if ((seen = await look()) !== undefined) break;
           if (Date.now() - began > 60_000)
             throw new Error(
-              `${what}: the phase did not show within 60 s (the provider's status said: ${last}; ` +
+              `${what}: the phase did not show within 60 s (the provider's status said: ${last}, ${appliedNow} applied; ` +
                 `its copy of the password ${readSecretSync(providerCopy) === old.password ? "is the old one" : "changed"}; ` +
                 `mesh rotate said: ${said === undefined ? "nothing yet" : `${said.code} ${said.stderr}`})` +
                 `\n--- ${provider} said (the end):\n${(await readFile(join(nodeDir("node-1"), "modules", provider, "log"), "utf8").catch(() => "")).split("\n").slice(-40).join("\n")}` +
@@ -675,12 +685,13 @@ describe(
 
     void it("mesh up, or a provider alone, killed -9 at each phase of a rotation converges, the rotation ends, and only the rotated password changes", async () => {
       // Each phase once for mesh up, the backends alternating; then the provider alone at add and at
-      // drain, each on the other backend than mesh up's kill at that phase.
+      // drain. Add is taken on Postgres: on Redis it often passes between two looks (its status goes
+      // from no rotation to drain within a few ms), and each miss costs a whole rotation.
       const plan: readonly (readonly [Victim, Phase, string])[] = [
-        ["mesh up", "add", "rd-a"],
-        ["mesh up", "deliver", "db-a"],
-        ["mesh up", "drain", "rd-a"],
-        ["mesh up", "remove", "db-a"],
+        ["mesh up", "add", "db-a"],
+        ["mesh up", "deliver", "rd-a"],
+        ["mesh up", "drain", "db-a"],
+        ["mesh up", "remove", "rd-a"],
         ["the provider", "add", "db-a"],
         ["the provider", "drain", "rd-a"],
       ];
