@@ -75,6 +75,11 @@ export interface ApplyContext {
   readonly passwordApplied?: PasswordGate;
   /** Since when each held-back copy has been held (by path), across deliveries; see HOLD_NEW_PASSWORD_MOST_MS. */
   readonly heldSince?: Map<string, number>;
+  /**
+   * Whether secret files no module of `delivery` reads are removed (default true). False for a
+   * delivery narrowed to some of the node's modules, whose others' files are not unused.
+   */
+  readonly removeUnused?: boolean;
 }
 
 /**
@@ -250,7 +255,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
     await write(s.module, s.path, `${JSON.stringify(s.contents, null, 2)}\n`, FILE_MODE);
   }
 
-  const removed = await removeUnusedSecrets(ctx, secretFiles);
+  const removed = ctx.removeUnused === false ? [] : await removeUnusedSecrets(ctx, secretFiles);
   return { written, unchanged, rejected, removed, held };
 }
 
