@@ -75,6 +75,11 @@ export interface ApplyContext {
   readonly passwordApplied?: PasswordGate;
   /** Since when each held-back copy has been held (by path), across deliveries; see HOLD_NEW_PASSWORD_MOST_MS. */
   readonly heldSince?: Map<string, number>;
+  /**
+   * Whether secret files no module of `delivery` reads are removed (default true). False for a
+   * delivery narrowed to some of the node's modules, whose others' files are not unused.
+   */
+  readonly removeUnused?: boolean;
 }
 
 /**
@@ -95,6 +100,33 @@ export class SecretRejectedError extends Error {
       options,
     );
   }
+}
+
+/**
+ * How many secrets, then how many modules' files, are written at once: each file is synced on its
+ * own, and a disk takes many syncs at once in about the time of one. The order that matters
+ * (every new secret before the contributions file naming it, a rotation's steps) is kept between
+ * the phases, never within one: each secret's and each module's files are their own.
+ */
+const AT_ONCE = 16;
+
+async function eachAtOnce<T>(
+  items: readonly T[],
+  most: number,
+  fn: (item: T) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  let failed: { err: unknown } | undefined;
+  const worker = async (): Promise<void> => {
+    while (next < items.length && failed === undefined) {
+      const item = items[next++] as T;
+      await fn(item).catch((err: unknown) => {
+        failed ??= { err };
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(most, items.length) }, worker));
+  if (failed !== undefined) throw failed.err;
 }
 
 const SECRET_MODE = 0o600;
@@ -145,11 +177,11 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
     dirs.add(dir);
   }
 
-  for (const [key, box] of Object.entries(delivery.secrets)) {
+  await eachAtOnce(Object.entries(delivery.secrets), AT_ONCE, async ([key, box]) => {
     const [consumer = "", iface = ""] = key.split("/");
     const readers = readersOf(delivery, ctx, consumer, iface);
     for (const reader of readers) secretFiles.add(reader.path);
-    if (readers.length === 0) continue;
+    if (readers.length === 0) return;
     let password: string;
     try {
       password = await unseal(box, ctx.sealKeys);
@@ -157,7 +189,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
       const error = new SecretRejectedError(ctx.node, consumer, iface, { cause: err });
       ctx.logger.error(error.message);
       rejected.push(error);
-      continue;
+      return;
     }
     // A first copy is written at once. A changed one waits: the provider's copy of the password it
     // replaces is kept first as the password being retired, then the contributions file names it,
@@ -185,13 +217,13 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
       if (reader.role === "provider" && !cut && (await exists(retiringPath(reader.path))))
         secretFiles.add(retiringPath(reader.path));
     }
-  }
+  });
 
   // A credential file that moves to the other login waits until that login's password file holds
   // its password and the provider took it: a reader of the credential file, then of the password
   // file it names, always gets a pair the backend takes.
   const switches: { module: string; iface: string; path: string; contents: Credential }[] = [];
-  for (const module of delivery.modules) {
+  await eachAtOnce(delivery.modules, AT_ONCE, async (module) => {
     let files: { path: string; contents: unknown }[];
     try {
       const credentials = [];
@@ -207,7 +239,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
         `the files of module ${module.name} on node ${ctx.node} cannot be derived from the delivery ` +
           `(${err instanceof Error ? err.message : String(err)}): its previous files are left as they were`,
       );
-      continue;
+      return;
     }
     for (const file of files) {
       await write(
@@ -222,7 +254,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
       module.name,
       new Set([...files, ...switches.filter((s) => s.module === module.name)].map((f) => f.path)),
     );
-  }
+  });
 
   for (const { reader, password } of changed.filter((c) => c.reader.role === "provider")) {
     await write(reader.module, reader.path, password, SECRET_MODE);
@@ -250,7 +282,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
     await write(s.module, s.path, `${JSON.stringify(s.contents, null, 2)}\n`, FILE_MODE);
   }
 
-  const removed = await removeUnusedSecrets(ctx, secretFiles);
+  const removed = ctx.removeUnused === false ? [] : await removeUnusedSecrets(ctx, secretFiles);
   return { written, unchanged, rejected, removed, held };
 }
 

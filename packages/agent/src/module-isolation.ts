@@ -14,6 +14,7 @@ import {
   firstUnreachable,
   ModuleUserError,
   ModuleUsers,
+  ShellsAsUsers,
   type IsolationMode,
   type ModuleUser,
   type Reach,
@@ -55,8 +56,11 @@ export class ModuleDirError extends Error {
 }
 
 const DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin";
-/** How many modules' reaches are checked at once (each by a shell run as the module's user). */
-const DECIDE_AT_ONCE = 8;
+/**
+ * How many modules are decided at once: their checks, each a shell run as the module's user, go
+ * in as few processes as they can (see ShellsAsUsers), so the more at once, the fewer spawns.
+ */
+const DECIDE_AT_ONCE = 64;
 const AGENT_UID = (): number => process.getuid?.() ?? -1;
 const AGENT_GID = (): number => process.getgid?.() ?? -1;
 
@@ -127,14 +131,15 @@ export class ModuleIsolations {
       );
     }
     await ensureDir(join(this.#stateDir, "modules"), 0o711);
-    // Every user at once (one look-up, the missing made in turn), then each module's reach checked
-    // by a shell run as its user: a few at a time, since each is a process of its own.
+    // Every user at once (one look-up, the missing made in turn by one shell), then each module's
+    // reach checked by a shell run as its user, the checks asked together run in one process.
     const users = separate ? await this.#users.ensureAll(delivery.modules.map((m) => m.name)) : undefined;
+    const shells = new ShellsAsUsers();
     const decideOne = async (module: DeliveredModule): Promise<void> => {
       let identity: ModuleIdentity;
       try {
         identity = separate
-          ? await this.#decide(module, users?.get(module.name))
+          ? await this.#decide(module, users?.get(module.name), shells)
           : agentUser("the agent does not run as root");
         if (identity.kind !== "own-user") await this.#prepare(module.name, undefined);
       } catch (err) {
@@ -163,6 +168,7 @@ export class ModuleIsolations {
   async #decide(
     delivered: DeliveredModule,
     made: ModuleUser | ModuleUserError | undefined,
+    shells: ShellsAsUsers,
   ): Promise<ModuleIdentity> {
     const module = delivered.name;
     const user = made ?? (await this.#users.ensure(module).catch((err: unknown) => err as Error));
@@ -170,19 +176,19 @@ export class ModuleIsolations {
       if (!(user instanceof ModuleUserError) || this.#mode === "strict") throw user;
       return agentUser(user.message);
     }
-    const reaches = await this.#reaches(delivered, user);
+    const reaches = await this.#reaches(delivered, user, shells);
     // Ran as the agent's user before, for want of a reach it may still lack: checked first without
     // handing its directories to its user, so that a module that still cannot be separated keeps
     // one owner of its home (handed over and taken back, the agent refused the module's own files
     // in between). Only when nothing but those directories could be lacking is it prepared.
     if (this.#current.get(module)?.kind === "agent-user" && this.#mode === "auto") {
-      const before = await firstUnreachable(user, this.#unprepared(module, reaches));
+      const before = await firstUnreachable(user, this.#unprepared(module, reaches), shells);
       if (before !== undefined) {
         return agentUser(`${before.why}, so it runs as the agent's user (--isolation auto)`);
       }
     }
     await this.#prepare(module, user);
-    const unreachable = await firstUnreachable(user, reaches);
+    const unreachable = await firstUnreachable(user, reaches, shells);
     if (unreachable === undefined) {
       return { kind: "own-user", user, isolation: { isolated: true, user: user.name } };
     }
@@ -196,7 +202,7 @@ export class ModuleIsolations {
   }
 
   // Everything the module's user must reach: its manifest directory, its command, its own files.
-  async #reaches(delivered: DeliveredModule, user: ModuleUser): Promise<Reach[]> {
+  async #reaches(delivered: DeliveredModule, user: ModuleUser, shells: ShellsAsUsers): Promise<Reach[]> {
     const module = delivered.name;
     const cwd = dirname(delivered.manifest);
     const reaches: Reach[] = [
@@ -214,7 +220,7 @@ export class ModuleIsolations {
       reaches.push({ need: "run", path: command, what: "its command" });
       reaches.push({ need: "read", path: dirname(command), what: "its command's directory" });
     } else {
-      const found = await commandPathAs(user, run.command, this.#env["PATH"] ?? DEFAULT_PATH);
+      const found = await commandPathAs(user, run.command, this.#env["PATH"] ?? DEFAULT_PATH, shells);
       // Not found on its PATH: the same "cannot run" as a path it cannot reach.
       reaches.push({ need: "run", path: found ?? run.command, what: "its command" });
     }

@@ -92,13 +92,14 @@ function run(
   command: string,
   args: readonly string[],
   options: { uid?: number; gid?: number } = {},
+  timeoutMs = 15_000,
 ): Promise<Ran> {
   return new Promise((resolve) => {
     execFile(
       command,
       [...args],
       // A fixed PATH and nothing else: what decides is the system, not the agent's environment.
-      { ...options, env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }, timeout: 15_000, encoding: "utf8" },
+      { ...options, env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" }, timeout: timeoutMs, encoding: "utf8" },
       (err, stdout, stderr) => {
         const code = err === null ? 0 : typeof err.code === "number" ? err.code : null;
         resolve({ code, stdout, stderr: stderr || (err !== null && code === null ? err.message : "") });
@@ -204,24 +205,20 @@ export class ModuleUsers {
       }
     };
     await lookUpEach(unknown);
-    const made: string[] = [];
+    const missing: [module: string, name: string][] = [];
     for (const [module, name] of nameOf) {
-      if (this.#known.has(name) || failed.has(name) || made.includes(name)) continue;
-      const ran = await run("useradd", [
-        "--system",
-        "--no-create-home",
-        "--user-group",
-        "--home-dir",
-        "/nonexistent",
-        "--shell",
-        "/usr/sbin/nologin",
-        "--comment",
-        moduleUserComment(module, this.#stateDir),
-        name,
-      ]);
+      if (this.#known.has(name) || failed.has(name) || missing.some(([, n]) => n === name)) continue;
+      missing.push([module, name]);
+    }
+    const made: string[] = [];
+    const ran = await addUsers(
+      missing.map(([module, name]) => ({ name, comment: moduleUserComment(module, this.#stateDir) })),
+    );
+    for (const [i, [, name]] of missing.entries()) {
+      const one = ran[i] as Ran;
       // 9: the name is taken (by another agent just now): that user is the one.
-      if (ran.code !== 0 && ran.code !== 9) {
-        failed.set(name, new ModuleUserError(name, `useradd exited ${ran.code}: ${ran.stderr.trim()}`));
+      if (one.code !== 0 && one.code !== 9) {
+        failed.set(name, new ModuleUserError(name, `useradd exited ${one.code}: ${one.stderr.trim()}`));
       } else made.push(name);
     }
     await lookUpEach(made);
@@ -236,6 +233,43 @@ export class ModuleUsers {
     }
     return result;
   }
+}
+
+const USERADD_FLAGS =
+  "--system --no-create-home --user-group --home-dir /nonexistent --shell /usr/sbin/nologin";
+/** How long one useradd may take (it waits up to 15 s for the user database's lock). */
+const USERADD_MOST_MS = 15_000;
+
+/**
+ * Makes each user of `users` with useradd, one after another (useradd locks the user database),
+ * all from one shell: a process spawned by the agent costs it tens of milliseconds of its own
+ * (the fork of a large process), a useradd run by a small shell almost nothing.
+ * @returns each one's exit code and what it said, in order (code null: it was not run).
+ */
+async function addUsers(users: readonly { name: string; comment: string }[]): Promise<Ran[]> {
+  if (users.length === 0) return [];
+  const script = [
+    'while [ "$#" -gt 1 ]; do',
+    `  err=$(useradd ${USERADD_FLAGS} --comment "$1" "$2" 2>&1 >/dev/null); rc=$?`,
+    "  printf '%s %s\\n' \"$rc\" \"$(printf %s \"$err\" | tr '\\n' ' ')\"",
+    "  shift 2",
+    "done",
+  ].join("\n");
+  const got = await run(
+    "/bin/sh",
+    ["-c", script, "sh", ...users.flatMap((u) => [u.comment, u.name])],
+    {},
+    USERADD_MOST_MS * users.length,
+  );
+  const lines = got.stdout.split("\n");
+  return users.map((_, i) => {
+    const line = lines[i];
+    if (line === undefined || line === "") {
+      return { code: null, stdout: "", stderr: got.stderr || `the shell running useradd exited ${got.code}` };
+    }
+    const space = line.indexOf(" ");
+    return { code: Number(line.slice(0, space)), stdout: "", stderr: line.slice(space + 1) };
+  });
 }
 
 /**
@@ -280,13 +314,15 @@ const TESTS: Record<Reach["need"], string> = {
 export async function firstUnreachable(
   user: ModuleUser,
   reaches: readonly Reach[],
+  shells: ShellsAsUsers = ONE_BY_ONE,
 ): Promise<Unreachable | undefined> {
   if (reaches.length === 0) return undefined;
   const script = reaches.map((r, i) => `p=$${i + 1}; ${TESTS[r.need]} || { echo ${i}; exit 0; }`).join("\n");
-  const got = await run("/bin/sh", ["-c", script, "sh", ...reaches.map((r) => r.path)], {
-    uid: user.uid,
-    gid: user.gid,
-  });
+  const got = await shells.run(
+    user,
+    script,
+    reaches.map((r) => r.path),
+  );
   if (got.code !== 0) {
     const first = reaches[0] as Reach;
     return {
@@ -308,11 +344,111 @@ export async function commandPathAs(
   user: ModuleUser,
   command: string,
   path: string,
+  shells: ShellsAsUsers = ONE_BY_ONE,
 ): Promise<string | undefined> {
-  const got = await run("/bin/sh", ["-c", 'PATH=$1; command -v "$2"', "sh", path, command], {
-    uid: user.uid,
-    gid: user.gid,
-  });
+  const got = await shells.run(user, 'PATH=$1; command -v "$2"', [path, command]);
   const found = got.stdout.trim();
   return got.code === 0 && found.startsWith("/") ? found : undefined;
 }
+
+/** A shell script to run as a module's user, with its positional arguments ($1…). */
+interface AsUser {
+  readonly user: ModuleUser;
+  readonly script: string;
+  readonly args: readonly string[];
+}
+
+function runOne(r: AsUser): Promise<Ran> {
+  return run("/bin/sh", ["-c", r.script, "sh", ...r.args], { uid: r.user.uid, gid: r.user.gid });
+}
+
+// Each script as its user (setpriv, no supplementary groups, as the agent's own spawn does), one
+// after another in one root shell; what each wrote to stdout and stderr comes back in hex, one
+// line each. 127: setpriv is not there.
+const BATCH_SCRIPT = [
+  "command -v setpriv >/dev/null 2>&1 || exit 127",
+  "e=$(mktemp) || exit 126",
+  "trap 'rm -f \"$e\"' EXIT",
+  'while [ "$#" -gt 2 ]; do',
+  '  out=$(setpriv --reuid="$1" --regid="$2" --clear-groups -- /bin/sh -c "$3" 2>"$e"); rc=$?',
+  '  printf \'%s %s %s\\n\' "$rc" "$(printf %s "$out" | od -An -v -tx1 | tr -d \' \\n\')" "$(od -An -v -tx1 <"$e" | tr -d \' \\n\')"',
+  "  shift 3",
+  "done",
+].join("\n");
+
+function shellQuote(arg: string): string {
+  return `'${arg.replaceAll("'", "'\\''")}'`;
+}
+
+async function runBatch(batch: readonly AsUser[]): Promise<Ran[]> {
+  if (batch.length === 1) return [await runOne(batch[0] as AsUser)];
+  const args = batch.flatMap((r) => [
+    String(r.user.uid),
+    String(r.user.gid),
+    `set -- ${r.args.map(shellQuote).join(" ")}\n${r.script}`,
+  ]);
+  const got = await run("/bin/sh", ["-c", BATCH_SCRIPT, "sh", ...args], {}, 15_000 + 1_000 * batch.length);
+  if (got.code === 127 && got.stdout === "") {
+    // No setpriv here: each as a process of the agent's own, as before.
+    const ran: Ran[] = [];
+    for (const r of batch) ran.push(await runOne(r));
+    return ran;
+  }
+  const lines = got.stdout.split("\n");
+  const text = (hex: string | undefined): string => Buffer.from(hex ?? "", "hex").toString("utf8");
+  return batch.map((_, i) => {
+    const line = lines[i];
+    if (line === undefined || line === "") {
+      return { code: null, stdout: "", stderr: got.stderr || `the checking shell exited ${got.code}` };
+    }
+    const [code, out, err] = line.split(" ");
+    return { code: Number(code), stdout: text(out), stderr: text(err) };
+  });
+}
+
+/**
+ * Runs shell scripts as modules' users. What is asked while a run is under way (and in the same
+ * turn as the first ask) goes in one process, so a hundred modules' checks cost the agent a few
+ * spawns rather than a hundred: each spawn forks the agent, tens of milliseconds of its time on a
+ * loaded node, during which it does nothing else.
+ */
+export class ShellsAsUsers {
+  readonly #batched: boolean;
+  #waiting: { ask: AsUser; resolve: (ran: Ran) => void }[] = [];
+  #running = false;
+
+  /** `batched`: false runs each script as a process of its own, at once. */
+  constructor(batched = true) {
+    this.#batched = batched;
+  }
+
+  /** Runs `script` with `args` as `user`; its exit code (null: it could not run) and output. */
+  run(user: ModuleUser, script: string, args: readonly string[]): Promise<Ran> {
+    const ask = { user, script, args };
+    if (!this.#batched) return runOne(ask);
+    return new Promise((resolve) => {
+      this.#waiting.push({ ask, resolve });
+      if (this.#running) return;
+      this.#running = true;
+      setImmediate(() => void this.#drain());
+    });
+  }
+
+  async #drain(): Promise<void> {
+    while (this.#waiting.length > 0) {
+      const batch = this.#waiting;
+      this.#waiting = [];
+      const ran = await runBatch(batch.map((w) => w.ask)).catch((err: unknown) =>
+        batch.map(() => ({
+          code: null,
+          stdout: "",
+          stderr: err instanceof Error ? err.message : String(err),
+        })),
+      );
+      batch.forEach((w, i) => w.resolve(ran[i] as Ran));
+    }
+    this.#running = false;
+  }
+}
+
+const ONE_BY_ONE = new ShellsAsUsers(false);

@@ -456,7 +456,7 @@ export class NodeAgent {
     const identities =
       this.#identities?.text === text
         ? this.#identities.identities
-        : await this.#isolations.resolve(delivery);
+        : await this.#applyProvidersFirst(delivery).then(() => this.#isolations.resolve(delivery));
     this.#identities = { text, identities };
     const owner = (module: string) => ownerOf(identities.get(module));
     const said = this.#saidStale;
@@ -499,6 +499,40 @@ export class NodeAgent {
     this.#standings.follow(delivery.plan.instances.filter((i) => i.node === node).map((i) => i.provider));
     this.#watchMetricsFiles();
     this.#changed();
+  }
+
+  // Deciding who each module runs as makes a system user for each new module, tens of
+  // milliseconds each: seconds when a fleet change adds a hundred consumers. The providers already
+  // running here need none of it, so their part of `delivery` (each new consumer's password, then
+  // the contributions file naming it) is written first, owned by the users they run as now, and
+  // their backends start on the change while the consumers' users are made. The whole delivery is
+  // applied after, as ever: it finds the providers' files written, and says what failed here.
+  async #applyProvidersFirst(delivery: Delivery): Promise<void> {
+    const { node, stateDir, logger } = this.#o;
+    const running = new Set<string>();
+    for (const instance of delivery.plan.instances) {
+      const identity = this.#isolations.identity(instance.provider);
+      if (instance.node === node && identity !== undefined && identity.kind !== "refused") {
+        running.add(instance.provider);
+      }
+    }
+    const modules = delivery.modules.filter((m) => running.has(m.name));
+    if (modules.length === 0) return;
+    await applyDelivery(
+      { ...delivery, modules },
+      {
+        node,
+        stateDir,
+        sealKeys: this.#o.identity.seal,
+        // A secret refused or a file not derived is said once, by the whole delivery's application.
+        logger: { info: (m) => logger.info(m), warn: (m) => logger.warn(m), error: () => undefined },
+        said: this.#saidStale,
+        ownerOf: (module) => ownerOf(this.#isolations.identity(module)),
+        passwordApplied: this.#passwordGate(),
+        heldSince: this.#heldSince,
+        removeUnused: false,
+      },
+    ).catch(() => undefined);
   }
 
   async #metricsPort(module: string, host: string): Promise<number> {

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { Delivery } from "@mesh/manifest";
 import { ModuleIsolations, ownerOf } from "../src/module-isolation.ts";
-import { moduleUserName } from "../src/module-users.ts";
+import { ModuleUsers, moduleUserName, ShellsAsUsers, type ModuleUser } from "../src/module-users.ts";
 import { removeStaleModuleUsers } from "@mesh/testkit";
 import { recordingLogger } from "./test-mesh.ts";
 
@@ -131,6 +131,30 @@ void describe(
           /app now runs as mesh-hndovr-app: 4 of its files .* are handed to it/.test(l),
         ),
       );
+    });
+
+    void it("runs the checks asked together as each one's user, each with its own answer", async () => {
+      const stateDir = join(dir, "shells");
+      await mkdir(stateDir, { mode: 0o711 });
+      const users = await new ModuleUsers("shells", stateDir).ensureAll(["one", "two", "three"]);
+      const [one, two, three] = ["one", "two", "three"].map((m) => {
+        const user = users.get(m);
+        assert.ok(user !== undefined && !(user instanceof Error), `${m}: ${String(user)}`);
+        return user;
+      }) as [ModuleUser, ModuleUser, ModuleUser];
+      const shells = new ShellsAsUsers();
+      const ran = await Promise.all([
+        shells.run(one, 'id -u; id -G; echo "$1|$2"', ["it's a path", "b c"]),
+        shells.run(two, "echo oops >&2; exit 3", []),
+        shells.run(three, 'test -w "$1" || echo cannot', ["/root"]),
+      ]);
+      assert.deepEqual(ran[0], {
+        code: 0,
+        stdout: `${one.uid}\n${one.gid}\nit's a path|b c`,
+        stderr: "",
+      });
+      assert.deepEqual(ran[1], { code: 3, stdout: "", stderr: "oops\n" });
+      assert.deepEqual(ran[2], { code: 0, stdout: "cannot", stderr: "" });
     });
 
     void it("makes the users of a whole delivery at once, each with its own uid, and none again on the next", async () => {

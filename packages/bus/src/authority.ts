@@ -19,6 +19,7 @@ import {
   fromSeed,
   type KeyPair,
 } from "@nats-io/nkeys";
+import { signingKey } from "./signing-keys.ts";
 
 /** The seeds an authority is rebuilt from; keep them secret (mode 0600), as the controller's own keys. */
 export interface AuthoritySeeds {
@@ -216,9 +217,9 @@ export class BusAuthority {
     jwts: { operator: string; account: string; system: string },
     revocations: Readonly<Record<string, number>>,
   ) {
-    this.#operator = keys.operator;
-    this.#account = keys.account;
-    this.#system = keys.system;
+    this.#operator = signingKey(keys.operator);
+    this.#account = signingKey(keys.account);
+    this.#system = signingKey(keys.system);
     this.operatorJwt = jwts.operator;
     this.#accountJwt = jwts.account;
     this.systemJwt = jwts.system;
@@ -459,9 +460,14 @@ export async function loadAuthority(
 }
 
 async function build(
-  keys: { operator: KeyPair; account: KeyPair; system: KeyPair },
+  given: { operator: KeyPair; account: KeyPair; system: KeyPair },
   revocations: Readonly<Record<string, number>> = {},
 ): Promise<BusAuthority> {
+  const keys = {
+    operator: signingKey(given.operator),
+    account: signingKey(given.account),
+    system: signingKey(given.system),
+  };
   const operator = await encodeOperator(
     OPERATOR,
     keys.operator,
