@@ -15,6 +15,7 @@ import {
   type ProvisionerHandle,
   type ProvisionerOptions,
 } from "@mesh/sdk";
+import { removeStaleModuleUsers } from "@mesh/testkit";
 
 /** A process's memory as /proc/PID/status says it, in bytes: resident now, and at its highest. */
 export interface ProcMemory {
@@ -186,7 +187,10 @@ function cleanUp(): Promise<void> {
 export function runBench(name: string, body: () => Promise<void>): void {
   const interrupted = (signal: NodeJS.Signals): void => {
     say(`${name}: ${signal}, cleaning up`);
-    void cleanUp().then(() => process.exit(130));
+    void cleanUp().then(() => {
+      removeStaleModuleUsers();
+      process.exit(130);
+    });
   };
   process.once("SIGINT", interrupted);
   process.once("SIGTERM", interrupted);
@@ -202,6 +206,10 @@ export function runBench(name: string, body: () => Promise<void>): void {
       );
     } finally {
       await cleanUp();
+      // A mesh it ran made a system user per module, and its state directory is gone now: without
+      // this, a few runs of a 100-consumer benchmark use up the machine's system group ids.
+      const gone = removeStaleModuleUsers();
+      if (gone.length > 0) say(`${name}: removed ${gone.length} module users of its meshes`);
       process.removeListener("SIGINT", interrupted);
       process.removeListener("SIGTERM", interrupted);
     }
