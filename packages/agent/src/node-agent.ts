@@ -517,7 +517,10 @@ export class NodeAgent {
       }
     }
     const modules = delivery.modules.filter((m) => running.has(m.name));
-    if (modules.length === 0) return;
+    // Only a delivery that brings modules with no user yet waits on useradd; any other is applied
+    // whole at once, and writing the providers' part first would only do that part twice.
+    const newcomers = delivery.modules.some((m) => this.#isolations.identity(m.name) === undefined);
+    if (modules.length === 0 || !newcomers) return;
     await applyDelivery(
       { ...delivery, modules },
       {
