@@ -3,12 +3,10 @@
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
 import { startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
-
-const root = fileURLToPath(new URL("..", import.meta.url));
+import { postgresFleetYaml } from "./postgres-fleet.ts";
 
 /** The consumers of the fleet. */
 export const CONSUMERS = ["notes", "wiki"] as const;
@@ -40,20 +38,7 @@ export class BackupMesh {
         }),
       );
     }
-    await writeFile(
-      join(dir, "mesh.yaml"),
-      `nodes:
-  node-a: {}
-modules:
-  postgres:
-    manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
-    node: node-a
-    endpoint: { host: 127.0.0.1, port: ${server.port} }
-    admin: { env: MESH_POSTGRES_URL }
-    env: { MESH_EVERY: 1s }
-${CONSUMERS.map((c) => `  ${c}: { manifest: ./${c}/module.json, node: node-a }`).join("\n")}
-`,
-    );
+    await writeFile(join(dir, "mesh.yaml"), postgresFleetYaml(server, CONSUMERS));
     return new BackupMesh(server, admin, dir);
   }
 

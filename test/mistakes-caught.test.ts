@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { freePort, startPostgres, type PostgresServer, until } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
 import { EXIT_NOT_APPLIED } from "../packages/cli/src/exit-codes.ts";
+import { postgresFleetYaml } from "./postgres-fleet.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -83,21 +84,7 @@ modules:
   report: { manifest: ./report/module.json, node: node-a }
 `,
     );
-    await writeFile(
-      join(dir, "mesh.yaml"),
-      `nodes:
-  node-a: {}
-modules:
-  postgres:
-    manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
-    node: node-a
-    endpoint: { host: 127.0.0.1, port: ${server.port} }
-    admin: { env: MESH_POSTGRES_URL }
-    env: { MESH_EVERY: 1s }
-  report: { manifest: ./report/module.json, node: node-a }
-  idle: { manifest: ./idle/module.json, node: node-a }
-`,
-    );
+    await writeFile(join(dir, "mesh.yaml"), postgresFleetYaml(server, ["report", "idle"]));
   });
 
   after(async () => {

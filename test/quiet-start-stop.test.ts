@@ -6,11 +6,9 @@ import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
 import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
-
-const root = fileURLToPath(new URL("..", import.meta.url));
+import { postgresFleetYaml } from "./postgres-fleet.ts";
 
 // Logs in once with its DATABASE_URL, writes what the server said into its HOME, then waits.
 const app = {
@@ -38,19 +36,7 @@ describe("a one-machine mesh where all is well", { timeout: 300_000 }, () => {
     await chmod(dir, 0o755);
     await mkdir(join(dir, "app"));
     await writeFile(join(dir, "app", "module.json"), JSON.stringify(app, null, 2));
-    await writeFile(
-      join(dir, "mesh.yaml"),
-      `nodes:
-  node-a: {}
-modules:
-  postgres:
-    manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
-    node: node-a
-    endpoint: { host: 127.0.0.1, port: ${server.port} }
-    admin: { env: MESH_POSTGRES_URL }
-  app: { manifest: ./app/module.json, node: node-a }
-`,
-    );
+    await writeFile(join(dir, "mesh.yaml"), postgresFleetYaml(server, ["app"], { everySecond: false }));
   });
 
   after(async () => {

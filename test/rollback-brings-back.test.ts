@@ -9,11 +9,9 @@ import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
 import { startPostgres, type PostgresServer, until } from "@mesh/testkit";
 import { runMesh, startMesh, type MeshProcess } from "../packages/cli/test/run-mesh.ts";
-
-const root = fileURLToPath(new URL("..", import.meta.url));
+import { postgresFleetYaml } from "./postgres-fleet.ts";
 
 // At its first start it makes its table and one random row; at every start it writes, in its HOME,
 // the digest of the URL it was given (its password in it) and the row it reads.
@@ -44,18 +42,7 @@ describe("a rollback brings a retired consumer back as it was", { timeout: 300_0
   const state = () => join(dir, "state");
   const home = (m: string) => join(state(), "nodes", "node-a", "modules", m, "home");
   const read = async (path: string) => (await readFile(path, "utf8").catch(() => "")).trim();
-  const fleetText = (apps: readonly string[]) =>
-    `nodes:
-  node-a: {}
-modules:
-  postgres:
-    manifest: ${JSON.stringify(join(root, "providers", "postgres", "module.json"))}
-    node: node-a
-    endpoint: { host: 127.0.0.1, port: ${server.port} }
-    admin: { env: MESH_POSTGRES_URL }
-    env: { MESH_EVERY: 1s }
-${apps.map((a) => `  ${a}: { manifest: ./${a}/module.json, node: node-a }`).join("\n")}
-`;
+  const fleetText = (apps: readonly string[]) => postgresFleetYaml(server, apps);
   const waitFor = <T>(what: string, probe: () => Promise<T | undefined>) =>
     until(what, probe, { seconds: 120, everyMs: 500 }).catch((err: unknown) => {
       throw new Error(`${(err as Error).message}; mesh up said:\n${up.output()}`);
