@@ -9,8 +9,13 @@ export interface FleetFileWatch {
   close(): void;
 }
 
-// An editor saves in several steps (truncate, write, rename): wait for them to settle.
-const SETTLE_MS = 200;
+// A file renamed over the fleet file (the mesh's own writers, most editors) is whole the moment it
+// appears, and that is the only event it raises: it is read after a short quiet spell, enough to fold
+// a few renames in a row into one reading. A file written in place (truncate, then write, perhaps in
+// several steps; or created, then written) raises "change" events, and may be half written until
+// they stop: once one is seen, the burst waits for a longer quiet spell.
+const RENAMED_SETTLE_MS = 25;
+const WRITTEN_SETTLE_MS = 200;
 
 /**
  * Calls `onChange` (once per burst of changes) whenever the file at `path` is written, replaced,
@@ -20,13 +25,20 @@ const SETTLE_MS = 200;
 export function watchFleetFile(path: string, onChange: () => void, log: BusLogger): FleetFileWatch {
   const name = basename(path);
   let timer: NodeJS.Timeout | undefined;
-  const watcher: FSWatcher = watch(dirname(path), { persistent: false }, (_event, changed) => {
+  let written = false;
+  const watcher: FSWatcher = watch(dirname(path), { persistent: false }, (event, changed) => {
     if (changed !== null && changed !== name) return;
+    // An event without the name cannot say how the file changed: treat it as a write.
+    if (event === "change" || changed === null) written = true;
     if (timer !== undefined) clearTimeout(timer);
-    timer = setTimeout(() => {
-      timer = undefined;
-      onChange();
-    }, SETTLE_MS);
+    timer = setTimeout(
+      () => {
+        timer = undefined;
+        written = false;
+        onChange();
+      },
+      written ? WRITTEN_SETTLE_MS : RENAMED_SETTLE_MS,
+    );
   });
   watcher.on("error", (err) => {
     log.warn(
