@@ -11,15 +11,8 @@ import {
   type Account,
   type User,
 } from "@nats-io/jwt";
-import {
-  createAccount,
-  createOperator,
-  createUser,
-  fromPublic,
-  fromSeed,
-  type KeyPair,
-} from "@nats-io/nkeys";
-import { signingKey } from "./signing-keys.ts";
+import { createAccount, createOperator, fromPublic, fromSeed, type KeyPair } from "@nats-io/nkeys";
+import { newUserKeyPair, signingKey } from "./signing-keys.ts";
 
 /** The seeds an authority is rebuilt from; keep them secret (mode 0600), as the controller's own keys. */
 export interface AuthoritySeeds {
@@ -496,8 +489,7 @@ function encodeMeshAccount(
 
 /** A new user key pair. Make it where it is used and send only `publicKey` to the controller. */
 export function newUserKeys(): UserKeys {
-  const kp = createUser();
-  return { publicKey: kp.getPublicKey(), seed: new TextDecoder().decode(kp.getSeed()) };
+  return newUserKeyPair();
 }
 
 /**
@@ -512,7 +504,8 @@ export function credsFor(jwt: string, seed: string): Uint8Array {
   } catch (err) {
     throw new InvalidUserKeyError("(a seed)", { cause: err });
   }
-  if (!kp.getPublicKey().startsWith("U")) throw new InvalidUserKeyError(kp.getPublicKey());
+  // The seed decoded (its checksum holds): its prefix says whose it is, with no key derived from it.
+  if (!seed.startsWith("SU")) throw new InvalidUserKeyError(kp.getPublicKey());
   return fmtCreds(jwt, kp);
 }
 
