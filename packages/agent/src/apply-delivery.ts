@@ -20,6 +20,7 @@ import {
 } from "@mesh/manifest";
 import type { Credential, Delivery, PlanEntry } from "@mesh/manifest";
 import { readFileIfExists, writeFileAtomic, type WriteOutcome } from "@mesh/bus";
+import { eachAtOnce, FILES_AT_ONCE } from "./at-once.ts";
 import { ensureDir } from "./module-isolation.ts";
 import type { PasswordGate } from "./module-launch.ts";
 
@@ -102,33 +103,6 @@ export class SecretRejectedError extends Error {
   }
 }
 
-/**
- * How many secrets, then how many modules' files, are written at once: each file is synced on its
- * own, and a disk takes many syncs at once in about the time of one. The order that matters
- * (every new secret before the contributions file naming it, a rotation's steps) is kept between
- * the phases, never within one: each secret's and each module's files are their own.
- */
-const AT_ONCE = 16;
-
-async function eachAtOnce<T>(
-  items: readonly T[],
-  most: number,
-  fn: (item: T) => Promise<void>,
-): Promise<void> {
-  let next = 0;
-  let failed: { err: unknown } | undefined;
-  const worker = async (): Promise<void> => {
-    while (next < items.length && failed === undefined) {
-      const item = items[next++] as T;
-      await fn(item).catch((err: unknown) => {
-        failed ??= { err };
-      });
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(most, items.length) }, worker));
-  if (failed !== undefined) throw failed.err;
-}
-
 const SECRET_MODE = 0o600;
 const FILE_MODE = 0o644;
 
@@ -177,7 +151,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
     dirs.add(dir);
   }
 
-  await eachAtOnce(Object.entries(delivery.secrets), AT_ONCE, async ([key, box]) => {
+  await eachAtOnce(Object.entries(delivery.secrets), FILES_AT_ONCE, async ([key, box]) => {
     const [consumer = "", iface = ""] = key.split("/");
     const readers = readersOf(delivery, ctx, consumer, iface);
     for (const reader of readers) secretFiles.add(reader.path);
@@ -223,7 +197,7 @@ export async function applyDelivery(delivery: Delivery, ctx: ApplyContext): Prom
   // its password and the provider took it: a reader of the credential file, then of the password
   // file it names, always gets a pair the backend takes.
   const switches: { module: string; iface: string; path: string; contents: Credential }[] = [];
-  await eachAtOnce(delivery.modules, AT_ONCE, async (module) => {
+  await eachAtOnce(delivery.modules, FILES_AT_ONCE, async (module) => {
     let files: { path: string; contents: unknown }[];
     try {
       const credentials = [];

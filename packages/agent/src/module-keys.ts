@@ -17,6 +17,7 @@ import {
   type WriteOutcome,
 } from "@mesh/bus";
 import type { Delivery } from "@mesh/manifest";
+import { eachAtOnce, FILES_AT_ONCE } from "./at-once.ts";
 
 /** A module's own key pairs: `bus` for its events, `ledger` for its ledger. */
 export interface ModuleKeyPairs {
@@ -102,12 +103,13 @@ export class ModuleKeyring {
           `node, and the controller revokes them`,
       );
     }
-    for (const module of delivered) {
+    // Each module's keys file is its own: read, and made when needed, a few at once.
+    await eachAtOnce([...delivered], FILES_AT_ONCE, async (module) => {
       const keys = this.#keys.get(module) ?? (await this.#read(module));
       const replace = delivery.replaceKeys?.[module];
       if (keys !== undefined && replace !== keys.bus.publicKey) {
         this.#keys.set(module, keys);
-        continue;
+        return;
       }
       const made: ModuleKeyPairs = { bus: newUserKeys(), ledger: newUserKeys() };
       await writeFileAtomic(
@@ -122,7 +124,7 @@ export class ModuleKeyring {
           ? `made module ${module}'s bus and ledger key pairs (bus ${made.bus.publicKey}); the private halves stay in ${moduleKeysPath(this.#stateDir, module)}`
           : `made module ${module} new key pairs (bus ${made.bus.publicKey}), as the controller asked: it no longer issues for ${keys.bus.publicKey}`,
       );
-    }
+    });
     return changed;
   }
 
@@ -153,9 +155,10 @@ export class ModuleKeyring {
       else unchanged++;
     };
     const previous = await this.#readLedgers();
-    const ledgers: Record<string, LedgerCredential> = {};
+    const ledgerOf = new Map<string, LedgerCredential>();
     const busUsers = new Map<string, string>();
-    for (const { name: module } of delivery.modules) {
+    // Each module's creds file is its own: written a few at once.
+    await eachAtOnce(delivery.modules, FILES_AT_ONCE, async ({ name: module }) => {
       const keys = this.#keys.get(module);
       const issued = delivery.credentials?.[module];
       const credsPath = moduleCredsPath(this.#stateDir, module);
@@ -174,10 +177,16 @@ export class ModuleKeyring {
 
       const kept = previous[module];
       if (keys !== undefined && issued !== undefined && subjectOf(issued.ledger) === keys.ledger.publicKey) {
-        ledgers[module] = { jwt: issued.ledger, seed: keys.ledger.seed };
+        ledgerOf.set(module, { jwt: issued.ledger, seed: keys.ledger.seed });
       } else if (kept !== undefined) {
-        ledgers[module] = kept;
+        ledgerOf.set(module, kept);
       }
+    });
+    // In the delivery's order, so the same credentials give the same file.
+    const ledgers: Record<string, LedgerCredential> = {};
+    for (const { name: module } of delivery.modules) {
+      const ledger = ledgerOf.get(module);
+      if (ledger !== undefined) ledgers[module] = ledger;
     }
     count(
       await writeFileAtomic(
