@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import sodium from "libsodium-wrappers";
 import { InvalidPublicKeyError, mintPassword, newNodeKeys, seal, SealError, unseal } from "@mesh/bus";
 import { PASSWORD_BYTES } from "../src/sealing.ts";
 
@@ -19,6 +20,22 @@ void describe("sealing", () => {
     assert.notEqual(a, b);
     assert.equal(await unseal(a, node), "same");
     assert.equal(await unseal(b, node), "same");
+  });
+
+  void it("a box is libsodium's sealed box: crypto_box_seal_open opens it, and each has its own ephemeral key", async () => {
+    await sodium.ready;
+    const node = await newNodeKeys();
+    const keys = [node.publicKey, node.privateKey].map((k) => new Uint8Array(Buffer.from(k, "base64url")));
+    const message = "ünïcode and a password: " + mintPassword();
+    const boxes = await Promise.all([1, 2, 3].map(() => seal(message, node.publicKey)));
+    const bytes = boxes.map((b) => new Uint8Array(Buffer.from(b, "base64url")));
+    for (const box of bytes) {
+      assert.equal(box.length, sodium.crypto_box_SEALBYTES + Buffer.byteLength(message));
+      const opened = sodium.crypto_box_seal_open(box, keys[0] as Uint8Array, keys[1] as Uint8Array);
+      assert.equal(new TextDecoder().decode(opened), message);
+    }
+    const ephemerals = new Set(bytes.map((b) => Buffer.from(b.subarray(0, 32)).toString("hex")));
+    assert.equal(ephemerals.size, 3);
   });
 
   void it("a box changed anywhere is refused as tampered with, never opened", async () => {
