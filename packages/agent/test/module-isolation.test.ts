@@ -210,3 +210,57 @@ void describe(
     });
   },
 );
+
+void describe(
+  "a module delivered again unchanged soon after",
+  { skip: process.getuid?.() !== 0 ? "needs root" : false },
+  () => {
+    let dir: string;
+    before(async () => {
+      dir = await mkdtemp(join(tmpdir(), "mesh-kept-own-user-"));
+      await chmod(dir, 0o755);
+    });
+    after(async () => {
+      await rm(dir, { recursive: true, force: true });
+      removeStaleModuleUsers();
+    });
+
+    void it("keeps running as its own user without its reach checked again, for a minute at most, and is checked again at once when anything delivered for it changes", async () => {
+      const stateDir = join(dir, "state");
+      await mkdir(stateDir, { mode: 0o711 });
+      const appDir = join(dir, "app");
+      await mkdir(appDir, { mode: 0o755 });
+      await writeFile(join(appDir, "module.json"), JSON.stringify({ name: "app" }), { mode: 0o644 });
+      let clock = 1_000;
+      const isolations = new ModuleIsolations({
+        stateDir,
+        meshId: "keptou",
+        mode: "auto",
+        logger: recordingLogger(),
+        env: process.env,
+        now: () => clock,
+      });
+      const delivery = (generation: number, env?: Record<string, string>): Delivery => ({
+        node: "n1",
+        generation,
+        fleetFile: join(dir, "mesh.yaml"),
+        modules: [{ name: "app", manifest: join(appDir, "module.json"), ...(env ? { env } : {}) }],
+        plan: { instances: [] },
+        secrets: {},
+      });
+      const kindOf = async (d: Delivery) => (await isolations.resolve(d)).get("app")?.kind;
+      assert.equal(await kindOf(delivery(1)), "own-user");
+      // Its user can no longer enter its directory: a check would now find it.
+      await chmod(appDir, 0o700);
+      clock += 5_000;
+      assert.equal(await kindOf(delivery(2)), "own-user", "the same module moments later: kept");
+      clock += 1_000;
+      assert.equal(await kindOf(delivery(3, { A: "1" })), "agent-user", "something delivered for it changed");
+      await chmod(appDir, 0o755);
+      assert.equal(await kindOf(delivery(4)), "own-user");
+      await chmod(appDir, 0o700);
+      clock += 60_000;
+      assert.equal(await kindOf(delivery(5)), "agent-user", "a minute later: checked again");
+    });
+  },
+);
