@@ -215,6 +215,12 @@ runBench("tour", async () => {
       const use = firstUse.get(app) as number;
       if (proc !== undefined) appOwn[app] = wallStarted + use - proc.startedAt;
     }
+    // MESH_BENCH_TIMELINE=FILE: what mesh up said, each line with its time since mesh up began.
+    const timeline = process.env["MESH_BENCH_TIMELINE"];
+    if (timeline !== undefined && timeline !== "") {
+      const text = lines.map((l) => `${String(Math.round(l.at)).padStart(7)} ms  ${l.text}`).join("\n");
+      await writeFile(ROUNDS > 1 ? `${timeline}.${r}` : timeline, `${text}\n`);
+    }
     const when = (pattern: RegExp): number => lines.find((l) => pattern.test(l.text))?.at ?? NaN;
     const lastOf = (patterns: readonly RegExp[]): number => Math.max(...patterns.map(when));
     const parts = {
