@@ -318,6 +318,63 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     assert.deepEqual(await admin.call("ACL", "GETUSER", "listed_foreign"), before);
   });
 
+  void it("puts back as it was, and refuses, a user someone made between the inventory and the create", async () => {
+    const listed = guardAdapter(
+      new RedisNamespaceAdapter(
+        new Redis(plain.adminUrl, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 }),
+        resolveRedisConfig({ adminUrl: plain.adminUrl, instance: "main" }),
+        recordingLogger(),
+      ),
+      { instance: "main" },
+    );
+    closers.push(() => listed.close());
+    await listed.inventory();
+    // Made by hand after the listing that showed the login absent: every kind of rule, to be kept.
+    await admin.call(
+      "ACL",
+      "SETUSER",
+      "between_hand",
+      "on",
+      ">theirs",
+      ">their-second",
+      "skip-sanitize-payload",
+      "~between_hand:*",
+      "%R~shared:*",
+      "&news",
+      "-@all",
+      "+get",
+      "+set",
+      "+ping",
+      "+info",
+      "+select|0",
+      "(~other:* &other +hget)",
+    );
+    // And one whose name carries a mark this instance cannot read (not its own).
+    await admin.call("ACL", "SETUSER", "between_marked", "on", ">theirs", "~between_marked:*", "+@read", "+ping", "+info");
+    await admin.call("ACL", "SETUSER", "_mesh:main:between_marked", "~not-a-mark");
+    const names = ["between_hand", "_mesh:main:between_hand", "between_marked", "_mesh:main:between_marked"];
+    // A user made without `reset` carries neither sanitize-payload flag, and no ACL rule can clear the
+    // one the adapter's `reset` set; Redis reads no flag as sanitize-payload (only the skip flag acts).
+    const described = async (name: string): Promise<unknown> => {
+      const reply = await admin.call("ACL", "GETUSER", name);
+      if (!Array.isArray(reply)) return reply;
+      return reply.map((v: unknown, i) =>
+        reply[i - 1] === "flags" && Array.isArray(v) ? v.filter((f) => f !== "sanitize-payload") : v,
+      );
+    };
+    const describe = (): Promise<unknown[]> => Promise.all(names.map(described));
+    const before = await describe();
+    assert.equal(before[1], null, "no mark before");
+    for (const login of ["between_hand", "between_marked"]) {
+      const p = consumer(login);
+      await assert.rejects(listed.create(p, signal), NotMadeHereError);
+      assert.equal(await canLogin(plain, p), false, `${login}: the consumer's password does not log in`);
+      assert.equal(await canLoginAs(plain, login, "theirs"), true, `${login}: its own password still does`);
+    }
+    assert.deepEqual(await describe(), before, "the users and marks are as they were made");
+    assert.ok(!(await listed.inventory()).some((e) => e.as.startsWith("between_")), "not listed as made here");
+  });
+
   void it("keeps two instances on one server apart", async () => {
     const other = guarded({
       adminUrl: plain.adminUrl,
