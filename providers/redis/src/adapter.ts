@@ -94,6 +94,13 @@ interface AclUser {
   readonly unknown: boolean;
 }
 
+/** A transaction `transaction` queued, with the promise its `exec` answers. */
+interface QueuedTransaction {
+  readonly commands: readonly (readonly (string | number)[])[];
+  readonly resolve: (replies: [error: Error | null, result: unknown][] | null) => void;
+  readonly reject: (err: unknown) => void;
+}
+
 /** What is learnt from the server once, on the first call. */
 interface ServerFacts {
   /** Whether the server has an ACL file, so each change is followed by ACL SAVE. */
@@ -158,6 +165,8 @@ export class RedisNamespaceAdapter implements Adapter {
    * not show is absent, so its create needs no read first (see `listedAbsent`).
    */
   private listing: { readonly names: Set<string>; readonly at: number; readonly readies: number } | undefined;
+  /** Transactions waiting to leave together at the next `setImmediate` (see `transaction`). */
+  private outgoing: QueuedTransaction[] | undefined;
 
   constructor(
     private readonly client: RedisClient,
@@ -548,8 +557,7 @@ export class RedisNamespaceAdapter implements Adapter {
     const markName = this.markName(login);
     this.unsavedSince ??= this.readies;
     const [userBefore, markBefore] = await execChecked(
-      this.client
-        .multi()
+      this.transaction()
         .call("ACL", "GETUSER", login)
         .call("ACL", "GETUSER", markName)
         .call("ACL", "SETUSER", markName, ...markRules)
@@ -569,6 +577,59 @@ export class RedisNamespaceAdapter implements Adapter {
         `after this instance looked and before it wrote; it was put back as it was and is left to them`,
     );
     throw this.notMadeHere(login);
+  }
+
+  /**
+   * A MULTI/EXEC that leaves with every other one queued in the same turn of the event loop, in one
+   * pipeline: the harness runs several creates at once, and each sent alone cost its own write and
+   * its own wait for Redis. Each is still its own transaction, answered as `multi().exec()` answers.
+   */
+  private transaction(): RedisBatch {
+    const commands: (string | number)[][] = [];
+    const batch: RedisBatch = {
+      call: (command, ...args) => {
+        commands.push([command, ...args]);
+        return batch;
+      },
+      exec: () =>
+        new Promise((resolve, reject) => {
+          const queued = (this.outgoing ??= []);
+          queued.push({ commands, resolve, reject });
+          if (queued.length === 1) setImmediate(() => this.sendTransactions());
+        }),
+    };
+    return batch;
+  }
+
+  private sendTransactions(): void {
+    const queued = this.outgoing ?? [];
+    this.outgoing = undefined;
+    const pipeline = this.client.pipeline();
+    for (const { commands } of queued) {
+      pipeline.call("multi");
+      for (const [command, ...args] of commands) pipeline.call(String(command), ...args);
+      pipeline.call("exec");
+    }
+    pipeline.exec().then(
+      (replies) => {
+        let at = 0;
+        for (const { commands, resolve, reject } of queued) {
+          const own = (replies ?? []).slice(at, at + commands.length + 2);
+          at += commands.length + 2;
+          // A command refused as queued (or MULTI itself) makes EXEC abort: the first refusal says why.
+          const refused = own.find(([err]) => err !== null)?.[0];
+          const [, answers] = own.at(-1) ?? [null, undefined];
+          if (refused) reject(refused);
+          else if (answers === null) resolve(null);
+          else if (!Array.isArray(answers) || answers.length !== commands.length)
+            reject(new Error(`EXEC answered ${JSON.stringify(answers)} for ${commands.length} commands`));
+          else resolve(answers.map((a: unknown) => (a instanceof Error ? [a, null] : [null, a])));
+        }
+      },
+      (err: unknown) => {
+        for (const { reject } of queued) reject(err);
+      },
+    );
   }
 
   /** The consumer's ACL user and this instance's mark for it, in one round trip. */
