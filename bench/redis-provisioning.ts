@@ -309,8 +309,9 @@ runBench("redis-provisioning", async () => {
         `${fmtMs(createSaveMs)}; the script's two ACL SAVEs took ${fmtMs(rawA.saveMs + rawB.saveMs)})`,
       `adapter per consumer: ${(createTrips / n).toFixed(2)} round trips, ${(createCommands / n).toFixed(2)} commands ` +
         `(${perConsumer(createKinds, n)}; MULTI/EXEC counted as commands): a login the inventory's ACL LIST`,
-      "showed absent is written at once; any other is read first (user and mark), so that the adapter never touches a",
-      "user it did not make and writes nothing when all is in place.",
+      "showed absent is written at once, in a transaction that reads the user and mark before writing them (one someone",
+      "made meanwhile is put back and refused); any other is read first, so nothing is written when all is in place.",
+      "Creates made at once leave together in one pipeline, each its own MULTI/EXEC.",
       "",
       `the harness's verify pass over ${n} consumers (median of ${VERIFY_PASSES}):`,
       table(

@@ -94,6 +94,13 @@ interface AclUser {
   readonly unknown: boolean;
 }
 
+/** A transaction `transaction` queued, with the promise its `exec` answers. */
+interface QueuedTransaction {
+  readonly commands: readonly (readonly (string | number)[])[];
+  readonly resolve: (replies: [error: Error | null, result: unknown][] | null) => void;
+  readonly reject: (err: unknown) => void;
+}
+
 /** What is learnt from the server once, on the first call. */
 interface ServerFacts {
   /** Whether the server has an ACL file, so each change is followed by ACL SAVE. */
@@ -158,6 +165,8 @@ export class RedisNamespaceAdapter implements Adapter {
    * not show is absent, so its create needs no read first (see `listedAbsent`).
    */
   private listing: { readonly names: Set<string>; readonly at: number; readonly readies: number } | undefined;
+  /** Transactions waiting to leave together at the next `setImmediate` (see `transaction`). */
+  private outgoing: QueuedTransaction[] | undefined;
 
   constructor(
     private readonly client: RedisClient,
@@ -182,14 +191,15 @@ export class RedisNamespaceAdapter implements Adapter {
    * Creates or repairs the consumer's ACL user, re-enabling a retired one and clearing its mark;
    * writes nothing when all is already in place. The change is live at once; it reaches the ACL file
    * with the pass's `afterChanges`, one ACL SAVE for all of the pass's creates.
-   * @throws NotMadeHereError when a user of that name exists without this instance's mark.
+   * @throws NotMadeHereError when a user of that name exists without this instance's mark (one made
+   * after the adapter looked is put back as it was, see `writeConsumer`).
    */
   async create(p: Provision, signal: AbortSignal): Promise<void> {
     const login = p.as;
     const facts = await this.serverFacts();
     signal.throwIfAborted();
-    // A login the last ACL LIST did not show has no user to be in place or to belong to someone
-    // else: it is written at once, in one round trip. Any other is read first.
+    // A login the last ACL LIST did not show has no user to be in place: it is written at once, in
+    // one round trip, whose transaction still finds one someone made since. Any other is read first.
     if (!this.listedAbsent(login)) {
       const [user, mark] = await this.readUser(login);
       if (user !== undefined && mark === undefined) throw this.notMadeHere(login);
@@ -203,18 +213,12 @@ export class RedisNamespaceAdapter implements Adapter {
     }
     // From now on the user exists (or may): a later create reads it first.
     this.listing?.names.add(login);
-    // The mark and the user change in one transaction, so nobody sees one without the other.
-    const batch = this.client
-      .multi()
-      .call(
-        "ACL",
-        "SETUSER",
-        this.markName(login),
-        ...markRules({ state: "active", derived: p.derived, minted: p.minted }),
-      )
-      .call("ACL", "SETUSER", login, ...consumerRules(login, [p.password], monitors(p)));
-    this.unsavedSince ??= this.readies;
-    await execChecked(batch, login, "write the consumer's ACL user and mark");
+    await this.writeConsumer(
+      login,
+      markRules({ state: "active", derived: p.derived, minted: p.minted }),
+      consumerRules(login, [p.password], monitors(p)),
+      "write the consumer's ACL user and mark",
+    );
   }
 
   /**
@@ -240,17 +244,12 @@ export class RedisNamespaceAdapter implements Adapter {
       mark?.minted === p.minted;
     if (inPlace) return;
     signal.throwIfAborted();
-    const batch = this.client
-      .multi()
-      .call(
-        "ACL",
-        "SETUSER",
-        this.markName(login),
-        ...markRules({ state: "active", derived: p.derived, rotation, minted: p.minted }),
-      )
-      .call("ACL", "SETUSER", login, ...consumerRules(login, [p.password, p.retiring], monitors(p)));
-    this.unsavedSince ??= this.readies;
-    await execChecked(batch, login, "add the new password beside the old one and mark the rotation");
+    await this.writeConsumer(
+      login,
+      markRules({ state: "active", derived: p.derived, rotation, minted: p.minted }),
+      consumerRules(login, [p.password, p.retiring], monitors(p)),
+      "add the new password beside the old one and mark the rotation",
+    );
   }
 
   /**
@@ -537,6 +536,102 @@ export class RedisNamespaceAdapter implements Adapter {
     }
   }
 
+  /**
+   * Writes the consumer's mark and ACL user in one transaction, so nobody sees one without the
+   * other, which first reads both as they were. Redis has no conditional ACL write (ACL SETUSER
+   * creates or changes, takes no NX, cannot run in a script, and WATCH sees keys, not users), so a
+   * user someone made after the adapter looked (its read, or the inventory's ACL LIST) cannot be
+   * spared the write; but the transaction tells exactly, not a round trip late, whether it was there
+   * and without this instance's mark. Such a user is put back at once as it was (its passwords as
+   * hashes, flags, patterns, commands, selectors) and its mark as it was, and the create refused.
+   * What cannot be put back: for one round trip the user had this consumer's rules, and Redis ended
+   * its Pub/Sub connections subscribed outside `&<login>:*`.
+   * @throws NotMadeHereError when it had to put such a user back; RedisCommandError.
+   */
+  private async writeConsumer(
+    login: string,
+    markRules: readonly string[],
+    userRules: readonly string[],
+    step: string,
+  ): Promise<void> {
+    const markName = this.markName(login);
+    this.unsavedSince ??= this.readies;
+    const [userBefore, markBefore] = await execChecked(
+      this.transaction()
+        .call("ACL", "GETUSER", login)
+        .call("ACL", "GETUSER", markName)
+        .call("ACL", "SETUSER", markName, ...markRules)
+        .call("ACL", "SETUSER", login, ...userRules),
+      login,
+      step,
+    );
+    const markUser = fromGetUser(markBefore);
+    if (fromGetUser(userBefore) === undefined || (markUser !== undefined && decodeMark(markUser) !== undefined))
+      return;
+    const undo = this.client.multi().call("ACL", "SETUSER", login, ...rulesToRemake(userBefore));
+    if (markBefore === null || markBefore === undefined) undo.call("ACL", "DELUSER", markName);
+    else undo.call("ACL", "SETUSER", markName, ...rulesToRemake(markBefore));
+    await execChecked(undo, login, "put back an ACL user someone else made while the adapter was writing");
+    this.logger.warn(
+      `Redis ACL user ${JSON.stringify(login)} on ${this.config.admin.endpoint} was made by someone else ` +
+        `after this instance looked and before it wrote; it was put back as it was and is left to them`,
+    );
+    throw this.notMadeHere(login);
+  }
+
+  /**
+   * A MULTI/EXEC that leaves with every other one queued in the same turn of the event loop, in one
+   * pipeline: the harness runs several creates at once, and each sent alone cost its own write and
+   * its own wait for Redis. Each is still its own transaction, answered as `multi().exec()` answers.
+   */
+  private transaction(): RedisBatch {
+    const commands: (string | number)[][] = [];
+    const batch: RedisBatch = {
+      call: (command, ...args) => {
+        commands.push([command, ...args]);
+        return batch;
+      },
+      exec: () =>
+        new Promise((resolve, reject) => {
+          const queued = (this.outgoing ??= []);
+          queued.push({ commands, resolve, reject });
+          if (queued.length === 1) setImmediate(() => this.sendTransactions());
+        }),
+    };
+    return batch;
+  }
+
+  private sendTransactions(): void {
+    const queued = this.outgoing ?? [];
+    this.outgoing = undefined;
+    const pipeline = this.client.pipeline();
+    for (const { commands } of queued) {
+      pipeline.call("multi");
+      for (const [command, ...args] of commands) pipeline.call(String(command), ...args);
+      pipeline.call("exec");
+    }
+    pipeline.exec().then(
+      (replies) => {
+        let at = 0;
+        for (const { commands, resolve, reject } of queued) {
+          const own = (replies ?? []).slice(at, at + commands.length + 2);
+          at += commands.length + 2;
+          // A command refused as queued (or MULTI itself) makes EXEC abort: the first refusal says why.
+          const refused = own.find(([err]) => err !== null)?.[0];
+          const [, answers] = own.at(-1) ?? [null, undefined];
+          if (refused) reject(refused);
+          else if (answers === null) resolve(null);
+          else if (!Array.isArray(answers) || answers.length !== commands.length)
+            reject(new Error(`EXEC answered ${JSON.stringify(answers)} for ${commands.length} commands`));
+          else resolve(answers.map((a: unknown) => (a instanceof Error ? [a, null] : [null, a])));
+        }
+      },
+      (err: unknown) => {
+        for (const { reject } of queued) reject(err);
+      },
+    );
+  }
+
   /** The consumer's ACL user and this instance's mark for it, in one round trip. */
   private async readUser(login: string): Promise<[AclUser | undefined, ConsumerMark | undefined]> {
     await this.connected();
@@ -577,8 +672,8 @@ export class RedisNamespaceAdapter implements Adapter {
    * Whether the inventory's ACL LIST, read in this same pass (until `afterChanges`), on this same
    * connection (a server that restarted since may have loaded other users from its ACL file) and
    * within `LISTING_TRUSTED_MS`, showed no user `login`, and this adapter has not created it since.
-   * A user someone else makes in between is not seen, as it would not be between a read and the
-   * write after it: the window is the listing's age, at most the first pass.
+   * A user someone else makes in between is found by the write's own transaction, which reads it as
+   * it was before writing, and put back (see `writeConsumer`).
    */
   private listedAbsent(login: string): boolean {
     const listing = this.listing;
@@ -748,8 +843,7 @@ function words(text: unknown): string[] {
 /** Reads ACL GETUSER's reply (field name, value, field name, value...); undefined for no such user. */
 function fromGetUser(reply: unknown): AclUser | undefined {
   if (!Array.isArray(reply)) return undefined;
-  const fields = new Map<string, unknown>();
-  for (let i = 0; i + 1 < reply.length; i += 2) fields.set(String(reply[i]), reply[i + 1]);
+  const fields = fieldsOf(reply);
   const flags = Array.isArray(fields.get("flags")) ? (fields.get("flags") as unknown[]).map(String) : [];
   const passwords = fields.get("passwords");
   const selectors = fields.get("selectors");
@@ -764,6 +858,38 @@ function fromGetUser(reply: unknown): AclUser | undefined {
     // Flags that widen a user beyond its patterns; Redis writes them as patterns in ACL LIST.
     unknown: flags.includes("allkeys") || flags.includes("allchannels") || flags.includes("allcommands"),
   };
+}
+
+/**
+ * The rules that make an ACL user again as ACL GETUSER described it (flags, passwords as their
+ * hashes, key, channel and command rules, selectors), from nothing. One difference no rule can
+ * undo: a user that had neither sanitize-payload flag gets `sanitize-payload` from `reset`, which
+ * Redis treats the same (only `skip-sanitize-payload` changes what RESTORE checks).
+ */
+function rulesToRemake(reply: unknown): string[] {
+  const fields = fieldsOf(reply);
+  const text = (name: string): string[] => words(fields.get(name));
+  const rules = ["reset", "resetchannels"];
+  const passwords = fields.get("passwords");
+  if (Array.isArray(passwords)) rules.push(...passwords.map((hash) => `#${String(hash)}`));
+  const flags = fields.get("flags");
+  if (Array.isArray(flags)) rules.push(...flags.map(String));
+  rules.push(...text("keys"), ...text("channels"), ...text("commands"));
+  const selectors = fields.get("selectors");
+  for (const selector of Array.isArray(selectors) ? selectors : []) {
+    const own = fieldsOf(selector);
+    const parts = ["keys", "channels", "commands"].flatMap((name) => words(own.get(name)));
+    rules.push(`(${parts.join(" ")})`);
+  }
+  return rules;
+}
+
+/** An ACL GETUSER reply (field name, value, field name, value...) as a map. */
+function fieldsOf(reply: unknown): Map<string, unknown> {
+  const fields = new Map<string, unknown>();
+  if (!Array.isArray(reply)) return fields;
+  for (let i = 0; i + 1 < reply.length; i += 2) fields.set(String(reply[i]), reply[i + 1]);
+  return fields;
 }
 
 /** Reads one line of ACL LIST (`user <name> <rule> <rule>...`) into the same shape as GETUSER's. */

@@ -58,6 +58,19 @@ async function rejectsWithNoperm(attempt: Promise<unknown>, what: string): Promi
   await assert.rejects(attempt, /^ReplyError: NOPERM|NOPERM/, `${what} should be refused`);
 }
 
+/**
+ * ACL GETUSER's answer for `name`, but for the sanitize-payload flag: a user made without `reset`
+ * carries neither that flag nor skip-sanitize-payload, and no ACL rule clears the one the adapter's
+ * `reset` set when it put such a user back; Redis treats the two alike (only the skip flag acts).
+ */
+async function describedUser(admin: Redis, name: string): Promise<unknown> {
+  const reply = await admin.call("ACL", "GETUSER", name);
+  if (!Array.isArray(reply)) return reply;
+  return reply.map((v: unknown, i) =>
+    reply[i - 1] === "flags" && Array.isArray(v) ? v.filter((f) => f !== "sanitize-payload") : v,
+  );
+}
+
 /** Counts round trips (single calls and whole batches) a client makes, for the holdsMany bound. */
 function countingClient(inner: RedisClient): RedisClient & { trips: number } {
   const counter = {
@@ -316,6 +329,85 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     // Shown by the listing, and not made here: refused, untouched.
     await assert.rejects(listed.create(consumer("listed_foreign"), signal), NotMadeHereError);
     assert.deepEqual(await admin.call("ACL", "GETUSER", "listed_foreign"), before);
+  });
+
+  void it("puts back as it was, and refuses, a user someone made between the inventory and the create", async () => {
+    const listed = guardAdapter(
+      new RedisNamespaceAdapter(
+        new Redis(plain.adminUrl, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 }),
+        resolveRedisConfig({ adminUrl: plain.adminUrl, instance: "main" }),
+        recordingLogger(),
+      ),
+      { instance: "main" },
+    );
+    closers.push(() => listed.close());
+    await listed.inventory();
+    // Made by hand after the listing that showed the login absent: every kind of rule, to be kept.
+    await admin.call(
+      "ACL",
+      "SETUSER",
+      "between_hand",
+      "on",
+      ">theirs",
+      ">their-second",
+      "skip-sanitize-payload",
+      "~between_hand:*",
+      "%R~shared:*",
+      "&news",
+      "-@all",
+      "+get",
+      "+set",
+      "+ping",
+      "+info",
+      "+select|0",
+      "(~other:* &other +hget)",
+    );
+    // And one whose name carries a mark this instance cannot read (not its own).
+    await admin.call("ACL", "SETUSER", "between_marked", "on", ">theirs", "~between_marked:*", "+@read", "+ping", "+info");
+    await admin.call("ACL", "SETUSER", "_mesh:main:between_marked", "~not-a-mark");
+    const names = ["between_hand", "_mesh:main:between_hand", "between_marked", "_mesh:main:between_marked"];
+    const describe = (): Promise<unknown[]> => Promise.all(names.map((n) => describedUser(admin, n)));
+    const before = await describe();
+    assert.equal(before[1], null, "no mark before");
+    for (const login of ["between_hand", "between_marked"]) {
+      const p = consumer(login);
+      await assert.rejects(listed.create(p, signal), NotMadeHereError);
+      assert.equal(await canLogin(plain, p), false, `${login}: the consumer's password does not log in`);
+      assert.equal(await canLoginAs(plain, login, "theirs"), true, `${login}: its own password still does`);
+    }
+    assert.deepEqual(await describe(), before, "the users and marks are as they were made");
+    assert.ok(!(await listed.inventory()).some((e) => e.as.startsWith("between_")), "not listed as made here");
+  });
+
+  void it("sends creates made at once in one round trip, each its own transaction: a refused one spares the others", async () => {
+    const counted = countingClient(
+      new Redis(plain.adminUrl, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0 }),
+    );
+    const listed = guardAdapter(
+      new RedisNamespaceAdapter(
+        counted,
+        resolveRedisConfig({ adminUrl: plain.adminUrl, instance: "main" }),
+        recordingLogger(),
+      ),
+      { instance: "main" },
+    );
+    closers.push(() => listed.close());
+    await listed.inventory();
+    await admin.call("ACL", "SETUSER", "at_once_3", "on", ">theirs", "~at_once_3:*", "+ping");
+    const before = await describedUser(admin, "at_once_3");
+    const ps = Array.from({ length: 8 }, (_, i) => consumer(`at_once_${i}`));
+    counted.trips = 0;
+    const results = await Promise.allSettled(ps.map((p) => listed.create(p, signal)));
+    assert.equal(counted.trips, 2, "eight transactions in one pipeline, then one putting at_once_3 back");
+    for (const [i, result] of results.entries()) {
+      if (i === 3) {
+        assert.ok(result.status === "rejected" && result.reason instanceof NotMadeHereError, "the foreign one");
+        continue;
+      }
+      assert.equal(result.status, "fulfilled", `at_once_${i} created`);
+      assert.equal(await canLogin(plain, ps[i]!), true, `at_once_${i} logs in`);
+    }
+    assert.deepEqual(await describedUser(admin, "at_once_3"), before);
   });
 
   void it("keeps two instances on one server apart", async () => {
