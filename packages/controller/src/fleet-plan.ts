@@ -2,6 +2,7 @@
 // together. Any problem refuses the whole reading, so a typo can never shrink the plan (and have
 // providers retire consumers nobody meant to remove).
 import type { RotationPeriods } from "./rotation-schedule.ts";
+import { lstatSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import {
   compilePermissions,
@@ -90,17 +91,27 @@ export async function loadFleetPlan(
   options: { readonly reuse?: boolean } = {},
 ): Promise<FleetPlan> {
   const file = resolve(fleetFile);
+  const last = options.reuse === false ? undefined : lastReads.get(file);
+  if (last !== undefined && (await unchangedSince(last)))
+    return { ...last.read, readAt: new Date().toISOString() };
+  // Each file's stamp is taken before its text is read: a change after the stamp shows in the next one.
+  const stamps = new Map<string, Stamp | undefined>();
+  stamps.set(file, stampOf(file));
   const fleetText = await readFleetText(file);
   // Every manifest's text as read now, each file read once (to compare, then to parse).
   const texts = new Map<string, string>();
   const readText = async (path: string): Promise<string> => {
-    const text = texts.get(path) ?? (await readManifestText(path));
+    const kept = texts.get(path);
+    if (kept !== undefined) return kept;
+    stamps.set(path, stampOf(path));
+    const text = await readManifestText(path);
     texts.set(path, text);
     return text;
   };
-  const last = options.reuse === false ? undefined : lastReads.get(file);
-  if (last !== undefined && last.fleetText === fleetText && (await sameTexts(last.manifests, readText)))
+  if (last !== undefined && last.fleetText === fleetText && (await sameTexts(last.manifests, readText))) {
+    lastReads.set(file, { ...last, stamps });
     return { ...last.read, readAt: new Date().toISOString() };
+  }
   lastReads.delete(file);
   const read = await derive(file, fleetText, readText);
   const source: FleetSource = {
@@ -109,7 +120,7 @@ export async function loadFleetPlan(
     manifests: Object.fromEntries([...texts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
   };
   const withSource: FleetPlan = { ...read, source };
-  lastReads.set(file, { fleetText, manifests: texts, read: withSource });
+  lastReads.set(file, { file, fleetText, manifests: texts, read: withSource, stamps });
   return withSource;
 }
 
@@ -180,10 +191,96 @@ async function derive(
 // with the fleet file and every manifest as they were, the fleet is the one read then, and parsing
 // them again (most of a reload's cost at thousands of modules) is skipped. Any text that differs,
 // or any file that cannot be read now, reads everything again (and says what is wrong).
-const lastReads = new Map<
-  string,
-  { readonly fleetText: string; readonly manifests: ReadonlyMap<string, string>; readonly read: FleetPlan }
->();
+/** What a fleet file was last read as: its text, its manifests' texts, the fleet, each file's stamp. */
+interface LastRead {
+  readonly file: string;
+  readonly fleetText: string;
+  readonly manifests: ReadonlyMap<string, string>;
+  readonly read: FleetPlan;
+  /** Each file's stamp, taken before its text was read (undefined: it could not be taken). */
+  readonly stamps: Map<string, Stamp | undefined>;
+}
+
+const lastReads = new Map<string, LastRead>();
+
+/**
+ * What the file system says of a file without reading it: which file it is (device, inode), its
+ * size, and when it or its inode last changed. A write, a rename over it, a chmod or a link all
+ * change its ctime, which no program can set back (unlike its mtime); when the path is a symbolic
+ * link, both the link and what it points at count.
+ */
+interface Stamp {
+  readonly key: string;
+  /** The newest ctime among the link and its target, in nanoseconds since the epoch. */
+  readonly changedNs: bigint;
+  /** When the stamp was taken, in nanoseconds since the epoch. */
+  readonly takenNs: bigint;
+}
+
+/**
+ * A file changed within this long before its stamp was taken may change again within the same
+ * tick of a coarse clock (file systems keep ctime from nanoseconds to seconds): its stamp is not
+ * trusted, and its text is read and compared instead.
+ */
+const STAMP_SETTLED_NS = 2_000_000_000n;
+
+// Synchronous: a stat answered from the inode cache takes microseconds, and ten thousand of them
+// through the thread pool cost more in queueing than in the calls.
+function stampOf(path: string): Stamp | undefined {
+  try {
+    const takenNs = BigInt(Date.now()) * 1_000_000n;
+    const link = lstatSync(path, { bigint: true });
+    const target = link.isSymbolicLink() ? statSync(path, { bigint: true }) : link;
+    const key = [
+      link.dev,
+      link.ino,
+      link.ctimeNs,
+      target.dev,
+      target.ino,
+      target.size,
+      target.mtimeNs,
+      target.ctimeNs,
+    ].join(":");
+    const changedNs = link.ctimeNs > target.ctimeNs ? link.ctimeNs : target.ctimeNs;
+    return { key, changedNs, takenNs };
+  } catch {
+    return undefined;
+  }
+}
+
+/** How many files are stamped between two turns of the event loop. */
+const STAMPED_AT_ONCE = 2_000;
+
+/**
+ * Whether the fleet file and every manifest of `last` are as they were read. A file whose stamp is
+ * the same as when it was read, and was settled then, is not read again; any other is read and its
+ * text compared, and when it is the same its new stamp is kept for the next time. A manifest the
+ * fleet file no longer names cannot matter: the fleet file's own text would differ.
+ */
+async function unchangedSince(last: LastRead): Promise<boolean> {
+  const toRead: [path: string, text: string, stamp: Stamp | undefined][] = [];
+  const files: [string, string][] = [[last.file, last.fleetText], ...last.manifests];
+  for (let from = 0; from < files.length; from += STAMPED_AT_ONCE) {
+    if (from > 0) await new Promise((r) => setImmediate(r));
+    for (const [path, text] of files.slice(from, from + STAMPED_AT_ONCE)) {
+      const then = last.stamps.get(path);
+      const now = stampOf(path);
+      const settled = then !== undefined && then.changedNs + STAMP_SETTLED_NS <= then.takenNs;
+      if (!settled || now === undefined || now.key !== then.key) toRead.push([path, text, now]);
+    }
+  }
+  const same = await Promise.all(
+    toRead.map(([path, text]) =>
+      (path === last.file ? readFleetText(path) : readManifestText(path)).then(
+        (now) => now === text,
+        () => false,
+      ),
+    ),
+  );
+  if (!same.every(Boolean)) return false;
+  for (const [path, , stamp] of toRead) last.stamps.set(path, stamp);
+  return true;
+}
 
 async function sameTexts(
   texts: ReadonlyMap<string, string>,

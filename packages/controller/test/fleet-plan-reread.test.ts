@@ -2,7 +2,8 @@
 // of a reload's cost at thousands of modules); any change to the fleet file or to one manifest,
 // and any file that cannot be read, is read in full.
 import assert from "node:assert/strict";
-import { readFile, rm, unlink, writeFile } from "node:fs/promises";
+import { readFile, rm, stat, symlink, unlink, utimes, writeFile } from "node:fs/promises";
+import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { loadFleetPlan } from "@mesh/controller";
@@ -56,6 +57,50 @@ void describe("reading the fleet again", () => {
     } finally {
       await fleet.writeFleet(WITH_APP4);
     }
+  });
+
+  void it("sees a manifest changed long after it was read, even at the same size with its mtime put back", async () => {
+    const path = join(fleet.dir, "app4", "module.json");
+    const before = await readFile(path, "utf8");
+    // A whole second, which utimes sets back exactly, to the nanosecond.
+    const mtime = new Date(Math.floor(Date.now() / 1000) * 1000 - 10_000);
+    await utimes(path, mtime, mtime);
+    // Long enough for every file's stamp to be taken well after its last change, so it is trusted.
+    await sleep(2_200);
+    await loadFleetPlan(fleet.fleetFile);
+    await loadFleetPlan(fleet.fleetFile);
+    // The same length, another interface: only the text (and the inode's ctime) tells.
+    const changed = before.replace('"postgres-database"', '"redis-namespace"  ');
+    assert.equal(changed.length, before.length);
+    assert.notEqual(changed, before);
+    await writeFile(path, changed);
+    await utimes(path, mtime, mtime);
+    assert.equal((await stat(path, { bigint: true })).mtimeNs, BigInt(mtime.getTime()) * 1_000_000n);
+    try {
+      assert.deepEqual(consumersOf(await loadFleetPlan(fleet.fleetFile), "postgres"), ["app1", "app2"]);
+    } finally {
+      await writeFile(path, before);
+    }
+    assert.deepEqual(consumersOf(await loadFleetPlan(fleet.fleetFile), "postgres"), ["app1", "app2", "app4"]);
+  });
+
+  void it("sees a manifest replaced by another file, or by a link to one, with the same text length", async () => {
+    const path = join(fleet.dir, "app4", "module.json");
+    const before = await readFile(path, "utf8");
+    await sleep(2_200);
+    await loadFleetPlan(fleet.fleetFile);
+    const other = join(fleet.dir, "app4", "other.json");
+    await writeFile(other, before.replace('"postgres-database"', '"redis-namespace"  '));
+    try {
+      await unlink(path);
+      await symlink(other, path);
+      assert.deepEqual(consumersOf(await loadFleetPlan(fleet.fleetFile), "postgres"), ["app1", "app2"]);
+    } finally {
+      await unlink(path);
+      await writeFile(path, before);
+      await unlink(other);
+    }
+    assert.deepEqual(consumersOf(await loadFleetPlan(fleet.fleetFile), "postgres"), ["app1", "app2", "app4"]);
   });
 
   void it("refuses the fleet when a manifest read before is gone, naming it", async () => {
