@@ -46,7 +46,7 @@ export interface AskServersOptions {
   /**
    * Also sends `subject` on the connection that answers, as the answer is awaited, and keeps the
    * replies that come within `withinMs` of sending it (a subject every controller answers): sooner
-   * once the answer came and the replies have stopped coming for a tenth of a second.
+   * once the answer came and the replies have stopped coming for `GATHER_QUIET_MS`.
    */
   readonly gather?: { readonly subject: string; readonly body?: string; readonly withinMs: number };
   /** Told of each server left for the next, and why. */
@@ -257,7 +257,7 @@ function learn(nc: NatsConnection, known: string[], reached: string): void {
  * (a longer one was most of `mesh status`'s time).
  */
 const GATHER_QUIET_MS = 20;
-/** How often a gathering looks whether it has been quiet long enough. */
+/** How often a gathering that has heard nothing yet looks again. */
 const GATHER_STEP_MS = 5;
 
 // Every reply to `what.subject` on `nc` until `withinMs` after it was sent, or sooner: once
@@ -283,10 +283,11 @@ async function gather(
     });
     nc.publish(what.subject, what.body ?? "{}", { reply: inbox });
     await answered.catch(() => undefined);
+    // Asleep until the quiet would be over (or the window is): a reply meanwhile moves `lastAt`, and
+    // the quiet is waited again. Looking every few ms instead overshot the quiet by half a step.
     while (Date.now() < until && (heard.length === 0 || Date.now() - lastAt < GATHER_QUIET_MS)) {
-      await new Promise((resolve) =>
-        setTimeout(resolve, Math.min(GATHER_STEP_MS, Math.max(1, until - Date.now()))),
-      );
+      const next = heard.length === 0 ? Date.now() + GATHER_STEP_MS : lastAt + GATHER_QUIET_MS;
+      await new Promise((resolve) => setTimeout(resolve, Math.max(1, Math.min(next, until) - Date.now())));
     }
   } catch {
     // A gathering that fails leaves what it heard: the answer itself does not depend on it.

@@ -1,12 +1,12 @@
 // The `mesh` command line: its commands, and how every way of ending maps to an exit code.
 
 import { readFileSync } from "node:fs";
-import { Command, CommanderError } from "commander";
-import { formatsLine } from "@mesh/manifest/versions";
+import type { Command } from "commander";
 import { paintFor } from "./colour.ts";
 import { CliExit, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, exitCodesHelp } from "./exit-codes.ts";
 import type { CliIo } from "./io.ts";
 import { processIo } from "./io.ts";
+import { plainStatusFlags } from "./status-flags.ts";
 
 /** The words after `mesh` that name `command` (`""` for `mesh` itself), as exit-codes.ts keys them. */
 export function commandPath(command: Command): string {
@@ -53,8 +53,15 @@ export const COMMAND_MODULES: readonly (readonly [readonly string[], () => Promi
   [["completion"], async () => (await import("./completion-command.ts")).addCompletionCommand],
 ];
 
-/** `mesh` itself, with no command yet: its description, version, help and how it says errors. */
-function programRoot(io: CliIo): Command {
+/**
+ * `mesh` itself, with no command yet: its description, version, help and how it says errors.
+ * Commander is loaded here, not at the top: a plain `mesh status` runs without it (status-flags.ts).
+ */
+async function programRoot(io: CliIo): Promise<Command> {
+  const [{ Command }, { formatsLine }] = await Promise.all([
+    import("commander"),
+    import("@mesh/manifest/versions"),
+  ]);
   const red = paintFor(io, "err").red;
   return new Command("mesh")
     .description("Mesh: self-hosted services wired together safely")
@@ -100,7 +107,7 @@ function withCommands(program: Command, adders: readonly AddCommands[], io: CliI
 /** The `mesh` program with every command, writing through `io`. Commander never exits the process. */
 export async function buildProgram(io: CliIo = processIo): Promise<Command> {
   const adders = await Promise.all(COMMAND_MODULES.map(([, load]) => load()));
-  return withCommands(programRoot(io), adders, io);
+  return withCommands(await programRoot(io), adders, io);
 }
 
 /**
@@ -112,7 +119,7 @@ export async function programFor(argv: readonly string[], io: CliIo = processIo)
   const first = argv[0];
   const module = COMMAND_MODULES.find(([names]) => first !== undefined && names.includes(first));
   if (module === undefined || first === "completion") return buildProgram(io);
-  return withCommands(programRoot(io), [await module[1]()], io);
+  return withCommands(await programRoot(io), [await module[1]()], io);
 }
 
 /**
@@ -122,6 +129,13 @@ export async function programFor(argv: readonly string[], io: CliIo = processIo)
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
   const error = (message: string): void => io.err(`${paintFor(io, "err").red("error:")} ${message}\n`);
   try {
+    // A plain `mesh status …` is asked at once, as its program would (the same action).
+    const status = plainStatusFlags(argv);
+    if (status !== undefined) {
+      const { askStatus } = await import("./ask-status.ts");
+      await askStatus(status, io);
+      return EXIT_OK;
+    }
     const program = await programFor(argv, io);
     // `mesh unknown --help` is a mistyped command, not a request for the top help: drop the help
     // flag so it is refused (exit 2) with the nearest command suggested.
@@ -139,6 +153,8 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
       if (err.message !== "") error(err.message);
       return err.code;
     }
+    // Loaded already whenever the program ran (a plain `mesh status` that failed loads it only here).
+    const { CommanderError } = await import("commander");
     if (err instanceof CommanderError) {
       // Commander has said what was wrong (or shown the help that was asked for).
       return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;

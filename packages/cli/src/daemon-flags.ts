@@ -2,7 +2,7 @@
 // flags before anything starts: how long a module has to stop, and how modules are isolated. Apart
 // from mesh-daemon.ts, which runs the daemon, so that building the program does not load it.
 import type { IsolationMode } from "@mesh/agent";
-import { parseDuration } from "@mesh/sdk/client";
+import { parseDuration } from "@mesh/sdk/duration";
 import { CliExit, EXIT_USAGE } from "./exit-codes.ts";
 
 /** How long a module has after SIGTERM before SIGKILL, when `--grace` does not say. */

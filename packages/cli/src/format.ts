@@ -56,4 +56,4 @@ export function formatTime(iso: string | null | undefined): string {
   return at.toISOString().replace(/\.\d{3}Z$/, "Z");
 }
 
-export { maskDeep, maskUrls } from "@mesh/sdk/client";
+export { maskDeep, maskUrls } from "@mesh/sdk/redact";

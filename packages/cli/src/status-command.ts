@@ -1,6 +1,6 @@
 // What `mesh status` prints: the controller's answer, as text for a person or as JSON for a script.
 // A failing consumer is named with its class, since when, how many attempts and the last error.
-import { formatDuration } from "@mesh/sdk/client";
+import { formatDuration } from "@mesh/sdk/duration";
 import { formatSize } from "@mesh/manifest/limit-values";
 import { NO_PAINT, type Paint } from "./colour.ts";
 import { formatTime, maskDeep, maskUrls } from "./format.ts";

@@ -5,10 +5,9 @@ import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import type { Command } from "commander";
 import type { Agent, IsolationMode } from "@mesh/agent";
-import { ROTATE_SUBJECT, STATUS_SUBJECT } from "@mesh/bus/subjects";
+import { ROTATE_SUBJECT } from "@mesh/bus/subjects";
 import {
   askController,
-  askControllers,
   BUS_CA_OPTION,
   busCaOf,
   busOf,
@@ -17,13 +16,13 @@ import {
   withAskFlags,
   type BusFlags,
 } from "./controller-request.ts";
+import { askStatus, type StatusFlags } from "./ask-status.ts";
 import { paintFor } from "./colour.ts";
 import { DEFAULT_GRACE, graceOf, isolationOf, STOP_MARGIN_MS } from "./daemon-flags.ts";
 import { CliExit, EXIT_NOT_APPLIED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE } from "./exit-codes.ts";
 import { formatJson } from "./format.ts";
 import type { CliIo } from "./io.ts";
 import { withLogFlags, type LogFlags } from "./log-flags.ts";
-import { formatStatus, maskedAnswer, type StatusAnswer } from "./status-command.ts";
 import { osUserName } from "./who.ts";
 
 export { DEFAULT_GRACE };
@@ -388,8 +387,8 @@ Examples:
 Each server is given 2 s: when no controller takes the request through it, the next is asked (--bus,
 then the state's bus.json, then the servers the cluster names), and that is said on standard error.`,
     )
-    .action(async (flags: { state?: string; json?: boolean } & BusFlags) => {
-      await status(stateDirOf(flags.state, io), flags.json === true, io, busOverride(flags));
+    .action(async (flags: StatusFlags) => {
+      await askStatus(flags, io);
     });
 }
 
@@ -518,21 +517,4 @@ async function appliedWithin(
       setTimeout(resolve, Math.min(APPLIED_POLL_MS, Math.max(0, deadline - Date.now()))),
     );
   }
-}
-
-async function status(
-  state: string,
-  json: boolean,
-  io: CliIo,
-  bus: { servers?: readonly string[]; caFile?: string },
-): Promise<void> {
-  // Every controller's own word on who leads, beside the one answer: the standbys are named too.
-  const { answer, controllers } = await askControllers<StatusAnswer>(state, STATUS_SUBJECT, "{}", {
-    name: "mesh status",
-    io,
-    waiting: `waiting for the controller of the mesh in ${state}`,
-    ...bus,
-  });
-  const masked = maskedAnswer({ ...answer, controllers: [...controllers] });
-  io.out(json ? formatJson(masked) : formatStatus(masked, Date.now(), paintFor(io, "out")));
 }

@@ -2,7 +2,7 @@
 // loads no part of the mesh that runs (controller, agent, providers, the sdk's harness), no parser
 // of manifests and fleets, and no cryptography; `mesh status` loads only the NATS client on top.
 // Each is loaded by the action that needs it, and a command named first loads only the module that
-// defines it, so a short command starts quickly. The built code is run (bin/mesh.js, as an
+// defines it (a plain `mesh status` not even that, nor Commander), so a short command starts quickly. The built code is run (bin/mesh.js, as an
 // operator runs it), with a loader hook that lists every file loaded.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -117,8 +117,16 @@ process.on("exit", () => {
       files.find((f) => f.includes("/@nats-io/")),
       undefined,
     );
-    // Of the modules that define commands, only status's own (up-command.ts) is loaded.
+    // A plain `mesh status` is read without the program: no module that defines commands is loaded,
+    // nor Commander (status-flags.ts).
+    assert.ok(files.some((f) => f.endsWith("/packages/cli/dist/ask-status.js")));
+    assert.equal(
+      files.find((f) => f.includes("/node_modules/commander/")),
+      undefined,
+      "mesh status loads Commander",
+    );
     const others = [
+      "up",
       "plan",
       "tool",
       "ledger",
@@ -130,12 +138,26 @@ process.on("exit", () => {
       "join-token",
       "completion",
     ];
-    assert.ok(files.some((f) => f.endsWith("/packages/cli/dist/up-command.js")));
     for (const other of others)
       assert.equal(
         files.find((f) => f.endsWith(`/packages/cli/dist/${other}-command.js`)),
         undefined,
         `mesh status loads ${other}-command.js`,
+      );
+  });
+
+  it("builds status's own commands alone for its help", async () => {
+    // Anything but status's plain flags goes to the program: of the modules that define commands,
+    // only status's own (up-command.ts) is loaded.
+    const { code, files } = await loaded(["status", "--help"]);
+    assert.equal(code, 0);
+    assertLight("mesh status --help", files);
+    assert.ok(files.some((f) => f.endsWith("/packages/cli/dist/up-command.js")));
+    for (const other of ["plan", "tool", "ledger", "logs", "completion"])
+      assert.equal(
+        files.find((f) => f.endsWith(`/packages/cli/dist/${other}-command.js`)),
+        undefined,
+        `mesh status --help loads ${other}-command.js`,
       );
   });
 
