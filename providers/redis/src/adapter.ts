@@ -566,7 +566,10 @@ export class RedisNamespaceAdapter implements Adapter {
       step,
     );
     const markUser = fromGetUser(markBefore);
-    if (fromGetUser(userBefore) === undefined || (markUser !== undefined && decodeMark(markUser) !== undefined))
+    if (
+      fromGetUser(userBefore) === undefined ||
+      (markUser !== undefined && decodeMark(markUser) !== undefined)
+    )
       return;
     const undo = this.client.multi().call("ACL", "SETUSER", login, ...rulesToRemake(userBefore));
     if (markBefore === null || markBefore === undefined) undo.call("ACL", "DELUSER", markName);

@@ -363,7 +363,17 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
       "(~other:* &other +hget)",
     );
     // And one whose name carries a mark this instance cannot read (not its own).
-    await admin.call("ACL", "SETUSER", "between_marked", "on", ">theirs", "~between_marked:*", "+@read", "+ping", "+info");
+    await admin.call(
+      "ACL",
+      "SETUSER",
+      "between_marked",
+      "on",
+      ">theirs",
+      "~between_marked:*",
+      "+@read",
+      "+ping",
+      "+info",
+    );
     await admin.call("ACL", "SETUSER", "_mesh:main:between_marked", "~not-a-mark");
     const names = ["between_hand", "_mesh:main:between_hand", "between_marked", "_mesh:main:between_marked"];
     const describe = (): Promise<unknown[]> => Promise.all(names.map((n) => describedUser(admin, n)));
@@ -376,7 +386,10 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
       assert.equal(await canLoginAs(plain, login, "theirs"), true, `${login}: its own password still does`);
     }
     assert.deepEqual(await describe(), before, "the users and marks are as they were made");
-    assert.ok(!(await listed.inventory()).some((e) => e.as.startsWith("between_")), "not listed as made here");
+    assert.ok(
+      !(await listed.inventory()).some((e) => e.as.startsWith("between_")),
+      "not listed as made here",
+    );
   });
 
   void it("sends creates made at once in one round trip, each its own transaction: a refused one spares the others", async () => {
@@ -401,7 +414,10 @@ void describe("redis adapter", { timeout: 300_000 }, () => {
     assert.equal(counted.trips, 2, "eight transactions in one pipeline, then one putting at_once_3 back");
     for (const [i, result] of results.entries()) {
       if (i === 3) {
-        assert.ok(result.status === "rejected" && result.reason instanceof NotMadeHereError, "the foreign one");
+        assert.ok(
+          result.status === "rejected" && result.reason instanceof NotMadeHereError,
+          "the foreign one",
+        );
         continue;
       }
       assert.equal(result.status, "fulfilled", `at_once_${i} created`);
