@@ -41,6 +41,12 @@ export interface PostgresServer {
    * broken server as a refused login.
    */
   canLogin(login: string, password: string, database?: string): Promise<boolean>;
+  /**
+   * Locks the roles' catalog as a busy server might: everyone still reads it and logs in, but a
+   * role made or changed (CREATE ROLE, ALTER ROLE … PASSWORD) waits until `release()`. For tests
+   * that must see a provider in the middle of changing a login, which otherwise lasts milliseconds.
+   */
+  lockRoles(): Promise<{ release(): Promise<void> }>;
   /** Stops the server and keeps its data, for tests of a backend that goes away and comes back. */
   halt(): Promise<void>;
   /** Starts a halted server again on the same port with the same data. */
@@ -282,6 +288,29 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     logFile,
     superuserUrl,
     query,
+    async lockRoles(): Promise<{ release(): Promise<void> }> {
+      const client = new pg.Client({ connectionString: superuserUrl });
+      client.on("error", () => {});
+      await client.connect();
+      try {
+        await client.query("BEGIN");
+        await client.query("LOCK TABLE pg_catalog.pg_authid IN SHARE MODE");
+      } catch (err) {
+        await client.end().catch(() => {});
+        throw err;
+      }
+      let released: Promise<void> | undefined;
+      return {
+        release() {
+          released ??= client
+            .query("COMMIT")
+            .then(() => undefined)
+            .catch(() => undefined)
+            .finally(() => client.end().catch(() => {}));
+          return released;
+        },
+      };
+    },
     async canLogin(login: string, password: string, database = "postgres"): Promise<boolean> {
       const client = new pg.Client({ host: "127.0.0.1", port, user: login, password, database });
       client.on("error", () => {});
