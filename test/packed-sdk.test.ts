@@ -56,7 +56,7 @@ describe("a module outside the checkout, with the packed @mesh/sdk", { timeout: 
       exports: Record<string, Record<string, string>>;
       bundleDependencies: string[];
     };
-    assert.deepEqual(Object.keys(pkg.exports), [".", "./provider", "./client"]);
+    assert.deepEqual(Object.keys(pkg.exports), [".", "./provider", "./client", "./duration", "./redact"]);
     for (const entry of Object.values(pkg.exports)) {
       assert.equal(entry["source"], undefined, "no TypeScript source condition in the shipped package");
       assert.match(entry["types"] ?? "", /\.d\.ts$/);
