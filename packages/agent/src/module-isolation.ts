@@ -61,13 +61,6 @@ const DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin";
  * in as few processes as they can (see ShellsAsUsers), so the more at once, the fewer spawns.
  */
 const DECIDE_AT_ONCE = 64;
-/**
- * How long a module found able to run as its own user keeps that finding for the same module
- * delivered again unchanged. A fleet change is followed within seconds by a second delivery (the
- * credentials issued for the new modules' keys): checking each module's reach again then costs a
- * shell per module and delays every module's start, to learn what was learnt a moment ago.
- */
-const OWN_USER_KEPT_MS = 60_000;
 const AGENT_UID = (): number => process.getuid?.() ?? -1;
 const AGENT_GID = (): number => process.getgid?.() ?? -1;
 
@@ -98,9 +91,6 @@ export class ModuleIsolations {
   readonly #users: ModuleUsers;
   readonly #said = new Set<string>();
   #current = new Map<string, ModuleIdentity>();
-  // Each module found able to run as its own user: what was delivered for it then, and when.
-  readonly #ownUserSince = new Map<string, { readonly delivered: string; readonly at: number }>();
-  readonly #now: () => number;
 
   constructor(options: {
     stateDir: string;
@@ -112,10 +102,7 @@ export class ModuleIsolations {
     env: Readonly<Record<string, string | undefined>>;
     /** Whether modules can run as other users (default: the agent runs as root). */
     separate?: boolean;
-    /** The clock, in milliseconds (default: `performance.now`). */
-    now?: () => number;
   }) {
-    this.#now = options.now ?? (() => performance.now());
     this.#stateDir = options.stateDir;
     this.#mode = options.mode;
     this.#logger = options.logger;
@@ -149,11 +136,6 @@ export class ModuleIsolations {
     const users = separate ? await this.#users.ensureAll(delivery.modules.map((m) => m.name)) : undefined;
     const shells = new ShellsAsUsers();
     const decideOne = async (module: DeliveredModule): Promise<void> => {
-      const kept = this.#stillOwnUser(module, users?.get(module.name));
-      if (kept !== undefined) {
-        decided.set(module.name, kept);
-        return;
-      }
       let identity: ModuleIdentity;
       try {
         identity = separate
@@ -165,12 +147,6 @@ export class ModuleIsolations {
         identity = { kind: "refused", reason, isolation: { isolated: false, user: "", reason } };
       }
       decided.set(module.name, identity);
-      if (identity.kind === "own-user") {
-        this.#ownUserSince.set(module.name, {
-          delivered: deliveredKey(module, identity.user),
-          at: this.#now(),
-        });
-      } else this.#ownUserSince.delete(module.name);
     };
     const queue = [...delivery.modules];
     const worker = async (): Promise<void> => {
@@ -187,21 +163,6 @@ export class ModuleIsolations {
     }
     this.#current = ordered;
     return ordered;
-  }
-
-  // Its identity as last decided, when that was its own user, found so less than OWN_USER_KEPT_MS
-  // ago for the same delivered module and the same user; else undefined (decide again).
-  #stillOwnUser(
-    module: DeliveredModule,
-    user: ModuleUser | ModuleUserError | undefined,
-  ): ModuleIdentity | undefined {
-    const current = this.#current.get(module.name);
-    const since = this.#ownUserSince.get(module.name);
-    if (current?.kind !== "own-user" || since === undefined || user === undefined || user instanceof Error) {
-      return undefined;
-    }
-    if (this.#now() - since.at >= OWN_USER_KEPT_MS) return undefined;
-    return since.delivered === deliveredKey(module, user) ? current : undefined;
   }
 
   async #decide(
@@ -360,10 +321,4 @@ function agentUser(reason: string): ModuleIdentity {
     kind: "agent-user",
     isolation: { isolated: false, user: uid === 0 ? "root" : `uid ${uid}`, reason },
   };
-}
-
-// What a decision to run a module as its own user rests on: everything delivered for it (its
-// manifest, command, environment) and who its user is.
-function deliveredKey(module: DeliveredModule, user: ModuleUser): string {
-  return JSON.stringify([module, user.name, user.uid, user.gid]);
 }
