@@ -140,7 +140,11 @@ export async function startMariadb(options: MariadbOptions = {}): Promise<Mariad
   const dataDir = join(dir, "data");
   const socket = join(dir, "sock");
   const logPath = join(dir, "server.log");
+  // A temporary directory of its own: a starting mariadbd removes every "#sql" file in its tmpdir,
+  // and in the shared /tmp those may be the temporary tables of another server's installer.
+  const tmp = join(dir, "tmp");
   await mkdir(dataDir);
+  await mkdir(tmp);
 
   try {
     const install = spawnSync(
@@ -148,6 +152,7 @@ export async function startMariadb(options: MariadbOptions = {}): Promise<Mariad
       [
         "--no-defaults",
         `--datadir=${dataDir}`,
+        `--tmpdir=${tmp}`,
         "--user=root",
         "--auth-root-authentication-method=normal",
         "--skip-test-db",
@@ -180,6 +185,7 @@ export async function startMariadb(options: MariadbOptions = {}): Promise<Mariad
       [
         "--no-defaults",
         `--datadir=${dataDir}`,
+        `--tmpdir=${tmp}`,
         "--user=root",
         `--port=${port}`,
         "--bind-address=127.0.0.1",

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { after, before, describe, it } from "node:test";
 import mysql from "mysql2/promise";
 import { startMariadb, type MariadbServer } from "@mesh/testkit";
@@ -33,6 +34,18 @@ void describe("startMariadb", { timeout: 180_000 }, () => {
   void it("listens on a free loopback port that is not the machine's own 3306", () => {
     assert.equal(server.host, "127.0.0.1");
     assert.notEqual(server.port, 3306);
+  });
+
+  void it("keeps its temporary files out of the shared /tmp, where another server's start would remove them", async () => {
+    const conn = await mysql.createConnection(server.rootUrl);
+    try {
+      const [rows] = await conn.query<mysql.RowDataPacket[]>("SELECT @@tmpdir AS tmpdir");
+      const dir = String(rows[0]?.tmpdir);
+      assert.notEqual(dir.replace(/\/$/, ""), tmpdir().replace(/\/$/, ""));
+      assert.ok(existsSync(dir), dir);
+    } finally {
+      await conn.end();
+    }
   });
 
   void it("lets root in with its password and refuses a wrong one", async () => {
