@@ -98,8 +98,11 @@ export class FleetError extends ProblemsError {
   override name = "FleetError";
 }
 
-/** The largest fleet file read. */
-export const FLEET_MAX_BYTES = 4 * 1024 * 1024;
+/**
+ * The largest fleet file read: a bound on what a mistaken path can make the controller hold, well
+ * above a real fleet (one of 100,000 consumers across 100 nodes is about 6 MB).
+ */
+export const FLEET_MAX_BYTES = 32 * 1024 * 1024;
 
 const EXAMPLE = `nodes:\n  node-1: {}\nmodules:\n  notes: { manifest: ./notes/module.json, node: node-1 }`;
 
