@@ -358,6 +358,27 @@ describe("loadFleet and loadFleetManifests", () => {
     assert.equal(manifests.get("a"), manifests.get("b"));
   });
 
+  it("reads a large fleet's manifests a few at a time, never one descriptor per module", async () => {
+    const n = 1_000;
+    const modules = Array.from(
+      { length: n },
+      (_, i) => `  m${i}: { manifest: ./m${i}/module.json, node: n }`,
+    );
+    const fleet = parseFleet(`nodes: { n: {} }\nmodules:\n${modules.join("\n")}\n`, FILE);
+    let open = 0;
+    let most = 0;
+    const manifests = await loadFleetManifests(fleet, async (path) => {
+      open++;
+      most = Math.max(most, open);
+      await new Promise((resolve) => setImmediate(resolve));
+      open--;
+      return JSON.stringify({ name: path.split("/").at(-2) });
+    });
+    assert.equal(manifests.size, n);
+    assert.equal(manifests.get("m999")?.name, "m999");
+    assert.ok(most > 1 && most <= 64, `${most} manifests were read at once`);
+  });
+
   it("reports the problems of every bad manifest together, each with its own file", async () => {
     const path = await tempFleet({
       "mesh.yaml":
