@@ -16,13 +16,16 @@
 // them, and stack traces stay readable.
 //
 //   node scripts/bundle.mjs        (after tsc -b; `npm run build` runs both)
-import { readFileSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const PROVIDERS = ["postgres", "redis", "mariadb", "s3", "oidc"];
+/** Every provider in the checkout: a directory under providers/ with a src/main.ts. */
+const PROVIDERS = readdirSync(join(ROOT, "providers")).filter((name) =>
+  existsSync(join(ROOT, "providers", name, "src", "main.ts")),
+);
 /** Loaded at run time from node_modules, never bundled: optional or native, or only `mesh check`'s. */
 const EXTERNAL = ["pg-native", "pg-cloudflare", "typescript"];
 /**
