@@ -16,8 +16,8 @@
 // them, and stack traces stay readable.
 //
 //   node scripts/bundle.mjs        (after tsc -b; `npm run build` runs both)
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { dirname, join, relative } from "node:path";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 
@@ -43,6 +43,48 @@ const COMMONJS_GLOBALS = [
 ].join("\n");
 
 const versionOf = (dir) => JSON.parse(readFileSync(join(dir, "package.json"), "utf8")).version;
+
+/** Every workspace of the checkout by package name: its directory. */
+const WORKSPACES = new Map(
+  ["packages", "providers"]
+    .flatMap((group) => readdirSync(join(ROOT, group)).map((name) => join(ROOT, group, name)))
+    .filter((dir) => existsSync(join(dir, "package.json")))
+    .map((dir) => [JSON.parse(readFileSync(join(dir, "package.json"), "utf8")).name, dir]),
+);
+
+/**
+ * The build info of `dir`'s workspace and of every workspace it depends on, which tsc -b rewrites
+ * whenever it builds that workspace again.
+ */
+function buildInfos(dir) {
+  const seen = new Set([dir]);
+  for (const at of seen) {
+    const deps = JSON.parse(readFileSync(join(at, "package.json"), "utf8")).dependencies ?? {};
+    for (const name of Object.keys(deps)) if (WORKSPACES.has(name)) seen.add(WORKSPACES.get(name));
+  }
+  return [...seen].map((at) => join(at, "dist", ".tsbuildinfo"));
+}
+
+/**
+ * A bundle made before tsc's last build (`npx tsc -b` alone) would run older code than dist/ holds,
+ * silently. Each build info tsc wrote since the bundle was made says so: a provider's bundle refuses
+ * to start, naming the fix, and bin/mesh.js runs dist/ instead of the CLI's (see built-from.json).
+ * Outside the checkout (an installed tarball) none of these files is there and nothing is checked.
+ */
+function staleCheck(pkgDir, bundleDir) {
+  const paths = buildInfos(pkgDir).map((file) => relative(bundleDir, file));
+  return [
+    'import { statSync as meshStat } from "node:fs";',
+    "{",
+    "  const made = meshStat(new URL(import.meta.url)).mtimeMs;",
+    `  for (const info of ${JSON.stringify(paths)}) {`,
+    "    const built = meshStat(new URL(info, import.meta.url), { throwIfNoEntry: false });",
+    "    if (built !== undefined && built.mtimeMs > made)",
+    "      throw new Error(`${meshFileUrlToPath(import.meta.url)} is older than tsc's build of ${info}: run npm run build, which bundles again`);",
+    "  }",
+    "}",
+  ].join("\n");
+}
 
 /** The options every bundle shares. */
 const common = {
@@ -74,6 +116,18 @@ function checkVersions(pkgDir, metafile) {
   }
 }
 
+/**
+ * Writes a build's files, each whole or not at all (a process may be starting from them while
+ * `npm run build` runs): each to a temporary name beside it, then renamed over the old one.
+ */
+function writeWhole(outputFiles) {
+  for (const file of outputFiles) {
+    const temporary = `${file.path}.${process.pid}.tmp`;
+    writeFileSync(temporary, file.contents);
+    renameSync(temporary, file.path);
+  }
+}
+
 async function bundleProvider(name) {
   const dir = join(ROOT, "providers", name);
   const r = await build({
@@ -81,15 +135,22 @@ async function bundleProvider(name) {
     absWorkingDir: ROOT,
     entryPoints: [join(dir, "dist", "main.js")],
     outfile: join(dir, "dist", "main.bundle.js"),
+    banner: { js: `${COMMONJS_GLOBALS}\n${staleCheck(dir, join(dir, "dist"))}` },
+    write: false,
   });
   checkVersions(dir, r.metafile);
+  writeWhole(r.outputFiles);
 }
 
+/**
+ * The CLI's bundle is a directory of chunks named by their content: a new one is written beside
+ * the old, with built-from.json (what bin/mesh.js checks, see staleCheck), and put in its place in
+ * two renames, so no old chunk is left behind and no process finds a half-written bundle (while
+ * there is none, bin/mesh.js runs dist/).
+ */
 async function bundleCli() {
   const dir = join(ROOT, "packages", "cli");
   const out = join(dir, "bundle");
-  // Chunks are named by their content: a new build leaves none of the old ones behind.
-  rmSync(out, { recursive: true, force: true });
   const r = await build({
     ...common,
     absWorkingDir: ROOT,
@@ -97,8 +158,20 @@ async function bundleCli() {
     outdir: out,
     splitting: true,
     chunkNames: "chunk-[hash]",
+    write: false,
   });
   checkVersions(dir, r.metafile);
+  const next = `${out}.${process.pid}.new`;
+  const old = `${out}.${process.pid}.old`;
+  mkdirSync(next);
+  for (const file of r.outputFiles) writeFileSync(join(next, relative(out, file.path)), file.contents);
+  writeFileSync(
+    join(next, "built-from.json"),
+    `${JSON.stringify(buildInfos(dir).map((file) => relative(out, file)))}\n`,
+  );
+  if (existsSync(out)) renameSync(out, old);
+  renameSync(next, out);
+  rmSync(old, { recursive: true, force: true });
 }
 
 try {
