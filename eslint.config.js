@@ -4,7 +4,15 @@
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["**/node_modules/**", "**/dist/**", "scripts/**", "eslint.config.js"] },
+  {
+    ignores: [
+      "**/node_modules/**",
+      "**/dist/**",
+      "packages/cli/bundle*/**",
+      "scripts/**",
+      "eslint.config.js",
+    ],
+  },
   ...tseslint.configs.recommended,
   {
     files: ["**/*.ts"],

@@ -3,7 +3,7 @@
 // PostgreSQL, its VmRSS read from /proc after it has idled for a minute. Baseline, in the same run:
 // a bare `node` idling as long. Goal: ≤ 55 MB.
 //
-//   npx tsc -b tsconfig.build.json && node --conditions=source --import tsx bench/provider-idle-memory.ts
+//   npm run build && node --conditions=source --import tsx bench/provider-idle-memory.ts
 //   (MESH_BENCH_IDLE_S=60 to change how long it idles)
 
 import { spawn, type ChildProcess } from "node:child_process";

@@ -7,7 +7,7 @@
 // Baselines in the same run: each app's own time from its process's start to its first use (what no
 // control plane can save), and the backends' own RSS (what the mesh drives).
 //
-//   npx tsc -b tsconfig.build.json && node --conditions=source --import tsx bench/tour.ts
+//   npm run build && node --conditions=source --import tsx bench/tour.ts
 //   MESH_BENCH_STEADY_S=10   how long the mesh runs after the last app's first use before RSS is read
 //   MESH_BENCH_ROUNDS=1      cold starts, each on a fresh state directory (the figures are medians)
 

@@ -2,17 +2,22 @@
 // loads no part of the mesh that runs (controller, agent, providers, the sdk's harness), no parser
 // of manifests and fleets, and no cryptography; `mesh status` loads only the NATS client on top.
 // Each is loaded by the action that needs it, and a command named first loads only the module that
-// defines it (a plain `mesh status` not even that, nor Commander), so a short command starts quickly. The built code is run (bin/mesh.js, as an
-// operator runs it), with a loader hook that lists every file loaded.
+// defines it (a plain `mesh status` not even that, nor Commander), so a short command starts quickly. The built code is run (dist/main.js,
+// what bin/mesh.js runs when the build made no bundle), with a loader hook that lists every file
+// loaded: file by file, what each command loads can be told apart. The bundle bin/mesh.js prefers
+// (scripts/bundle.mjs) is split at the same dynamic imports, so it loads none of these parts sooner.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { freePort, startRedis, until } from "@mesh/testkit";
-import { cleanEnv, MESH_BIN } from "./run-mesh.ts";
+import { cleanEnv } from "./run-mesh.ts";
+
+/** The program as tsc built it, module by module. */
+const MESH_MAIN = fileURLToPath(new URL("../dist/main.js", import.meta.url));
 
 /** What no command may load before its action runs (checked against every file's URL). */
 const NEVER_AT_START: readonly [string, RegExp][] = [
@@ -43,7 +48,7 @@ describe("what mesh loads before it answers", { timeout: 60_000 }, () => {
   ): Promise<{ code: number | null; files: string[] }> => {
     const list = join(dir, `loaded-${Math.random().toString(36).slice(2)}.txt`);
     const code = await new Promise<number | null>((resolve, reject) => {
-      const child = spawn(process.execPath, ["--import", pathToFileURL(hooks).href, MESH_BIN, ...args], {
+      const child = spawn(process.execPath, ["--import", pathToFileURL(hooks).href, MESH_MAIN, ...args], {
         cwd: dir,
         env: cleanEnv({ ...env, MESH_TEST_LOADED: list }),
         stdio: "ignore",

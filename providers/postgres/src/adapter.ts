@@ -3,7 +3,7 @@
 // only speaks to the server, and leaves a mark (a JSON comment on the role) so the server itself
 // remembers what this provider instance made, active or retired.
 
-import pg from "pg";
+import type { ClientConfig } from "pg";
 import {
   consoleLogger,
   DerivedChangedError,
@@ -31,6 +31,7 @@ import type {
   RotationMark,
 } from "@mesh/sdk";
 import { resolvePostgresConfig, type PostgresAdapterConfig, type ResolvedPostgresConfig } from "./config.ts";
+import pg from "./pg.cts";
 import { scramVerifier, verifierMatches } from "./scram.ts";
 
 /**
@@ -246,7 +247,7 @@ export interface PostgresClients {
  */
 export function createPostgresAdapter(config: PostgresAdapterConfig): PostgresAdapter {
   const c = resolvePostgresConfig(config);
-  const options = (user: string, password: string, database: string): pg.ClientConfig => ({
+  const options = (user: string, password: string, database: string): ClientConfig => ({
     host: c.server.host,
     port: c.server.port,
     user,

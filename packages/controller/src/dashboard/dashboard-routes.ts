@@ -30,8 +30,10 @@ export const MAX_ACTION_BYTES = 4 * 1024;
 /** The id `retire approve` takes (see `setId` in @mesh/sdk/provider). */
 const SET_ID = /^[0-9a-f]{12}$/;
 
-// Beside src/ and dist/ alike: the page is served as written, by the sources and the build.
-const STATIC_DIR = new URL("../../static/", import.meta.url);
+// The package's static/, beside src/ and dist/: the page is served as written, by the sources and
+// the build. Found through the package's own exports rather than from this file, which may also
+// run from the CLI's bundle (scripts/bundle.mjs), elsewhere.
+const STATIC_DIR = new URL("./", import.meta.resolve("@mesh/controller/static/index.html"));
 
 const STATIC_FILES: Readonly<Record<string, { file: string; type: string }>> = {
   "/": { file: "index.html", type: "text/html; charset=utf-8" },
