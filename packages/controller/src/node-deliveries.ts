@@ -145,7 +145,9 @@ export class NodeDeliveries {
         key: secretKey(entry.consumer, entry.interface),
         consumer: entry.consumer,
         interface: entry.interface,
-        ...(await this.#passwords.ensureVersion(entry.consumer, entry.interface)),
+        // From memory when held (as after `ensureAll`), else read or minted now.
+        ...(this.#passwords.heldVersion(entry.consumer, entry.interface) ??
+          (await this.#passwords.ensureVersion(entry.consumer, entry.interface))),
       });
     }
     const fingerprint = createHash("sha256")

@@ -291,6 +291,15 @@ export class PasswordStore {
     return held.opened ?? held.about;
   }
 
+  /**
+   * What `ensureVersion` returns, when this store holds the password already (no bus, no wait);
+   * undefined when it does not.
+   */
+  heldVersion(consumer: string, iface: string): KeptVersion | undefined {
+    const held = this.#kept.get(secretKey(consumer, iface));
+    return held === undefined ? undefined : (held.opened ?? held.about);
+  }
+
   async #held(consumer: string, iface: string): Promise<Held> {
     const key = secretKey(consumer, iface);
     const held = this.#kept.get(key) ?? (await this.#read(key, consumer, iface));
