@@ -43,6 +43,13 @@ export interface ConnectBusOptions {
   readonly replicas?: number;
   /** Keep trying when no server answers at first, instead of failing at once. */
   readonly waitForServer?: boolean;
+  /**
+   * Whether an error of a request (a timeout, say) also carries the stack of where the request was
+   * made (default true). That stack is taken for every request, answered or not: on a connection
+   * that makes tens of thousands (a large fleet's controller) it is a good part of their cost. The
+   * error's message is the same either way.
+   */
+  readonly requestTraces?: boolean;
   readonly log?: BusLogger;
 }
 
@@ -186,6 +193,7 @@ export async function connectBus(options: ConnectBusOptions): Promise<NatsConnec
       maxPingOut: BUS_MAX_PINGS_OUT,
       timeout: BUS_CONNECT_TIMEOUT_MS,
       waitOnFirstConnect: options.waitForServer === true,
+      ...(options.requestTraces === false ? { noAsyncTraces: true } : {}),
       ...(options.inboxPrefix !== undefined ? { inboxPrefix: options.inboxPrefix } : {}),
       ...(ca !== undefined ? { tls: ca } : {}),
     });

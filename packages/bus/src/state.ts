@@ -71,6 +71,12 @@ export interface BusState<T> {
   /** Every key that holds a value now. */
   keys(): Promise<string[]>;
   /**
+   * Every key that holds a value now, with its value (or the StateValueError reading it gives), read
+   * in one pass over the bucket: for a large bucket, far fewer round trips than a `get` per key.
+   * @throws the bus's error when the bucket cannot be read.
+   */
+  values(): Promise<Map<string, T | StateValueError>>;
+  /**
    * Every value now (as `put` changes), then each change as it happens. `key` narrows it to one
    * key or a wildcard of keys (`nodes.*`).
    * @throws InvalidStateKeyError for a key pattern KV cannot watch.
@@ -259,6 +265,24 @@ export async function openState<T>(
     async keys() {
       const found: string[] = [];
       for await (const key of await listKeys(kv)) found.push(key);
+      return found;
+    },
+    async values() {
+      // The bucket's history (in a bucket of one value per key, its values; in one that keeps
+      // more, the older ones come first and are overwritten), in the order the bus stored it; it
+      // ends once nothing more was pending, so an empty bucket is no wait.
+      const found = new Map<string, T | StateValueError>();
+      for await (const entry of await kv.history()) {
+        if (entry.operation !== "PUT") {
+          found.delete(entry.key);
+          continue;
+        }
+        try {
+          found.set(entry.key, decode(entry));
+        } catch (err) {
+          found.set(entry.key, err as StateValueError);
+        }
+      }
       return found;
     },
     async watch(watchOptions = {}) {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import sodium from "libsodium-wrappers";
 import { InvalidPublicKeyError, mintPassword, newNodeKeys, seal, SealError, unseal } from "@mesh/bus";
-import { PASSWORD_BYTES } from "../src/sealing.ts";
+import { hsalsa20, PASSWORD_BYTES } from "../src/sealing.ts";
 
 void describe("sealing", () => {
   void it("a secret sealed to a node opens with that node's keys", async () => {
@@ -36,6 +36,16 @@ void describe("sealing", () => {
     }
     const ephemerals = new Set(bytes.map((b) => Buffer.from(b.subarray(0, 32)).toString("hex")));
     assert.equal(ephemerals.size, 3);
+  });
+
+  void it("makes a box's key as crypto_box_beforenm does: HSalsa20 of the X25519 shared secret", async () => {
+    await sodium.ready;
+    for (let i = 0; i < 20; i++) {
+      const [a, b] = [sodium.crypto_box_keypair(), sodium.crypto_box_keypair()];
+      const shared = sodium.crypto_scalarmult(a.privateKey, b.publicKey);
+      assert.deepEqual(hsalsa20(shared), sodium.crypto_box_beforenm(b.publicKey, a.privateKey));
+    }
+    assert.throws(() => hsalsa20(new Uint8Array(31)), RangeError);
   });
 
   void it("a box changed anywhere is refused as tampered with, never opened", async () => {

@@ -50,6 +50,23 @@ void describe("openState", () => {
     assert.deepEqual(await state.keys(), ["app.postgres-database"]);
   });
 
+  void it("reads every value in one pass: the last of each key, none deleted, a bad one as its error", async () => {
+    const state = await openState<Sealed>(nc, "mesh-values", { parse: isSealed });
+    assert.deepEqual(await state.values(), new Map(), "an empty bucket");
+    await state.put("a", { box: "a1", nodes: [] });
+    await state.put("b", { box: "b1", nodes: ["n1"] });
+    await state.put("a", { box: "a2", nodes: [] });
+    await state.put("gone", { box: "g", nodes: [] });
+    await state.delete("gone");
+    await nc.publish("$KV.mesh-values.bad", "not json");
+    await until("the bad value to be stored", async () => (await state.keys()).includes("bad"));
+    const values = await state.values();
+    assert.deepEqual([...values.keys()].sort(), ["a", "b", "bad"]);
+    assert.deepEqual(values.get("a"), { box: "a2", nodes: [] });
+    assert.deepEqual(values.get("b"), { box: "b1", nodes: ["n1"] });
+    assert.ok(values.get("bad") instanceof StateValueError);
+  });
+
   void it("keeps its values across a nats-server restart, and the connection comes back by itself", async () => {
     const state = await openState<Sealed>(nc, "mesh-desired");
     await state.put("fleet", { box: "kept", nodes: ["n1"] });

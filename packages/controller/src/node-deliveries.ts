@@ -107,6 +107,20 @@ export class NodeDeliveries {
     term = 0,
     mustLead: () => void = () => undefined,
   ): Promise<Published> {
+    return this.#publish(node, fleet, enrolled, credentials, term, mustLead, 1);
+  }
+
+  // `attempt`: how many times this delivery was worked out, counting this one (again when a password
+  // it carries could not be opened and was replaced).
+  async #publish(
+    node: string,
+    fleet: FleetPlan,
+    enrolled: EnrolledNode | undefined,
+    credentials: NodeCredentials,
+    term: number,
+    mustLead: () => void,
+    attempt: number,
+  ): Promise<Published> {
     const bucket = await this.bucket(node);
     if (enrolled === undefined) return { node, generation: undefined, changed: false };
     const inFleet = fleet.nodes.includes(node);
@@ -124,11 +138,16 @@ export class NodeDeliveries {
             ...(m.limits === undefined ? {} : { limits: m.limits }),
           }))
       : [];
+    // Their versions only: a password is opened when a part that carries it is written.
     const passwords = [];
     for (const entry of planEntries(plan)) {
       passwords.push({
         key: secretKey(entry.consumer, entry.interface),
-        ...(await this.#passwords.ensure(entry.consumer, entry.interface)),
+        consumer: entry.consumer,
+        interface: entry.interface,
+        // From memory when held (as after `ensureAll`), else read or minted now.
+        ...(this.#passwords.heldVersion(entry.consumer, entry.interface) ??
+          (await this.#passwords.ensureVersion(entry.consumer, entry.interface))),
       });
     }
     const fingerprint = createHash("sha256")
@@ -156,7 +175,12 @@ export class NodeDeliveries {
     // One part per module and per consumer entry, each written only when what it says changed;
     // then the head that names them; then the parts it no longer names are deleted. A reader never
     // sees a head naming a part not written yet, nor one whose part was deleted while it stood.
-    const parts: { key: string; fingerprint: string; write: () => Promise<DeliveryPart> }[] = [];
+    const parts: {
+      key: string;
+      fingerprint: string;
+      password?: { key: string; consumer: string; interface: string; version: string };
+      write: () => Promise<DeliveryPart>;
+    }[] = [];
     for (const m of modules) {
       const part: ModulePart = {
         kind: "module",
@@ -192,9 +216,12 @@ export class NodeDeliveries {
       parts.push({
         key: entryPartKey(entry.consumer, entry.interface),
         fingerprint: partFingerprint(said),
+        password: p,
         write: async () => {
           const kept = boxes.get(key);
-          const box = kept?.box ?? (await seal(p.password, enrolled.sealPublicKey));
+          const password = opened.get(key);
+          if (kept === undefined && password === undefined) throw new Error(`${key} was not opened`);
+          const box = kept?.box ?? (await seal(password as string, enrolled.sealPublicKey));
           boxes.set(key, { version: p.version, sealPublicKey: enrolled.sealPublicKey, box });
           return { ...said, box };
         },
@@ -202,6 +229,22 @@ export class NodeDeliveries {
     }
     const held = last.parts ?? new Map<string, string>();
     const changed = parts.filter((p) => held.get(p.key) !== p.fingerprint);
+    // The passwords to seal again, opened first: one that cannot be opened (the controller's key
+    // was replaced) is replaced by a new version, and the delivery is worked out again with it.
+    const opened = new Map<string, string>();
+    let replaced = false;
+    await inBatches(
+      changed.flatMap((c) => (c.password === undefined || boxes.has(c.password.key) ? [] : [c.password])),
+      async (p) => {
+        const kept = await this.#passwords.ensure(p.consumer, p.interface);
+        if (kept.version === p.version) opened.set(p.key, kept.password);
+        else replaced = true;
+      },
+    );
+    if (replaced) {
+      if (attempt >= 3) throw new Error(`${node}'s passwords kept changing while its delivery was written`);
+      return this.#publish(node, fleet, enrolled, credentials, term, mustLead, attempt + 1);
+    }
     const strays = this.#strays.get(node) ?? new Set<string>();
     this.#strays.set(node, strays);
     for (const p of changed) if (!held.has(p.key)) strays.add(p.key);

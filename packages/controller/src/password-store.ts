@@ -49,9 +49,11 @@ export class BusCannotStoreError extends Error {
   }
 }
 
-/** A kept password and the version it was minted as (a new version at every rotation). */
-export interface KeptPassword {
-  readonly password: string;
+/**
+ * What is known of a kept password without opening it: the version it was minted as (a new version
+ * at every rotation) and what travels with it. Enough to tell whether a delivery changed.
+ */
+export interface KeptVersion {
   /** Random, never derived from the password: what a delivery's fingerprint is made of. */
   readonly version: string;
   /**
@@ -70,6 +72,22 @@ export interface KeptPassword {
    * backend holds (a restore of an older backup) rather than undo a rotation silently.
    */
   readonly mintedAt?: string;
+}
+
+/** A kept password, opened. */
+export interface KeptPassword extends KeptVersion {
+  readonly password: string;
+}
+
+// A password this store holds: as the bus keeps it (sealed to the controller's key), and opened
+// once something needed it in the clear. Opening one costs a public-key operation: a restart that
+// republishes nothing opens none.
+interface Held {
+  /** The `secretKey`. */
+  readonly key: string;
+  readonly about: KeptVersion;
+  readonly record: SealedPassword;
+  opened?: KeptPassword;
 }
 
 /** A restore that waits: the old password of `consumer` for `interface` is to be put back. */
@@ -111,9 +129,29 @@ function mintTime(after?: string): string {
   return new Date(Number.isNaN(floor) ? now : Math.max(now, floor)).toISOString();
 }
 
+// What a record says of its password, without opening it.
+function aboutRecord(record: SealedPassword): KeptVersion {
+  return {
+    version: record.version,
+    ...(record.slot === 1 ? { slot: 1 as const } : {}),
+    ...(Number.isNaN(Date.parse(record.mintedAt)) ? {} : { mintedAt: record.mintedAt }),
+    ...(record.cut === true ? { cut: true as const } : {}),
+  };
+}
+
+// A record as it stands for its password: without the one an unconfirmed rotation replaces.
+function standing(record: SealedPassword): SealedPassword {
+  const { replaces: _replaces, ...rest } = record;
+  return rest;
+}
+
 // Reading or minting a large fleet's passwords one at a time would be slow; all at once would
 // flood the bus.
 const CONCURRENCY = 32;
+
+// From this many passwords to read, the whole bucket is read in one pass rather than one key at a
+// time (each read is a round trip, and its cost in the client adds up over a large fleet).
+const READ_ALL_FROM = CONCURRENCY;
 
 /** The controller's passwords: minted on first need, kept sealed, rotated on request. */
 export class PasswordStore {
@@ -121,7 +159,9 @@ export class PasswordStore {
   readonly #keys: NodeKeys;
   readonly #log: BusLogger;
   readonly #restores: RestoreIntents;
-  readonly #kept = new Map<string, KeptPassword>();
+  readonly #kept = new Map<string, Held>();
+  // Opens under way, so that two deliveries needing the same password open it (or replace it) once.
+  readonly #opening = new Map<Held, Promise<KeptPassword>>();
   #minted = 0;
 
   private constructor(
@@ -193,33 +233,107 @@ export class PasswordStore {
 
   /**
    * Makes sure every (consumer, interface) of `wanted` has a password: each kept one is read into
-   * memory, each missing one minted and kept. A few at a time, so that a large fleet's first start
-   * or a restart does not wait on one bus round trip after another, nor floods the bus.
+   * memory (the whole bucket in one pass when there are many), each missing one minted and kept.
+   * Kept ones are not opened, save one: when it cannot be opened with this controller's key (its key
+   * file was replaced or lost), none read here can, and each is opened and replaced now, as a
+   * delivery would have to. A few at a time, so that a large fleet's first start or a restart does
+   * not wait on one bus round trip after another, nor floods the bus.
    * @throws the bus's error when the bucket cannot be read or written.
    */
   async ensureAll(
     wanted: readonly { readonly consumer: string; readonly interface: string }[],
   ): Promise<void> {
     const missing = wanted.filter((w) => !this.#kept.has(secretKey(w.consumer, w.interface)));
-    let next = 0;
-    const worker = async (): Promise<void> => {
-      while (next < missing.length) {
-        const w = missing[next++];
-        if (w !== undefined) await this.ensure(w.consumer, w.interface);
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(CONCURRENCY, missing.length) }, worker));
+    if (missing.length === 0) return;
+    const stored = missing.length >= READ_ALL_FROM ? await this.#state.values() : undefined;
+    const read: Held[] = [];
+    const unkept: typeof missing = [];
+    await inParallel(missing, async (w) => {
+      const key = secretKey(w.consumer, w.interface);
+      if (this.#kept.has(key)) return;
+      const held = await this.#read(key, w.consumer, w.interface, stored);
+      if (held === undefined) unkept.push(w);
+      else read.push(held);
+    });
+    // The oldest first: one sealed to a key this controller no longer has is older than any it sealed.
+    // (A record without a readable mint time is from before they were kept: older than any.)
+    const minted = (h: Held): number => Date.parse(h.record.mintedAt) || Number.NEGATIVE_INFINITY;
+    const probe = read.reduce<Held | undefined>(
+      (oldest, h) => (oldest === undefined || minted(h) < minted(oldest) ? h : oldest),
+      undefined,
+    );
+    if (probe !== undefined && (await this.#open(probe)).version !== probe.about.version) {
+      await inParallel(read, (h) => this.#open(h));
+    }
+    await inParallel(unkept, async (w) => {
+      const key = secretKey(w.consumer, w.interface);
+      if (!this.#kept.has(key)) await this.#mint(key, "first needed");
+    });
   }
 
   /**
-   * The password of `consumer` for `iface`: the kept one, else a newly minted one (kept sealed in
-   * the bus before it is returned, so it is never handed out and then forgotten).
+   * The password of `consumer` for `iface`, opened: the kept one, else a newly minted one (kept
+   * sealed in the bus before it is returned, so it is never handed out and then forgotten). A kept
+   * one that cannot be opened with this controller's key is replaced by a new one.
    * @throws the bus's error when the bucket cannot be read or written.
    */
   async ensure(consumer: string, iface: string): Promise<KeptPassword> {
+    return this.#open(await this.#held(consumer, iface));
+  }
+
+  /**
+   * What `ensure` would return but the password itself, without opening it (a kept one is opened
+   * only when it is needed in the clear: a delivery that changed). Minted when missing.
+   * @throws the bus's error when the bucket cannot be read or written.
+   */
+  async ensureVersion(consumer: string, iface: string): Promise<KeptVersion> {
+    const held = await this.#held(consumer, iface);
+    return held.opened ?? held.about;
+  }
+
+  /**
+   * What `ensureVersion` returns, when this store holds the password already (no bus, no wait);
+   * undefined when it does not.
+   */
+  heldVersion(consumer: string, iface: string): KeptVersion | undefined {
+    const held = this.#kept.get(secretKey(consumer, iface));
+    return held === undefined ? undefined : (held.opened ?? held.about);
+  }
+
+  async #held(consumer: string, iface: string): Promise<Held> {
     const key = secretKey(consumer, iface);
-    const kept = this.#kept.get(key) ?? (await this.#read(key, consumer, iface));
-    return kept ?? this.#mint(key, "first needed");
+    const held = this.#kept.get(key) ?? (await this.#read(key, consumer, iface));
+    return held ?? this.#mint(key, "first needed");
+  }
+
+  // Opens a held password; one that cannot be opened with this controller's key is replaced.
+  #open(held: Held): Promise<KeptPassword> {
+    if (held.opened !== undefined) return Promise.resolve(held.opened);
+    let opening = this.#opening.get(held);
+    if (opening === undefined) {
+      opening = this.#opened(held).finally(() => this.#opening.delete(held));
+      this.#opening.set(held, opening);
+    }
+    return opening;
+  }
+
+  async #opened(held: Held): Promise<KeptPassword> {
+    const { key } = held;
+    let password: string;
+    try {
+      password = await unseal(held.record.sealed, this.#keys);
+    } catch {
+      this.#log.warn(
+        `the kept password of ${key} cannot be opened with this controller's key (its key file was ` +
+          `replaced or lost): a new password is minted, and the provider applies it (no data is lost)`,
+      );
+      const replaced = this.#kept.get(key);
+      // Replaced meanwhile (rotated): that one stands.
+      if (replaced !== undefined && replaced !== held) return this.#open(replaced);
+      return (await this.#mint(key, "first needed")).opened as KeptPassword;
+    }
+    held.opened = { password, ...held.about };
+    return held.opened;
   }
 
   /**
@@ -237,7 +351,8 @@ export class PasswordStore {
     options: { cut?: boolean; after?: string } = {},
   ): Promise<KeptPassword> {
     const key = secretKey(consumer, iface);
-    const old = this.#kept.get(key);
+    const held = this.#kept.get(key);
+    const old = held?.about;
     const kept: KeptPassword = {
       password: mintPassword(),
       version: randomUUID(),
@@ -246,9 +361,9 @@ export class PasswordStore {
       mintedAt: mintTime(latest(options.after, old?.mintedAt)),
       ...(options.cut === true ? { cut: true as const } : {}),
     };
-    const intent = old === undefined ? undefined : await this.#intend(key, consumer, iface, old, kept);
+    const intent = held === undefined ? undefined : await this.#intend(key, consumer, iface, held, kept);
+    const record = await this.#record(kept);
     try {
-      const record = await this.#record(kept);
       if (intent === undefined) await this.#state.put(key, record);
       else {
         // Offered first as unconfirmed, naming the password it replaces: should the bus commit it
@@ -262,7 +377,7 @@ export class PasswordStore {
       // and is put back (by `restore`, run until stored, or by the next controller from the file).
       throw new BusCannotStoreError(`${consumer}'s ${iface}`, () => this.restore(key), { cause: err });
     }
-    this.#kept.set(key, kept);
+    this.#kept.set(key, { key, about: aboutRecord(record), record, opened: kept });
     this.#minted++;
     this.#log.info(`minted a new password for ${key} (rotated on request)`);
     // Stored, it stands: over the old one and over every refused one before it (those the bus
@@ -314,17 +429,18 @@ export class PasswordStore {
     key: string,
     consumer: string,
     iface: string,
-    old: KeptPassword,
+    old: Held,
     next: KeptPassword,
   ): Promise<RestoreIntent> {
     const before = this.#restores.get(key);
     const intent: RestoreIntent =
-      before !== undefined && before.kept.version === old.version
+      before !== undefined && before.kept.version === old.about.version
         ? { ...before, refused: [...before.refused, next.version] }
         : {
             consumer,
             interface: iface,
-            kept: await this.#record(old),
+            // As the bus keeps it: put back as it was, not sealed again.
+            kept: old.record,
             refused: [next.version],
             since: new Date().toISOString(),
           };
@@ -349,11 +465,20 @@ export class PasswordStore {
     };
   }
 
-  async #read(key: string, consumer: string, iface: string): Promise<KeptPassword | undefined> {
+  // The password kept for `key`, not opened: from `stored` (the whole bucket, read before) when
+  // given, else read from the bus; undefined when none is kept (or it is damaged: one is minted).
+  async #read(
+    key: string,
+    consumer: string,
+    iface: string,
+    stored?: ReadonlyMap<string, SealedPassword | StateValueError>,
+  ): Promise<Held | undefined> {
     let intent = this.#restores.get(key);
     let record: SealedPassword | undefined;
     try {
-      record = await this.#state.get(key);
+      const value = stored === undefined ? await this.#state.get(key) : stored.get(key);
+      if (value instanceof StateValueError) throw value;
+      record = value;
     } catch (err) {
       if (intent === undefined) {
         // A bus that does not answer now is not a damaged record: minting would rotate a password
@@ -388,34 +513,35 @@ export class PasswordStore {
       record = intent.kept;
     }
     if (record === undefined) return undefined;
-    let password: string;
-    try {
-      password = await unseal(record.sealed, this.#keys);
-    } catch {
-      this.#log.warn(
-        `the kept password of ${key} cannot be opened with this controller's key (its key file was ` +
-          `replaced or lost): a new password is minted, and the provider applies it (no data is lost)`,
-      );
-      return undefined;
-    }
-    const kept: KeptPassword = {
-      password,
-      version: record.version,
-      ...(record.slot === 1 ? { slot: 1 as const } : {}),
-      ...(Number.isNaN(Date.parse(record.mintedAt)) ? {} : { mintedAt: record.mintedAt }),
-      ...(record.cut === true ? { cut: true as const } : {}),
-    };
-    this.#kept.set(key, kept);
-    return kept;
+    // Read meanwhile by another caller (or minted): that one stands, so that it is opened once.
+    const already = this.#kept.get(key);
+    if (already !== undefined) return already;
+    const held: Held = { key, about: aboutRecord(record), record: standing(record) };
+    this.#kept.set(key, held);
+    return held;
   }
 
-  async #mint(key: string, why: string): Promise<KeptPassword> {
+  async #mint(key: string, why: string): Promise<Held> {
     const kept: KeptPassword = { password: mintPassword(), version: randomUUID(), mintedAt: mintTime() };
-    await this.#state.put(key, await this.#record(kept));
-    this.#kept.set(key, kept);
+    const record = await this.#record(kept);
+    await this.#state.put(key, record);
+    const held: Held = { key, about: aboutRecord(record), record, opened: kept };
+    this.#kept.set(key, held);
     this.#minted++;
     // A fleet's first start mints one per consumer: only the unusual mints are worth a line each.
     if (why !== "first needed") this.#log.info(`minted a new password for ${key} (${why})`);
-    return kept;
+    return held;
   }
+}
+
+// Runs `work` over `items`, CONCURRENCY at a time.
+async function inParallel<T>(items: readonly T[], work: (item: T) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const item = items[next++] as T;
+      await work(item);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, items.length) }, worker));
 }

@@ -189,6 +189,9 @@ async function startOnce(options: ControllerOptions): Promise<Controller> {
     creds: credsFor(jwt, keys.nats.seed),
     name: "controller",
     inboxPrefix: inboxPrefix("controller"),
+    // Tens of thousands of requests for a large fleet's delivery: each taking a stack it never
+    // uses was much of their cost (and of the garbage collector's).
+    requestTraces: false,
     log,
     ...(options.replicas !== undefined ? { replicas: options.replicas } : {}),
     ...(options.ca !== undefined ? { ca: options.ca } : {}),

@@ -39,6 +39,7 @@ function lateLandingBucket(): { state: BusState<SealedPassword>; failNextPut: ()
     entry: async (key) => values.get(key),
     update: async (key, value) => put(key, value),
     keys: async () => [...values.keys()],
+    values: async () => new Map([...values].map(([key, v]) => [key, v.value])),
     watch: () => Promise.reject(new Error("not used here")),
   };
   return { state, failNextPut: () => (fail = true) };
@@ -298,5 +299,80 @@ void describe("PasswordStore mint times", () => {
     const plain = await store.rotate("notes", "postgres-database");
     assert.ok(Date.parse(plain.mintedAt ?? "") > Date.parse(rotated.mintedAt ?? ""), plain.mintedAt);
     assert.equal((await bucket.state.get("notes/postgres-database"))?.mintedAt, plain.mintedAt);
+  });
+});
+
+void describe("PasswordStore opening kept passwords", () => {
+  const wanted = [
+    { consumer: "old", interface: "postgres-database" },
+    { consumer: "new", interface: "postgres-database" },
+  ];
+  const recordOf = async (
+    store: PasswordStore,
+    bucket: BusState<SealedPassword>,
+    consumer: string,
+  ): Promise<SealedPassword | undefined> => {
+    await store.ensure(consumer, "postgres-database");
+    return bucket.get(`${consumer}/postgres-database`);
+  };
+
+  void it("reads kept ones without opening them, and replaces one that cannot be opened when it is needed", async () => {
+    const keys = await newNodeKeys();
+    const other = await newNodeKeys();
+    const bucket = lateLandingBucket();
+    await recordOf(PasswordStore.over(bucket.state, keys, quietLogger), bucket.state, "old");
+    // Sealed to another key, and newer than the one this controller can open.
+    const sealed = await recordOf(PasswordStore.over(bucket.state, other, quietLogger), bucket.state, "new");
+    assert.ok(sealed !== undefined);
+    const foreign = { ...sealed, mintedAt: new Date(Date.now() + 60_000).toISOString() };
+    await bucket.state.put("new/postgres-database", foreign);
+    const warnings: string[] = [];
+    const log = { ...quietLogger, warn: (line: string) => void warnings.push(line) };
+    const store = PasswordStore.over(bucket.state, keys, log);
+    await store.ensureAll(wanted);
+    assert.equal(store.minted, 0, "nothing is opened, nothing replaced, until it is needed");
+    assert.equal((await store.ensureVersion("new", "postgres-database")).version, foreign?.version);
+    assert.equal(warnings.length, 0);
+    const opened = await store.ensure("new", "postgres-database");
+    assert.notEqual(opened.version, foreign?.version, "replaced once needed in the clear");
+    assert.equal(store.minted, 1);
+    assert.equal((await bucket.state.get("new/postgres-database"))?.version, opened.version);
+    assert.ok(warnings.some((w) => w.includes("cannot be opened with this controller's key")));
+  });
+
+  void it("replaces every kept one when the oldest cannot be opened (the controller's key was replaced)", async () => {
+    const lost = await newNodeKeys();
+    const bucket = lateLandingBucket();
+    const before = PasswordStore.over(bucket.state, lost, quietLogger);
+    await before.ensureAll(wanted);
+    const store = PasswordStore.over(bucket.state, await newNodeKeys(), quietLogger);
+    await store.ensureAll(wanted);
+    assert.equal(store.minted, 2);
+    for (const w of wanted) {
+      assert.notEqual(
+        (await store.ensureVersion(w.consumer, w.interface)).version,
+        (await before.ensureVersion(w.consumer, w.interface)).version,
+      );
+    }
+  });
+
+  void it("reads the whole bucket in one pass for a large fleet, as it reads one key at a time", async () => {
+    const keys = await newNodeKeys();
+    const bucket = lateLandingBucket();
+    const many = Array.from({ length: 40 }, (_, i) => ({
+      consumer: `c${i}`,
+      interface: "postgres-database",
+    }));
+    const first = PasswordStore.over(bucket.state, keys, quietLogger);
+    await first.ensureAll(many);
+    assert.equal(first.minted, 40);
+    const again = PasswordStore.over(bucket.state, keys, quietLogger);
+    await again.ensureAll(many);
+    assert.equal(again.minted, 0);
+    for (const w of many)
+      assert.deepEqual(
+        await again.ensure(w.consumer, w.interface),
+        await first.ensure(w.consumer, w.interface),
+      );
   });
 });
