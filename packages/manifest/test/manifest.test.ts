@@ -50,7 +50,7 @@ describe("the providers' manifests", () => {
       // The agent starts each provider from its own directory, with plain node on its built JavaScript.
       assert.deepEqual(m.run && { command: m.run.command, args: m.run.args }, {
         command: "node",
-        args: ["dist/main.js"],
+        args: ["dist/main.bundle.js"],
       });
     });
   }
