@@ -597,6 +597,18 @@ describe("three hosts on a 3-node NATS cluster", { skip: reason ?? false, timeou
         60,
       );
     }
+    // A controller that stood by while its lease was in doubt leads again a moment later; the next
+    // test starts once one leads (`mesh` itself waits a few seconds for one, measured elsewhere).
+    await until(
+      "a controller to lead",
+      async () => {
+        const run = await mesh("status", "--json", "--state", controllerState());
+        if (run.code !== 0) return undefined;
+        const { controllers } = JSON.parse(run.out) as { controllers?: { leading: boolean }[] };
+        return controllers?.some((c) => c.leading) === true ? true : undefined;
+      },
+      60,
+    );
   };
 
   it("mesh join-token --renew makes a new token, and the enrolled node keeps running", async () => {

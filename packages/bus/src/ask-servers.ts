@@ -6,6 +6,10 @@
 // receipt, and a server that does not connect, or through which no controller takes the request
 // within `receiptMs`, is left for the next. A request once taken is waited for, however long its
 // answer takes, and never asked again; one not taken stays open, so a late answer still counts.
+// When every server says at once that nothing listens, the asking goes on for a few seconds more,
+// a little slower each time: a controller stands by while its lease is in doubt (a server of the
+// cluster restarted under it) and answers again a moment later, so "nothing listens" for that long
+// is an answer, and for less it is a blink.
 import {
   createInbox,
   NoRespondersError,
@@ -17,6 +21,12 @@ import { BusCredentialsRefusedError, BusTlsError, connectBus } from "./connect-b
 
 /** How long one server is given to have a request taken before the next is asked. */
 export const ASK_RECEIPT_MS = 2_000;
+
+/** How long every server may say that nothing listens before the asking gives up on a listener. */
+export const ASK_LISTENER_WAIT_MS = 5_000;
+
+/** The first pause before every server is asked again when none has a listener; doubled each time. */
+const LISTENER_PAUSE_MS = 250;
 
 /** How to ask. */
 export interface AskServersOptions {
@@ -44,13 +54,20 @@ export interface AskServersOptions {
    */
   readonly rounds?: number;
   /**
+   * How long the servers may all say that nothing listens before `NoRespondersError`
+   * (`ASK_LISTENER_WAIT_MS`): they are asked again after a pause that doubles from 250 ms.
+   */
+  readonly listenerWaitMs?: number;
+  /**
    * Also sends `subject` on the connection that answers, as the answer is awaited, and keeps the
    * replies that come within `withinMs` of sending it (a subject every controller answers): sooner
    * once the answer came and the replies have stopped coming for `GATHER_QUIET_MS`.
    */
   readonly gather?: { readonly subject: string; readonly body?: string; readonly withinMs: number };
-  /** Told of each server left for the next, and why. */
+  /** Told of each server left for the next, and why (once a server for nothing listening). */
   readonly onNext?: (server: string, why: string) => void;
+  /** Told once, when every server has said that nothing listens and the asking pauses to go on. */
+  readonly onWaitForListener?: (withinMs: number) => void;
   /** Opens a connection to one server (default: `connectBus` with the options above). */
   readonly connect?: (server: string) => Promise<NatsConnection>;
 }
@@ -95,6 +112,7 @@ interface Asked {
 export async function askThroughServers(options: AskServersOptions): Promise<AskedAnswer> {
   const receiptMs = options.receiptMs ?? ASK_RECEIPT_MS;
   const rounds = options.rounds ?? 3;
+  const listenerWaitMs = options.listenerWaitMs ?? ASK_LISTENER_WAIT_MS;
   const deadline = Date.now() + options.timeoutMs;
   const known = [...new Set(options.servers)];
   const connect =
@@ -112,9 +130,14 @@ export async function askThroughServers(options: AskServersOptions): Promise<Ask
   /** What was asked and may still be taken (not refused for want of a listener). */
   const open = new Set<Asked>();
   const askedOf = new Map<string, number>();
+  /** The servers that did not connect: asked no more. */
+  const unreachable = new Set<string>();
   let lastFailure: unknown;
   let connectedOnce = false;
   let nobodyListens = false;
+  /** When a server first said that nothing listens, and how many pauses followed. */
+  let nobodySince: number | undefined;
+  let pauses = 0;
 
   // The first request something takes, whichever server it went through.
   let chosen: ((a: Asked) => void) | undefined;
@@ -140,8 +163,22 @@ export async function askThroughServers(options: AskServersOptions): Promise<Ask
   try {
     for (let i = 0; winner === undefined && Date.now() < deadline; i++) {
       const server = known[i % known.length] as string;
-      // Every server asked as often as it may: only a late answer to what is open can come now.
-      if (known.every((s) => (askedOf.get(s) ?? 0) >= rounds)) break;
+      if (known.every((s) => (askedOf.get(s) ?? 0) >= rounds)) {
+        // Every server asked as often as it may. When each that connected said that nothing
+        // listens, a listener may be a moment away: pause, then ask them all once more.
+        const waited = nobodySince === undefined ? Infinity : Date.now() - nobodySince;
+        if (open.size > 0 || !nobodyListens || waited >= listenerWaitMs) break;
+        const pauseMs = Math.min(
+          LISTENER_PAUSE_MS * 2 ** pauses++,
+          listenerWaitMs - waited,
+          Math.max(0, deadline - Date.now()),
+        );
+        if (pauses === 1) options.onWaitForListener?.(listenerWaitMs);
+        await new Promise((resolve) => setTimeout(resolve, pauseMs));
+        for (const s of known) if (!unreachable.has(s)) askedOf.set(s, rounds - 1);
+        i = -1;
+        continue;
+      }
       if ((askedOf.get(server) ?? 0) >= rounds) continue;
       askedOf.set(server, (askedOf.get(server) ?? 0) + 1);
 
@@ -167,6 +204,7 @@ export async function askThroughServers(options: AskServersOptions): Promise<Ask
           lastFailure = err;
           // Not tried again: the rounds are for a cluster's routes to settle, not for a server down.
           askedOf.set(server, rounds);
+          unreachable.add(server);
           options.onNext?.(server, `it did not connect: ${err instanceof Error ? err.message : String(err)}`);
           continue;
         }
@@ -200,7 +238,8 @@ export async function askThroughServers(options: AskServersOptions): Promise<Ask
         request.close();
         open.delete(a);
         nobodyListens = true;
-        options.onNext?.(server, `nothing listens on ${options.subject} through it`);
+        nobodySince ??= Date.now();
+        if (pauses === 0) options.onNext?.(server, `nothing listens on ${options.subject} through it`);
         continue;
       }
       options.onNext?.(server, `nothing took the request within ${receiptMs / 1000} s`);

@@ -175,7 +175,40 @@ describe("asking through the servers that reach an answerer", () => {
     }
   });
 
-  it("says at once that nothing listens when no server has a listener, and names the wait when nothing answers", async () => {
+  it("finds a listener that comes a moment after every server said that nothing listens (a controller between terms)", async () => {
+    let late: { count: number; stop(): void } | undefined;
+    const waits: number[] = [];
+    const began = Date.now();
+    // Nothing listens when the asking begins; the answerer comes 1.2 s later, as a controller that
+    // stood by while its lease was in doubt leads again.
+    const coming = new Promise<void>((resolve) =>
+      setTimeout(
+        () => void answerer(b.url, { text: "leading again" }).then((x) => ((late = x), resolve())),
+        1_200,
+      ),
+    );
+    try {
+      const got = await askThroughServers({
+        servers: [a.url, b.url],
+        creds,
+        name: "mesh join-token",
+        subject: SUBJECT,
+        body: "{}",
+        timeoutMs: 30_000,
+        receiptMs: RECEIPT_MS,
+        onWaitForListener: (ms) => waits.push(ms),
+      });
+      assert.equal(got.text, "leading again");
+      assert.equal(late?.count, 1, "asked once it listened, and once only");
+      assert.deepEqual(waits, [5_000], "the wait is told once");
+      assert.ok(Date.now() - began < 5_000, "answered within the wait for a listener");
+    } finally {
+      await coming;
+      late?.stop();
+    }
+  });
+
+  it("says that nothing listens after a few seconds when no server has a listener, and names the wait when nothing answers", async () => {
     const began = Date.now();
     await assert.rejects(
       askThroughServers({
@@ -189,7 +222,9 @@ describe("asking through the servers that reach an answerer", () => {
       }),
       NoRespondersError,
     );
-    assert.ok(Date.now() - began < 10_000, "no wait for a receipt nobody can send");
+    const waited = Date.now() - began;
+    assert.ok(waited >= 5_000, `asked again for the wait for a listener (${waited} ms)`);
+    assert.ok(waited < 10_000, "no wait for a receipt nobody can send");
 
     const void_ = await answerer(a.url, { text: "never", receipt: false, reply: false });
     try {

@@ -279,6 +279,11 @@ async function askOnce<T>(
         : {}),
       onNext: (server, why) =>
         say(`${note} no controller answered through ${server} (${why}); asking through the next server`),
+      onWaitForListener: (withinMs) =>
+        say(
+          `${note} nothing answers through any server yet (a controller between terms answers again in ` +
+            `a moment); asking again for up to ${withinMs / 1000} s`,
+        ),
     });
   } catch (err) {
     if (
