@@ -32,9 +32,22 @@ export interface SubjectRules {
 export interface BusPermissions {
   readonly pub: SubjectRules;
   readonly sub: SubjectRules;
-  /** Whether the user may answer requests (publish to the reply subject it was given), as a service does. */
+  /**
+   * Whether the user may answer requests (publish to the reply subject it was given), as a service
+   * does, within `RESPONSE_WINDOW_MS` of each. Not for a user that may publish everywhere anyway:
+   * the server notes the reply subject of every message such a user receives (a JetStream message
+   * has one too), and scans those notes on each message once they pass a few thousand, so a
+   * connection that reads a large bucket pays for it quadratically.
+   */
   readonly allowResponses?: boolean;
 }
+
+/**
+ * How long a user with `allowResponses` may take to answer a request (2 min): longer than the
+ * controller waits for a relayed tool (110 s). The server forgets each reply subject after it, so
+ * what it keeps for a long-lived connection stays bounded.
+ */
+export const RESPONSE_WINDOW_MS = 120_000;
 
 /** What a user JWT is issued for. */
 export interface UserRequest {
@@ -414,7 +427,8 @@ async function encodeMeshUser(request: UserRequest, account: KeyPair): Promise<s
     data: request.limits?.data ?? -1,
     payload: request.limits?.payload ?? -1,
   };
-  if (allowResponses === true) user.resp = { max: 1, ttl: 0 };
+  // The server reads the window in nanoseconds; 0 would keep every reply subject for good.
+  if (allowResponses === true) user.resp = { max: 1, ttl: RESPONSE_WINDOW_MS * 1_000_000 };
   const opts = request.expiresAt !== undefined ? { exp: Math.floor(request.expiresAt.getTime() / 1000) } : {};
   return encodeUser(request.name, request.publicKey, account, user, {
     algorithm: Algorithms.v2,

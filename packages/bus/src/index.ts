@@ -31,6 +31,7 @@ export {
   InvalidUserKeyError,
   loadAuthority,
   newUserKeys,
+  RESPONSE_WINDOW_MS,
   type AuthoritySeeds,
   type BusPermissions,
   type UserKeys,

@@ -15,6 +15,7 @@ import {
   newUserKeys,
   nodeDeliveriesBucket,
   openState,
+  RESPONSE_WINDOW_MS,
   type BusPermissions,
 } from "@mesh/bus";
 import {
@@ -84,6 +85,37 @@ void describe("decentralized authentication against a real nats-server", () => {
       connectBus({ servers: bus.server.url, creds: credsFor(jwt, keys.seed), name: "n1" }),
       BusCredentialsRefusedError,
     );
+  });
+
+  void it("lets a user that may answer requests answer one, within a window the server bounds", async () => {
+    const service: BusPermissions = { pub: { allow: [] }, sub: { allow: ["svc.ask"] }, allowResponses: true };
+    const keys = newUserKeys();
+    const jwt = await bus.authority.issueUser({
+      name: "svc",
+      publicKey: keys.publicKey,
+      permissions: service,
+    });
+    // What the server is told: one answer per request, and the reply subject forgotten after the
+    // window (nanoseconds). With no window it would keep every reply subject the user was handed,
+    // a JetStream message's included, and scan them all on each message once past a few thousand.
+    const claims = JSON.parse(Buffer.from(jwt.split(".")[1] ?? "", "base64url").toString()) as {
+      nats: { resp?: { max: number; ttl: number } };
+    };
+    assert.deepEqual(claims.nats.resp, { max: 1, ttl: RESPONSE_WINDOW_MS * 1_000_000 });
+
+    const svc = await connectBus({ servers: bus.server.url, creds: credsFor(jwt, keys.seed), name: "svc" });
+    try {
+      svc.subscribe("svc.ask", {
+        callback: (_err, msg) => {
+          msg.respond("answered");
+        },
+      });
+      await svc.flush();
+      const reply = await controller.request("svc.ask", "?", { timeout: 5_000 });
+      assert.equal(reply.string(), "answered");
+    } finally {
+      await svc.close();
+    }
   });
 
   void it("lets a node publish under its own subjects and refuses another node's, saying so", async () => {

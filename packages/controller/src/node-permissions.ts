@@ -62,10 +62,12 @@ export function enrollPermissions(node: string): BusPermissions {
 
 /**
  * The controller's own permissions: everything in the mesh's account (it creates the buckets,
- * writes every node's deliveries and answers requests).
+ * writes every node's deliveries and answers requests). Publishing anywhere covers its answers, so
+ * it does not also ask to answer (`allowResponses`): with it, every message it reads from a bucket
+ * would cost the server a scan of all the reply subjects it was handed before.
  */
 export function controllerPermissions(): BusPermissions {
-  return { pub: { allow: [">"] }, sub: { allow: [">"] }, allowResponses: true };
+  return { pub: { allow: [">"] }, sub: { allow: [">"] } };
 }
 
 /**
