@@ -134,8 +134,7 @@ export async function askThroughServers(options: AskServersOptions): Promise<Ask
   const unreachable = new Set<string>();
   let lastFailure: unknown;
   let connectedOnce = false;
-  let nobodyListens = false;
-  /** When a server first said that nothing listens, and how many pauses followed. */
+  /** When a server first said that nothing listens (undefined: none has), and how many pauses followed. */
   let nobodySince: number | undefined;
   let pauses = 0;
 
@@ -166,8 +165,9 @@ export async function askThroughServers(options: AskServersOptions): Promise<Ask
       if (known.every((s) => (askedOf.get(s) ?? 0) >= rounds)) {
         // Every server asked as often as it may. When each that connected said that nothing
         // listens, a listener may be a moment away: pause, then ask them all once more.
-        const waited = nobodySince === undefined ? Infinity : Date.now() - nobodySince;
-        if (open.size > 0 || !nobodyListens || waited >= listenerWaitMs) break;
+        if (open.size > 0 || nobodySince === undefined) break;
+        const waited = Date.now() - nobodySince;
+        if (waited >= listenerWaitMs) break;
         const pauseMs = Math.min(
           LISTENER_PAUSE_MS * 2 ** pauses++,
           listenerWaitMs - waited,
@@ -237,7 +237,6 @@ export async function askThroughServers(options: AskServersOptions): Promise<Ask
       if (outcome === "no-responders") {
         request.close();
         open.delete(a);
-        nobodyListens = true;
         nobodySince ??= Date.now();
         if (pauses === 0) options.onNext?.(server, `nothing listens on ${options.subject} through it`);
         continue;
@@ -255,7 +254,7 @@ export async function askThroughServers(options: AskServersOptions): Promise<Ask
     }
     const answered = winner as Asked | undefined;
     if (answered === undefined) {
-      if (nobodyListens && open.size === 0) throw new NoRespondersError(options.subject);
+      if (nobodySince !== undefined && open.size === 0) throw new NoRespondersError(options.subject);
       if (!connectedOnce && lastFailure !== undefined) throw lastFailure;
       throw new AskUnansweredError(options.subject, known, options.timeoutMs);
     }

@@ -14,7 +14,7 @@ import {
   sendReceipt,
   type BusAuthority,
 } from "@mesh/bus";
-import { askThroughServers, AskUnansweredError } from "../src/ask-servers.ts";
+import { askThroughServers, AskUnansweredError, type AskServersOptions } from "../src/ask-servers.ts";
 import { startNats, type NatsServer } from "@mesh/testkit";
 import { EVERYTHING } from "./bus-server.ts";
 
@@ -36,6 +36,19 @@ describe("asking through the servers that reach an answerer", () => {
     connections.push(nc);
     return nc;
   };
+
+  /** Asks through `servers` as the CLI does (`mesh status` on `SUBJECT`), with `more` on top. */
+  const ask = (servers: string[], more: Partial<AskServersOptions> = {}) =>
+    askThroughServers({
+      servers,
+      creds,
+      name: "mesh status",
+      subject: SUBJECT,
+      body: "{}",
+      timeoutMs: 30_000,
+      receiptMs: RECEIPT_MS,
+      ...more,
+    });
 
   /** Answers `SUBJECT` on `url` after `delayMs`, with a receipt at once unless `receipt` is false. */
   const answerer = async (
@@ -94,14 +107,7 @@ describe("asking through the servers that reach an answerer", () => {
     const left: string[] = [];
     try {
       const began = Date.now();
-      const answer = await askThroughServers({
-        servers: [a.url, b.url],
-        creds,
-        name: "mesh status",
-        subject: SUBJECT,
-        body: "{}",
-        timeoutMs: 30_000,
-        receiptMs: RECEIPT_MS,
+      const answer = await ask([a.url, b.url], {
         onNext: (server, why) => left.push(`${server}: ${why}`),
       });
       assert.equal(answer.text, '{"from":"b"}');
@@ -121,14 +127,8 @@ describe("asking through the servers that reach an answerer", () => {
     const other = await answerer(b.url, { text: '{"from":"b"}' });
     const left: string[] = [];
     try {
-      const answer = await askThroughServers({
-        servers: [a.url, b.url],
-        creds,
+      const answer = await ask([a.url, b.url], {
         name: "mesh rotate",
-        subject: SUBJECT,
-        body: "{}",
-        timeoutMs: 30_000,
-        receiptMs: RECEIPT_MS,
         onNext: (server, why) => left.push(`${server}: ${why}`),
       });
       assert.equal(answer.text, '{"from":"a"}');
@@ -153,14 +153,7 @@ describe("asking through the servers that reach an answerer", () => {
     await peers.flush();
     const left: string[] = [];
     try {
-      const answer = await askThroughServers({
-        servers: [silentUrl, b.url],
-        creds,
-        name: "mesh status",
-        subject: SUBJECT,
-        body: "{}",
-        timeoutMs: 30_000,
-        receiptMs: RECEIPT_MS,
+      const answer = await ask([silentUrl, b.url], {
         gather: { subject: "ask.peers", withinMs: 300 },
         onNext: (server) => left.push(server),
       });
@@ -188,14 +181,8 @@ describe("asking through the servers that reach an answerer", () => {
       ),
     );
     try {
-      const got = await askThroughServers({
-        servers: [a.url, b.url],
-        creds,
+      const got = await ask([a.url, b.url], {
         name: "mesh join-token",
-        subject: SUBJECT,
-        body: "{}",
-        timeoutMs: 30_000,
-        receiptMs: RECEIPT_MS,
         onWaitForListener: (ms) => waits.push(ms),
       });
       assert.equal(got.text, "leading again");
@@ -211,14 +198,8 @@ describe("asking through the servers that reach an answerer", () => {
   it("says that nothing listens after a few seconds when no server has a listener, and names the wait when nothing answers", async () => {
     const began = Date.now();
     await assert.rejects(
-      askThroughServers({
-        servers: [a.url, b.url],
-        creds,
-        name: "mesh status",
+      ask([a.url, b.url], {
         subject: "ask.nobody",
-        body: "{}",
-        timeoutMs: 30_000,
-        receiptMs: RECEIPT_MS,
       }),
       NoRespondersError,
     );
@@ -229,15 +210,7 @@ describe("asking through the servers that reach an answerer", () => {
     const void_ = await answerer(a.url, { text: "never", receipt: false, reply: false });
     try {
       await assert.rejects(
-        askThroughServers({
-          servers: [a.url],
-          creds,
-          name: "mesh status",
-          subject: SUBJECT,
-          body: "{}",
-          timeoutMs: 2_500,
-          receiptMs: RECEIPT_MS,
-        }),
+        ask([a.url], { timeoutMs: 2_500 }),
         (err: unknown) =>
           err instanceof AskUnansweredError &&
           /nothing took the request on ask\.test through nats:/.test(err.message),
